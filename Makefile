@@ -1,0 +1,30 @@
+# Quick start: `make demo` and `make test` each set up .venv when it is missing.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lab bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	-$(BIN)/torchtriage run examples/nan_in_forward.py
+	@echo
+	@echo "(torchtriage re-raised the script's own error above, as it always does; exit code kept.)"
+
+lab: $(STAMP)
+	$(BIN)/torchtriage lab
+
+test: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 tests
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info

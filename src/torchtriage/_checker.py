@@ -1,0 +1,107 @@
+"""The interface every check plugs into a `Session` through.
+
+A `Checker` overrides the events it needs; the session installs only the hooks that some
+attached checker uses (an event method left as the base class's costs nothing). Checkers
+report through `self.session.add(finding)`; they never raise into the user's code (the
+session catches their errors and warns once), never change tensors the user computes, and
+never sync the host per tensor: accumulate flags on the device and read them at most once
+per step (`on_step_end` or `on_optimizer_step_pre`).
+
+Event order within one training step:
+    on_step_begin → (on_forward_pre / on_forward)* → on_root_forward → on_loss*
+    → on_backward → on_backward_end → on_optimizer_step_pre → on_optimizer_step_post
+    → on_step_end
+`on_model` / `on_optimizer` fire once when a model or optimizer first becomes known,
+`on_exception` when the watched code raises, `on_end` when the session closes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn as nn
+
+if TYPE_CHECKING:
+    from ._frames import UserFrame
+    from ._session import Session
+
+
+@dataclasses.dataclass
+class LossCall:
+    """One call of a `torch.nn.functional` loss (module losses call these too)."""
+
+    name: str  # e.g. "cross_entropy"
+    input: Any
+    target: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    output: Any
+    frame: UserFrame | None
+    module: str | None  # path of the loss module when called through one (e.g. nn.MSELoss)
+
+
+class Checker:
+    """Base class: override the events you need. `name` identifies the check in options."""
+
+    name: str = "checker"
+
+    def __init__(self) -> None:
+        self.session: Session | None = None
+
+    # lifecycle
+    def on_start(self, session: Session) -> None:
+        pass
+
+    def on_model(self, model: nn.Module, label: str) -> None:
+        pass
+
+    def on_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        pass
+
+    def on_step_begin(self, step: int) -> None:
+        pass
+
+    # forward (module hooks are installed only when a checker overrides these)
+    def on_forward_pre(self, module: nn.Module, name: str, args: tuple[Any, ...]) -> None:
+        pass
+
+    def on_forward(self, module: nn.Module, name: str, args: tuple[Any, ...],
+                   kwargs: dict[str, Any], output: Any) -> None:
+        pass
+
+    def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...],
+                        kwargs: dict[str, Any], output: Any) -> None:
+        pass
+
+    # loss / backward / optimizer
+    def on_loss(self, call: LossCall) -> None:
+        pass
+
+    def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
+        pass
+
+    def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        pass
+
+    def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        pass
+
+    def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
+        pass
+
+    def on_step_end(self, step: int) -> None:
+        pass
+
+    # endings
+    def on_exception(self, exc: BaseException) -> None:
+        pass
+
+    def on_end(self) -> None:
+        pass
+
+
+def overrides(checker: Checker, event: str) -> bool:
+    """True when `checker` implements `event` itself."""
+    return getattr(type(checker), event) is not getattr(Checker, event)

@@ -1,0 +1,54 @@
+"""The `torchtriage` command: a thin argparse front, one file per command.
+
+Each command module defines `register(subparsers)` (adds its parser and sets `func`)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# One module per command; each registers itself.
+COMMANDS = ("run", "env", "lab", "splits", "replay", "shrink", "make_test", "report")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # One clear line and exit code 2, no usage dump and no traceback.
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="torchtriage", description="Find where and why a PyTorch training run went wrong.")
+    parser.add_argument("--lang", choices=("en", "zh"), default=None, help="language of messages")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        try:
+            mod = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"{__name__}.{name}":
+                continue  # command not part of this build
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.lang:
+        from .._catalogue import set_language
+
+        set_language(args.lang)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    code = args.func(args)
+    return int(code or 0)
+
+
+def fail(message: str, code: int = 2) -> int:
+    """Print one line to stderr and return the exit code for bad input."""
+    print(f"torchtriage: error: {message}", file=sys.stderr)
+    return code

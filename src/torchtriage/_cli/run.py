@@ -1,0 +1,154 @@
+"""`torchtriage run [--json PATH] [--html PATH] SCRIPT [ARGS...]`: the user's script, unchanged,
+run as `python SCRIPT ARGS...` would run it, with a discovering `Session` around it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import traceback
+from typing import Any
+
+from . import fail
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("run", help="run a training script under torchtriage",
+                       description="Run SCRIPT as `python SCRIPT ARGS...` would, instrumented; "
+                                   "print the report to stderr when it ends.")
+    p.add_argument("--json", metavar="PATH", help="write the report as JSON (also when the script fails)")
+    p.add_argument("--html", metavar="PATH", help="write the report as a standalone HTML page")
+    p.add_argument("--on-anomaly", choices=("warn", "raise", "skip_step", "record"), default="record",
+                   help="what to do when a check finds an error (default: record, report at the end)")
+    p.add_argument("--checks", metavar="NAMES", help="comma-separated checks to run (default: all)")
+    p.add_argument("--bundle", metavar="DIR", help="write a repro bundle of the failing step into DIR")
+    p.add_argument("--max-bundle-mb", type=float, default=512.0, metavar="MB", help="size limit of a bundle")
+    p.add_argument("--quiet", action="store_true", help="print the report only when something was found")
+    p.add_argument("script", help="the Python script to run")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    p.set_defaults(func=run_command)
+
+
+def _check_writable(path: str, flag: str) -> str | None:
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(d):
+        return f"{flag} {path}: folder {d} does not exist"
+    if os.path.isdir(path):
+        return f"{flag} {path}: is a folder, expected a file path"
+    if not os.access(d, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return f"{flag} {path}: not writable"
+    return None
+
+
+def _trim(tb: Any) -> Any:
+    """Drop torchtriage's and runpy's leading frames so the traceback starts in the script."""
+    from .._frames import _HERE
+
+    while tb is not None:
+        fn = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if fn.startswith(_HERE) or os.path.basename(fn) == "runpy.py" or "<frozen runpy>" in fn:
+            tb = tb.tb_next
+        else:
+            break
+    return tb
+
+
+def run_command(args: argparse.Namespace) -> int:
+    script = args.script
+    if not os.path.exists(script):
+        return fail(f"script {script!r} not found (working directory: {os.getcwd()})")
+    if os.path.isdir(script):
+        return fail(f"script {script!r} is a folder; give a .py file")
+    try:
+        with open(script, "rb") as fh:
+            source = fh.read()
+        compile(source, script, "exec")
+    except SyntaxError as e:
+        return fail(f"{script}:{e.lineno}: syntax error: {e.msg}")
+    except (OSError, ValueError) as e:
+        return fail(f"cannot read script {script!r}: {e}")
+    for flag, path in (("--json", args.json), ("--html", args.html)):
+        if path:
+            problem = _check_writable(path, flag)
+            if problem:
+                return fail(problem)
+    checks: Any = "default"
+    if args.checks:
+        from .. import _registry
+
+        checks = [c.strip() for c in args.checks.split(",") if c.strip()]
+        unknown = [c for c in checks if c not in _registry.CHECKS]
+        if unknown:
+            return fail(f"--checks: unknown check(s) {', '.join(unknown)}; accepted: {', '.join(_registry.CHECKS)}")
+    if args.bundle and os.path.exists(args.bundle) and not os.path.isdir(args.bundle):
+        return fail(f"--bundle {args.bundle}: exists and is not a folder")
+
+    from .._session import Session
+
+    options: dict[str, Any] = {"script": os.path.abspath(script), "argv": [script, *args.args]}
+    if args.bundle:
+        options.update(bundle_dir=args.bundle, max_bundle_mb=args.max_bundle_mb)
+    session = Session(discover=True, on_anomaly=args.on_anomaly, checks=checks, report=False, **options)
+    session.meta.update(script=script, argv=[script, *args.args])
+
+    old_argv, old_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    sys.argv = [script, *args.args]
+    script_dir = os.path.dirname(os.path.abspath(script))
+    if sys.path:
+        sys.path[0] = script_dir
+    else:
+        sys.path.insert(0, script_dir)
+    exit_code = 0
+    error: BaseException | None = None
+    try:
+        with session:
+            try:
+                runpy.run_path(script, run_name="__main__")
+            except SystemExit as e:
+                exit_code = _exit_code(e)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # the script's own error; reported, then shown as Python would
+        error = e
+        exit_code = 1
+    finally:
+        sys.argv = old_argv
+        if old_path0 is not None:
+            sys.path[0] = old_path0
+        sys.stdout.flush()
+    report = session.report
+    session.meta["exit_code"] = exit_code
+    report = type(report)(report.findings, meta=dict(report.meta, exit_code=exit_code), series=report.series)
+    _write_outputs(args, report)
+    if not (args.quiet and not report.findings and error is None):
+        from ..report import render_text
+
+        print(render_text(report), file=sys.stderr)
+    if error is not None:
+        # Re-raise semantics of `python SCRIPT`: the original traceback (from the script's
+        # first frame on), exit code 1.
+        traceback.print_exception(type(error), error, _trim(error.__traceback__), file=sys.stderr)
+    return exit_code
+
+
+def _exit_code(e: SystemExit) -> int:
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _write_outputs(args: argparse.Namespace, report: Any) -> None:
+    if args.json:
+        from ..report import dump_json
+
+        dump_json(report, args.json)
+    if args.html:
+        from ..report import render_html
+
+        with open(args.html, "w", encoding="utf-8") as fh:
+            fh.write(render_html(report))

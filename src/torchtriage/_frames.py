@@ -1,0 +1,102 @@
+"""Which frame is the user's: reading a traceback upward from the error, the first frame
+that is neither Python's standard library, an installed package (torch included) nor
+torchtriage itself. That is the line a user should open first (seed G.1)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import sysconfig
+import types
+from collections.abc import Iterator
+
+import torch
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+def _library_roots() -> tuple[str, ...]:
+    roots = {_HERE, _TORCH}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        try:
+            roots.add(os.path.abspath(sysconfig.get_paths()[key]))
+        except KeyError:
+            pass
+    for p in sys.path:
+        if p.endswith(("site-packages", "dist-packages")):
+            roots.add(os.path.abspath(p))
+    return tuple(sorted(roots, key=len, reverse=True))
+
+
+_ROOTS = _library_roots()
+_extra_library_roots: list[str] = []
+
+
+@dataclasses.dataclass(frozen=True)
+class UserFrame:
+    file: str
+    line: int
+    function: str
+    source: str = ""
+
+
+def is_user_file(filename: str) -> bool:
+    """True for a file of the user's own code."""
+    if not filename or filename.startswith("<"):
+        return False
+    path = os.path.abspath(filename)
+    if path == _HERE or path.startswith(_HERE + os.sep):
+        return False
+    for root in _ROOTS + tuple(_extra_library_roots):
+        if path.startswith(root + os.sep):
+            # A user's script may live under a checkout that sits in site-packages only
+            # when installed; an editable install of the user's code lives elsewhere.
+            return False
+    return True
+
+
+def _source_line(filename: str, lineno: int) -> str:
+    import linecache
+
+    return linecache.getline(filename, lineno).strip()
+
+
+def _frame(f: types.FrameType, lineno: int) -> UserFrame:
+    code = f.f_code
+    return UserFrame(code.co_filename, lineno, code.co_name, _source_line(code.co_filename, lineno))
+
+
+def iter_tb(tb: types.TracebackType | None) -> Iterator[tuple[types.FrameType, int]]:
+    """Traceback entries from outermost to innermost."""
+    while tb is not None:
+        yield tb.tb_frame, tb.tb_lineno
+        tb = tb.tb_next
+
+
+def user_frame_from_tb(tb: types.TracebackType | None) -> UserFrame | None:
+    """The innermost user frame of a traceback."""
+    found = None
+    for f, lineno in iter_tb(tb):
+        if is_user_file(f.f_code.co_filename):
+            found = _frame(f, lineno)
+    return found
+
+
+def user_frame_from_stack(skip: int = 1) -> UserFrame | None:
+    """The innermost user frame of the current call stack (used inside hooks)."""
+    f: types.FrameType | None = sys._getframe(skip)
+    while f is not None:
+        if is_user_file(f.f_code.co_filename):
+            return _frame(f, f.f_lineno)
+        f = f.f_back
+    return None
+
+
+def user_frame_from_summary(stack: list) -> UserFrame | None:  # type: ignore[type-arg]
+    """The innermost user frame of a `traceback.StackSummary` (e.g. from autograd anomaly)."""
+    for fs in reversed(stack):
+        if is_user_file(fs.filename):
+            return UserFrame(fs.filename, fs.lineno or 0, fs.name, (fs.line or "").strip())
+    return None

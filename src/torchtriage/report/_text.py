@@ -1,0 +1,103 @@
+"""The terminal rendering: the primary finding first, with where, why, evidence and next check."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from .._catalogue import msg
+from .._findings import Finding, Report, Severity
+
+_MARK = {Severity.ERROR: "✗", Severity.WARNING: "!", Severity.INFO: "i"}
+
+
+def _where(f: Finding) -> list[str]:
+    out = []
+    for key, value in (
+        ("report.step", f.step),
+        ("report.stage", f.stage.value if f.stage else None),
+        ("report.module", (f.module or msg("report.root_module")) if f.module is not None else None),
+        ("report.op", f.op),
+        ("report.parameter", f.parameter),
+    ):
+        if value is not None:
+            out.append(f"{msg(key)}={value}")
+    return out
+
+
+def _short_path(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith(".." + os.sep + "..") else path
+
+
+def _format_evidence(value: Any) -> str:
+    return str(value)
+
+
+def render_finding(f: Finding, *, index: int | None = None) -> list[str]:
+    head = f"{_MARK[f.severity]} [{f.category.value}] {f.message}"
+    if index is not None:
+        head = f"{index}. " + head
+    lines = [head]
+    where = _where(f)
+    if where:
+        lines.append(f"    {msg('report.where')}: " + "  ".join(where))
+    if f.file:
+        line = f"    {msg('report.line')}: {_short_path(f.file)}:{f.line}"
+        src = f.evidence.get("source_line") if isinstance(f.evidence, dict) else None
+        if src:
+            line += f"    {src}"
+        lines.append(line)
+    if f.cause:
+        lines.append(f"    {msg('report.cause')}: {f.cause}")
+    ev = {k: v for k, v in f.evidence.items() if k != "source_line"}
+    if ev:
+        lines.append(f"    {msg('report.evidence')}:")
+        for k, v in ev.items():
+            lines.append(f"      {k}: {_format_evidence(v)}")
+    if f.next_check:
+        lines.append(f"    {msg('report.next')}: {f.next_check}")
+    if f.count > 1:
+        lines.append(f"    ({msg('report.count', count=f.count)})")
+    return lines
+
+
+def render_text(report: Report) -> str:
+    """The report as plain text (no colour), stable for golden tests."""
+    lines = [f"== {msg('report.title')} =="]
+    if not report.findings:
+        lines.append(msg("report.empty"))
+        return "\n".join(lines)
+    primary = report.primary
+    issues = [f for f in report.findings if f.severity is not Severity.INFO]
+    infos = [f for f in report.findings if f.severity is Severity.INFO]
+    if primary is not None:
+        lines.append(f"-- {msg('report.primary')} --")
+        lines.extend(render_finding(primary))
+    rest = [f for f in issues if f is not primary]
+    if rest:
+        lines.append(f"-- {msg('report.also')} --")
+        for i, f in enumerate(rest, 1):
+            lines.extend(render_finding(f, index=i))
+    if infos:
+        lines.append(f"-- {msg('report.infos')} --")
+        for f in infos:
+            lines.extend(render_finding(f))
+    counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
+    lines.append(msg("report.summary_line", errors=counts[Severity.ERROR], warnings=counts[Severity.WARNING],
+                     infos=counts[Severity.INFO], steps=report.meta.get("steps", 0)))
+    return "\n".join(lines)
+
+
+def rich_renderables(report: Report) -> Iterator[Any]:
+    """For `rich.print(report)`: the same text, coloured by severity, without importing rich here."""
+    from rich.text import Text
+
+    style = {"✗": "bold red", "!": "yellow", "i": "cyan", "=": "bold", "-": "bold"}
+    for line in render_text(report).splitlines():
+        stripped = line.lstrip("0123456789. ")
+        yield Text(line, style=style.get(stripped[:1], ""))

@@ -1,0 +1,171 @@
+"""The session frame: clean-up, step clock, stages, numerics unchanged, policy."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchtriage
+from torchtriage import Category, Finding, Severity, Stage
+from torchtriage._checker import Checker
+
+
+class Recorder(Checker):
+    name = "recorder"
+
+    def __init__(self):
+        super().__init__()
+        self.events = []
+
+    def on_step_begin(self, step):
+        self.events.append(("begin", step, self.session.stage))
+
+    def on_root_forward(self, model, label, args, kwargs, output):
+        self.events.append(("root", label, self.session.stage))
+
+    def on_backward(self, roots, grads):
+        self.events.append(("backward", self.session.stage))
+
+    def on_optimizer_step_pre(self, optimizer):
+        self.events.append(("opt", self.session.stage))
+
+    def on_step_end(self, step):
+        self.events.append(("end", step))
+
+
+def _train(model, opt, steps=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(8, 4, generator=g)
+        y = torch.randn(8, 1, generator=g)
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach().clone())
+    return losses
+
+
+def _mlp():
+    torch.manual_seed(1)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+
+
+def test_event_order_and_step_clock():
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = Recorder()
+    with torchtriage.watch(model, opt, checks=[rec], report=False) as s:
+        _train(model, opt, steps=2)
+    assert rec.events == [
+        ("begin", 0, Stage.DATA), ("root", "Sequential", Stage.LOSS), ("backward", Stage.BACKWARD),
+        ("opt", Stage.OPTIMIZER), ("end", 0),
+        ("begin", 1, Stage.DATA), ("root", "Sequential", Stage.LOSS), ("backward", Stage.BACKWARD),
+        ("opt", Stage.OPTIMIZER), ("end", 1),
+    ]
+    assert s.step == 2 and s.report.meta["steps"] == 2
+
+
+def test_losses_and_parameters_bitwise_identical_with_all_checks():
+    m1, m2 = _mlp(), _mlp()
+    o1 = torch.optim.Adam(m1.parameters(), lr=1e-2)
+    o2 = torch.optim.Adam(m2.parameters(), lr=1e-2)
+    base = _train(m1, o1, steps=50)
+    with torchtriage.watch(m2, o2, report=False) as s:
+        watched = _train(m2, o2, steps=50)
+    assert all(torch.equal(a, b) for a, b in zip(base, watched))
+    assert all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
+    assert s.report.primary is None
+
+
+def test_user_exception_is_reraised_unchanged_and_hooks_removed():
+    model = _mlp()
+    err = ValueError("user's own error")
+    with pytest.raises(ValueError) as info:
+        with torchtriage.watch(model, report=False):
+            model(torch.randn(2, 4))
+            raise err
+    assert info.value is err  # the autouse fixture checks that no hook is left
+
+
+def test_nested_watch_joins_the_outer_session():
+    a, b = _mlp(), _mlp()
+    with torchtriage.watch(a, report=False, checks=[]) as outer:
+        with torchtriage.watch(b, checks=[]) as inner:
+            assert inner is outer
+        assert torchtriage.current_session() is outer
+        assert [type(m) for m in outer.models] == [nn.Sequential, nn.Sequential]
+    assert torchtriage.current_session() is None
+
+
+def test_module_names_follow_named_modules():
+    model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 2)))
+    with torchtriage.watch(model, checks=[], report=False) as s:
+        assert s.module_name(model[1][0]) == "1.0"
+        assert s.module_name(model) == ""
+
+
+class _Broken(Checker):
+    name = "broken"
+
+    def on_root_forward(self, model, label, args, kwargs, output):
+        raise KeyError("bookkeeping bug")
+
+
+def test_internal_error_warns_once_and_never_breaks_the_step():
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.warns(torchtriage.TriageInternalWarning, match=r"broken.on_root_forward.*bookkeeping bug"):
+        with torchtriage.watch(model, opt, checks=[_Broken()], report=False):
+            losses = _train(model, opt, steps=3)
+    assert len(losses) == 3
+
+
+class _Emitter(Checker):
+    name = "emitter"
+
+    def on_root_forward(self, model, label, args, kwargs, output):
+        self.session.add(Finding(Category.NUMERICAL, "test.emit", "something is off", stage=Stage.FORWARD))
+
+
+def test_policy_raise_warn_record_and_dedup():
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(torchtriage.AnomalyError, match="something is off"):
+        with torchtriage.watch(model, opt, checks=[_Emitter()], on_anomaly="raise", report=False):
+            _train(model, opt, steps=1)
+    with pytest.warns(torchtriage.TriageWarning, match="something is off"):
+        with torchtriage.watch(model, opt, checks=[_Emitter()], on_anomaly="warn", report=False):
+            _train(model, opt, steps=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torchtriage.watch(model, opt, checks=[_Emitter()], on_anomaly="record", report=False) as s:
+            _train(model, opt, steps=3)
+    (f,) = s.report.findings
+    assert (f.code, f.step, f.count, f.severity) == ("test.emit", 0, 3, Severity.ERROR)
+
+
+def test_bad_options_name_what_is_accepted():
+    with pytest.raises(torchtriage.ConfigError, match=r"on_anomaly='explode' is not valid; accepted: 'warn', 'raise', 'skip_step', 'record'"):
+        torchtriage.watch(_mlp(), on_anomaly="explode")
+    with pytest.raises(torchtriage.ConfigError, match=r"unknown check 'nope'; accepted: triage"):
+        torchtriage.watch(_mlp(), checks=["nope"])
+    with pytest.raises(TypeError, match="models must be a Module or a list of them, got str"):
+        torchtriage.watch("model")
+
+
+def test_report_orders_by_priority_then_execution_and_infos_never_primary():
+    fs = [
+        Finding("gradient", "g", "grad", order=1),
+        Finding("shape", "s", "shape", order=3),
+        Finding("dtype", "d", "frozen", severity="info", order=0),
+    ]
+    r = torchtriage.Report(fs)
+    assert [f.code for f in r.findings] == ["s", "g", "d"]
+    assert r.primary.code == "s"
+    assert torchtriage.Report([fs[2]]).primary is None
+    assert torchtriage.Report().to_dict()["primary"] is None
