@@ -185,6 +185,9 @@ class Session:
         self._roots[model] = label
         for name, sub in model.named_modules():
             self._names.setdefault(sub, name)
+        # The model's layout, for the HTML report's model tree: path -> class name.
+        self.meta.setdefault("models", {})[label] = {
+            name: type(sub).__name__ for name, sub in model.named_modules()}
         self._emit("on_model", model, label)
 
     def watch_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
