@@ -169,3 +169,28 @@ def test_report_orders_by_priority_then_execution_and_infos_never_primary():
     assert r.primary.code == "s"
     assert torchtriage.Report([fs[2]]).primary is None
     assert torchtriage.Report().to_dict()["primary"] is None
+
+
+def test_discover_mode_names_models_by_variable_and_skips_loss_modules():
+    model = _mlp()
+    criterion = nn.MSELoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = Recorder()
+    with torchtriage.Session(discover=True, checks=[rec], report=False) as s:
+        loss = criterion(model(torch.randn(4, 4)), torch.randn(4, 1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert list(s.report.meta["models"]) == ["model"]
+    assert s.optimizers == [opt] and s.step == 1
+    assert ("root", "model", Stage.LOSS) in rec.events
+
+
+def test_without_an_optimizer_backward_calls_are_the_clock():
+    model = _mlp()
+    rec = Recorder()
+    with torchtriage.watch(model, checks=[rec], report=False) as s:
+        for _ in range(3):
+            model(torch.randn(2, 4)).sum().backward()
+    assert s.step == 3 and s.report.meta["steps"] == 3
+    assert [e for e in rec.events if e[0] == "end"] == [("end", 0), ("end", 1), ("end", 2)]

@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.modules import module as _module_mod
+from torch.nn.modules.loss import _Loss
 from torch.optim import optimizer as _optim_mod
 
 from . import _registry
@@ -111,6 +112,7 @@ class Session:
         self._step_open = False
         self._clock: weakref.ref[torch.optim.Optimizer] | None = None
         self._backward_calls = 0
+        self._pending_end = False
         self.exception: BaseException | None = None
         self.series: dict[str, list[float | None]] = {}
         self.meta: dict[str, Any] = {"torch": torch.__version__}
@@ -263,8 +265,8 @@ class Session:
         if getattr(self, "_closed", False):
             return
         self._closed = True
-        if self._step_open:
-            self._emit("on_step_end", self.step)
+        self._pending_end = False
+        self._end_step()
         self._emit("on_end")
         self.meta["seconds"] = round(time.time() - self._t0, 3)
 
@@ -338,6 +340,10 @@ class Session:
         return self._step_open or self.step > 0
 
     def _begin_step_if_needed(self) -> None:
+        if self._pending_end:
+            # No optimizer has stepped since the last backward: that backward closed a step.
+            self._pending_end = False
+            self._end_step()
         if not self._step_open:
             self._step_open = True
             self.stage = Stage.DATA
@@ -360,6 +366,12 @@ class Session:
             return
         try:
             if self._depth == 0:
+                if isinstance(module, _Loss) and module not in self._roots:
+                    # A loss module called by the user's loop is the loss stage, not a model.
+                    self._begin_step_if_needed()
+                    self.stage = Stage.LOSS
+                    self._depth += 1
+                    return
                 if module not in self._roots:
                     if self.discover and module not in self._names:
                         self.watch_model(module, _label_from_caller(module))
@@ -410,9 +422,10 @@ class Session:
             result = original(tensors, *args, **kwargs)
             session._backward_calls += 1
             session._emit("on_backward_end", roots)
-            if not session._optimizers:
-                # No optimizer known: backward calls are the clock.
-                session._end_step()
+            if session._clock is None:
+                # No optimizer has stepped yet: this backward closes the step, unless an
+                # optimizer steps before the next forward (then the optimizer is the clock).
+                session._pending_end = True
             return result
 
         return backward
@@ -470,6 +483,7 @@ class Session:
             return None
         if self._clock is None:
             self._clock = weakref.ref(optimizer)
+        self._pending_end = False
         self._begin_step_if_needed()
         self.stage = Stage.OPTIMIZER
         self._emit("on_optimizer_step_pre", optimizer)
