@@ -56,9 +56,11 @@ MESSAGES = {
         "a tensor rebuilt from data)",
     "gradients.cut_in_module.next": "read {module}.forward for detach(), no_grad or torch.tensor(...) on the way to its output",
     "gradients.unreached.message":
-        "{count} parameter(s) of {module} get no gradient: {module} ran, but no loss depends on its output",
+        "{count} parameter(s) of {module} get no gradient from any loss",
     "gradients.unreached.cause":
-        "its output was not used in the loss, or was replaced on the way by a tensor created with requires_grad=False",
+        "{module} ran, but its output was not used in the loss, or was replaced on the way by a tensor created with requires_grad=False",
+    "gradients.unreached.cause.no_forward": "the module was not called in this forward, or its output was dropped or cut on the way to the loss (detach, no_grad, .item() → torch.tensor, a tensor created with requires_grad=False)",
+    "gradients.unreached.next.no_forward": "pass the forward as a function, diagnose_gradients(model, lambda: loss_fn(model(x), y)), to name the op and line",
     "gradients.unreached.next": "follow {module}'s output to the loss; check that it is not overwritten or dropped",
     "gradients.leaf_not_registered.message":
         "the loss depends on a tensor {shape} with requires_grad=True that is no parameter of the model ({line})",

@@ -39,8 +39,10 @@ MESSAGES = {
     "gradients.cut_in_module.message": "{module} 的 {count} 个参数没有梯度：{module} 返回的张量不需要梯度",
     "gradients.cut_in_module.cause": "在 {module}.forward 内部，结果与其参数的联系被切断（detach、no_grad 块，或由数据重建的张量）",
     "gradients.cut_in_module.next": "检查 {module}.forward 中通往输出的 detach()、no_grad 或 torch.tensor(...)",
-    "gradients.unreached.message": "{module} 的 {count} 个参数没有梯度：{module} 运行了，但没有任何 loss 依赖它的输出",
-    "gradients.unreached.cause": "它的输出没有用于 loss，或在中途被一个 requires_grad=False 的新张量替换",
+    "gradients.unreached.message": "{module} 的 {count} 个参数没有从任何 loss 得到梯度",
+    "gradients.unreached.cause": "{module} 运行了，但它的输出没有用于 loss，或在中途被一个 requires_grad=False 的新张量替换",
+    "gradients.unreached.cause.no_forward": "本次前向没有调用该模块，或它的输出在通往 loss 的途中被丢弃或切断（detach、no_grad、.item() → torch.tensor、requires_grad=False 的新张量）",
+    "gradients.unreached.next.no_forward": "把前向作为函数传入：diagnose_gradients(model, lambda: loss_fn(model(x), y))，即可定位到具体算子和代码行",
     "gradients.unreached.next": "沿着 {module} 的输出追到 loss，确认它没有被覆盖或丢弃",
     "gradients.leaf_not_registered.message":
         "loss 依赖一个 requires_grad=True 的张量 {shape}，但它不是模型的参数（{line}）",

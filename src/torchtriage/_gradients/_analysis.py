@@ -94,6 +94,7 @@ class Analysis:
         self.versions: dict[int, int] = {}
         self.foreign_leaves: dict[int, tuple[list[int], int | None]] = {}
         self.lr_zero: dict[tuple[int, int], list[int]] = {}  # (opt index, group) -> [zero steps, steps]
+        self.forward_seen = True  # False when only a finished loss tensor is known (no forward records)
 
     # ------------------------------------------------------------------ feeding
     def live_models(self) -> list[tuple[nn.Module, str]]:
@@ -238,6 +239,8 @@ class Analysis:
 
     def _cause(self, pid: int, info: ParamInfo, paths: dict[str, nn.Module]) -> tuple[str, Any]:
         run = self.runs.get(info.owner)
+        if not self.forward_seen:
+            return "unreached", info.module
         if run is None:
             anc = info.module
             while (par := _parent(anc)) is not None and par in paths and id(paths[par]) not in self.runs:
@@ -304,7 +307,8 @@ class Analysis:
                 run = self.runs.get(first.owner)
                 out.append(make_finding("gradient.unreached", Severity.WARNING, Stage.BACKWARD,
                                         module=first.module, parameter=first.qualname,
-                                        frame=run.frame if run else None, step=step, **common))
+                                        frame=run.frame if run else None, step=step,
+                                        variant="" if self.forward_seen else "no_forward", **common))
         return out
 
     def _zero_ids(self) -> set[int]:

@@ -92,6 +92,8 @@ def diagnose_gradients(model: nn.Module, loss: LossArg,
     call_frame: UserFrame | None = user_frame_from_stack(2)
     if callable(loss) and not isinstance(loss, torch.Tensor):
         loss = _run_instrumented(model, loss, analysis, cuts, roots)
+    else:
+        analysis.forward_seen = False
     if not isinstance(loss, torch.Tensor):
         raise TypeError("diagnose_gradients() takes a loss tensor or a function returning one, "
                         f"got {type(loss).__name__}")
