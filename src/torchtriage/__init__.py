@@ -20,6 +20,7 @@ from ._findings import Finding as Finding
 from ._findings import Report as Report
 from ._findings import Severity as Severity
 from ._findings import Stage as Stage
+from ._gradients import diagnose_gradients as diagnose_gradients
 from ._session import Session as Session
 from ._session import TriageWarning as TriageWarning
 from ._session import current_session as current_session
@@ -54,6 +55,7 @@ __all__ = [
     "TriageInternalWarning",
     "TriageWarning",
     "current_session",
+    "diagnose_gradients",
     "get_language",
     "set_language",
     "summarize",

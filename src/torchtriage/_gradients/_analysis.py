@@ -1,0 +1,385 @@
+"""Evidence about one run's gradient chain, and the findings it supports.
+
+Both entry points feed an `Analysis`: the session's `GradientChecker` over its first steps
+(the analysis window) and `diagnose_gradients` from one probe. `conclude()` then classifies
+every trainable parameter — reached by a backward or not, grad zero or not, updated or not —
+and names one cause per group of parameters, in this order (the first that applies):
+
+    module never called                    → gradient.unused
+    a recorded cut (item / detach / no_grad op) on a tensor depending on it
+                                           → gradient.cut_to_python / cut_detach / cut_no_grad
+    every call of its module under no_grad → gradient.cut_no_grad
+    its module's output does not require grad although the module ran with grad enabled
+                                           → gradient.cut_in_module
+    otherwise                              → gradient.unreached
+
+Parameters that no optimizer holds and that get no gradient are not trained on purpose
+(EMA / teacher / target networks): no finding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .._catalogue import msg
+from .._findings import Category, Finding, Severity, Stage
+from .._frames import UserFrame
+from ._static import ParamInfo, index_parameters
+from ._tracer import CutRecord
+
+_CUT_KINDS = ("to_python", "detach", "no_grad", "inference_mode")
+_CUT_CODES = {"to_python": "cut_to_python", "detach": "cut_detach", "no_grad": "cut_no_grad",
+              "inference_mode": "cut_no_grad"}
+
+
+@dataclasses.dataclass
+class ModuleRun:
+    """How a module was called during the window."""
+
+    name: str
+    grad_calls: int = 0
+    nograd_calls: int = 0
+    frame: UserFrame | None = None
+    nograd_frame: UserFrame | None = None
+    cut_inside: bool = False
+    cut_frame: UserFrame | None = None
+    positive: torch.Tensor | None = None  # device flag: some output value > 0
+
+
+def make_finding(code: str, severity: Severity, stage: Stage, *, module: str | None = None,
+                 parameter: str | None = None, op: str | None = None, frame: UserFrame | None = None,
+                 step: int | None = None, variant: str = "", **fields: Any) -> Finding:
+    key = code.split(".", 1)[1]
+    fmt = dict(fields, module=module if module else "<root>", parameter=parameter or "", op=op or "")
+    if frame is not None:
+        fmt.setdefault("line", f"{frame.file}:{frame.line}")
+        fmt.setdefault("source", frame.source)
+    fmt.setdefault("line", "?")
+    fmt.setdefault("source", "")
+    cause_key = f"gradients.{key}.cause" + (f".{variant}" if variant else "")
+    return Finding(
+        category=Category.GRADIENT, code=code, severity=severity, stage=stage, step=step,
+        module=module, parameter=parameter, op=op,
+        file=frame.file if frame else None, line=frame.line if frame else None,
+        message=msg(f"gradients.{key}.message", **fmt), cause=msg(cause_key, **fmt),
+        next_check=msg(f"gradients.{key}.next" + (f".{variant}" if variant else ""), **fmt),
+        evidence=fields,
+    )
+
+
+def _parent(path: str) -> str | None:
+    if not path:
+        return None
+    return path.rpartition(".")[0]
+
+
+class Analysis:
+    """Evidence collected over the window; `conclude()` turns it into findings."""
+
+    def __init__(self, models: list[tuple[nn.Module, str]]) -> None:
+        self.models = [(weakref.ref(m), label) for m, label in models]
+        self.params: dict[int, ParamInfo] = index_parameters(models)
+        self.names0 = {(info.label, info.qualname): pid for pid, info in self.params.items()}
+        self.runs: dict[int, ModuleRun] = {}
+        self.cuts: list[CutRecord] = []
+        self.reached: set[int] = set()
+        self.reach_complete = True
+        self.backwards = 0
+        self.norms: list[tuple[list[int], torch.Tensor]] = []
+        self.versions: dict[int, int] = {}
+        self.foreign_leaves: dict[int, tuple[list[int], int | None]] = {}
+        self.lr_zero: dict[tuple[int, int], list[int]] = {}  # (opt index, group) -> [zero steps, steps]
+        self.forward_seen = True  # False when only a finished loss tensor is known (no forward records)
+
+    # ------------------------------------------------------------------ feeding
+    def live_models(self) -> list[tuple[nn.Module, str]]:
+        return [(m, label) for r, label in self.models if (m := r()) is not None]
+
+    def add_cut(self, rec: CutRecord) -> None:
+        self.cuts.append(rec)
+
+    def module_ran(self, module: nn.Module, name: str, output: Any, frame_fn: Any) -> None:
+        run = self.runs.get(id(module))
+        if run is None:
+            run = self.runs[id(module)] = ModuleRun(name)
+        grad_on = torch.is_grad_enabled()
+        if grad_on:
+            run.grad_calls += 1
+            if run.frame is None:
+                run.frame = frame_fn()
+        else:
+            run.nograd_calls += 1
+            if run.nograd_frame is None:
+                run.nograd_frame = frame_fn()
+        out = _first_tensor(output)
+        if out is None or not out.is_floating_point():
+            return
+        own = [p for p in module._parameters.values() if p is not None and p.requires_grad]
+        if grad_on and own and not out.requires_grad and not run.cut_inside:
+            run.cut_inside, run.cut_frame = True, frame_fn()
+        if own and isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)) and out.numel():
+            # Sync-free: a flag on the output's device, read once in conclude().
+            flag = (out.detach() > 0).any()
+            run.positive = flag if run.positive is None else (run.positive | flag)
+
+    def backward_roots(self, reach: Any) -> None:
+        self.backwards += 1
+        self.reached |= reach.leaves.keys()
+        self.reach_complete &= reach.complete
+        for lid, t in reach.leaves.items():
+            if lid not in self.params and lid not in self.foreign_leaves:
+                self.foreign_leaves[lid] = (list(t.shape), None)
+
+    def grads_after_backward(self) -> None:
+        """Max-abs of every reached parameter's grad, on device (read in conclude)."""
+        by_device: dict[Any, tuple[list[int], list[torch.Tensor]]] = {}
+        models = self.live_models()
+        for model, _ in models:
+            for p in model.parameters():
+                pid = id(p)
+                if pid not in self.reached or p.grad is None or p.grad.is_sparse:
+                    continue
+                self.versions.setdefault(pid, p._version)
+                ids, grads = by_device.setdefault((p.grad.device, p.grad.dtype), ([], []))
+                ids.append(pid)
+                grads.append(p.grad)
+        for ids, grads in by_device.values():
+            with torch.no_grad():
+                norms = torch.stack(torch._foreach_norm(grads, float("inf")))
+            self.norms.append((ids, norms))
+
+    def optimizer_step(self, index: int, optimizer: torch.optim.Optimizer, *, require_grad: bool = True) -> None:
+        for gi, group in enumerate(optimizer.param_groups):
+            lr = group.get("lr")
+            if not isinstance(lr, (int, float)):
+                continue  # a tensor lr: reading it would sync
+            counts = self.lr_zero.setdefault((index, gi), [0, 0])
+            counts[1] += 1
+            if lr == 0 and (not require_grad or any(p.grad is not None for p in group["params"])):
+                counts[0] += 1
+
+    # ------------------------------------------------------------------ concluding
+    def conclude(self, optimizers: list[torch.optim.Optimizer], *, step: int | None) -> list[Finding]:
+        models = self.live_models()
+        current = index_parameters(models)
+        opt_of: dict[int, tuple[int, int, Any]] = {}
+        for oi, opt in enumerate(optimizers):
+            for gi, group in enumerate(opt.param_groups):
+                for p in group["params"]:
+                    opt_of.setdefault(id(p), (oi, gi, group.get("lr")))
+        out: list[Finding] = []
+        out += self._recreated(current, step)
+        stale = self._stale(optimizers, current, opt_of, step)
+        out += stale
+        out += self._foreign(step)
+        trainable = {pid: info for model, _ in models for p in model.parameters()
+                     if p.requires_grad and (pid := id(p)) in current and (info := current[pid])}
+        zero = self._zero_ids()
+        unreached = [pid for pid in trainable if pid not in self.reached]
+        if self.backwards and self.reach_complete:
+            out += self._unreached(unreached, trainable, opt_of, bool(optimizers), step)
+        out += self._zero(zero, trainable, step)
+        if optimizers and not stale:
+            out += self._not_in_optimizer(trainable, opt_of, step, models)
+        out += self._lr(optimizers, step)
+        return out
+
+    def _recreated(self, current: dict[int, ParamInfo], step: int | None) -> list[Finding]:
+        now = {(i.label, i.qualname): pid for pid, i in current.items()}
+        out = []
+        for key, pid in self.names0.items():
+            if key in now and now[key] != pid:
+                info = current[now[key]]
+                run = self.runs.get(info.owner)
+                out.append(make_finding("gradient.param_recreated", Severity.ERROR, Stage.FORWARD,
+                                        module=info.module, parameter=info.qualname, step=step,
+                                        frame=run.frame if run else None))
+        return out
+
+    def _stale(self, optimizers: list[torch.optim.Optimizer], current: dict[int, ParamInfo],
+               opt_of: dict[int, tuple[int, int, Any]], step: int | None) -> list[Finding]:
+        models = self.live_models()
+        missing = [current[id(p)].qualname for m, _ in models for p in m.parameters()
+                   if p.requires_grad and id(p) not in opt_of]
+        out = []
+        for oi, opt in enumerate(optimizers):
+            held = [p for g in opt.param_groups for p in g["params"]]
+            foreign = [p for p in held if id(p) not in current]
+            # Parameters of a model nobody watches are normal (a GAN's other net); stale means the
+            # watched model also has trainable parameters that no optimizer holds.
+            if foreign and missing:
+                out.append(make_finding("gradient.optimizer_stale", Severity.ERROR, Stage.OPTIMIZER,
+                                        step=step, optimizer=oi, optimizer_class=type(opt).__name__,
+                                        held=len(held), not_in_model=len(foreign),
+                                        model_params_not_in_optimizer=missing[:10],
+                                        missing=len(missing)))
+        return out
+
+    def _foreign(self, step: int | None) -> list[Finding]:
+        out = []
+        by_line: dict[Any, CutRecord] = {}
+        for rec in self.cuts:
+            if rec.kind == "leaf_created":
+                for lid in rec.leaves:
+                    by_line[lid] = rec
+        for lid, (shape, _) in self.foreign_leaves.items():
+            rec = by_line.get(lid)
+            if rec is None and not self.params:
+                continue
+            out.append(make_finding("gradient.leaf_not_registered", Severity.ERROR, Stage.FORWARD,
+                                    module=rec.module if rec else None, op=rec.op if rec else None,
+                                    frame=rec.frame if rec else None, step=step, shape=shape,
+                                    is_leaf=True, requires_grad=True))
+        return out
+
+    def _cause(self, pid: int, info: ParamInfo, paths: dict[str, nn.Module]) -> tuple[str, Any]:
+        run = self.runs.get(info.owner)
+        if not self.forward_seen:
+            return "unreached", info.module
+        if run is None:
+            anc = info.module
+            while (par := _parent(anc)) is not None and par in paths and id(paths[par]) not in self.runs:
+                anc = par
+            return "unused", anc
+        for kind in _CUT_KINDS:
+            for rec in self.cuts:
+                if rec.kind == kind and pid in rec.leaves:
+                    return _CUT_CODES[kind], rec
+        if run.grad_calls == 0:
+            anc = info.module
+            while ((par := _parent(anc)) is not None and par in paths
+                   and (r := self.runs.get(id(paths[par]))) is not None and r.grad_calls == 0):
+                anc = par
+            return "cut_no_grad_module", anc
+        if run.cut_inside:
+            return "cut_in_module", info.module
+        return "unreached", info.module
+
+    def _unreached(self, unreached: list[int], trainable: dict[int, ParamInfo],
+                   opt_of: dict[int, Any], opts_known: bool, step: int | None) -> list[Finding]:
+        paths: dict[str, nn.Module] = {}
+        for model, _ in self.live_models():
+            for name, mod in model.named_modules():
+                paths.setdefault(name, mod)
+        groups: dict[tuple[str, Any], tuple[Any, list[tuple[int, ParamInfo]]]] = {}
+        for pid in unreached:
+            if opts_known and pid not in opt_of:
+                continue  # not trained on purpose: EMA / teacher / target network
+            info = trainable[pid]
+            code, where = self._cause(pid, info, paths)
+            key = (code, id(where) if isinstance(where, CutRecord) else where)
+            groups.setdefault(key, (where, []))[1].append((pid, info))
+        out = []
+        for (code, _), (where, members) in groups.items():
+            infos = [i for _, i in members]
+            names = [i.qualname for i in infos]
+            first = infos[0]
+            common = dict(parameters=names[:10], count=len(names), grad=None, requires_grad=True,
+                          in_optimizer=any(pid in opt_of for pid, _ in members))
+            if isinstance(where, CutRecord):
+                rec = where
+                owners = sorted({i.module for i in infos})
+                variant = "inference_mode" if rec.kind == "inference_mode" else ""
+                out.append(make_finding(f"gradient.{code}", Severity.ERROR, Stage.FORWARD,
+                                        module=rec.module if rec.module is not None else owners[0],
+                                        parameter=first.qualname, op=rec.op, frame=rec.frame, step=step,
+                                        variant=variant, affected=owners[:10], **common))
+            elif code == "cut_no_grad_module":
+                run = self.runs.get(id(paths[where])) if where in paths else None
+                out.append(make_finding("gradient.cut_no_grad", Severity.ERROR, Stage.FORWARD, module=where,
+                                        parameter=first.qualname, op="torch.no_grad",
+                                        frame=run.nograd_frame if run else None, step=step,
+                                        affected=[where], **common))
+            elif code == "unused":
+                out.append(make_finding("gradient.unused", Severity.WARNING, Stage.FORWARD, module=where,
+                                        parameter=first.qualname, step=step, **common))
+            elif code == "cut_in_module":
+                run = self.runs[first.owner]
+                out.append(make_finding("gradient.cut_in_module", Severity.ERROR, Stage.FORWARD,
+                                        module=first.module, parameter=first.qualname, frame=run.cut_frame,
+                                        step=step, **common))
+            else:
+                run = self.runs.get(first.owner)
+                out.append(make_finding("gradient.unreached", Severity.WARNING, Stage.BACKWARD,
+                                        module=first.module, parameter=first.qualname,
+                                        frame=run.frame if run else None, step=step,
+                                        variant="" if self.forward_seen else "no_forward", **common))
+        return out
+
+    def _zero_ids(self) -> set[int]:
+        seen: dict[int, bool] = {}
+        for ids, norms in self.norms:
+            for pid, v in zip(ids, norms.tolist()):
+                seen[pid] = seen.get(pid, False) or v != 0
+        return {pid for pid, nonzero in seen.items() if not nonzero}
+
+    def _zero(self, zero: set[int], trainable: dict[int, ParamInfo], step: int | None) -> list[Finding]:
+        groups: dict[int, list[ParamInfo]] = {}
+        for pid in zero:
+            if pid in trainable:
+                groups.setdefault(trainable[pid].owner, []).append(trainable[pid])
+        out = []
+        flags = {oid: r.positive for oid, r in self.runs.items() if r.positive is not None}
+        alive = dict(zip(flags, torch.stack([f.cpu() for f in flags.values()]).tolist())) if flags else {}
+        for owner, infos in groups.items():
+            dead = owner in alive and not alive[owner]
+            run = self.runs.get(owner)
+            out.append(make_finding("gradient.zero", Severity.WARNING, Stage.BACKWARD, module=infos[0].module,
+                                    parameter=infos[0].qualname, frame=run.frame if run else None, step=step,
+                                    variant="dead_relu" if dead else "", parameters=[i.qualname for i in infos],
+                                    grad_max_abs=0.0, output_ever_positive=alive.get(owner)))
+        return out
+
+    def _not_in_optimizer(self, trainable: dict[int, ParamInfo], opt_of: dict[int, Any],
+                          step: int | None, models: list[tuple[nn.Module, str]]) -> list[Finding]:
+        groups: dict[str, list[str]] = {}
+        for model, _ in models:
+            for p in model.parameters():
+                pid = id(p)
+                if pid not in trainable or pid in opt_of or pid not in self.versions:
+                    continue
+                if p._version != self.versions[pid]:
+                    continue  # something else updates it (an optimizer we do not watch)
+                info = trainable[pid]
+                groups.setdefault(info.module, []).append(info.qualname)
+        return [make_finding("gradient.not_in_optimizer", Severity.ERROR, Stage.OPTIMIZER, module=mod,
+                             parameter=names[0], step=step, parameters=names[:10], count=len(names),
+                             grad="present", updated=False) for mod, names in groups.items()]
+
+    def _lr(self, optimizers: list[torch.optim.Optimizer], step: int | None) -> list[Finding]:
+        out = []
+        for (oi, gi), (zero, steps) in self.lr_zero.items():
+            if steps and zero == steps:
+                out.append(make_finding("gradient.lr_zero", Severity.WARNING, Stage.OPTIMIZER, step=step,
+                                        op=type(optimizers[oi]).__name__ if oi < len(optimizers) else None,
+                                        optimizer=oi, group=gi, lr=0.0, steps=steps))
+        return out
+
+
+def _first_tensor(output: Any) -> torch.Tensor | None:
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, (list, tuple)):
+        for o in output:
+            if isinstance(o, torch.Tensor):
+                return o
+    if isinstance(output, dict):
+        for o in output.values():
+            if isinstance(o, torch.Tensor):
+                return o
+    return None
+
+
+def add_model(analysis: Analysis, model: nn.Module, label: str) -> None:
+    """Watch one more model in an open window (a model discovered after the first step)."""
+    if any(r() is model for r, _ in analysis.models):
+        return
+    analysis.models.append((weakref.ref(model), label))
+    for pid, info in index_parameters([(model, label)]).items():
+        analysis.params.setdefault(pid, info)
+        analysis.names0.setdefault((info.label, info.qualname), pid)

@@ -1,0 +1,237 @@
+"""`GradientChecker`: the gradient chain inside a session (`watch` / `run`).
+
+Cost model. Heavy evidence (the op tracer, per-module records, graph walks, grad max-abs
+flags) is gathered only during the analysis window, the first `gradients_window` steps
+(default 2), and concluded once at the window's end (one host read). After it, two cheap
+checks stay on for the whole run, both pure Python attribute reads with no kernel:
+a loss without `grad_fn` at each backward, and `zero_grad` missing (a grad tensor that is
+still the very object, at the same version, that the previous `optimizer.step()` used).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .._checker import Checker
+from .._findings import Finding, Severity, Stage
+from .._frames import user_frame_from_stack
+from ._analysis import Analysis, add_model, make_finding
+from ._graph import reach
+from ._loss import explain_loss_without_grad
+from ._static import frozen_findings, registration_findings
+from ._tracer import CutRecord, CutTracer, pop, push
+
+_SAMPLE = 4  # parameters per optimizer sampled for the zero_grad check
+
+
+class GradientChecker(Checker):
+    """Why a parameter's grad is None, zero, or never applied (category "gradient").
+
+    Session options: `gradients_window` (steps analysed in depth, default 2),
+    `gradients_trace_ops` (record cut ops with a TorchFunctionMode in the window, default True).
+    """
+
+    name = "gradients"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.window = 2
+        self.analysis: Analysis | None = None
+        self.tracer: CutTracer | None = None
+        self._concluded = False
+        self._stack: list[str] = []
+        self._step_cuts: list[CutRecord] = []
+        self._root_calls: list[tuple[bool, bool, Any]] = []
+        self._first_step: int | None = None
+        self._samples: dict[int, list[tuple[Any, Any, int]]] = {}
+        self._carried: dict[int, bool] = {}
+        self._zero_grad_reported = False
+        self._eval_pending: tuple[str, Any, int | None] | None = None
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def active(self) -> bool:
+        return not self._concluded and self.session is not None and self.session.step < self.window + (self._first_step or 0)
+
+    def _add(self, finding: Finding) -> None:
+        assert self.session is not None
+        self.session.add(finding)
+
+    def _context(self) -> tuple[int | None, str | None]:
+        return (self.session.step if self.session else None, self._stack[-1] if self._stack else None)
+
+    def _ignore(self) -> bool:
+        s = self.session
+        return s is None or bool(s._busy) or s.stage is Stage.OPTIMIZER
+
+    def _on_cut(self, rec: CutRecord) -> None:
+        if rec.kind == "nonleaf_grad":
+            self._add(make_finding("gradient.nonleaf_grad", Severity.WARNING, Stage.BACKWARD, module=rec.module,
+                                   op=rec.op, frame=rec.frame, shape=list(rec.shape or ()), is_leaf=False,
+                                   retains_grad=False))
+            return
+        self._step_cuts.append(rec)
+        if self.analysis is not None:
+            self.analysis.add_cut(rec)
+
+    def _models(self) -> list[tuple[nn.Module, str]]:
+        s = self.session
+        return [(m, s.model_label(m) or type(m).__name__) for m in s.models] if s else []
+
+    def _opt_index(self, optimizer: torch.optim.Optimizer) -> int:
+        opts = self.session.optimizers if self.session else []
+        return next((i for i, o in enumerate(opts) if o is optimizer), -1)
+
+    # ------------------------------------------------------------------ lifecycle
+    def on_start(self, session: Any) -> None:
+        self.window = int(session.options.get("gradients_window", 2))
+        if session.options.get("gradients_trace_ops", True):
+            self.tracer = CutTracer(self._on_cut, self._context, self._ignore)
+            push(self.tracer)
+
+    def on_model(self, model: nn.Module, label: str) -> None:
+        for f in registration_findings(model) + frozen_findings(model):
+            self._add(f)
+        if self.analysis is not None and self.active:
+            add_model(self.analysis, model, label)
+
+    def on_step_begin(self, step: int) -> None:
+        if self._first_step is None:
+            self._first_step = step
+        if self.active and self.analysis is None:
+            self.analysis = Analysis(self._models())
+            # Cuts recorded before the first step opened (code before the first forward).
+            for rec in self._step_cuts:
+                self.analysis.add_cut(rec)
+
+    def on_forward_pre(self, module: nn.Module, name: str, args: tuple[Any, ...]) -> None:
+        if self.active:
+            self._stack.append(name)
+
+    def on_forward(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                   output: Any) -> None:
+        if not self.active:
+            return
+        if self._stack:
+            self._stack.pop()
+        if self.analysis is not None:
+            self.analysis.module_ran(module, name, output, lambda: user_frame_from_stack(2))
+
+    def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                        output: Any) -> None:
+        self._flush_eval()
+        out = _first_tensor(output)
+        grad_on = torch.is_grad_enabled()
+        if self.active:
+            self._root_calls.append((grad_on, torch.is_inference_mode_enabled(), user_frame_from_stack(2)))
+        if not model.training and grad_on and out is not None and out.requires_grad:
+            self._eval_pending = (label, user_frame_from_stack(2), self.session.step if self.session else None)
+
+    def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
+        self._eval_pending = None
+        self._check_carried()
+        s = self.session
+        step = s.step if s else None
+        for r in roots:
+            if isinstance(r, torch.Tensor) and not r.requires_grad:
+                self._add(explain_loss_without_grad(
+                    r, self._step_cuts, self._root_calls, [m for m, _ in self._models()], step=step,
+                    backward_frame=user_frame_from_stack(2)))
+        if self.active and self.analysis is not None:
+            self.analysis.backward_roots(reach(roots))
+
+    def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        if self.active and self.analysis is not None:
+            self.analysis.grads_after_backward()
+
+    def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        oid = id(optimizer)
+        if self._carried.pop(oid, False) and not self._zero_grad_reported:
+            self._zero_grad_reported = True
+            sample = self._samples.get(oid, [])
+            p = sample[0][0]() if sample else None
+            name = None
+            for m, _ in self._models():
+                for n, q in m.named_parameters():
+                    if q is p:
+                        name = n
+            self._add(make_finding("gradient.zero_grad_missing", Severity.WARNING, Stage.BACKWARD,
+                                   parameter=name, op=type(optimizer).__name__, frame=user_frame_from_stack(2),
+                                   optimizer=self._opt_index(optimizer), grad_same_tensor_as_last_step=True))
+        if self.active and self.analysis is not None:
+            self.analysis.optimizer_step(self._opt_index(optimizer), optimizer)
+
+    def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
+        if self._zero_grad_reported:
+            return
+        sample = []
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and len(sample) < _SAMPLE:
+                    sample.append((weakref.ref(p), weakref.ref(p.grad), p.grad._version))
+        self._samples[id(optimizer)] = sample
+
+    def on_step_end(self, step: int) -> None:
+        # A step opens at its first forward / backward; code before it (a loss rebuilt from
+        # .item()) belongs to it too, so per-step records are cleared at the end, not the start.
+        self._step_cuts = []
+        self._root_calls = []
+        if self.tracer is not None:
+            self.tracer.new_step()
+        if self._first_step is not None and step + 1 >= self._first_step + self.window:
+            self._conclude(step)
+
+    def on_end(self) -> None:
+        self._flush_eval()
+        self._conclude(self.session.step if self.session else None)
+        if self.tracer is not None:
+            pop(self.tracer)
+            self.tracer = None
+
+    # ------------------------------------------------------------------ conclusions
+    def _check_carried(self) -> None:
+        # Sync-free: same grad tensor object at the same version as when the optimizer last
+        # stepped means nothing reset it; the coming backward accumulates onto it. Only the
+        # last backward before the optimizer's next step decides (a GAN's G step may add into
+        # D's grads; D clears them before its own backward).
+        for oid, sample in self._samples.items():
+            carried = False
+            for pref, gref, version in sample:
+                p = pref()
+                g = p.grad if p is not None else None
+                if g is not None and g is gref() and g._version == version:
+                    carried = True
+            self._carried[oid] = carried
+
+    def _flush_eval(self) -> None:
+        if self._eval_pending is None:
+            return
+        label, frame, step = self._eval_pending
+        self._eval_pending = None
+        self._add(make_finding("gradient.eval_builds_graph", Severity.INFO, Stage.FORWARD, module="", frame=frame,
+                               step=step, model=label, training=False, grad_enabled=True, output_requires_grad=True))
+
+    def _conclude(self, step: int | None) -> None:
+        if self._concluded:
+            return
+        self._concluded = True
+        if self.tracer is not None:
+            if self.tracer.failed is not None and self.session is not None:
+                self.session._internal_error("gradients.tracer", self.tracer.failed)
+            if pop(self.tracer):
+                self.tracer = None
+        analysis, self.analysis = self.analysis, None
+        if analysis is None or self.session is None:
+            return
+        for f in analysis.conclude(self.session.optimizers, step=self._first_step):
+            self._add(f)
+
+
+def _first_tensor(output: Any) -> torch.Tensor | None:
+    from ._analysis import _first_tensor as ft
+
+    return ft(output)

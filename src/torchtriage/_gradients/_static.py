@@ -1,0 +1,118 @@
+"""What can be read off a module tree without running it: unregistered tensors and modules,
+frozen parameters, and the parameter index (id -> qualified name, owning module).
+
+`nn.Module.__setattr__` registers an `nn.Parameter` or `nn.Module` assigned as an attribute.
+It does not register a plain tensor (even one with `requires_grad=True`), nor modules or
+tensors kept in a Python list, tuple or dict: those sit in `vars(module)`, invisible to
+`parameters()`, to the optimizer, to `.to(device)` and to `state_dict()`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import torch
+import torch.nn as nn
+
+from .._catalogue import msg
+from .._findings import Category, Finding, Severity, Stage
+
+_MAX_ITEMS = 64  # a container's elements inspected (a list of 10k tensors is data, not layers)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamInfo:
+    """Where a parameter lives: `qualname` as named_parameters() names it, `module` its owner."""
+
+    qualname: str
+    module: str
+    owner: int  # id of the owning module
+    label: str  # the watched model's label
+
+
+def index_parameters(models: list[tuple[nn.Module, str]]) -> dict[int, ParamInfo]:
+    """id(parameter) -> ParamInfo over all watched models (a shared parameter: first name)."""
+    out: dict[int, ParamInfo] = {}
+    for model, label in models:
+        for mname, mod in model.named_modules():
+            for pname, p in mod._parameters.items():
+                if p is not None and id(p) not in out:
+                    out[id(p)] = ParamInfo(f"{mname}.{pname}" if mname else pname, mname, id(mod), label)
+    return out
+
+
+def _finding(code: str, severity: Severity, module: str, key: str, **fields: object) -> Finding:
+    return Finding(
+        category=Category.GRADIENT, code=code, severity=severity, stage=Stage.PARAMETER,
+        module=module, parameter=fields.get("parameter") if isinstance(fields.get("parameter"), str) else None,
+        message=msg(f"gradients.{key}.message", module=module or "<root>", **fields),
+        cause=msg(f"gradients.{key}.cause", **fields),
+        next_check=msg(f"gradients.{key}.next", **fields),
+        evidence={k: v for k, v in fields.items() if k != "parameter"},
+    )
+
+
+def _items(value: object) -> Iterator[tuple[str, object]]:
+    if isinstance(value, dict):
+        for i, (k, v) in enumerate(value.items()):
+            if i >= _MAX_ITEMS:
+                break
+            yield f"[{k!r}]", v
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value[:_MAX_ITEMS]):
+            yield f"[{i}]", v
+
+
+def registration_findings(model: nn.Module) -> list[Finding]:
+    """Unregistered trainable tensors and modules hidden in Python containers."""
+    registered = {id(p) for p in model.parameters()}
+    registered_modules = {id(m) for m in model.modules()}
+    out: list[Finding] = []
+    for mname, mod in model.named_modules():
+        for attr, value in vars(mod).items():
+            if attr.startswith("_") and attr in ("_parameters", "_buffers", "_modules"):
+                continue
+            path = f"{mname}.{attr}" if mname else attr
+            if isinstance(value, torch.Tensor):
+                if value.requires_grad and value.is_leaf and id(value) not in registered:
+                    out.append(_finding("gradient.unregistered_tensor", Severity.ERROR, mname, "unregistered_tensor",
+                                        parameter=path, attribute=attr, shape=list(value.shape)))
+                continue
+            hidden_tensors, hidden_modules, trainable = [], [], 0
+            for sub, item in _items(value):
+                if isinstance(item, nn.Module) and id(item) not in registered_modules:
+                    n = sum(p.numel() for p in item.parameters() if p.requires_grad and id(p) not in registered)
+                    if n:
+                        hidden_modules.append(f"{attr}{sub}")
+                        trainable += n
+                elif isinstance(item, torch.Tensor) and item.requires_grad and item.is_leaf and id(item) not in registered:
+                    hidden_tensors.append(f"{attr}{sub}")
+                    trainable += item.numel()
+            if hidden_modules:
+                kind = "ModuleDict" if isinstance(value, dict) else "ModuleList"
+                out.append(_finding("gradient.unregistered_modules", Severity.ERROR, mname, "unregistered_modules",
+                                    parameter=path, attribute=attr, container=type(value).__name__, fix=kind,
+                                    items=hidden_modules, values=trainable))
+            elif hidden_tensors:
+                kind = "ParameterDict" if isinstance(value, dict) else "ParameterList"
+                out.append(_finding("gradient.unregistered_tensor", Severity.ERROR, mname, "unregistered_tensors",
+                                    parameter=path, attribute=attr, container=type(value).__name__, fix=kind,
+                                    items=hidden_tensors, values=trainable))
+    return out
+
+
+def frozen_findings(model: nn.Module) -> list[Finding]:
+    """One info per top-most module whose parameters are all frozen (requires_grad=False)."""
+    out: list[Finding] = []
+    covered: list[str] = []
+    for mname, mod in model.named_modules():
+        if any(mname == c or mname.startswith(c + ".") for c in covered if c) or ("" in covered):
+            continue
+        params = list(mod.parameters())
+        if params and not any(p.requires_grad for p in params):
+            covered.append(mname)
+            out.append(_finding("gradient.frozen", Severity.INFO, mname, "frozen",
+                                parameters=len(params), values=sum(p.numel() for p in params),
+                                requires_grad=False))
+    return out

@@ -1,0 +1,161 @@
+"""Op-level witnesses of a cut gradient path, recorded during the first steps only.
+
+A `TorchFunctionMode` sees every torch call made from Python (tensor methods, factories and
+property reads included) and passes it through unchanged: it only looks at the result. It
+records the calls that cut a path to the loss, with the user's line and the leaves (usually
+parameters) whose gradient path ends there:
+
+    detach        `t.detach()` / `t.detach_()` on a tensor that requires grad
+    to_python     `.item()`, `.tolist()`, `.numpy()`, `float(t)`, `int(t)` on such a tensor
+    no_grad       an op run under `torch.no_grad()` / `inference_mode` with an input requiring grad
+    rebuild       `torch.tensor(...)` / `as_tensor` / `from_numpy` building a tensor from data
+    leaf_created  a factory call with `requires_grad=True` (a leaf that is no parameter)
+    nonleaf_grad  `.grad` read on a non-leaf tensor that does not retain its grad
+
+Each (kind, module, line) is recorded once per step, so a detach inside a loop costs one graph
+walk per step. Python runs per op while the mode is on: the checker turns it on for the
+analysis window (the first steps) and off afterwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from .._frames import UserFrame, user_frame_from_stack
+from ._graph import leaves_of
+
+_GRAD_DESCRIPTOR = torch._C.TensorBase.grad
+_DETACH = {"detach", "detach_"}
+_TO_PYTHON = {"item", "tolist", "numpy", "__float__", "__int__"}
+_REBUILD = {"tensor", "as_tensor", "from_numpy", "asarray", "new_tensor"}
+MAX_RECORDS_PER_STEP = 256
+
+
+@dataclasses.dataclass
+class CutRecord:
+    """One place where a gradient path may end."""
+
+    kind: str
+    op: str
+    module: str | None
+    frame: UserFrame | None
+    step: int | None
+    leaves: set[int] = dataclasses.field(default_factory=set)
+    count: int = 1
+    shape: tuple[int, ...] | None = None
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return (self.kind, self.op, self.module,
+                self.frame.file if self.frame else None, self.frame.line if self.frame else None)
+
+
+def _tensors(args: Any, kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(x for x in a[:64] if isinstance(x, torch.Tensor))
+    return out
+
+
+class CutTracer(TorchFunctionMode):
+    """Records `CutRecord`s into `sink(record)`; never changes a call's arguments or result.
+
+    Arguments:
+        sink: called with each new record.
+        context: returns (step, module path) for the current call.
+        ignore: returns True while the tracer should not look (optimizer step, our own probes).
+    """
+
+    def __init__(self, sink: Callable[[CutRecord], None],
+                 context: Callable[[], tuple[int | None, str | None]],
+                 ignore: Callable[[], bool] = lambda: False) -> None:
+        super().__init__()
+        self.sink = sink
+        self.context = context
+        self.ignore = ignore
+        self.enabled = True
+        self.seen: set[tuple[Any, ...]] = set()
+        self.records = 0
+        self.failed: BaseException | None = None
+
+    def new_step(self) -> None:
+        self.seen.clear()
+        self.records = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        __tracebackhide__ = True  # noqa: F841
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.enabled and self.failed is None and self.records < MAX_RECORDS_PER_STEP:
+            try:
+                if not self.ignore():
+                    self._observe(func, args, kwargs, out)
+            except Exception as e:  # our bookkeeping must never break the user's op
+                self.failed = e
+        return out
+
+    def _observe(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        name = getattr(func, "__name__", "")
+        first = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if name == "__get__" and getattr(func, "__self__", None) is _GRAD_DESCRIPTOR:
+            if first is not None and first.grad_fn is not None and not first.retains_grad:
+                self._record("nonleaf_grad", "Tensor.grad", None, shape=tuple(first.shape))
+            return
+        if name in _DETACH and first is not None and first.requires_grad:
+            self._record("detach", f"Tensor.{name}", first)
+            return
+        if name in _TO_PYTHON and first is not None and first.requires_grad:
+            self._record("to_python", f"Tensor.{name.strip('_')}", first)
+            return
+        if name in _REBUILD:
+            if isinstance(out, torch.Tensor) and not out.requires_grad:
+                self._record("rebuild", f"torch.{name}", None)
+            return
+        if kwargs.get("requires_grad") is True and isinstance(out, torch.Tensor) and out.is_leaf:
+            self._record("leaf_created", f"torch.{name}", None, produced=out)
+            return
+        if not torch.is_grad_enabled():
+            srcs = [t for t in _tensors(args, kwargs) if t.requires_grad]
+            if srcs:
+                kind = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
+                self._record(kind, name or str(func), srcs)
+
+    def _record(self, kind: str, op: str, src: Any, *, shape: tuple[int, ...] | None = None,
+                produced: torch.Tensor | None = None) -> None:
+        step, module = self.context()
+        frame = user_frame_from_stack(3)
+        rec = CutRecord(kind, op, module, frame, step, shape=shape)
+        if rec.key in self.seen and produced is None:
+            return
+        self.seen.add(rec.key)
+        self.records += 1
+        if produced is not None:
+            rec.leaves = {id(produced)}
+        elif isinstance(src, list):
+            for t in src:
+                rec.leaves |= leaves_of(t)
+        elif src is not None:
+            rec.leaves = leaves_of(src)
+        self.sink(rec)
+
+
+def push(tracer: CutTracer) -> None:
+    tracer.__enter__()
+
+
+def pop(tracer: CutTracer) -> bool:
+    """Pop `tracer` if it is the innermost mode; otherwise leave it, passive. True if popped."""
+    tracer.enabled = False
+    stack = torch.overrides._get_current_function_mode_stack()
+    if stack and stack[-1] is tracer:
+        tracer.__exit__(None, None, None)
+        return True
+    return False

@@ -1,0 +1,383 @@
+"""The gradient chain (issue 4): each cause with a real tiny model, its location, and silence
+on intentional patterns (GAN D-step detach, teacher/EMA, gradient accumulation, frozen layers)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchtriage
+from torchtriage import Category, Severity, Stage
+from torchtriage.report import render_json  # noqa: F401  (JSON renderer is part of the contract)
+from tests.zoo import gradients as zoo
+
+
+def _line(obj, marker):
+    src, start = inspect.getsourcelines(obj)
+    for i, text in enumerate(src):
+        if marker in text:
+            return start + i
+    raise AssertionError(f"{marker!r} not in {obj}")
+
+
+def _data(seed=0, n=16):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 4, generator=g), torch.randn(n, 1, generator=g)
+
+
+def _train(model, opt, steps=3, zero_grad=True):
+    x, y = _data()
+    for _ in range(steps):
+        loss = F.mse_loss(model(x), y)
+        if zero_grad:
+            opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def _watch(model, opt, steps=3, **kw):
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        _train(model, opt, steps, **kw)
+    assert torch.overrides._get_current_function_mode_stack() == []
+    return s.report
+
+
+def _one(report, code):
+    found = report.filter(code=code)
+    assert len(found) == 1, [f.code for f in report]
+    f = found[0]
+    assert f.category is Category.GRADIENT
+    return f
+
+
+def _same_file(path, module):
+    return path is not None and os.path.samefile(path, inspect.getsourcefile(module))
+
+
+# ---------------------------------------------------------------- cut paths (seed Q4)
+def test_detach_names_op_module_and_line():
+    model = zoo.DetachedEncoder()
+    f = _one(_watch(model, torch.optim.SGD(model.parameters(), lr=0.1)), "gradient.cut_detach")
+    assert (f.severity, f.stage, f.step, f.module, f.op) == (Severity.ERROR, Stage.FORWARD, 0, "", "Tensor.detach")
+    assert f.parameter == "enc.weight" and f.evidence["parameters"] == ["enc.weight", "enc.bias"]
+    assert _same_file(f.file, zoo) and f.line == _line(zoo.DetachedEncoder.forward, "CUT: detach")
+    assert f.message.startswith("2 parameter(s) (enc.weight, ...) get no gradient: their path to the loss is cut by Tensor.detach")
+
+
+def test_no_grad_names_module_and_line():
+    model = zoo.NoGradEncoder()
+    f = _one(_watch(model, torch.optim.SGD(model.parameters(), lr=0.1)), "gradient.cut_no_grad")
+    assert (f.module, f.parameter, f.stage) == ("enc", "enc.weight", Stage.FORWARD)
+    assert f.line == _line(zoo.NoGradEncoder.forward, "CUT: no_grad")
+    assert "ran under torch.no_grad()" in f.message
+
+
+def test_tolist_then_tensor_is_a_cut():
+    model = zoo.TolistRebuild()
+    f = _one(_watch(model, torch.optim.SGD(model.parameters(), lr=0.1)), "gradient.cut_to_python")
+    assert (f.op, f.module, f.parameter) == ("Tensor.tolist", "", "enc.weight")
+    assert f.line == _line(zoo.TolistRebuild.forward, "CUT: tolist")
+
+
+def test_seed_g3_item_rebuild_explained_before_backward_fails():
+    x = torch.tensor(2.0, requires_grad=True)
+    with torchtriage.watch(on_anomaly="record", report=False) as s:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # PyTorch warns on item() of a tensor requiring grad
+            rebuilt = torch.tensor(x.item() ** 2); line = inspect.currentframe().f_lineno  # noqa: E702
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            rebuilt.backward()
+    f = _one(s.report, "gradient.loss_no_grad_fn")
+    assert (f.stage, f.op, f.line, f.file) == (Stage.BACKWARD, "Tensor.item", line, __file__)
+    assert f.evidence["rebuilt_by"] == "torch.tensor" and f.evidence["grad_fn"] is None
+    assert "rebuilt from Python numbers: Tensor.item at" in f.cause
+
+    # fixed: keep the computation in tensors -> d(x^2)/dx = 4 and nothing to report
+    x = torch.tensor(2.0, requires_grad=True)
+    with torchtriage.watch(on_anomaly="record", report=False) as s:
+        (x ** 2).backward()
+    assert x.grad.item() == 4.0
+    assert not s.report.filter(category="gradient")
+
+
+def test_loss_under_no_grad_names_the_cause():
+    model = zoo.mlp()
+    x, y = _data()
+    with torchtriage.watch(model, on_anomaly="record", report=False) as s:
+        with torch.no_grad():
+            out = model(x); line = inspect.currentframe().f_lineno  # noqa: E702
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            F.mse_loss(out, y).backward()
+    f = _one(s.report, "gradient.loss_no_grad_fn")
+    assert f.line == line and f.cause.startswith("the forward ran under torch.no_grad()")
+
+
+# ---------------------------------------------------------------- not registered
+def test_plain_tensor_attribute_is_unregistered():
+    model = zoo.PlainTensorAttribute()
+    f = _one(_watch(model, torch.optim.SGD(model.parameters(), lr=0.1)), "gradient.unregistered_tensor")
+    assert (f.module, f.parameter, f.severity, f.stage) == ("", "w", Severity.ERROR, Stage.PARAMETER)
+    assert f.next_check == "wrap it: self.w = nn.Parameter(...)"
+
+
+def test_python_list_of_layers_is_unregistered():
+    model = zoo.PythonListOfLayers()
+    f = _one(_watch(model, torch.optim.SGD(model.parameters(), lr=0.1)), "gradient.unregistered_modules")
+    assert (f.module, f.parameter) == ("", "blocks")
+    assert f.evidence["items"] == ["blocks[0]", "blocks[1]"] and f.evidence["values"] == 40
+    assert f.next_check == "use nn.ModuleList instead of a Python list"
+
+
+def test_parameter_recreated_in_forward():
+    model = zoo.RecreatedParameter()
+    report = _watch(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    f = _one(report, "gradient.param_recreated")
+    assert (f.module, f.parameter) == ("", "scale")
+    stale = _one(report, "gradient.optimizer_stale")
+    assert stale.evidence["model_params_not_in_optimizer"] == ["scale"]
+
+
+def test_leaf_created_in_forward_is_not_registered():
+    model = zoo.LeafInForward()
+    f = _one(_watch(model, torch.optim.SGD(model.parameters(), lr=0.1)), "gradient.leaf_not_registered")
+    assert (f.op, f.module, f.evidence["shape"]) == ("torch.ones", "", [4, 1])
+    assert f.line == _line(zoo.LeafInForward.forward, "BUG: leaf")
+
+
+# ---------------------------------------------------------------- not used
+def test_module_never_called():
+    model = zoo.UnusedAuxHead()
+    f = _one(_watch(model, torch.optim.SGD(model.parameters(), lr=0.1)), "gradient.unused")
+    assert (f.module, f.parameter, f.severity) == ("aux", "aux.weight", Severity.WARNING)
+    assert f.evidence["parameters"] == ["aux.weight", "aux.bias"]
+
+
+# ---------------------------------------------------------------- optimizer
+def test_not_in_optimizer():
+    model = zoo.mlp()
+    opt = torch.optim.SGD(model[0].parameters(), lr=0.1)
+    f = _one(_watch(model, opt), "gradient.not_in_optimizer")
+    assert (f.module, f.parameter, f.stage, f.evidence["count"]) == ("2", "2.weight", Stage.OPTIMIZER, 2)
+
+
+def test_optimizer_built_before_model_replaced():
+    model = zoo.mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model = zoo.mlp(seed=2)  # replaced: opt still holds the old parameters
+    report = _watch(model, opt)
+    f = _one(report, "gradient.optimizer_stale")
+    assert (f.evidence["not_in_model"], f.evidence["missing"], f.stage) == (4, 4, Stage.OPTIMIZER)
+    assert not report.filter(code="gradient.not_in_optimizer")
+
+
+def test_learning_rate_zero():
+    model = zoo.mlp()
+    f = _one(_watch(model, torch.optim.SGD(model.parameters(), lr=0.0)), "gradient.lr_zero")
+    assert (f.evidence["group"], f.evidence["lr"], f.evidence["steps"]) == (0, 0.0, 2)
+
+
+def test_lr_warmup_from_zero_is_not_flagged():
+    model = zoo.mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, s / 5))
+    x, y = _data()
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            opt.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+            sched.step()
+    assert not s.report.filter(code="gradient.lr_zero")
+
+
+# ---------------------------------------------------------------- zero gradients
+def test_dead_relu_zero_gradient():
+    model = zoo.DeadReLU()
+    report = _watch(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    f, downstream = report.filter(code="gradient.zero")  # fc2.weight too: its input is all zeros
+    assert (f.module, f.parameter, f.evidence["output_ever_positive"]) == ("fc1", "fc1.weight", False)
+    assert f.evidence["parameters"] == ["fc1.weight", "fc1.bias"] and downstream.parameter == "fc2.weight"
+    assert f.cause == "fc1's outputs were never positive on this batch: a following ReLU passes no gradient (dead units)"
+
+
+def test_multiplied_by_zero():
+    model = zoo.MultipliedByZero()
+    f = _one(_watch(model, torch.optim.SGD(model.parameters(), lr=0.1)), "gradient.zero")
+    assert (f.module, f.evidence["parameters"]) == ("branch", ["branch.weight", "branch.bias"])
+    assert f.cause.startswith("the path exists but carries zero")
+
+
+# ---------------------------------------------------------------- loop habits
+def test_zero_grad_missing():
+    model = zoo.mlp()
+    f = _one(_watch(model, torch.optim.SGD(model.parameters(), lr=0.01), zero_grad=False),
+             "gradient.zero_grad_missing")
+    assert (f.severity, f.step, f.parameter) == (Severity.WARNING, 1, "0.weight")
+
+
+def test_gradient_accumulation_is_not_missing_zero_grad():
+    model = zoo.mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = _data()
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for i in range(8):  # 4 micro-batches per step, zero_grad right after step
+            (F.mse_loss(model(x[i % 4 * 4:][:4]), y[i % 4 * 4:][:4]) / 4).backward()
+            if (i + 1) % 4 == 0:
+                opt.step()
+                opt.zero_grad()
+    assert s.step == 2 and not s.report.filter(category="gradient")
+
+
+def test_nonleaf_grad_read():
+    model = zoo.mlp()
+    x, y = _data()
+    with torchtriage.watch(model, on_anomaly="record", report=False) as s:
+        out = model(x)
+        F.mse_loss(out, y).backward()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # PyTorch's own non-leaf .grad warning
+            assert out.grad is None; line = inspect.currentframe().f_lineno  # noqa: E702
+    f = _one(s.report, "gradient.nonleaf_grad")
+    assert (f.line, f.evidence["shape"], f.severity) == (line, [16, 1], Severity.WARNING)
+
+
+def test_eval_without_no_grad_builds_graph_and_no_grad_is_quiet():
+    model = zoo.mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = _data()
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        _train(model, opt, 1)
+        model.eval()
+        with torch.no_grad():
+            model(x)
+        model.train()
+        _train(model, opt, 1)
+    assert not s.report.filter(category="gradient")
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        _train(model, opt, 1)
+        model.eval()
+        model(x); line = inspect.currentframe().f_lineno  # noqa: E702
+        model.train()
+        _train(model, opt, 1)
+    f = _one(s.report, "gradient.eval_builds_graph")
+    assert (f.severity, f.line) == (Severity.INFO, line)
+
+
+# ---------------------------------------------------------------- intentional patterns stay quiet
+def test_clean_frozen_backbone_reports_infos_only():
+    model = zoo.CleanFrozenBackbone()
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    report = _watch(model, opt)
+    assert report.ok
+    f = _one(report, "gradient.frozen")
+    assert (f.severity, f.module, f.evidence["parameters"], f.evidence["values"]) == (Severity.INFO, "backbone", 4, 112)
+
+
+def test_gan_discriminator_step_detach_is_quiet():
+    torch.manual_seed(0)
+    G, D = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 4)), nn.Sequential(nn.Linear(4, 1))
+    og, od = torch.optim.Adam(G.parameters(), 1e-3), torch.optim.Adam(D.parameters(), 1e-3)
+    real = torch.randn(8, 4)
+    with torchtriage.watch([G, D], [od, og], on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            fake = G(torch.randn(8, 2))
+            od.zero_grad()
+            d_loss = F.softplus(-D(real)).mean() + F.softplus(D(fake.detach())).mean()
+            d_loss.backward()
+            od.step()
+            og.zero_grad()
+            F.softplus(-D(fake)).mean().backward()
+            og.step()
+    assert not s.report.filter(category="gradient")
+
+
+def test_teacher_and_ema_outside_optimizer_are_quiet():
+    torch.manual_seed(0)
+
+    class Distill(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.student = nn.Linear(4, 1)
+            self.teacher = nn.Linear(4, 1)  # requires_grad=True, but run under no_grad, not optimized
+            self.ema = nn.Linear(4, 1)  # updated by hand, never in the loss
+
+        def forward(self, x):
+            with torch.no_grad():
+                t = self.teacher(x)
+            return self.student(x), t
+
+    model = Distill()
+    opt = torch.optim.SGD(model.student.parameters(), lr=0.1)
+    x, _ = _data()
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            out, t = model(x)
+            opt.zero_grad()
+            F.mse_loss(out, t).backward()
+            opt.step()
+            with torch.no_grad():
+                for e, p in zip(model.ema.parameters(), model.student.parameters()):
+                    e.mul_(0.9).add_(p, alpha=0.1)
+    assert not s.report.filter(category="gradient")
+
+
+def test_numerics_bitwise_identical():
+    m1, m2 = zoo.mlp(), zoo.mlp()
+    o1, o2 = torch.optim.Adam(m1.parameters(), 1e-2), torch.optim.Adam(m2.parameters(), 1e-2)
+    _train(m1, o1, 5)
+    with torchtriage.watch(m2, o2, checks=["gradients"], on_anomaly="record", report=False):
+        _train(m2, o2, 5)
+    assert all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
+
+
+# ---------------------------------------------------------------- diagnose_gradients and JSON
+def test_diagnose_gradients_with_a_loss_function_and_json():
+    model = zoo.DetachedEncoder()
+    x, y = _data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    report = torchtriage.diagnose_gradients(model, lambda: F.mse_loss(model(x), y), opt)
+    f = _one(report, "gradient.cut_detach")
+    assert f.line == _line(zoo.DetachedEncoder.forward, "CUT: detach")
+    assert all(p.grad is None for p in model.parameters())  # .grad never written
+    data = json.loads(json.dumps(report.to_dict()))
+    assert [d["category"] for d in data["findings"]] == ["gradient"]
+    assert data["findings"][0]["code"] == "gradient.cut_detach"
+
+
+def test_diagnose_gradients_with_a_tensor_clean_and_broken():
+    model = zoo.mlp()
+    x, y = _data()
+    assert not torchtriage.diagnose_gradients(model, F.mse_loss(model(x), y), torch.optim.SGD(model.parameters(), 0.1))
+    model = zoo.UnusedAuxHead()
+    report = torchtriage.diagnose_gradients(model, F.mse_loss(model(x), y))
+    f = _one(report, "gradient.unreached")
+    assert (f.module, f.evidence["parameters"], f.stage) == ("aux", ["aux.weight", "aux.bias"], Stage.BACKWARD)
+    assert f.message == "2 parameter(s) of aux get no gradient from any loss"
+
+
+def test_diagnose_gradients_bad_input():
+    with pytest.raises(TypeError, match="takes an nn.Module as model, got int"):
+        torchtriage.diagnose_gradients(3, torch.zeros(()))
+    with pytest.raises(TypeError, match="a loss tensor or a function returning one, got str"):
+        torchtriage.diagnose_gradients(zoo.mlp(), "loss")
+    with pytest.raises(TypeError, match="as optimizer, got dict"):
+        torchtriage.diagnose_gradients(zoo.mlp(), torch.zeros(()), {})
+
+
+def test_example_script_under_run(tmp_path):
+    from tests.conftest import EXAMPLES, run_cli
+
+    out = tmp_path / "report.json"
+    proc = run_cli("run", "--checks", "gradients", "--json", str(out), str(EXAMPLES / "grad_not_in_optimizer.py"))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    found = [d for d in data["findings"] if d["code"] == "gradient.not_in_optimizer"]
+    assert len(found) == 1 and found[0]["category"] == "gradient"
+    assert (found[0]["module"], found[0]["parameter"], found[0]["step"]) == ("head", "head.weight", 0)
