@@ -422,9 +422,9 @@ class Session:
             result = original(tensors, *args, **kwargs)
             session._backward_calls += 1
             session._emit("on_backward_end", roots)
-            if session._clock is None:
-                # No optimizer has stepped yet: this backward closes the step, unless an
-                # optimizer steps before the next forward (then the optimizer is the clock).
+            if session._clock is None and not session._optimizers:
+                # No optimizer known: this backward closes the step, unless an optimizer
+                # steps before the next forward (then the optimizer is the clock).
                 session._pending_end = True
             return result
 
