@@ -26,6 +26,7 @@ from ._session import current_session as current_session
 from ._session import watch as watch
 from ._summary import TensorSummary as TensorSummary
 from ._summary import summarize as summarize
+from ._triage import triage_exception as triage_exception
 
 try:
     __version__ = version("torchtriage")
@@ -57,5 +58,6 @@ __all__ = [
     "get_language",
     "set_language",
     "summarize",
+    "triage_exception",
     "watch",
 ]
