@@ -9,6 +9,10 @@ from ._catalogue import get_language as get_language
 from ._catalogue import set_language as set_language
 from ._checker import Checker as Checker
 from ._checker import LossCall as LossCall
+from ._contracts import ContractHandle as ContractHandle
+from ._contracts import TensorSpec as TensorSpec
+from ._contracts import audit_tensor as audit_tensor
+from ._contracts import expect as expect
 from ._errors import AnomalyError as AnomalyError
 from ._errors import BundleError as BundleError
 from ._errors import ConfigError as ConfigError
@@ -44,17 +48,21 @@ __all__ = [
     "Checker",
     "ConfigError",
     "ContractError",
+    "ContractHandle",
     "Finding",
     "LossCall",
     "Report",
     "Session",
     "Severity",
     "Stage",
+    "TensorSpec",
     "TensorSummary",
     "TriageError",
     "TriageInternalWarning",
     "TriageWarning",
+    "audit_tensor",
     "current_session",
+    "expect",
     "get_language",
     "set_language",
     "summarize",
