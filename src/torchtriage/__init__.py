@@ -24,6 +24,12 @@ from ._findings import Finding as Finding
 from ._findings import Report as Report
 from ._findings import Severity as Severity
 from ._findings import Stage as Stage
+from ._seed import audit_tensor_contract as audit_tensor_contract
+from ._seed import classify_issue as classify_issue
+from ._seed import debug_priority as debug_priority
+from ._seed import diagnose_none_grad as diagnose_none_grad
+from ._seed import first_nonfinite_step as first_nonfinite_step
+from ._seed import locate_failure_zone as locate_failure_zone
 from ._session import Session as Session
 from ._session import TriageWarning as TriageWarning
 from ._session import current_session as current_session
@@ -61,9 +67,15 @@ __all__ = [
     "TriageInternalWarning",
     "TriageWarning",
     "audit_tensor",
+    "audit_tensor_contract",
+    "classify_issue",
     "current_session",
+    "debug_priority",
+    "diagnose_none_grad",
     "expect",
+    "first_nonfinite_step",
     "get_language",
+    "locate_failure_zone",
     "set_language",
     "summarize",
     "triage_exception",
