@@ -87,9 +87,10 @@ MESSAGES = {
     "triage.device.meta.cause": "the model (or a tensor) was created on the meta device and never materialized",
     "triage.device.meta.next": "materialize with module.to_empty(device=...) then load weights, or build it on a real device",
     # layout
-    "triage.layout.view_noncontiguous": "view() on a tensor whose memory layout does not allow it (non-contiguous)",
+    "triage.layout.view_noncontiguous": "view() on a non-contiguous tensor{detail}: its strides do not allow a view",
     "triage.layout.view_noncontiguous.cause": "transpose/permute/expand/slicing changed the strides; view() never copies",
     "triage.layout.view_noncontiguous.next": "use .reshape(...) or .contiguous().view(...) at your line",
+    "triage.layout.view_detail": " ({tensor}: shape {shape}, stride {stride})",
     "triage.layout.channels_last": "view() on {tensor}, which is in channels_last memory format",
     "triage.layout.channels_last.cause": "channels_last tensors are not contiguous in NCHW order, so view() cannot flatten them",
     "triage.layout.channels_last.next": "use .reshape(...) or flatten(1), or .contiguous() first",

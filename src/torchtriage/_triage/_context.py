@@ -132,18 +132,29 @@ class Context:
                 return {"input": name, "input_device": str(t.device), "module_device": str(pdev)}
         return None
 
+    def _user_tensors(self) -> list[tuple[str, torch.Tensor]]:
+        """Tensors named in the user's failing frame, then the running module's inputs."""
+        out: list[tuple[str, torch.Tensor]] = []
+        if self.user_frame is not None:
+            for f, line in reversed(self.frames):
+                if f.f_code.co_filename == self.user_frame.file and line == self.user_frame.line:
+                    out += [(k, v) for k, v in f.f_locals.items() if isinstance(v, torch.Tensor)]
+                    break
+        return out + self.inputs()
+
     def channels_last_tensor(self) -> str | None:
         """Name of a 4-D channels_last (not plain-contiguous) tensor in the failing frames."""
-        scopes: list[tuple[str, Any]] = list(self.inputs())
-        if self.user_frame is not None:
-            for f, _ in reversed(self.frames):
-                if f.f_code.co_filename == self.user_frame.file:
-                    scopes += list(f.f_locals.items())
-                    break
-        for name, t in scopes:
-            if (isinstance(t, torch.Tensor) and t.dim() == 4 and not t.is_contiguous()
+        for name, t in self._user_tensors():
+            if (t.dim() == 4 and not t.is_contiguous()
                     and t.is_contiguous(memory_format=torch.channels_last)):
                 return name
+        return None
+
+    def noncontiguous_tensor(self) -> tuple[str, torch.Tensor] | None:
+        """A non-contiguous tensor named in the user's failing frame (the likely view() target)."""
+        for name, t in self._user_tensors():
+            if t.layout == torch.strided and not t.is_contiguous():
+                return name, t
         return None
 
 

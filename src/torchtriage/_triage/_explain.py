@@ -83,7 +83,9 @@ def explain(exc: BaseException, session: Any = None) -> Finding:
     fields.setdefault("error", _first_line(target))
     fields["type"] = type(target).__name__
     fields["module"] = ctx.module_path or msg("triage.no_module")
-    fields["where"] = msg("triage.where", module=ctx.module_path) if ctx.module_path else ""
+    # the root module's path is "": name it by its class in sentences
+    fields["where"] = (msg("triage.where", module=ctx.module_path or type(ctx.module).__name__)
+                       if ctx.module is not None else "")
     evidence = _evidence(target, ctx, fields, code)
     uf = ctx.user_frame
     return Finding(

@@ -118,7 +118,12 @@ def _view_layout(m: re.Match[str], ctx: Any) -> tuple[str, dict[str, Any]] | Non
     name = ctx.channels_last_tensor()
     if name is not None:
         return "layout.channels_last", {"tensor": name}
-    return None
+    found = ctx.noncontiguous_tensor()
+    detail = ""
+    if found is not None:
+        t = found[1]
+        detail = msg("triage.layout.view_detail", tensor=found[0], shape=list(t.shape), stride=list(t.stride()))
+    return "layout.view_noncontiguous", {"detail": detail}
 
 
 def _scalar_type(m: re.Match[str], ctx: Any) -> tuple[str, dict[str, Any]] | None:
