@@ -267,8 +267,10 @@ def _specs(value: Any, what: str) -> Any:
     """One spec, a tuple of specs (positional), or a dict of specs (by name / key)."""
     if value is None:
         return None
+    # A dict with any contract field is one spec (so a misspelt field is an error, not an
+    # argument name); other dicts map argument names / output keys to specs.
     if isinstance(value, (str, TensorSpec)) or (isinstance(value, Mapping) and
-                                                set(value) <= {"shape", "dtype", "device", "contiguous"}):
+                                                set(value) & {"shape", "dtype", "device", "contiguous"}):
         return TensorSpec.parse(value)
     if isinstance(value, (list, tuple)):
         return tuple(None if v is None else TensorSpec.parse(v) for v in value)
