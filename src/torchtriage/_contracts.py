@@ -18,7 +18,7 @@ import inspect
 import re
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
