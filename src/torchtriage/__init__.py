@@ -9,6 +9,10 @@ from ._catalogue import get_language as get_language
 from ._catalogue import set_language as set_language
 from ._checker import Checker as Checker
 from ._checker import LossCall as LossCall
+from ._contracts import ContractHandle as ContractHandle
+from ._contracts import TensorSpec as TensorSpec
+from ._contracts import audit_tensor as audit_tensor
+from ._contracts import expect as expect
 from ._errors import AnomalyError as AnomalyError
 from ._errors import BundleError as BundleError
 from ._errors import ConfigError as ConfigError
@@ -21,12 +25,19 @@ from ._findings import Report as Report
 from ._findings import Severity as Severity
 from ._findings import Stage as Stage
 from ._gradients import diagnose_gradients as diagnose_gradients
+from ._seed import audit_tensor_contract as audit_tensor_contract
+from ._seed import classify_issue as classify_issue
+from ._seed import debug_priority as debug_priority
+from ._seed import diagnose_none_grad as diagnose_none_grad
+from ._seed import first_nonfinite_step as first_nonfinite_step
+from ._seed import locate_failure_zone as locate_failure_zone
 from ._session import Session as Session
 from ._session import TriageWarning as TriageWarning
 from ._session import current_session as current_session
 from ._session import watch as watch
 from ._summary import TensorSummary as TensorSummary
 from ._summary import summarize as summarize
+from ._triage import triage_exception as triage_exception
 
 try:
     __version__ = version("torchtriage")
@@ -44,20 +55,31 @@ __all__ = [
     "Checker",
     "ConfigError",
     "ContractError",
+    "ContractHandle",
     "Finding",
     "LossCall",
     "Report",
     "Session",
     "Severity",
     "Stage",
+    "TensorSpec",
     "TensorSummary",
     "TriageError",
     "TriageInternalWarning",
     "TriageWarning",
+    "audit_tensor",
+    "audit_tensor_contract",
+    "classify_issue",
     "current_session",
+    "debug_priority",
     "diagnose_gradients",
+    "diagnose_none_grad",
+    "expect",
+    "first_nonfinite_step",
     "get_language",
+    "locate_failure_zone",
     "set_language",
     "summarize",
+    "triage_exception",
     "watch",
 ]

@@ -25,7 +25,8 @@ def register(sub: Any) -> None:
     p.add_argument("--bundle", metavar="DIR", help="write a repro bundle of the failing step into DIR")
     p.add_argument("--max-bundle-mb", type=float, default=512.0, metavar="MB", help="size limit of a bundle")
     p.add_argument("--quiet", action="store_true", help="print the report only when something was found")
-    p.add_argument("script", help="the Python script to run")
+    # Optional here and checked in run_command: argparse would otherwise also list ARGS as missing.
+    p.add_argument("script", nargs="?", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     p.set_defaults(func=run_command)
 
@@ -56,6 +57,8 @@ def _trim(tb: Any) -> Any:
 
 def run_command(args: argparse.Namespace) -> int:
     script = args.script
+    if not script:
+        return fail("run: no script given; usage: torchtriage run [--json PATH] SCRIPT [ARGS...]")
     if not os.path.exists(script):
         return fail(f"script {script!r} not found (working directory: {os.getcwd()})")
     if os.path.isdir(script):
@@ -120,7 +123,11 @@ def run_command(args: argparse.Namespace) -> int:
     report = session.report
     session.meta["exit_code"] = exit_code
     report = type(report)(report.findings, meta=dict(report.meta, exit_code=exit_code), series=report.series)
-    _write_outputs(args, report)
+    try:
+        _write_outputs(args, report)
+    except OSError as e:  # checked before the run, but the disk can still refuse
+        print(f"torchtriage: error: cannot write the report: {e}", file=sys.stderr)
+        exit_code = exit_code or 2
     if not (args.quiet and not report.findings and error is None):
         from ..report import render_text
 

@@ -1,0 +1,16 @@
+"""Exception triage: when a training step raises, say what kind of fault it is, which module
+was running, with which inputs and parameters, on which line of the user's code, and what to
+check next. The original exception is always re-raised unchanged.
+
+    _rules.py    the (exception type, message regex) → category/code table, with refinements
+    _context.py  what the traceback says: innermost module, its inputs/parameters, the stage
+    _explain.py  Finding construction, `triage_exception`, the session check `ExceptionTriage`
+"""
+
+from ._explain import ExceptionTriage as ExceptionTriage
+from ._explain import explain as explain
+from ._explain import triage_exception as triage_exception
+from ._rules import RULES as RULES
+from ._rules import classify as classify
+
+__all__ = ["RULES", "ExceptionTriage", "classify", "explain", "triage_exception"]

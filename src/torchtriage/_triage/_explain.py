@@ -1,0 +1,188 @@
+"""Turn an exception into a `Finding`: classify it, then say where it happened and why.
+
+`triage_exception(exc)` works on any caught exception; `ExceptionTriage` is the session's
+check (name "triage") that does the same when the watched code raises. The exception itself
+is never changed: the session and `torchtriage run` re-raise it after the report.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .._catalogue import msg
+from .._checker import Checker
+from .._errors import AnomalyError, TriageError
+from .._findings import Category, Finding, Report, Severity
+from .._summary import summarize
+from ._context import Context
+from ._rules import classify
+
+_CHAIN_DEPTH = 5
+
+
+def triage_exception(exc: BaseException, *, session: Any = None) -> Report:
+    """Explain an exception: category, the module that was running, operand shapes, your line.
+
+    Arguments:
+        exc: any exception, typically caught with ``except Exception as exc``.
+        session: a `Session` to name modules by their path and to read the stage and step
+            (default: none; modules are then named by their class).
+
+    Returns:
+        A `Report` with one finding (category "other" when the exception is not one
+        torchtriage knows; never a forced wrong category).
+
+    Example:
+        >>> try:
+        ...     model(x)
+        ... except RuntimeError as exc:
+        ...     print(torchtriage.triage_exception(exc))
+    """
+    if not isinstance(exc, BaseException):
+        raise TypeError(f"triage_exception() takes an exception, got {type(exc).__name__}")
+    return Report((explain(exc, session),))
+
+
+def explain(exc: BaseException, session: Any = None) -> Finding:
+    """The finding for `exc` (its cause chain is searched when `exc` itself is unknown)."""
+    target, hit = exc, classify(exc)
+    link: BaseException | None = exc
+    for _ in range(_CHAIN_DEPTH):
+        if hit is not None or link is None:
+            break
+        link = link.__cause__ or link.__context__
+        if link is not None:
+            hit = classify(link)
+            if hit is not None:
+                target = link
+    ctx = Context(target, session)
+    if ctx.user_frame is None and target is not exc:
+        ctx.user_frame = Context(exc, session).user_frame
+    if hit is None:
+        code, category, fields, op = "other.exception", Category.OTHER, {}, None
+    else:
+        rule, m = hit
+        code, category, op = rule.code, rule.category, rule.op
+        fields = {k: v for k, v in m.groupdict().items() if v is not None}
+        if rule.refine is not None:
+            refined = rule.refine(m, ctx)
+            if refined is not None:
+                code, extra = refined
+                category = Category(code.split(".")[0])
+                fields.update(extra)
+        op = fields.pop("op", None) or op
+    if code == "environment.file_not_found":
+        fields.update(_file_fields(target, ctx))
+    fields.setdefault("error", _first_line(target))
+    fields["type"] = type(target).__name__
+    fields["module"] = ctx.module_path or msg("triage.no_module")
+    # the root module's path is "": name it by its class in sentences
+    fields["where"] = (msg("triage.where", module=ctx.module_path or type(ctx.module).__name__)
+                       if ctx.module is not None else "")
+    evidence = _evidence(target, ctx, fields, code)
+    uf = ctx.user_frame
+    return Finding(
+        category=category,
+        code=code,
+        message=msg(f"triage.{code}", **fields),
+        severity=Severity.ERROR,
+        stage=ctx.stage,
+        step=ctx.step,
+        module=ctx.module_path,
+        op=op or ctx.loss_function or (type(ctx.module).__name__ if ctx.module is not None else None),
+        file=uf.file if uf else None,
+        line=uf.line if uf else None,
+        cause=msg(f"triage.{code}.cause", **fields),
+        next_check=msg(f"triage.{code}.next", **fields),
+        evidence=evidence,
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else ""
+    return f"{type(exc).__name__}: {line[:300]}"
+
+
+_OPERAND_KEYS = ("a", "b", "expected", "got", "shape", "numel", "dim", "input", "target", "size",
+                 "weight", "devices", "tensor", "node", "version")
+
+
+def _evidence(exc: BaseException, ctx: Context, fields: dict[str, Any], code: str) -> dict[str, Any]:
+    ev: dict[str, Any] = {}
+    if ctx.user_frame is not None and ctx.user_frame.source:
+        ev["source_line"] = ctx.user_frame.source
+    ev["exception"] = fields["error"]
+    operands = {k: fields[k] for k in _OPERAND_KEYS if k in fields}
+    if operands and not code.startswith("environment."):
+        ev["operands"] = ", ".join(f"{k}={v}" for k, v in operands.items())
+    for name, t in ctx.inputs():
+        ev[name] = summarize(t)
+    for name, p in ctx.parameters():
+        ev[name if name.startswith("buffer ") else f"param {name}"] = summarize(p)
+    if code.startswith("environment."):
+        for k in ("cwd", "resolved", "script_dir", "next_to_script", "exists_next_to_script"):
+            if k in fields:
+                ev[k] = fields[k]
+    if code == "memory.oom" and torch.cuda.is_available():
+        try:
+            ev["cuda_allocated_mb"] = round(torch.cuda.memory_allocated() / 2**20, 1)
+            ev["cuda_reserved_mb"] = round(torch.cuda.memory_reserved() / 2**20, 1)
+        except Exception:  # a broken CUDA context must not hide the report
+            pass
+    return ev
+
+
+def _file_fields(exc: BaseException, ctx: Context) -> dict[str, Any]:
+    """Seed G.1: the working directory, the resolved path, and the file next to the script."""
+    name = getattr(exc, "filename", None)
+    if name is None:
+        m = re.search(r"'([^']+)'", str(exc))
+        name = m.group(1) if m else "?"
+    name = os.fsdecode(name) if isinstance(name, (str, bytes, os.PathLike)) else str(name)
+    cwd = os.getcwd()
+    resolved = str(Path(cwd, name).resolve()) if name != "?" else "?"
+    script = None
+    if ctx.session is not None:
+        script = ctx.session.options.get("script")
+    if script is None and ctx.user_frame is not None:
+        script = ctx.user_frame.file
+    if script is None and sys.argv and sys.argv[0]:
+        script = sys.argv[0]
+    script_dir = str(Path(script).resolve().parent) if script else cwd
+    candidate = str(Path(script_dir, name).resolve()) if name != "?" and not os.path.isabs(name) else resolved
+    exists = candidate != resolved and os.path.exists(candidate)
+    return {"path": name, "cwd": cwd, "resolved": resolved, "script_dir": script_dir,
+            "next_to_script": candidate, "exists_next_to_script": exists,
+            "hint": msg("triage.environment.file_not_found.exists" if exists
+                        else "triage.environment.file_not_found.absent", candidate=candidate)}
+
+
+class ExceptionTriage(Checker):
+    """Explains the exception that ends a watched block (check name "triage")."""
+
+    name = "triage"
+
+    def on_exception(self, exc: BaseException) -> None:
+        # SystemExit / KeyboardInterrupt are not faults; our own errors already carry a finding.
+        if not isinstance(exc, Exception) or isinstance(exc, TriageError):
+            return
+        assert self.session is not None
+        finding = explain(exc, self.session)
+        # The user's exception is re-raised unchanged after the report: the policy must neither
+        # raise an AnomalyError nor a (possibly error-filtered) warning in its place.
+        from .._session import TriageWarning
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TriageWarning)
+            try:
+                self.session.add(finding)
+            except AnomalyError:
+                pass
