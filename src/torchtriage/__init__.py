@@ -20,6 +20,8 @@ from ._findings import Finding as Finding
 from ._findings import Report as Report
 from ._findings import Severity as Severity
 from ._findings import Stage as Stage
+from ._leakage import check_preprocessing as check_preprocessing
+from ._leakage import check_splits as check_splits
 from ._session import Session as Session
 from ._session import TriageWarning as TriageWarning
 from ._session import current_session as current_session
@@ -53,6 +55,8 @@ __all__ = [
     "TriageError",
     "TriageInternalWarning",
     "TriageWarning",
+    "check_preprocessing",
+    "check_splits",
     "current_session",
     "get_language",
     "set_language",
