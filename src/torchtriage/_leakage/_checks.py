@@ -278,7 +278,8 @@ def _conflicts(scans: list[Scan]) -> list[Finding]:
         shown.update(s.label_shown)
     examples = []
     for r in bad_runs[:MAX_EXAMPLES]:
-        idx = order[run_starts[r]:run_ends[r]][:6]
+        idx = order[run_starts[r]:run_ends[r]]
+        idx = idx[np.lexsort((row[idx], owner[idx]))][:6]  # split order, then row
         examples.append([{"row": f"{scans[owner[i]].source.name}[{row[i]}]", "label": shown.get(int(lab[i]), "?")}
                          for i in idx])
     return [_finding("conflicting_labels", "warning", "conflict", {
