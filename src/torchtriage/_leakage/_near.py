@@ -129,7 +129,11 @@ def similarity(kind: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Row-wise similarity of two signature arrays of the same kind."""
     if kind == "text":
         return (a == b).mean(axis=1)
-    diff = np.bitwise_count(a ^ b).sum(axis=1)
+    x = a ^ b
+    if hasattr(np, "bitwise_count"):
+        diff = np.bitwise_count(x).sum(axis=1)
+    else:  # numpy < 2.0
+        diff = np.unpackbits(x.view(np.uint8), axis=1).sum(axis=1)
     return 1.0 - diff / SIM_BITS
 
 
