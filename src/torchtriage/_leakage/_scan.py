@@ -288,7 +288,7 @@ class Scanner:
         if per < _near.MIN_DIM:
             return None
         sc.near_kind = "num"
-        if vals.ndim == 2 and per <= _near.MAX_DIM:
+        if vals.ndim == 2 and per <= 1024:  # table-like rows: columns keep their own scale
             v = self.shared.standardize(np.asarray(vals, np.float64))
             return _near.simhash(v), np.isfinite(vals).all(axis=1)
         v, ok = _near.per_sample_normalize(_near.reduce_images(vals))

@@ -25,6 +25,7 @@ from ._hashing import to_numpy
 ACCEPTED = ("torch Dataset / Subset / DataLoader, numpy array, torch tensor, pandas DataFrame, "
             "list or tuple of samples, or a path to a .csv / .jsonl / .parquet file")
 LABEL_KEYS = ("label", "labels", "y", "target", "targets")
+BLOCK_BYTES = 64 << 20
 INPUT_KEYS = ("input_ids", "pixel_values", "image", "img", "text", "input", "inputs", "x", "features")
 
 
@@ -54,6 +55,7 @@ class Source:
     indices: np.ndarray | None = None
 
     def blocks(self, size: int) -> Iterator[Block]:
+        size = self._budget(size)
         if self.kind == "table":
             it = _tables.iter_file(self.path, size) if self.path else _tables.iter_frame(self.obj, size)
             start = 0
@@ -68,6 +70,20 @@ class Source:
                 yield Block(start, part.shape[0], values=np.asarray(to_numpy(part)))
         else:
             yield from self._sample_blocks(size)
+
+    def _budget(self, size: int) -> int:
+        """Rows per chunk so that a float64 copy of a chunk stays near BLOCK_BYTES (images!)."""
+        per_row = 0
+        if self.kind == "array":
+            per_row = int(np.prod(self.obj.shape[1:])) if self.obj.ndim > 1 else 1
+        elif self.kind == "samples" and self.indices is not None and len(self.indices):
+            try:
+                first = sample_input(self.root[int(self.indices[0])], type(self.root).__name__ == "_ListDataset")
+            except Exception:  # the scan itself will report a broken dataset
+                return size
+            arr = to_numpy(first)
+            per_row = int(arr.size) if arr is not None else 0
+        return max(1, min(size, BLOCK_BYTES // max(8 * per_row, 1)))
 
     def _sample_blocks(self, size: int) -> Iterator[Block]:
         ds, idx = self.root, self.indices
