@@ -112,7 +112,7 @@ def check_splits(
                              columns=", ".join(sources[0].columns[:20])))
     opts = Options(groups=make_spec("groups", groups, sources), time=make_spec("time", time, sources),
                    labels=make_spec("labels", labels, sources), ignore=set(ignore), files=files,
-                   near=bool(near), tokens=bool(vocabs), chunk=int(chunk_size), progress=progress)
+                   near=bool(near), tokens=bool(vocabs), stats=bool(norms), chunk=int(chunk_size), progress=progress)
     findings: list[Finding] = list(_index_overlap(sources))
     scanner = Scanner(opts)
     order = sorted(sources, key=lambda s: {"train": 0, "val": 1, "test": 2}[s.name])

@@ -37,6 +37,7 @@ class Options:
     files: str | None
     near: bool
     tokens: bool
+    stats: bool
     chunk: int
     progress: bool | None
 
@@ -52,12 +53,23 @@ class Stats:
         x = np.asarray(x, dtype=np.float64)
         if x.ndim != 2 or x.shape[0] == 0:
             return
+        finite = np.isfinite(x)
+        if finite.all():  # the common case, without nan-aware passes
+            part = [np.full(x.shape[1], float(x.shape[0])), x.sum(0), np.einsum("ij,ij->j", x, x), x.min(0), x.max(0)]
+        else:
+            part = self._nan_part(x)
+        self._merge(layout, part, x.shape[1])
+
+    @staticmethod
+    def _nan_part(x: np.ndarray) -> list[np.ndarray]:
         with np.errstate(invalid="ignore"):
-            part = [np.isfinite(x).sum(0).astype(np.float64), np.nansum(x, 0), np.nansum(x * x, 0),
+            return [np.isfinite(x).sum(0).astype(np.float64), np.nansum(x, 0), np.nansum(x * x, 0),
                     np.nanmin(np.where(np.isfinite(x), x, np.nan), 0) if np.isfinite(x).any() else np.full(x.shape[1], np.nan),
                     np.nanmax(np.where(np.isfinite(x), x, np.nan), 0) if np.isfinite(x).any() else np.full(x.shape[1], np.nan)]
+
+    def _merge(self, layout: str, part: list[np.ndarray], width: int) -> None:
         old = self.acc.get(layout)
-        if old is None or len(old[0]) != x.shape[1]:
+        if old is None or len(old[0]) != width:
             if old is not None:  # ragged samples: the layout has no fixed width, drop it
                 self.acc[layout] = [np.zeros(0)] * 5
                 return
@@ -253,7 +265,8 @@ class Scanner:
             sh.text_col = text[0] if len(text) == 1 and not sh.num_cols else None
         if sh.num_cols:
             mat = np.stack([numeric.get(c, np.full(block.n, np.nan)) for c in sh.num_cols], axis=1)
-            sc.stats.add("columns", mat)
+            if self.opts.stats:
+                sc.stats.add("columns", mat)
             sc.stats.names["columns"] = list(sh.num_cols)
         if o.tokens:
             for c in sh.features:
@@ -272,14 +285,14 @@ class Scanner:
         return ex, None
 
     def _array_stats(self, vals: np.ndarray, sc: Scan) -> None:
-        n = vals.shape[0]
+        if not self.opts.stats:
+            return
         sc.stats.add("all", vals.reshape(-1, 1) if vals.size < 50_000_000 else vals[:1].reshape(-1, 1))
         if vals.ndim == 2:
             sc.stats.add("columns", vals)
         elif vals.ndim >= 3:
             sc.stats.add("channels_first", np.moveaxis(vals, 1, -1).reshape(-1, vals.shape[1]))
             sc.stats.add("channels_last", vals.reshape(-1, vals.shape[-1]))
-        del n
 
     def _near_arrays(self, vals: np.ndarray, sc: Scan) -> Any:
         if not self.opts.near or vals.ndim < 2:
