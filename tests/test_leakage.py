@@ -40,7 +40,7 @@ def test_seed_writer_overlap_reports_writer_a():
     f = only(r, "data.group_overlap")
     assert f.evidence["groups"] == ["writer-a"]
     assert f.severity is Severity.ERROR
-    assert f.message == "1 group(s) occur in both train and test (key: groups=): 'writer-a'"
+    assert f.message == "1 group(s) occur in both train and test (key: groups): 'writer-a'"
     assert f.evidence["rows_in_train"] == 1 and f.evidence["groups_in_test"] == 2
     assert f.file == __file__  # the user's line: this call
     assert r.primary is f and codes(r) == ["data.group_overlap"]

@@ -172,7 +172,7 @@ def _group_overlap(a: Scan, b: Scan, spec: Any) -> list[Finding]:
     if not common:
         return []
     an, bn = a.source.name, b.source.name
-    column = spec if isinstance(spec, str) else "groups="
+    column = spec if isinstance(spec, str) else "groups"
     return [_finding("group_overlap", "error", "group", {
         "pair": f"{an}/{bn}", "groups": common[:20], "overlapping_groups": len(common),
         f"groups_in_{an}": len(a.groups), f"groups_in_{bn}": len(b.groups),
