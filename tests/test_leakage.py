@@ -66,6 +66,9 @@ def test_group_key_as_callable_on_dict_samples():
     r = check_splits(train, test, groups=lambda s: s["doc"])
     assert only(r, "data.group_overlap").evidence["groups"] == ["d2"]
     assert check_splits(train, test, groups="doc").filter(code="data.group_overlap")[0].evidence["groups"] == ["d2"]
+    # a dict sample without an input key: its group key is not part of the compared content
+    r = check_splits([{"a": 1.0, "doc": "d1"}], [{"a": 1.0, "doc": "d2"}], groups="doc")
+    assert codes(r) == ["data.exact_duplicate"]
 
 
 # --- subsets of one dataset ---------------------------------------------------------------

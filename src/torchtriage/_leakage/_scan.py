@@ -232,7 +232,9 @@ class Scanner:
                                              "little") for i in range(vals.shape[0])), np.uint64, vals.shape[0])
             return ex, self._near_arrays(vals, sc)
         from_list = type(src.root).__name__ == "_ListDataset"
-        inputs = [sample_input(s, from_list) for s in block.samples]  # type: ignore[union-attr]
+        drop = frozenset(s.column for s in (self.opts.groups, self.opts.time, self.opts.labels)
+                         if s is not None and s.column)
+        inputs = [sample_input(s, from_list, drop) for s in block.samples]  # type: ignore[union-attr]
         ex = np.fromiter((sample_digest(x) for x in inputs), np.uint64, len(inputs))
         return ex, self._near_samples(inputs, sc)
 

@@ -190,15 +190,15 @@ def _unwrap(ds: Any) -> tuple[Any, np.ndarray]:
 
 # --- what a sample's input, label and keys are -------------------------------------------
 
-def sample_input(sample: Any, from_list: bool) -> Any:
-    """The part of a sample that is the model's input."""
+def sample_input(sample: Any, from_list: bool, drop: frozenset[str] = frozenset()) -> Any:
+    """The part of a sample that is the model's input (`drop`: group/time/label keys of dicts)."""
     if isinstance(sample, tuple) or (isinstance(sample, list) and not from_list):
         return sample[0] if len(sample) else sample
     if isinstance(sample, Mapping):
         for k in INPUT_KEYS:
             if k in sample:
                 return sample[k]
-        return {k: v for k, v in sample.items() if k not in LABEL_KEYS}
+        return {k: v for k, v in sample.items() if k not in LABEL_KEYS and k not in drop}
     return sample
 
 
