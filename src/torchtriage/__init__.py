@@ -31,6 +31,8 @@ from ._seed import debug_priority as debug_priority
 from ._seed import diagnose_none_grad as diagnose_none_grad
 from ._seed import first_nonfinite_step as first_nonfinite_step
 from ._seed import locate_failure_zone as locate_failure_zone
+from ._leakage import check_preprocessing as check_preprocessing
+from ._leakage import check_splits as check_splits
 from ._session import Session as Session
 from ._session import TriageWarning as TriageWarning
 from ._session import current_session as current_session
@@ -69,6 +71,8 @@ __all__ = [
     "TriageWarning",
     "audit_tensor",
     "audit_tensor_contract",
+    "check_preprocessing",
+    "check_splits",
     "classify_issue",
     "current_session",
     "debug_priority",
