@@ -91,7 +91,8 @@ EXAMPLE_CASES = [
     ("dtype_mismatch.py", 1, "dtype.double_input", "0", "loss = nn.functional.cross_entropy(model(x), y)"),
     ("device_mismatch.py", 1, "device.module_input", "0", "loss = nn.functional.mse_loss(model(x), y)"),
     ("layout_view.py", 1, "layout.view_noncontiguous", "", "return self.out(h.view(x.shape[0], -1))"),
-    ("grad_no_graph.py", 1, "gradient.no_graph", None, "loss.backward()"),
+    # the gradient check explains it before backward() raises; triage's generic reading is dropped
+    ("grad_no_graph.py", 1, "gradient.loss_no_grad_fn", None, "loss = torch.tensor(mse.item() + 0.01)"),
     ("out_of_memory.py", 1, "memory.oom", "", "scores = torch.empty(seq, seq)"),
     ("file_not_found.py", 1, "environment.file_not_found", None, 'with open("labels.csv") as fh:'),
 ]

@@ -165,6 +165,12 @@ def _file_fields(exc: BaseException, ctx: Context) -> dict[str, Any]:
                         else "triage.environment.file_not_found.absent", candidate=candidate)}
 
 
+# exception code -> codes of findings, made before the exception, that explain it better
+_SUPERSEDED: dict[str, tuple[str, ...]] = {
+    "gradient.no_graph": ("gradient.loss_no_grad_fn",),
+}
+
+
 class ExceptionTriage(Checker):
     """Explains the exception that ends a watched block (check name "triage")."""
 
@@ -176,6 +182,11 @@ class ExceptionTriage(Checker):
             return
         assert self.session is not None
         finding = explain(exc, self.session)
+        # A check that already explained this failure before it was raised (e.g. the gradient
+        # check names the .item() line that left the graph) makes the generic reading redundant.
+        superseded_by = _SUPERSEDED.get(finding.code, ())
+        if any(f.code in superseded_by for f in self.session.report.findings):
+            return
         # The user's exception is re-raised unchanged after the report: the policy must neither
         # raise an AnomalyError nor a (possibly error-filtered) warning in its place.
         from .._session import TriageWarning
