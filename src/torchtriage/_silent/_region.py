@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from .._frames import UserFrame, user_frame_from_stack
+from .._frames import _HERE, UserFrame, user_frame_from_stack
 from ._shapes import outer_sample_broadcast
 
 _BINARY = frozenset({
@@ -64,7 +64,8 @@ class LossRegion(TorchFunctionMode):
         for name in dir(F):
             fn = getattr(F, name, None)
             inner = getattr(fn, "__wrapped__", None)
-            if inner is not None and getattr(fn, "__module__", "").startswith("torchtriage"):
+            code = getattr(fn, "__code__", None)
+            if inner is not None and code is not None and code.co_filename.startswith(_HERE):
                 self._unwrap[fn] = inner
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
