@@ -317,3 +317,26 @@ def test_catalogue_languages_match():
     for k in keys:
         assert k in cat["zh"], k
         assert fields_of(cat["en"][k]) == fields_of(cat["zh"][k]), k
+
+
+def test_token_tagging_with_a_frequent_tag_is_not_pad():
+    """NER-style tags: "O" (0) dominates and ends most rows, but sits under varied input tokens."""
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.head = nn.Embedding(32, 8), nn.Linear(8, 3)
+
+        def forward(self, ids):
+            return self.head(self.emb(ids))
+
+    def loop(model, opt, steps=2):
+        g = torch.Generator().manual_seed(8)
+        ids = torch.randint(1, 32, (8, 12), generator=g)
+        tags = (torch.rand(8, 12, generator=g) < 0.2).long() * torch.randint(1, 3, (8, 12), generator=g)
+        tags[:, -3:] = 0
+        for _ in range(steps):
+            opt.zero_grad()
+            F.cross_entropy(model(ids).reshape(-1, 3), tags.reshape(-1)).backward()
+            opt.step()
+
+    assert not _watch(Tagger(), loop)

@@ -70,21 +70,30 @@ def token_plans(target: Any, ids: Any, *, ignore_index: int = -100, reduction: s
 
             plans.append(Plan([pad.sum(), torch.tensor(float(grid.numel()), device=grid.device)], judge_mask))
             return plans
-    # No mask: a PAD id shows as the most common last-position value, also frequent overall.
+    # No mask: a PAD id shows as the most common last-position value, also frequent overall; when
+    # the input ids are known, those target positions must also be padding in the input (a
+    # frequent real label, like the "O" tag of NER, sits under varied input tokens).
     last = grid[:, -1]
     cand = torch.mode(last).values
     counted = cand != ignore_index
+    is_cand = grid == cand
+    vals = [cand, counted, (last == cand).float().mean(), (grid[:, -2] == cand).float().mean(), is_cand.float().mean()]
+    known_ids = is_index_tensor(ids) and ids.shape == grid.shape and ids.device == grid.device
+    if known_ids:
+        ids_pad = torch.mode(ids[:, -1]).values
+        vals.append((is_cand & (ids == ids_pad)).sum().float() / is_cand.sum().clamp_min(1))
 
     def judge_pad(v: list[float]) -> Verdict | None:
-        pad_id, counted_v, at_last, at_second, overall = v
+        pad_id, counted_v, at_last, at_second, overall = v[:5]
         if not counted_v or at_last < 0.5 or at_second < 0.25 or overall < 0.15:
+            return None
+        if known_ids and v[5] < 0.6:
             return None
         return dict(name="pad_in_loss", severity=Severity.WARNING, pad=int(pad_id),
                     evidence={"pad_id": int(pad_id), "share_of_target_tokens": round(overall, 3),
                               "rows_ending_in_pad": round(at_last, 3), "ignore_index": ignore_index})
 
-    plans.append(Plan([cand, counted, (last == cand).float().mean(), (grid[:, -2] == cand).float().mean(),
-                       (grid == cand).float().mean()], judge_pad))
+    plans.append(Plan(vals, judge_pad))
     return plans
 
 
