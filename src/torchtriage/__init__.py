@@ -37,6 +37,13 @@ from ._session import Session as Session
 from ._session import TriageWarning as TriageWarning
 from ._session import current_session as current_session
 from ._session import watch as watch
+from ._silent import check_causal as check_causal
+from ._silent import check_exp_overflow as check_exp_overflow
+from ._silent import check_loss_broadcast as check_loss_broadcast
+from ._silent import check_loss_inputs as check_loss_inputs
+from ._silent import check_padding as check_padding
+from ._silent import check_token_shift as check_token_shift
+from ._silent import check_training_loop as check_training_loop
 from ._summary import TensorSummary as TensorSummary
 from ._summary import summarize as summarize
 from ._triage import triage_exception as triage_exception
@@ -71,8 +78,15 @@ __all__ = [
     "TriageWarning",
     "audit_tensor",
     "audit_tensor_contract",
+    "check_causal",
+    "check_exp_overflow",
+    "check_loss_broadcast",
+    "check_loss_inputs",
+    "check_padding",
     "check_preprocessing",
     "check_splits",
+    "check_token_shift",
+    "check_training_loop",
     "classify_issue",
     "current_session",
     "debug_priority",

@@ -1,0 +1,323 @@
+"""`SilentChecker`: the silent-bug checks, automatic in `watch` and `run`.
+
+Costs, by design (see docs/architecture/silent.md):
+  * warm-up steps only (`silent_warmup`, default 3): loss-input semantics, token shift / PAD,
+    target-in-input, built-in loss broadcasting, and the loss region (a TorchFunctionMode
+    between the root forward's end and backward) for hand-written losses;
+  * every step, Python attribute reads only: zero_grad, kept loss graphs, train/eval mode;
+  * the first `silent_collapse_steps` losses, kept on the device and read once;
+  * the exp walk on warm-up steps and then every `silent_exp_every` steps.
+All numbers a check needs are queued in `DeferredFlags` and read together at the step's end.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .._checker import Checker, LossCall
+from .._findings import Finding, Severity, Stage
+from .._frames import user_frame_from_stack
+from ._common import finding, first_tensor, fmt, is_index_tensor, shape
+from ._flags import DeferredFlags
+from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules
+from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
+from ._overflow import exp_nodes, overflow_verdict
+from ._plans import Plan, verdict_to_finding
+from ._region import LossRegion
+from ._sequence import token_plans
+from ._shapes import aligned, broadcast_finding, grows
+
+
+class SilentChecker(Checker):
+    """Finds computations that run, raise nothing, and are wrong (registry name "silent")."""
+
+    name = "silent"
+
+    def on_start(self, session: Any) -> None:
+        opts = session.options
+        self.warmup = int(opts.get("silent_warmup", 3))
+        self.exp_every = int(opts.get("silent_exp_every", 50))
+        self.collapse_steps = int(opts.get("silent_collapse_steps", 20))
+        self.flags = DeferredFlags()
+        self.graphs = GraphKeeper()
+        self.zero = ZeroGradWatch()
+        self.region: LossRegion | None = None
+        self._stochastic: weakref.WeakKeyDictionary[nn.Module, list[str]] = weakref.WeakKeyDictionary()
+        self._eval_forwards: list[tuple[weakref.ref[nn.Module], str, Any]] = []
+        self._train_in_eval: dict[int, tuple[str, Any, int, list[str]]] = {}
+        self._losses: list[torch.Tensor] = []
+        self._loss_frame: Any = None
+        self._reported: set[tuple[Any, ...]] = set()
+        self._backward_in_step = False
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def _step(self) -> int:
+        return self.session.step
+
+    def _warm(self) -> bool:
+        return self._step < self.warmup
+
+    def _add(self, f: Finding) -> None:
+        self.session.add(f)
+
+    def _queue(self, plans: list[Plan], *, frame: Any, op: str | None, module: str | None = None) -> None:
+        step = self._step
+        for plan in plans:
+            def done(vals: list[float], plan: Plan = plan) -> None:
+                v = plan.judge(vals)
+                if v is not None:
+                    self._add(verdict_to_finding(v, frame=frame, step=step, op=op, module=module))
+            if plan.values:
+                self.flags.add(plan.values, done)
+            else:
+                done([])
+
+    def _stochastic_of(self, model: nn.Module) -> list[str]:
+        found = self._stochastic.get(model)
+        if found is None:
+            found = self._stochastic[model] = stochastic_modules(model)
+        return found
+
+    def _leave_region(self) -> None:
+        if self.region is not None and self.region.leave():
+            self.region = None
+
+    # ------------------------------------------------------------------ events
+    def on_model(self, model: nn.Module, label: str) -> None:
+        self._stochastic_of(model)
+
+    def on_step_begin(self, step: int) -> None:
+        self._eval_forwards.clear()
+        self._backward_in_step = False
+
+    def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                        output: Any) -> None:
+        out = first_tensor(output)
+        grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+        stochastic = self._stochastic_of(model)
+        if stochastic and grad and not model.training and out is not None and out.requires_grad:
+            self._eval_forwards.append((weakref.ref(model), label, user_frame_from_stack(3)))
+        if stochastic and not grad and model.training and not in_update_bn():
+            key = id(model)
+            _, frame, n, _ = self._train_in_eval.get(key, (label, None, 0, stochastic))
+            self._train_in_eval[key] = (label, frame or user_frame_from_stack(3), n + 1, stochastic)
+            if n + 1 >= 2:
+                self._report_train_in_eval(key)
+        if self.region is not None and not self.region.active:
+            self._leave_region()
+        if self._warm() and grad and self.region is None and out is not None and out.requires_grad:
+            self.region = LossRegion()
+            self.region.enter()
+
+    def on_loss(self, call: LossCall) -> None:
+        out = call.output
+        if isinstance(out, torch.Tensor):
+            self.graphs.mark(out, self._step, call.frame)
+        if not self._warm():
+            return
+        inp, tgt, kw = call.input, call.target, call.kwargs
+        if not isinstance(inp, torch.Tensor) or not isinstance(tgt, torch.Tensor):
+            return
+        with torch.no_grad():
+            if call.name in ELEMENTWISE_LOSSES:
+                self._builtin_broadcast(call)
+            plans = loss_plans(call.name, inp, tgt, kw)
+            snap = self.session.snapshot
+            ids = snap.args[0] if snap is not None and snap.args else (snap.kwargs.get("input_ids") if snap else None)
+            if call.name == "cross_entropy" and is_index_tensor(tgt):
+                mask = snap.kwargs.get("attention_mask") if snap is not None else None
+                plans += token_plans(tgt, ids, ignore_index=kw.get("ignore_index", -100),
+                                     reduction=kw.get("reduction", "mean"), attention_mask=mask,
+                                     weighted=kw.get("weight") is not None)
+            plans += self._target_in_input_plans(ids, tgt)
+        self._queue(plans, frame=call.frame, op=call.name, module=call.module)
+
+    def _builtin_broadcast(self, call: LossCall) -> None:
+        ps, ts = shape(call.input), shape(call.target)
+        result = grows(ps, ts)
+        if result is None:
+            return
+        key = ("broadcast", call.name, call.frame)
+        computed = fixed = None
+        if key not in self._reported:  # the numbers cost a sync: once per place
+            self._reported.add(key)
+            import torch.nn.functional as F
+
+            out = call.output
+            computed = float(out) if isinstance(out, torch.Tensor) and out.numel() == 1 else None
+            pair = aligned(call.input, call.target)
+            if pair is not None and computed is not None:
+                with self.session.paused():
+                    fixed = float(getattr(F, call.name)(*pair, *call.args[2:], **call.kwargs))
+        self._add(broadcast_finding(op=call.name, prediction_shape=ps, target_shape=ts, result_shape=result,
+                                    computed=computed, fixed=fixed, frame=call.frame, module=call.module,
+                                    step=self._step))
+
+    def _target_in_input_plans(self, x: Any, tgt: torch.Tensor) -> list[Plan]:
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 2 or x.shape[0] < 8:
+            return []
+        n = x.shape[0]
+        if tgt.numel() != n or tgt.device != x.device or tgt.dtype == torch.bool:
+            return []
+        diff = (x.detach().float() - tgt.detach().float().reshape(n, 1)).abs().amax(dim=0)
+        spread = (tgt.detach().float().amax() - tgt.detach().float().amin())
+
+        def judge(v: list[float]) -> dict[str, Any] | None:
+            best, col, sp = v
+            if best > 1e-6 * max(1.0, sp) or sp == 0:
+                return None
+            return dict(name="target_in_input", severity=Severity.ERROR, stage=Stage.DATA, column=int(col),
+                        evidence={"input_shape": shape(x), "target_shape": shape(tgt), "matching_column": int(col),
+                                  "max_abs_difference": best})
+
+        return [Plan([diff.amin(), diff.argmin(), spread], judge)]
+
+    def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
+        self._backward_in_step = True
+        self._train_in_eval.clear()
+        root = roots[0] if roots and isinstance(roots[0], torch.Tensor) else None
+        frame = None
+        if self.zero.armed:
+            stale = self.zero.untouched()
+            if stale:
+                frame = user_frame_from_stack(3)
+                name = self._param_name(stale[0])
+                self._add(finding("zero_grad_missing", stage=Stage.BACKWARD, frame=frame, parameter=name,
+                                  step=self._step, op="backward",
+                                  evidence={"parameters_sampled": len(stale),
+                                            "grad_version_unchanged_since_last_step": True}))
+        if root is None:
+            return
+        if root.grad_fn is not None:
+            if frame is None:
+                frame = user_frame_from_stack(3)
+            self.graphs.mark(root, self._step, frame)
+            self._loss_frame = self._loss_frame or frame
+        if self.region is not None:
+            self._analyze_region(root)
+        if root.numel() == 1 and self._step < self.collapse_steps and len(self._losses) == self._step:
+            self._losses.append(root.detach().reshape(()))
+        if self._warm() or (self.exp_every > 0 and self._step % self.exp_every == 0):
+            self._exp_plans(root)
+
+    def _analyze_region(self, root: torch.Tensor) -> None:
+        region = self.region
+        assert region is not None
+        for s in list(region.suspects):
+            if not region.reaches(s, root):
+                continue
+            key = ("region", s.op, s.frame)
+            computed = fixed = None
+            if key not in self._reported and root.numel() == 1:
+                self._reported.add(key)
+                with self.session.paused():
+                    computed = float(root.detach())
+                    fixed = region.replay(s, root)
+            grad_lo = s.lo.requires_grad and not s.hi.requires_grad
+            pred, tgt = (s.lo, s.hi) if grad_lo else (s.hi, s.lo)
+            self._add(broadcast_finding(op=s.op, prediction_shape=shape(pred), target_shape=shape(tgt),
+                                        result_shape=s.result_shape, computed=computed, fixed=fixed,
+                                        frame=s.frame, step=self._step))
+        self._leave_region()
+
+    def _exp_plans(self, root: torch.Tensor) -> None:
+        step = self._step
+        for node, consumer in exp_nodes(root):
+            try:
+                r = node._saved_result
+            except RuntimeError:
+                continue
+            if not isinstance(r, torch.Tensor) or not r.is_floating_point() or r.numel() == 0:
+                continue
+            n = r.shape[-1] if r.dim() else 1
+
+            def done(vals: list[float], dtype: torch.dtype = r.dtype, n: int = n, consumer: str = consumer) -> None:
+                top = vals[0]
+                x_max = math.log(top) if 0 < top < math.inf else (math.inf if top == math.inf else None)
+                if x_max is None:
+                    return
+                v = overflow_verdict(x_max, dtype, n, None)
+                if v is None:
+                    return
+                ev = dict(v, consumer=consumer.replace("Backward0", "") or "loss")
+                self._add(finding("exp_overflow", severity=Severity.ERROR if x_max == math.inf else Severity.WARNING,
+                                  stage=Stage.FORWARD, op="exp", step=step, evidence=ev,
+                                  variant="over" if v["room"] < 0 else None, **v))
+
+            self.flags.add([r.detach().amax()], done)
+
+    def _param_name(self, p: torch.Tensor) -> str | None:
+        for m in self.session.models:
+            for name, q in m.named_parameters():
+                if q is p:
+                    return name
+        return None
+
+    def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.region is not None:
+            self._leave_region()
+        if not self._eval_forwards:
+            return
+        params = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        for mref, label, frame in self._eval_forwards:
+            model = mref()
+            if model is None or model.training:
+                continue
+            if any(id(p) in params and p.grad is not None for p in model.parameters()):
+                self._add(finding("eval_mode_while_training", severity=Severity.WARNING, stage=Stage.FORWARD,
+                                  frame=frame, module="", op=type(model).__name__, step=self._step, model=label,
+                                  evidence={"modules_affected": self._stochastic_of(model)[:6]}))
+        self._eval_forwards.clear()
+
+    def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
+        self.zero.after_step(optimizer)
+
+    def _report_train_in_eval(self, key: int) -> None:
+        label, frame, n, modules = self._train_in_eval.pop(key)
+        self._add(finding("train_mode_while_evaluating", severity=Severity.WARNING, stage=Stage.FORWARD, frame=frame,
+                          module="", model=label, evidence={"no_grad_forwards_in_train_mode": n,
+                                                            "modules_affected": modules[:6]}))
+
+    def on_step_end(self, step: int) -> None:
+        self._leave_region()
+        self.flags.resolve()
+        old = self.graphs.alive_before(step)
+        if len({s for s, _ in old}) >= 2:
+            frame = old[0][1]
+            self._add(finding("loss_graph_kept", severity=Severity.ERROR, stage=Stage.LOSS, frame=frame, step=step,
+                              evidence={"old_loss_graphs_alive": len(old),
+                                        "from_steps": sorted({s for s, _ in old})[:8]}))
+        if len(self._losses) == self.collapse_steps and step == self.collapse_steps - 1:
+            self._check_collapse()
+
+    def _check_collapse(self) -> None:
+        losses, self._losses = self._losses, []
+        if len(losses) < 5:
+            return
+        vals = torch.stack([v.float().cpu() if v.device.type != "cpu" else v.float() for v in losses]).tolist()
+        first = vals[0]
+        if not (first > 0 and math.isfinite(first)):
+            return
+        for k, v in enumerate(vals[1:], 1):
+            if 0 <= v <= first * 1e-3:
+                self._add(finding("loss_collapse", severity=Severity.WARNING, stage=Stage.LOSS, frame=self._loss_frame,
+                                  step=k, steps=k, evidence={"first_loss": fmt(first), f"loss_at_step_{k}": fmt(v),
+                                                             "ratio": f"{v / first:.2e}"}))
+                return
+
+    def on_end(self) -> None:
+        self._leave_region()
+        if self.region is not None:  # still inside one of our calls: cannot happen at close, be safe
+            self.region.inside = 0
+            self._leave_region()
+        self.flags.resolve()
+        for key in list(self._train_in_eval):
+            self._report_train_in_eval(key)
+        if self._losses:
+            self._check_collapse()

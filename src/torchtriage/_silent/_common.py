@@ -1,0 +1,60 @@
+"""One way to build a silent-bug `Finding` from the catalogue, and small shared helpers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .._catalogue import msg
+from .._findings import Category, Finding, Severity, Stage
+from .._frames import UserFrame
+
+
+def finding(name: str, *, severity: Severity | str = Severity.ERROR, stage: Stage | str | None = Stage.LOSS,
+            frame: UserFrame | None = None, module: str | None = None, op: str | None = None,
+            parameter: str | None = None, step: int | None = None,
+            evidence: dict[str, Any] | None = None, variant: str | None = None,
+            **fields: Any) -> Finding:
+    """A `silent.<name>` finding whose message, cause and next check come from the catalogue."""
+    ev = dict(evidence or {})
+    fields.setdefault("op", op)
+    if frame is not None and frame.source:
+        ev.setdefault("source_line", frame.source)
+    return Finding(
+        category=Category.SILENT, code=f"silent.{name}", severity=severity, stage=stage, step=step,
+        module=module, op=op, parameter=parameter,
+        file=frame.file if frame is not None else None, line=frame.line if frame is not None else None,
+        message=msg(f"silent.{name}" + (f".{variant}" if variant else ""), **fields), cause=msg(f"silent.{name}.cause", **fields),
+        next_check=msg(f"silent.{name}.next", **fields), evidence=ev)
+
+
+def shape(t: Any) -> tuple[int, ...]:
+    return tuple(t.shape) if isinstance(t, torch.Tensor) else ()
+
+
+def first_tensor(out: Any) -> torch.Tensor | None:
+    """The main tensor of a model's output: the tensor itself, `.logits`, or the first tensor inside."""
+    if isinstance(out, torch.Tensor):
+        return out
+    logits = getattr(out, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(out, dict):
+        if isinstance(out.get("logits"), torch.Tensor):
+            return out["logits"]
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        for item in out:
+            t = first_tensor(item)
+            if t is not None:
+                return t
+    return None
+
+
+def fmt(value: float) -> str:
+    return f"{value:.6f}"
+
+
+def is_index_tensor(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool

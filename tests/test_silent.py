@@ -1,0 +1,342 @@
+"""Silent bugs: each is reproduced by a tiny real model with its exact finding; the five clean
+reference loops produce no finding at all."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchtriage
+from torchtriage import Category, Severity, Stage
+from zoo import silent as z
+
+ZOO = z.__file__
+
+
+def _watch(model, loop, *, lr=0.05, opt_cls=torch.optim.SGD, checks=("silent",), **kw):
+    opt = opt_cls(model.parameters(), lr=lr)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False,
+                           checks=list(checks) if checks else "default") as s:
+        loop(model, opt, **kw)
+    assert torch._C._len_torch_function_stack() == 0, "the loss region was left on the mode stack"
+    return s.report
+
+
+def _one(report, code):
+    found = report.filter(code=code)
+    assert len(found) == 1, [f.code for f in report.findings]
+    f = found[0]
+    assert f.category is Category.SILENT
+    return f
+
+
+def _line_of(text: str) -> int:
+    with open(ZOO) as fh:
+        for i, line in enumerate(fh, 1):
+            if text in line:
+                return i
+    raise AssertionError(text)
+
+
+# ---------------------------------------------------------------------------------- 1. broadcasting
+def test_seed_broadcast_public_check():
+    r = torchtriage.check_loss_broadcast(torch.tensor([[1.0], [2.0], [3.0]]), torch.tensor([1.0, 2.0, 3.0]))
+    f = r.primary
+    assert f.code == "silent.loss_broadcast" and f.stage is Stage.LOSS and f.severity is Severity.ERROR
+    assert f.message == ("prediction [3, 1] and target [3] broadcast to [3, 3] in mse: "
+                         "every prediction is compared with every target")
+    assert (f.evidence["broadcast_shape"], f.evidence["loss_computed"], f.evidence["loss_aligned"]) == \
+        ((3, 3), "1.333333", "0.000000")
+    assert f.file == __file__
+
+
+@pytest.mark.parametrize("pred,target", [
+    ((8, 4), (4,)),       # bias / per-channel scale
+    ((8, 4), (8, 1)),     # per-sample weight
+    ((8, 1), (8, 1)),     # aligned
+    ((2, 3, 5), (1, 3, 1)),  # mask
+])
+def test_legitimate_broadcasting_is_quiet(pred, target):
+    assert not torchtriage.check_loss_broadcast(torch.randn(pred), torch.randn(target))
+
+
+def test_hand_written_loss_broadcast_in_session():
+    report = _watch(z.RegressionMLP(), z.broadcast_hand_written_loss)
+    f = _one(report, "silent.loss_broadcast")
+    assert (f.step, f.stage, f.op, f.count) == (0, Stage.LOSS, "sub", 3)
+    assert (f.file, f.line) == (ZOO, _line_of("loss = ((model(x) - y) ** 2).mean()"))
+    assert f.evidence["prediction_shape"] == (8, 1) and f.evidence["target_shape"] == (8,)
+    assert f.evidence["broadcast_shape"] == (8, 8)
+    # the aligned loss is a real replay, not the computed one
+    assert f.evidence["loss_computed"] != f.evidence["loss_aligned"] != "n/a"
+
+
+def test_builtin_loss_broadcast_in_session():
+    with pytest.warns(UserWarning, match="target size"):  # PyTorch's own warning, kept
+        report = _watch(z.RegressionMLP(), z.broadcast_builtin_loss)
+    f = _one(report, "silent.loss_broadcast")
+    assert (f.step, f.op, f.line) == (0, "mse_loss", _line_of("loss = F.mse_loss(model(x), y)"))
+    assert f.message.startswith("prediction [8, 1] and target [8] broadcast to [8, 8] in mse_loss")
+    assert f.evidence["loss_computed"] != f.evidence["loss_aligned"] != "n/a"
+
+
+def test_numerics_unchanged_by_the_loss_region():
+    def run(watched):
+        torch.manual_seed(3)
+        m = z.RegressionMLP()
+        opt = torch.optim.SGD(m.parameters(), lr=0.05)
+        if watched:
+            with torchtriage.watch(m, opt, checks=["silent"], on_anomaly="record", report=False):
+                z.broadcast_hand_written_loss(m, opt, steps=4)
+        else:
+            z.broadcast_hand_written_loss(m, opt, steps=4)
+        return [p.detach().clone() for p in m.parameters()]
+
+    assert all(torch.equal(a, b) for a, b in zip(run(False), run(True)))
+
+
+# ---------------------------------------------------------------------------------- 2. loss-input semantics
+@pytest.mark.parametrize("model,loss,targets,features,code,message", [
+    (z.DoubleSoftmaxClassifier, "cross_entropy", lambda: torch.randint(0, 4, (16,)), 6,
+     "silent.probabilities_to_cross_entropy",
+     "cross_entropy received probabilities (softmax output), but it applies log_softmax itself: softmax is applied twice"),
+    (z.SigmoidBeforeLogitsLoss, "binary_cross_entropy_with_logits", lambda: torch.randint(0, 2, (16,)).float(), 5,
+     "silent.sigmoid_before_logits_loss",
+     "binary_cross_entropy_with_logits received probabilities (sigmoid output), but it applies sigmoid itself"),
+    (z.Classifier, "nll_loss", lambda: torch.randint(0, 4, (16,)), 6,
+     "silent.nll_without_log_softmax", "nll_loss received inputs that are not log-probabilities"),
+    (z.LogisticRegression, "binary_cross_entropy_with_logits", lambda: torch.randint(0, 3, (16,)).float(), 5,
+     "silent.class_indices_to_binary_loss",
+     "binary_cross_entropy_with_logits received targets outside [0, 1]: class indices given to a binary loss"),
+    (z.Classifier, "mse_loss", lambda: torch.randint(0, 4, (16, 1)).float(), 6,
+     "silent.regression_on_class_labels", "mse_loss compares a 4-way output with integer class labels"),
+    (z.Classifier, "cross_entropy", lambda: (torch.rand(16, 4) > 0.5).float(), 6,
+     "silent.targets_not_distributions",
+     "cross_entropy received probability targets whose rows do not sum to 1 (multi-hot labels?)"),
+])
+@pytest.mark.filterwarnings("ignore:Using a target size")  # PyTorch's own warning for the (N, 4) vs (N, 1) case
+def test_loss_input_semantics_in_session(model, loss, targets, features, code, message):
+    report = _watch(model(), z.classify, loss=loss, targets=targets(), features=features)
+    f = _one(report, code)
+    assert (f.message, f.step, f.stage, f.op) == (message, 0, Stage.LOSS, loss)
+    assert (f.file, f.line) == (ZOO, _line_of("loss_value = getattr(F, loss)(model(x), targets)"))
+    assert len(report.findings) == 1
+
+
+def test_loss_input_checks_public_and_value_based():
+    probs = torch.softmax(torch.randn(8, 5), dim=1)  # no grad_fn: judged from values
+    assert torchtriage.check_loss_inputs(probs, torch.randint(0, 5, (8,))).primary.evidence["max_row_sum_error"] < 1e-3
+    assert not torchtriage.check_loss_inputs(torch.randn(8, 5), torch.randint(0, 5, (8,)))
+    assert not torchtriage.check_loss_inputs(torch.log_softmax(torch.randn(8, 5), 1), torch.randint(0, 5, (8,)),
+                                             loss="nll_loss")
+    soft = torch.softmax(torch.randn(8, 5), 1)  # label-smoothing-like soft targets are fine
+    assert not torchtriage.check_loss_inputs(torch.randn(8, 5), soft)
+    with pytest.raises(TypeError, match="check_loss_inputs takes two tensors, got list and Tensor"):
+        torchtriage.check_loss_inputs([1.0], torch.zeros(1))
+
+
+# ---------------------------------------------------------------------------------- 3. sequences
+def test_unshifted_labels_in_session():
+    report = _watch(z.TinyLM(), z.lm_unshifted_labels)
+    f = _one(report, "silent.labels_not_shifted")
+    assert f.message == ("cross_entropy targets equal the input tokens at the same positions: "
+                         "labels are not shifted for next-token prediction")
+    assert (f.step, f.stage, f.line) == (0, Stage.LOSS, _line_of("loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids.reshape(-1))"))
+    assert f.evidence["positions_equal_to_input"] == "96/96"
+
+
+def test_pad_counted_in_loss_in_session():
+    report = _watch(z.TinyLM(), z.lm_pad_in_loss)
+    f = _one(report, "silent.pad_in_loss")
+    assert f.message == "PAD tokens (0) are counted in the loss" and f.evidence["pad_id"] == 0
+    assert f.severity is Severity.WARNING and f.step == 0
+    assert len(report.findings) == 1  # shifted labels: no shift finding
+
+
+def test_public_token_shift():
+    ids = torch.randint(1, 50, (2, 8))
+    assert torchtriage.check_token_shift(ids, ids.clone()).primary.code == "silent.labels_not_shifted"
+    assert not torchtriage.check_token_shift(ids[:, :-1], ids[:, 1:])
+    with pytest.raises(TypeError, match="labels must be an integer tensor of token ids, got torch.float32"):
+        torchtriage.check_token_shift(ids, ids.float())
+
+
+def test_check_causal():
+    ids = torch.randint(0, 32, (2, 10))
+    assert not torchtriage.check_causal(z.TinyLM(), ids)
+    f = torchtriage.check_causal(z.LeakyAttentionLM(), ids).primary
+    assert f.code == "silent.attention_sees_future" and f.stage is Stage.FORWARD
+    assert f.message == ("outputs at position 0 changed when only tokens from position 5 on changed: "
+                         "the model sees the future")
+    with pytest.raises(ValueError, match=r"position=9 is outside 0..8"):
+        torchtriage.check_causal(z.TinyLM(), ids, position=9)
+
+
+def test_check_padding():
+    ids, mask = z.padded_tokens()
+    assert not torchtriage.check_padding(z.TinyLM(causal=False), ids, 0, mask)
+    model = z.PadLeakingLM()
+    model.train()
+    f = torchtriage.check_padding(model, ids, 0, mask).primary
+    assert f.code == "silent.padding_leaks"
+    assert f.message == "outputs at real tokens changed when only PAD (0) positions changed: padding leaks into the model"
+    assert model.training  # mode restored
+    with pytest.raises(ValueError, match="input_ids hold no pad_id=99"):
+        torchtriage.check_padding(model, ids, 99)
+
+
+# ---------------------------------------------------------------------------------- 4. loop mistakes
+def test_zero_grad_missing():
+    report = _watch(z.RegressionMLP(), z.no_zero_grad)
+    f = _one(report, "silent.zero_grad_missing")
+    assert (f.step, f.stage, f.parameter, f.count) == (1, Stage.BACKWARD, "net.0.weight", 2)
+    assert f.file == ZOO and f.op == "backward"
+    assert f.message == "gradients accumulate across steps: nothing zeroed them after the optimizer step"
+
+
+def test_gradient_accumulation_is_not_missing_zero_grad():
+    def loop(model, opt, steps=3):
+        x, y = z.regression_data()
+        for _ in range(steps):
+            for micro in range(2):  # accumulate 2 micro-batches, then step and zero
+                F.mse_loss(model(x[micro::2]).squeeze(-1), y[micro::2]).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+
+    assert not _watch(z.RegressionMLP(), loop)
+
+
+def test_loss_graph_kept_across_steps():
+    report = _watch(z.RegressionMLP(), z.loss_graph_kept)
+    f = _one(report, "silent.loss_graph_kept")
+    assert (f.step, f.severity) == (3, Severity.ERROR)
+    assert f.evidence["from_steps"] == [0, 1]
+    assert "a smaller batch will not fix it" in f.cause
+
+
+def test_eval_mode_while_training():
+    report = _watch(z.SmallCNN(), z.eval_mode_while_training)
+    f = _one(report, "silent.eval_mode_while_training")
+    assert (f.step, f.stage, f.module, f.severity) == (0, Stage.FORWARD, "", Severity.WARNING)
+    assert f.message == "SmallCNN is trained while in eval() mode"
+    assert f.evidence["modules_affected"] == ["features.1 (BatchNorm2d)", "drop (Dropout p=0.2)"]
+
+
+def test_train_mode_while_evaluating():
+    report = _watch(z.SmallCNN(), z.train_mode_while_evaluating)
+    f = _one(report, "silent.train_mode_while_evaluating")
+    assert (f.step, f.stage, f.line) == (2, Stage.FORWARD, _line_of("model(x).argmax(1)"))
+    assert f.message == "SmallCNN is evaluated while in train() mode"
+
+
+def test_target_leak_and_loss_collapse():
+    report = _watch(nn.Linear(4, 1), z.target_leaked_into_input, lr=0.5)
+    leak = _one(report, "silent.target_in_input")
+    assert (leak.step, leak.stage, leak.evidence["matching_column"]) == (0, Stage.DATA, 3)
+    assert leak.message == "the loss target equals input column 3 of the model"
+    collapse = _one(report, "silent.loss_collapse")
+    assert collapse.severity is Severity.WARNING and collapse.step == 3
+    assert collapse.message == "the loss fell to about 0 within 3 steps"
+
+
+def test_check_training_loop_public():
+    model = z.RegressionMLP()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = z.regression_data()
+
+    def step(i):
+        F.mse_loss(model(x).squeeze(-1), y).backward()
+        opt.step()
+
+    report = torchtriage.check_training_loop(step, model=model, optimizer=opt, steps=3)
+    assert [f.code for f in report.findings] == ["silent.zero_grad_missing"]
+    with pytest.raises(ValueError, match="steps must be a positive int, got 0"):
+        torchtriage.check_training_loop(step, model=model, steps=0)
+
+
+# ---------------------------------------------------------------------------------- 5. overflow
+def test_exp_overflow_public_seed_and_margin():
+    f = torchtriage.check_exp_overflow(torch.tensor([1000.0, 1001.0])).primary
+    assert (f.code, f.evidence["direct_all_finite"], f.evidence["stable_sum"]) == ("silent.exp_overflow", False, "1.000000")
+    near = torchtriage.check_exp_overflow(torch.tensor([[80.0, 1.0]])).primary  # finite, 8.7 below the limit
+    assert near.severity is Severity.WARNING and near.evidence["exp_overflowed"] is False
+    assert near.message == "exp input reaches 80.0 in float32, 8.03 below the overflow limit 88.72"
+    assert not torchtriage.check_exp_overflow(torch.tensor([[10.0, 1.0]]))
+    assert torchtriage.check_exp_overflow(torch.tensor([[9.0, 1.0]], dtype=torch.float16)).primary.evidence["limit"] == 11.09
+
+
+def test_hand_written_softmax_near_overflow_in_session():
+    report = _watch(z.HandWrittenSoftmaxNearOverflow(), z.near_overflow_softmax)
+    f = _one(report, "silent.exp_overflow")
+    assert (f.step, f.stage, f.op, f.severity) == (0, Stage.FORWARD, "exp", Severity.WARNING)
+    assert 68 < f.evidence["x_max"] < 74 and f.evidence["consumer"] == "Div"
+    assert re.fullmatch(r"exp input reaches \d+\.\d+ in float32, \d+\.\d+ below the overflow limit 88\.72", f.message)
+
+
+# ---------------------------------------------------------------------------------- clean loops
+@pytest.mark.parametrize("model,loop,kw", [
+    (z.RegressionMLP, z.clean_mlp_regression, {}),
+    (z.Classifier, z.clean_classifier, {}),
+    (z.TinyLM, z.clean_causal_lm, {}),
+    (z.SmallCNN, z.clean_cnn_batchnorm, {}),
+    (z.Classifier, z.clean_mixed_precision, {}),
+], ids=["mlp_regression", "classifier", "causal_lm", "cnn_batchnorm", "mixed_precision"])
+def test_clean_reference_loops_produce_no_finding(model, loop, kw):
+    report = _watch(model(), loop, checks=None, **kw)
+    assert report.findings == (), [f"{f.code}: {f.message}" for f in report.findings]
+
+
+def test_clean_causal_lm_passes_the_probes():
+    ids, mask = z.padded_tokens()
+    lm = z.TinyLM()
+    assert not torchtriage.check_causal(lm, ids)
+    assert not torchtriage.check_padding(lm, ids, 0, mask)
+    labels = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
+    assert not torchtriage.check_token_shift(ids[:, :-1], labels)
+
+
+def test_session_cleans_up_the_region_on_exception():
+    model = z.RegressionMLP()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(KeyError):
+        with torchtriage.watch(model, opt, checks=["silent"], on_anomaly="record", report=False):
+            model(torch.randn(4, 4))  # region entered here
+            raise KeyError("user error in the loss code")
+    assert torch._C._len_torch_function_stack() == 0
+
+
+def test_catalogue_languages_match():
+    from torchtriage._catalogue import catalogue, fields_of
+
+    cat = catalogue()
+    keys = [k for k in cat["en"] if k.startswith(("silent.", "lab."))]
+    for k in keys:
+        assert k in cat["zh"], k
+        assert fields_of(cat["en"][k]) == fields_of(cat["zh"][k]), k
+
+
+def test_token_tagging_with_a_frequent_tag_is_not_pad():
+    """NER-style tags: "O" (0) dominates and ends most rows, but sits under varied input tokens."""
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.head = nn.Embedding(32, 8), nn.Linear(8, 3)
+
+        def forward(self, ids):
+            return self.head(self.emb(ids))
+
+    def loop(model, opt, steps=2):
+        g = torch.Generator().manual_seed(8)
+        ids = torch.randint(1, 32, (8, 12), generator=g)
+        tags = (torch.rand(8, 12, generator=g) < 0.2).long() * torch.randint(1, 3, (8, 12), generator=g)
+        tags[:, -3:] = 0
+        for _ in range(steps):
+            opt.zero_grad()
+            F.cross_entropy(model(ids).reshape(-1, 3), tags.reshape(-1)).backward()
+            opt.step()
+
+    assert not _watch(Tagger(), loop)
