@@ -44,6 +44,7 @@ LOSS_FUNCTIONS = (
 )
 
 _active: list[Session] = []
+_RAISED = object()  # marks the forward hook call PyTorch makes when forward raised
 _lock = threading.Lock()
 
 
@@ -378,11 +379,17 @@ class Session:
         except Exception as e:
             self._internal_error("session.forward_pre", e)
 
-    def _fwd_post(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+    def _fwd_post(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  output: Any = _RAISED) -> None:
         if self._busy:
             return
         try:
             self._depth = max(0, self._depth - 1)
+            if output is _RAISED:
+                # forward raised: PyTorch then calls always_call hooks as hook(module, args, None),
+                # without kwargs. Keep the depth right and the stage at forward (exception triage
+                # reads it); there is no output to observe.
+                return
             name = self._names.get(module) if (self._per_module or self._depth == 0) else None
             if self._per_module and name is not None:
                 self._emit("on_forward", module, name, args, kwargs, output)
