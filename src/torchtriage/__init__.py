@@ -9,6 +9,7 @@ from ._catalogue import get_language as get_language
 from ._catalogue import set_language as set_language
 from ._checker import Checker as Checker
 from ._checker import LossCall as LossCall
+from ._env import collect_env as collect_env
 from ._errors import AnomalyError as AnomalyError
 from ._errors import BundleError as BundleError
 from ._errors import ConfigError as ConfigError
@@ -20,6 +21,12 @@ from ._findings import Finding as Finding
 from ._findings import Report as Report
 from ._findings import Severity as Severity
 from ._findings import Stage as Stage
+from ._repro import Bundle as Bundle
+from ._repro import ReplayResult as ReplayResult
+from ._repro import ShrinkResult as ShrinkResult
+from ._repro import load_bundle as load_bundle
+from ._repro import replay as replay
+from ._repro import shrink as shrink
 from ._session import Session as Session
 from ._session import TriageWarning as TriageWarning
 from ._session import current_session as current_session
@@ -34,10 +41,13 @@ except PackageNotFoundError:  # running from a source tree
 
 for _obj in (Category, Finding, Report, Severity, Stage, Session, TensorSummary, Checker, LossCall):
     _obj.__module__ = "torchtriage"
+for _obj in (Bundle, ReplayResult, ShrinkResult):
+    _obj.__module__ = "torchtriage"
 del _obj
 
 __all__ = [
     "AnomalyError",
+    "Bundle",
     "BundleError",
     "Category",
     "Checker",
@@ -45,17 +55,23 @@ __all__ = [
     "ContractError",
     "Finding",
     "LossCall",
+    "ReplayResult",
     "Report",
     "Session",
     "Severity",
+    "ShrinkResult",
     "Stage",
     "TensorSummary",
     "TriageError",
     "TriageInternalWarning",
     "TriageWarning",
+    "collect_env",
     "current_session",
     "get_language",
+    "load_bundle",
+    "replay",
     "set_language",
+    "shrink",
     "summarize",
     "watch",
 ]
