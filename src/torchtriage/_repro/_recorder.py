@@ -36,6 +36,7 @@ from . import _bundle, _safetensors, _tree
 
 _RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 _MAX_LOSSES = 8
+_MB = 1024 * 1024  # --max-bundle-mb counts MiB
 
 
 class ReproRecorder(Checker):
@@ -58,7 +59,7 @@ class ReproRecorder(Checker):
         self.active = True
         opts["keep_state"] = True
         self._dir = os.path.abspath(os.fspath(opts["bundle_dir"]))
-        self._limit = int(float(opts.get("max_bundle_mb", 512)) * 1024 * 1024)
+        self._limit = int(float(opts.get("max_bundle_mb", 512)) * _MB)
         self._threshold = _RANK[Severity(opts.get("bundle_severity", "error"))]
 
     def on_step_begin(self, step: int) -> None:
@@ -121,7 +122,7 @@ class ReproRecorder(Checker):
             print(msg("repro.skipped", **s), file=sys.stderr)
         what = trigger.get("code") or trigger.get("type")
         print(msg("repro.written", path=self._dir, what=what, step=trigger["step"],
-                  mb=f"{size / 1e6:.2f}"), file=sys.stderr)
+                  mb=f"{size / _MB:.3g}"), file=sys.stderr)
 
     def _capture_and_write(self, sess: Any, trigger: dict[str, Any], tb: str,
                            exc: BaseException | None) -> tuple[int, list[dict[str, Any]]]:
@@ -144,7 +145,7 @@ class ReproRecorder(Checker):
             nonlocal used
             need = sum(_safetensors.nbytes(t) for t in tensors.values())
             if used + need > limit:
-                skipped.append({"part": part, "mb": f"{need / 1e6:.1f}", "limit": f"{limit / 1e6:.1f}"})
+                skipped.append({"part": part, "mb": f"{need / _MB:.3g}", "limit": f"{limit / _MB:.3g}"})
                 return False
             used += need
             return True
