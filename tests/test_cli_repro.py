@@ -15,8 +15,31 @@ import pytest
 import torch
 
 from conftest import run_cli
+from torchtriage._cli import main
 
 TESTS = str(Path(__file__).resolve().parent)
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """`torchtriage ARGS` in this process (same code path as the command, no interpreter
+    start-up): returns (exit code, stdout, stderr). Factory modules are forgotten after."""
+
+    def call(*args, cwd):
+        monkeypatch.chdir(cwd)
+        before = set(sys.modules)
+        try:
+            code = main(list(args))
+        finally:
+            for name in set(sys.modules) - before:
+                if name in ("mymodel", "small"):
+                    del sys.modules[name]
+            if str(cwd) in sys.path:
+                sys.path.remove(str(cwd))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return call
 
 FACTORY = """
 import sys
@@ -91,17 +114,17 @@ def nan_bundle(tmp_path_factory):
     return d
 
 
-def test_script_writes_bundle_and_replay_reproduces(nan_bundle):
-    p = run_cli("replay", "bundle", "--factory", "mymodel:make", cwd=nan_bundle)
-    assert p.returncode == 1, p.stderr  # 1: the finding came back (git bisect: "bad")
-    assert p.stdout.splitlines()[0] == "reproduced: numerical/test.nonfinite_output module='' op='forward'"
-    assert "model output is not finite" in p.stderr  # the replay's report
+def test_script_writes_bundle_and_replay_reproduces(nan_bundle, cli):
+    code, out, err = cli("replay", "bundle", "--factory", "mymodel:make", cwd=nan_bundle)
+    assert code == 1, err  # 1: the finding came back (git bisect: "bad")
+    assert out.splitlines()[0] == "reproduced: numerical/test.nonfinite_output module='' op='forward'"
+    assert "model output is not finite" in err  # the replay's report
 
 
-def test_shrink_cli_finds_the_poisoned_sample(nan_bundle):
-    p = run_cli("shrink", "bundle", "--factory", "mymodel:make", "--out", "minimal", cwd=nan_bundle)
-    assert p.returncode == 0, p.stderr
-    lines = p.stdout.splitlines()
+def test_shrink_cli_finds_the_poisoned_sample(nan_bundle, cli):
+    code, out, err = cli("shrink", "bundle", "--factory", "mymodel:make", "--out", "minimal", cwd=nan_bundle)
+    assert code == 0, err
+    lines = out.splitlines()
     assert lines[0].startswith("shrink: replay 1: 64 sample(s)") and lines[0].endswith("-> reproduced")
     m = re.match(r"shrink: (\d+) replays; 1 of 64 sample\(s\) remain: \[37\]; sequence prefix: -; "
                  r"minimal bundle written to minimal$", lines[-1])
@@ -111,15 +134,15 @@ def test_shrink_cli_finds_the_poisoned_sample(nan_bundle):
     assert torchtriage.load_bundle(nan_bundle / "minimal").batch().args[0].shape == (1, 8)
 
 
-def test_generated_test_fails_on_the_bug_and_passes_after_the_fix(nan_bundle, tmp_path):
+def test_generated_test_fails_on_the_bug_and_passes_after_the_fix(nan_bundle, tmp_path, cli):
     work = tmp_path / "proj"
     work.mkdir()
     _write_factory(work, "ZeroNormDivides")
-    p = run_cli("make-test", str(nan_bundle / "bundle"), "--factory", "mymodel:make", "--out", "regress",
-                cwd=work)
-    assert p.returncode == 0, p.stderr
+    code, out, err = cli("make-test", str(nan_bundle / "bundle"), "--factory", "mymodel:make", "--out", "regress",
+                         cwd=work)
+    assert code == 0, err
     test = work / "regress" / "test_test_nonfinite_output.py"
-    assert p.stdout.splitlines()[-1] == (f"make-test: wrote regress/test_test_nonfinite_output.py, regress/FIX.md "
+    assert out.splitlines()[-1] == (f"make-test: wrote regress/test_test_nonfinite_output.py, regress/FIX.md "
                                          f"and the minimal bundle regress/test_nonfinite_output_bundle")
     fix = (work / "regress" / "FIX.md").read_text()
     assert "# Fix record: numerical/test.nonfinite_output module='' op='forward'" in fix
@@ -141,38 +164,40 @@ def test_generated_test_fails_on_the_bug_and_passes_after_the_fix(nan_bundle, tm
     assert "1 passed" in after.stdout
 
 
-def test_run_bundle_then_replay_and_shrink_through_the_script(tmp_path):
+def test_run_bundle_then_replay_and_shrink_through_the_script(tmp_path, cli):
     (tmp_path / "crash.py").write_text(CRASH.format(tests=TESTS))
     p = run_cli("run", "--bundle", "b", "crash.py", cwd=tmp_path)
     assert p.returncode == 1
     assert "ValueError: negative sample reached the model" in p.stderr
     assert "repro bundle written to" in p.stderr and "(ValueError at step 1" in p.stderr
-    p = run_cli("replay", "b", cwd=tmp_path)  # the recorded script rebuilds the model
-    assert p.returncode == 1, p.stderr
-    assert p.stdout.splitlines()[0] == "reproduced: ValueError: negative sample reached the model"
-    p = run_cli("shrink", "b", cwd=tmp_path)
-    assert p.returncode == 0, p.stderr
-    assert "1 of 16 sample(s) remain: [5]" in p.stdout.splitlines()[-1]
+    call = torch.nn.Module.__call__
+    code, out, err = cli("replay", "b", cwd=tmp_path)  # the recorded script rebuilds the model
+    assert torch.nn.Module.__call__ is call  # the replay's interception is removed
+    assert code == 1, err
+    assert out.splitlines()[0] == "reproduced: ValueError: negative sample reached the model"
+    code, out, err = cli("shrink", "b", cwd=tmp_path)
+    assert code == 0, err
+    assert "1 of 16 sample(s) remain: [5]" in out.splitlines()[-1]
 
 
-def test_env_command_prints_the_block(monkeypatch):
+def test_env_command_prints_the_block(monkeypatch, cli, tmp_path):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
-    p = run_cli("env")
-    assert p.returncode == 0
-    out = p.stdout.splitlines()
+    code, stdout, _ = cli("env", cwd=tmp_path)
+    assert code == 0
+    out = stdout.splitlines()
     assert out[0].startswith("torchtriage ")
     assert f"torch       {torch.__version__}" in out
     assert any(line.startswith("CUDA        ") for line in out)
     assert any(line.startswith("devices     ") and "cpu (" in line for line in out)
-    assert "CUDA_VISIBLE_DEVICES=3" in p.stdout
+    assert "CUDA_VISIBLE_DEVICES=3" in stdout
     assert f"  torch=={torch.__version__}" in out
 
 
-def test_bad_input_is_one_line_and_exit_2(nan_bundle, tmp_path):
-    p = run_cli("replay", str(tmp_path / "nope"), "--factory", "mymodel:make", cwd=nan_bundle)
-    assert (p.returncode, p.stderr) == (2, f"torchtriage: error: bundle {tmp_path / 'nope'}: not found\n")
-    p = run_cli("replay", "bundle", "--factory", "mymodel", cwd=nan_bundle)
-    assert (p.returncode, p.stderr) == (2, "torchtriage: error: --factory 'mymodel': expected MODULE:FUNCTION, "
+def test_bad_input_is_one_line_and_exit_2(nan_bundle, tmp_path, cli):
+    code, _, err = cli("replay", str(tmp_path / "nope"), "--factory", "mymodel:make", cwd=nan_bundle)
+    assert (code, err) == (2, f"torchtriage: error: bundle {tmp_path / 'nope'}: not found\n")
+    code, _, err = cli("replay", "bundle", "--factory", "mymodel", cwd=nan_bundle)
+    assert (code, err) == (2, "torchtriage: error: --factory 'mymodel': expected MODULE:FUNCTION, "
                                            "e.g. mymodels:make_model\n")
     small = tmp_path / "small.py"
     small.write_text(textwrap.dedent(f"""
@@ -183,7 +208,7 @@ def test_bad_input_is_one_line_and_exit_2(nan_bundle, tmp_path):
         def make():
             return ZeroNormDivides(features=4)
         """))
-    p = run_cli("replay", str(nan_bundle / "bundle"), "--factory", "small:make", cwd=tmp_path)
-    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1
-    assert p.stderr.startswith("torchtriage: error: the model does not match the bundle's state (model "
+    code, _, err = cli("replay", str(nan_bundle / "bundle"), "--factory", "small:make", cwd=tmp_path)
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("torchtriage: error: the model does not match the bundle's state (model "
                                "ZeroNormDivides, bundle recorded ZeroNormDivides): shape differs: fc.weight")
