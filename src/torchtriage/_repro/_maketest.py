@@ -31,7 +31,6 @@ files, no pickle) through your model and fails while the same finding comes back
 See FIX.md beside this file for the record of the fix.
 """
 
-import sys
 from pathlib import Path
 
 import torchtriage
@@ -86,7 +85,7 @@ def make_test(bundle: Bundle, out_dir: str, *, factory: str | None = None, scrip
     if factory is not None:
         module, _, func = factory.partition(":")
         mod_dir = _module_dir(module)
-        setup = (f"sys.path.insert(0, {mod_dir!r})\n\n\ndef _build():\n"
+        setup = (f"import sys  # noqa: E402\n\nsys.path.insert(0, {mod_dir!r})\n\n\ndef _build():\n"
                  f"    from {module} import {func}\n\n    return {func}()\n")
         replay_args = "factory=_build"
     else:
@@ -129,7 +128,8 @@ def _fix_record(bundle: Bundle, symptom: str, bundle_dir: str, test_path: str, s
         stage=f.get("stage") or t.get("stage") or "-",
         module=f.get("module") if f.get("module") is not None else "-",
         op=f.get("op") or "-",
-        line=f"{f.get('file')}:{f.get('line')}" if f.get("file") else "-",
+        line=(f"{f.get('file')}:{f.get('line')}" if f.get("file")
+              else f"{t.get('file')}:{t.get('line')}" if t.get("file") else "-"),
         step=t.get("step"),
         command=" ".join(cmd.get("argv") or []) or "-",
         cwd=cmd.get("cwd") or "-",

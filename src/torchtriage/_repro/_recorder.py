@@ -32,6 +32,7 @@ from .. import _registry
 from .._catalogue import msg
 from .._checker import Checker, LossCall
 from .._findings import Finding, Severity
+from .._frames import user_frame_from_tb
 from . import _bundle, _safetensors, _tree
 
 _RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
@@ -79,8 +80,11 @@ class ReproRecorder(Checker):
     def on_exception(self, exc: BaseException) -> None:
         if not self.active or self.written is not None:
             return
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        tb = "".join(traceback.format_exception(type(exc), exc, _trim(exc.__traceback__)))
         trigger = {"kind": "exception", "type": type(exc).__name__, "message": str(exc)[:2000]}
+        frame = user_frame_from_tb(exc.__traceback__)
+        if frame is not None:
+            trigger.update(file=frame.file, line=frame.line)
         primary = self.session.report.primary if self.session is not None else None
         if primary is not None:
             trigger["finding"] = primary.to_dict()
@@ -213,6 +217,18 @@ class ReproRecorder(Checker):
             texts={"env.txt": format_env(env), "traceback.txt": tb},
             tensors=groups)
         return size, skipped
+
+
+def _trim(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """Drop torchtriage's and runpy's leading frames: the traceback starts in the user's code."""
+    from .._frames import _HERE
+
+    while tb is not None and tb.tb_next is not None:
+        fn = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if not (fn.startswith(_HERE) or os.path.basename(fn) == "runpy.py" or "<frozen runpy>" in fn):
+            break
+        tb = tb.tb_next
+    return tb
 
 
 def _signature(f: Finding) -> dict[str, Any]:
