@@ -13,6 +13,7 @@ from ._contracts import ContractHandle as ContractHandle
 from ._contracts import TensorSpec as TensorSpec
 from ._contracts import audit_tensor as audit_tensor
 from ._contracts import expect as expect
+from ._env import collect_env as collect_env
 from ._errors import AnomalyError as AnomalyError
 from ._errors import BundleError as BundleError
 from ._errors import ConfigError as ConfigError
@@ -33,6 +34,12 @@ from ._seed import first_nonfinite_step as first_nonfinite_step
 from ._seed import locate_failure_zone as locate_failure_zone
 from ._leakage import check_preprocessing as check_preprocessing
 from ._leakage import check_splits as check_splits
+from ._repro import Bundle as Bundle
+from ._repro import ReplayResult as ReplayResult
+from ._repro import ShrinkResult as ShrinkResult
+from ._repro import load_bundle as load_bundle
+from ._repro import replay as replay
+from ._repro import shrink as shrink
 from ._session import Session as Session
 from ._session import TriageWarning as TriageWarning
 from ._session import current_session as current_session
@@ -55,10 +62,13 @@ except PackageNotFoundError:  # running from a source tree
 
 for _obj in (Category, Finding, Report, Severity, Stage, Session, TensorSummary, Checker, LossCall):
     _obj.__module__ = "torchtriage"
+for _obj in (Bundle, ReplayResult, ShrinkResult):
+    _obj.__module__ = "torchtriage"
 del _obj
 
 __all__ = [
     "AnomalyError",
+    "Bundle",
     "BundleError",
     "Category",
     "Checker",
@@ -67,9 +77,11 @@ __all__ = [
     "ContractHandle",
     "Finding",
     "LossCall",
+    "ReplayResult",
     "Report",
     "Session",
     "Severity",
+    "ShrinkResult",
     "Stage",
     "TensorSpec",
     "TensorSummary",
@@ -88,6 +100,7 @@ __all__ = [
     "check_token_shift",
     "check_training_loop",
     "classify_issue",
+    "collect_env",
     "current_session",
     "debug_priority",
     "diagnose_gradients",
@@ -95,8 +108,11 @@ __all__ = [
     "expect",
     "first_nonfinite_step",
     "get_language",
+    "load_bundle",
     "locate_failure_zone",
+    "replay",
     "set_language",
+    "shrink",
     "summarize",
     "triage_exception",
     "watch",

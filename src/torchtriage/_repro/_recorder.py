@@ -1,0 +1,266 @@
+"""`ReproRecorder`: writes one repro bundle at the first failure of a watched run.
+
+Inert unless `session.options["bundle_dir"]` is set (`watch(..., bundle_dir=DIR)`,
+`torchtriage run --bundle DIR`). Then it asks the session to keep the state at each step's
+start (`keep_state`), remembers the step's loss targets (they are not model inputs), and at
+the first failure writes the bundle:
+
+  * an exception raised by the watched code (always a trigger), or
+  * a new finding at or above `bundle_severity` (default "error"), looked for after every
+    event where another check may have added one: `on_optimizer_step_pre` (the non-finite
+    sentinel reports there, before the update, and runs before this check), `on_step_end`,
+    `on_exception` and `on_end`.
+
+Parts are added in order of need (batch and RNG, model state, optimizer state) while they
+fit `max_bundle_mb`; a part that does not fit is left out and named in meta.json and on
+stderr, so a replay knows it must rebuild that part from the user's code.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import traceback
+import types
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .. import _registry
+from .._catalogue import msg
+from .._checker import Checker, LossCall
+from .._findings import Finding, Severity
+from .._frames import user_frame_from_tb
+from . import _bundle, _safetensors, _tree
+
+_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
+_MAX_LOSSES = 8
+_MB = 1024 * 1024  # --max-bundle-mb counts MiB
+
+
+class ReproRecorder(Checker):
+    """Writes a repro bundle at the first failure (only when `bundle_dir` is set)."""
+
+    name = "repro"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.active = False
+        self.written: str | None = None
+        self._seen = 0
+        self._losses: list[LossCall] = []
+
+    # ------------------------------------------------------------------ events
+    def on_start(self, session: Any) -> None:
+        opts = session.options
+        if not opts.get("bundle_dir"):
+            return
+        self.active = True
+        opts["keep_state"] = True
+        self._dir = os.path.abspath(os.fspath(opts["bundle_dir"]))
+        self._limit = int(float(opts.get("max_bundle_mb", 512)) * _MB)
+        self._threshold = _RANK[Severity(opts.get("bundle_severity", "error"))]
+
+    def on_step_begin(self, step: int) -> None:
+        if self.active:
+            self._losses = []
+
+    def on_loss(self, call: LossCall) -> None:
+        if self.active and self.written is None and len(self._losses) < _MAX_LOSSES:
+            self._losses.append(call)
+
+    def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        self._check_findings()
+
+    def on_step_end(self, step: int) -> None:
+        self._check_findings()
+
+    def on_exception(self, exc: BaseException) -> None:
+        if not self.active or self.written is not None:
+            return
+        tb = "".join(traceback.format_exception(type(exc), exc, _trim(exc.__traceback__)))
+        trigger = {"kind": "exception", "type": type(exc).__name__, "message": str(exc)[:2000]}
+        frame = user_frame_from_tb(exc.__traceback__)
+        if frame is not None:
+            trigger.update(file=frame.file, line=frame.line)
+        primary = self.session.report.primary if self.session is not None else None
+        if primary is not None:
+            trigger["finding"] = primary.to_dict()
+        self._write(trigger, tb, exc)
+
+    def on_end(self) -> None:
+        self._check_findings()
+
+    # ------------------------------------------------------------------ trigger
+    def _check_findings(self) -> None:
+        if not self.active or self.written is not None or self.session is None:
+            return
+        new: Finding | None = None
+        for f in self.session._findings.values():  # insertion order == detection order
+            if f.order > self._seen and _RANK[f.severity] >= self._threshold and new is None:
+                new = f
+            self._seen = max(self._seen, f.order)
+        if new is None:
+            return
+        where = f"{new.file}:{new.line}" if new.file else "(no user line)"
+        stack = "".join(traceback.format_stack()[:-3])
+        tb = f"finding {new.code} at {where}: {new.message}\n\ndetected at:\n{stack}"
+        trigger = {"kind": "finding", "finding": new.to_dict(), **_signature(new)}
+        self._write(trigger, tb, None)
+
+    # ------------------------------------------------------------------ capture + write
+    def _write(self, trigger: dict[str, Any], tb: str, exc: BaseException | None) -> None:
+        sess = self.session
+        assert sess is not None
+        self.written = self._dir  # once, even if writing fails below
+        try:
+            size, skipped = self._capture_and_write(sess, trigger, tb, exc)
+        except OSError as e:
+            print(msg("repro.write_failed", path=self._dir, error=str(e)), file=sys.stderr)
+            self.written = None
+            self.active = False
+            return
+        for s in skipped:
+            print(msg("repro.skipped", **s), file=sys.stderr)
+        what = trigger.get("code") or trigger.get("type")
+        print(msg("repro.written", path=self._dir, what=what, step=trigger["step"],
+                  mb=f"{size / _MB:.3g}"), file=sys.stderr)
+
+    def _capture_and_write(self, sess: Any, trigger: dict[str, Any], tb: str,
+                           exc: BaseException | None) -> tuple[int, list[dict[str, Any]]]:
+        from .._env import collect_env, format_env
+
+        snap = sess.snapshot
+        trigger["step"] = snap.step if snap is not None else sess.step
+        found = trigger.get("finding") or {}
+        trigger["stage"] = found.get("stage") or (str(sess.stage) if sess.stage is not None else None)
+        model, label = (snap.model, snap.model_label) if snap is not None else (None, None)
+        args, kwargs = (snap.args, snap.kwargs) if snap is not None else ((), {})
+        if model is None and exc is not None:
+            model, label, args, kwargs = _batch_from_traceback(sess, exc)
+        limit, used = self._limit, 0
+        skipped: list[dict[str, Any]] = []
+        unsupported: list[str] = []
+        groups: dict[str, dict[str, torch.Tensor]] = {}
+
+        def fits(part: str, tensors: dict[str, torch.Tensor]) -> bool:
+            nonlocal used
+            need = sum(_safetensors.nbytes(t) for t in tensors.values())
+            if used + need > limit:
+                skipped.append({"part": part, "mb": f"{need / _MB:.3g}", "limit": f"{limit / _MB:.3g}"})
+                return False
+            used += need
+            return True
+
+        meta: dict[str, Any] = {
+            "format": _bundle.FORMAT,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": {"argv": list(sess.options.get("argv") or sys.argv), "executable": sys.executable,
+                        "cwd": os.getcwd(), "script": sess.options.get("script")},
+            "trigger": trigger,
+            "checks": [c.name for c in sess.checkers if c.name in _registry.CHECKS and c.name != "repro"],
+            "custom_checks": [type(c).__name__ for c in sess.checkers
+                              if c.name not in _registry.CHECKS and c.name != "snapshot"],
+        }
+        # RNG and batch first: without them nothing can be replayed.
+        rng: dict[str, torch.Tensor] = {}
+        if snap is not None:
+            rng["cpu"] = snap.rng_cpu
+            for i, s in enumerate(snap.rng_cuda or []):
+                rng[f"cuda.{i}"] = s
+        batch_t: dict[str, torch.Tensor] = {}
+        batch_spec: dict[str, Any] = {}
+        if model is not None:
+            batch_spec = {"args": _tree.encode(tuple(args), "args", batch_t, unsupported),
+                          "kwargs": _tree.encode(dict(kwargs), "kwargs", batch_t, unsupported),
+                          "losses": [_loss_spec(i, c, batch_t, unsupported) for i, c in enumerate(self._losses)]}
+            meta["model"] = {"label": label, "class": type(model).__name__, "training": model.training,
+                             "device": _device_of(model)}
+        if fits("rng", rng) and rng:
+            groups["rng.safetensors"] = rng
+        if batch_spec and fits("batch", batch_t):
+            groups["batch.safetensors"] = batch_t
+            meta["batch"] = batch_spec
+        # Model states (cloned at the step's start: the parameters *before* the failing update).
+        states = (snap.model_states if snap is not None else None) or {}
+        model_t: dict[str, torch.Tensor] = {}
+        models_meta = []
+        classes = {sess.model_label(m) or str(i): type(m).__name__ for i, m in enumerate(sess.models)}
+        for i, (lab, sd) in enumerate(states.items()):
+            prefix = f"m{i}/"
+            models_meta.append({"label": lab, "class": classes.get(lab), "prefix": prefix, "keys": list(sd)})
+            for k, v in sd.items():
+                if _safetensors.supported(v):
+                    model_t[prefix + k] = v
+                else:
+                    unsupported.append(f"model {lab}.{k} ({v.dtype})")
+        if model_t and fits("model", model_t):
+            groups["model.safetensors"] = model_t
+            meta["models"] = models_meta
+        opt_t: dict[str, torch.Tensor] = {}
+        opts_meta = []
+        opt_objs = sess.optimizers
+        for i, sd in enumerate((snap.optimizer_states if snap is not None else None) or []):
+            cls = type(opt_objs[i]).__name__ if i < len(opt_objs) else None
+            opts_meta.append({"class": cls, "state": _tree.encode(sd, f"o{i}", opt_t, unsupported)})
+        if opts_meta and fits("optimizer", opt_t):
+            groups["optimizer.safetensors"] = opt_t
+            meta["optimizers"] = opts_meta
+        meta["skipped"] = skipped
+        meta["unsupported"] = unsupported
+        env = collect_env()
+        size = _bundle.write_files(
+            self._dir,
+            jsons={"meta.json": meta, "env.json": env, "report.json": sess.report.to_dict()},
+            texts={"env.txt": format_env(env), "traceback.txt": tb},
+            tensors=groups)
+        return size, skipped
+
+
+def _trim(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """Drop torchtriage's and runpy's leading frames: the traceback starts in the user's code."""
+    from .._frames import _HERE
+
+    while tb is not None and tb.tb_next is not None:
+        fn = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if not (fn.startswith(_HERE) or os.path.basename(fn) == "runpy.py" or "<frozen runpy>" in fn):
+            break
+        tb = tb.tb_next
+    return tb
+
+
+def _signature(f: Finding) -> dict[str, Any]:
+    return {"category": f.category.value, "code": f.code, "module": f.module, "op": f.op}
+
+
+def _loss_spec(i: int, c: LossCall, tensors: dict[str, torch.Tensor], unsupported: list[str]) -> dict[str, Any]:
+    shape = list(c.input.shape) if isinstance(c.input, torch.Tensor) else None
+    return {"name": c.name, "input_shape": shape,
+            "target": _tree.encode(c.target, f"loss{i}.target", tensors, unsupported),
+            "args": _tree.encode(tuple(c.args[2:]), f"loss{i}.args", tensors, unsupported),
+            "kwargs": _tree.encode({k: v for k, v in c.kwargs.items() if k not in ("input", "target")},
+                                   f"loss{i}.kwargs", tensors, unsupported)}
+
+
+def _device_of(model: nn.Module) -> str:
+    for p in model.parameters():
+        return str(p.device)
+    return "cpu"
+
+
+def _batch_from_traceback(sess: Any, exc: BaseException) -> tuple[Any, Any, tuple[Any, ...], dict[str, Any]]:
+    """The root model call a forward exception escaped from: the outermost frame of
+    `Module._call_impl` whose `self` is a watched model holds its args and kwargs (the
+    snapshot has no batch because the forward never returned)."""
+    roots = {id(m): m for m in sess.models}
+    tb: types.TracebackType | None = exc.__traceback__
+    while tb is not None:
+        f = tb.tb_frame
+        if f.f_code.co_name in ("_call_impl", "_wrapped_call_impl"):
+            obj = f.f_locals.get("self")
+            if obj is not None and id(obj) in roots:
+                return obj, sess.model_label(obj), tuple(f.f_locals.get("args", ())), dict(f.f_locals.get("kwargs", {}))
+        tb = tb.tb_next
+    return None, None, (), {}

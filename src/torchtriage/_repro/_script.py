@@ -1,0 +1,205 @@
+"""Replay through the user's own training script (`torchtriage replay BUNDLE --script S`).
+
+The script runs as `python S ARGS` would (runpy, `__main__`), under a discovering session,
+and builds its model, optimizer and data as usual. Three interceptions turn its first step
+into the bundle's step:
+
+  1. `nn.Module.__call__` (patched for the replay only): the first call of a module whose
+     class and state_dict keys equal the bundle's model gets the bundle's pre-step state,
+     optimizer state and RNG, and its arguments are replaced by the bundle's batch (args and
+     kwargs; a forward pre-hook could not replace kwargs).
+  2. the `torch.nn.functional` losses: within that step, the i-th loss call of the recorded
+     name gets the recorded target.
+  3. once the session's step clock moves past that step (after `optimizer.step()`, or after
+     backward when no optimizer exists), the script is stopped by a private exception.
+
+An exception raised inside the step is the replay's observation. A script that never calls
+a matching model is a `BundleError` naming the class the bundle expects.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import runpy
+import sys
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.optim import optimizer as _optim_mod
+
+from .._catalogue import msg
+from .._errors import BundleError
+from ._bundle import Bundle
+from ._replay import ReplayResult, apply_state, make_result, resolve_checks
+
+
+class _StopReplay(BaseException):
+    """Raised into the script once the replayed step is done (not an Exception on purpose:
+    a script's `except Exception` must not swallow it)."""
+
+
+class _Injector:
+    def __init__(self, bundle: Bundle, session: Any) -> None:
+        self.bundle = bundle
+        self.session = session
+        model_meta = bundle.meta.get("model", {})
+        self.cls = model_meta.get("class")
+        state = bundle.model_state()
+        self.keys = set(state) if state is not None else None
+        self.model: nn.Module | None = None
+        self.optimizer_pending = bundle.optimizer_state(0) is not None
+        self.start_step = 0
+        self.loss_index = 0
+        self.targets: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+        self._patches: list[tuple[Any, str, Any]] = []
+        self._handles: list[Any] = []
+
+    # -------------------------------------------------------------- install / remove
+    def install(self) -> None:
+        self._patch(nn.Module, "__call__", self._wrap_call(nn.Module.__call__))
+        for lc in self.bundle.meta.get("batch", {}).get("losses", []):
+            fn = getattr(F, lc["name"], None)
+            if fn is not None and all(a != lc["name"] for _, a, _ in self._patches):
+                self._patch(F, lc["name"], self._wrap_loss(lc["name"], fn))
+        self._handles.append(_optim_mod.register_optimizer_step_pre_hook(self._opt_pre))
+        self._handles.append(_optim_mod.register_optimizer_step_post_hook(self._opt_post))
+        self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
+
+    def uninstall(self) -> None:
+        for h in self._handles:
+            h.remove()
+        for obj, attr, original in reversed(self._patches):
+            setattr(obj, attr, original)
+        self._patches.clear()
+        self._handles.clear()
+
+    def _patch(self, obj: Any, attr: str, new: Any) -> None:
+        self._patches.append((obj, attr, getattr(obj, attr)))
+        setattr(obj, attr, new)
+
+    # -------------------------------------------------------------- interceptions
+    def _matches(self, module: nn.Module) -> bool:
+        if type(module).__name__ != self.cls:
+            return False
+        return self.keys is None or set(module.state_dict()) == self.keys
+
+    def _done(self) -> bool:
+        return self.model is not None and self.session.step > self.start_step
+
+    def _wrap_call(self, original: Any) -> Any:
+        inj = self
+
+        @functools.wraps(original)
+        def __call__(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            if inj.model is None and inj._matches(module):
+                inj._inject(module)
+                device = next((p.device for p in module.parameters()), torch.device("cpu"))
+                batch = inj.bundle.batch(device)
+                args, kwargs = batch.args, batch.kwargs
+                inj.targets = batch.losses
+            elif module is inj.model and inj._done():
+                raise _StopReplay
+            return original(module, *args, **kwargs)
+
+        return __call__
+
+    def _inject(self, module: nn.Module) -> None:
+        self.model = module
+        self.start_step = self.session.step
+        optimizer = self._optimizer_for(module)
+        self.notes += apply_state(self.bundle, module, optimizer)
+        if optimizer is not None:
+            self.optimizer_pending = False
+        self.bundle.restore_rng()
+
+    def _optimizer_for(self, module: nn.Module) -> torch.optim.Optimizer | None:
+        params = {id(p) for p in module.parameters()}
+        for opt in self.session.optimizers:
+            if any(id(p) in params for g in opt.param_groups for p in g["params"]):
+                return opt
+        return None
+
+    def _wrap_loss(self, name: str, original: Any) -> Any:
+        inj = self
+
+        @functools.wraps(original)
+        def loss(*args: Any, **kwargs: Any) -> Any:
+            if inj.model is not None and not inj._done():
+                recorded = [lc for lc in inj.targets if lc["name"] == name]
+                i = inj.loss_index
+                if i < len(recorded) and recorded[i]["target"] is not None:
+                    inj.loss_index += 1
+                    if len(args) > 1:
+                        args = (args[0], recorded[i]["target"], *args[2:])
+                    else:
+                        kwargs["target"] = recorded[i]["target"]
+            return original(*args, **kwargs)
+
+        return loss
+
+    def _opt_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self.model is not None and self.optimizer_pending and not self._done():
+            if self._optimizer_for(self.model) is optimizer:
+                self.optimizer_pending = False
+                apply_state(self.bundle, self.model, optimizer)
+
+    def _opt_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._done():
+            raise _StopReplay
+
+    def _wrap_backward(self, original: Any) -> Any:
+        inj = self
+
+        @functools.wraps(original)
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)
+            if inj._done() and not inj.session.optimizers:
+                raise _StopReplay
+            return out
+
+        return backward
+
+
+def replay_script(bundle: Bundle, script: str, script_args: list[str] | None, checks: Any) -> ReplayResult:
+    from .._session import Session
+
+    if not os.path.isfile(script):
+        raise BundleError(msg("repro.no_script", script=script), script)
+    if script_args is None:
+        recorded = bundle.meta.get("command", {}).get("argv") or []
+        script_args = list(recorded[1:])
+    checks, notes = resolve_checks(bundle, checks)
+    session = Session(discover=True, on_anomaly="record", checks=checks, report=False,
+                      script=os.path.abspath(script))
+    inj = _Injector(bundle, session)
+    old_argv, old_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    sys.argv = [script, *script_args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    exc: BaseException | None = None
+    try:
+        with session:
+            inj.install()
+            try:
+                runpy.run_path(script, run_name="__main__")
+            except _StopReplay:
+                pass
+            except SystemExit:
+                pass
+            except Exception as e:  # the replayed step's failure is the observation
+                exc = e
+                session.handle_exception(e)
+            finally:
+                inj.uninstall()
+    finally:
+        sys.argv = old_argv
+        sys.path.pop(0)
+        if old_path0 is not None and sys.path and sys.path[0] != old_path0:
+            sys.path[0] = old_path0
+    if inj.model is None:
+        why = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
+        raise BundleError(msg("repro.no_model_called", script=script, cls=inj.cls) + why, script)
+    return make_result(bundle, session.report, exc, notes + inj.notes)
