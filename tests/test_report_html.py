@@ -279,3 +279,19 @@ def test_json_golden_is_the_public_schema():
     data = json.loads(render_json(nan_report()))
     assert data["schema"] == "torchtriage.report/1" and data["primary"] == 0
     assert data["series"]["loss"][6] == "nan" and data["series"]["grad_norm"][6] == "inf"
+
+
+def test_run_writes_html_with_the_model_tree(tmp_path):
+    (tmp_path / "train.py").write_text(
+        "import torch, torch.nn as nn\n"
+        "model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(2):\n"
+        "    loss = model(torch.randn(4, 4)).pow(2).mean()\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n", encoding="utf-8")
+    proc = run_cli("run", "--html", "r.html", "--checks", "", "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert _parse(page).errors == []
+    assert "Nothing found" in page and "<dd class=\"mono\">2</dd>" in page
+    assert '<span class="mod" title="model">model</span> <span class="cls">Sequential</span>' in page
