@@ -201,3 +201,57 @@ def test_missing_framework_names_the_extra(module, extra):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == (f"{framework} is not installed; install it with: "
                                   f"pip install 'torchtriage[{extra}]' None True"), out.stderr
+
+
+# ---------------------------------------------------------------------- closure-driven steps
+class _Order(Checker):
+    name = "order"
+
+    def __init__(self):
+        super().__init__()
+        self.events = []
+
+    def on_step_begin(self, step):
+        self.events.append("begin")
+
+    def on_backward(self, roots, grads):
+        self.events.append("backward")
+
+    def on_optimizer_step_pre(self, optimizer):
+        self.events.append(f"opt_pre:{self.session.stage.value}")
+
+    def on_step_end(self, step):
+        self.events.append("end")
+
+
+def test_closure_step_announces_the_optimizer_after_the_closure():
+    # LBFGS (and Lightning) run forward and backward inside step(closure).
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    opt = torch.optim.LBFGS(model.parameters(), max_iter=3)
+    x, y = torch.randn(8, 3), torch.randn(8, 1)
+
+    def closure():
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+
+    order = _Order()
+    import torchtriage
+
+    with torchtriage.watch(model, opt, checks=[order], report=False) as s:
+        opt.step(closure)
+    assert order.events[:3] == ["begin", "backward", "opt_pre:optimizer"]
+    assert order.events.count("opt_pre:optimizer") == 1 and order.events[-1] == "end"
+    assert s.report.meta["steps"] == 1
+
+
+def test_lightning_step_order_is_forward_backward_optimizer():
+    pytest.importorskip("lightning")
+    from torchtriage.integrations.lightning import TriageCallback
+
+    L, module = _lightning_module(nan_at_step=None)
+    order = _Order()
+    _fit(L, module, TriageCallback(checks=[order]), steps=2)
+    assert order.events == ["begin", "backward", "opt_pre:optimizer", "end"] * 2
