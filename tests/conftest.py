@@ -14,6 +14,34 @@ torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
+GOLDEN = ROOT / "tests" / "golden"
+
+# `pytester` (end-to-end tests of our pytest plugin) must be requested from this top-level
+# conftest: recent pytest refuses `pytest_plugins` in test modules and nested conftests.
+pytest_plugins = ["pytester"]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--overwrite", action="store_true", default=False,
+                     help="rewrite tests/golden/* from the current renderers instead of comparing")
+
+
+@pytest.fixture
+def golden(request):
+    """`golden(name, text)`: assert `text` equals tests/golden/NAME, or rewrite it with --overwrite."""
+    overwrite = request.config.getoption("--overwrite")
+
+    def check(name: str, text: str) -> None:
+        path = GOLDEN / name
+        if overwrite:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            return
+        assert path.exists(), f"{path} is missing; create it with `pytest --overwrite`"
+        expected = path.read_text(encoding="utf-8")
+        assert text == expected, f"{name} differs from the golden file; review and rerun with --overwrite"
+
+    return check
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,8 @@
 The public surface is re-exported here; implementation lives in private modules.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
 
 from ._catalogue import get_language as get_language
 from ._catalogue import set_language as set_language
@@ -56,8 +57,8 @@ from ._summary import summarize as summarize
 from ._triage import triage_exception as triage_exception
 
 try:
-    __version__ = version("torchtriage")
-except PackageNotFoundError:  # running from a source tree
+    __version__ = _version("torchtriage")
+except _PackageNotFoundError:  # running from a source tree
     __version__ = "0+unknown"
 
 for _obj in (Category, Finding, Report, Severity, Stage, Session, TensorSummary, Checker, LossCall):

@@ -1,9 +1,18 @@
-"""pytest plugin (registered through the `pytest11` entry point); inert unless `--torchtriage`
-is given: then each test runs inside a `torchtriage.watch` session that discovers models and
-optimizers, and a test whose training code produced an error finding fails with the report."""
+"""pytest plugin (registered through the `pytest11` entry point).
+
+Inert unless `--torchtriage` is given: then each test's call runs inside a discovering,
+recording `Session`; a test that passed although its training code produced an error finding
+fails with the report, and a test that failed gets the report as an extra output section.
+Mark a test `@pytest.mark.torchtriage_off` to leave it alone.
+
+The `triage` fixture works with or without the flag: it yields a `Session` (discover=True,
+on_anomaly="record") that watches the models and optimizers the test builds, for assertions
+such as `assert triage.report.ok`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,25 +24,52 @@ def pytest_addoption(parser: Any) -> None:
                     help="watch every test with torchtriage and fail tests whose run has an error finding")
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: Any) -> Any:
+def pytest_configure(config: Any) -> None:
+    config.addinivalue_line("markers", "torchtriage_off: do not watch this test with --torchtriage")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: Any) -> Iterator[None]:
     if not item.config.getoption("--torchtriage", default=False) or item.get_closest_marker("torchtriage_off"):
-        yield
-        return
+        return (yield)
+    from ._catalogue import msg
     from ._findings import Severity
+    from ._session import Session
+    from .report import render_text
+
+    session = Session(discover=True, on_anomaly="record", report=False)
+    # Inside a `triage` fixture's session this joins it; read the report of the one that is active.
+    active = session.__enter__()
+    try:
+        result = yield
+    except BaseException as exc:
+        session.__exit__(type(exc), exc, exc.__traceback__)
+        report = active.report
+        if report.findings:
+            item.add_report_section("call", "torchtriage", render_text(report))
+        raise
+    session.__exit__(None, None, None)
+    report = active.report
+    if any(f.severity is Severity.ERROR for f in report.findings):
+        pytest.fail(msg("pytest.failed") + "\n" + render_text(report), pytrace=False)
+    return result
+
+
+@pytest.fixture
+def triage() -> Iterator[Any]:
+    """A `torchtriage.Session` watching what the test builds (discover=True, on_anomaly="record").
+
+    Example:
+        >>> def test_training_is_clean(triage):
+        ...     model = build(); opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        ...     train(model, opt, steps=3)
+        ...     assert triage.report.ok, triage.report
+    """
     from ._session import Session
 
     session = Session(discover=True, on_anomaly="record", report=False)
-    with session:
-        outcome = yield
-    report = session.report
-    errors = [f for f in report.findings if f.severity is Severity.ERROR]
-    if errors and outcome.excinfo is None:
-        from .report import render_text
-
-        pytest.fail("torchtriage found an error in this test's training code:\n" + render_text(report),
-                    pytrace=False)
-
-
-def pytest_configure(config: Any) -> None:
-    config.addinivalue_line("markers", "torchtriage_off: do not watch this test with --torchtriage")
+    active = session.__enter__()
+    try:
+        yield active
+    finally:
+        session.__exit__(None, None, None)

@@ -492,9 +492,35 @@ class Session:
             self._clock = weakref.ref(optimizer)
         self._pending_end = False
         self._begin_step_if_needed()
+        # torch passes the hook step()'s own args, `self` first.
+        at = 1 if args and args[0] is optimizer else 0
+        closure = kwargs.get("closure", args[at] if len(args) > at else None)
+        if callable(closure):
+            # A closure-driven step (Lightning's default precision, LBFGS) runs forward and
+            # backward inside step(): announce the optimizer stage once the closure has run.
+            wrapped = self._wrap_closure(optimizer, closure)
+            if "closure" in kwargs:
+                return args, {**kwargs, "closure": wrapped}
+            return (*args[:at], wrapped, *args[at + 1:]), kwargs
         self.stage = Stage.OPTIMIZER
         self._emit("on_optimizer_step_pre", optimizer)
         return None
+
+    def _wrap_closure(self, optimizer: torch.optim.Optimizer, closure: Any) -> Any:
+        session = self
+        announced: list[bool] = []
+
+        @functools.wraps(closure)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # noqa: F841
+            result = closure(*args, **kwargs)
+            if not announced and not session._busy:  # LBFGS calls it several times per step
+                announced.append(True)
+                session.stage = Stage.OPTIMIZER
+                session._emit("on_optimizer_step_pre", optimizer)
+            return result
+
+        return wrapped
 
     def _opt_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._busy or not self._known_optimizer(optimizer):

@@ -35,6 +35,16 @@ def _short_path(path: str) -> str:
 
 
 def _format_evidence(value: Any) -> str:
+    # A tensor summary read back from JSON is a dict: print it as the live one prints.
+    if isinstance(value, dict) and "shape" in value and "dtype" in value:
+        from .._summary import TensorSummary
+
+        fields = {k: value.get(k) for k in ("dtype", "device", "numel", "nan", "posinf", "neginf", "min", "max")}
+        try:
+            return str(TensorSummary(shape=tuple(value["shape"]), contiguous=value.get("contiguous") is not False,
+                                     **{k: v for k, v in fields.items() if v is not None}))
+        except (TypeError, ValueError):
+            pass
     return str(value)
 
 

@@ -1,0 +1,29 @@
+"""`import torchtriage` must not import optional dependencies (rich, lightning, transformers,
+pandas) nor the HTML renderer or the integrations: they load only when asked for."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+OPTIONAL = ("rich", "lightning", "pytorch_lightning", "transformers", "accelerate", "pandas")
+LAZY = ("torchtriage.integrations", "torchtriage.report._html")
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys, json; print(json.dumps(sorted(sys.modules)))"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+def test_import_torchtriage_leaves_optional_dependencies_out():
+    loaded = _modules_after("import torchtriage, torchtriage.report\ntorchtriage.Report().__str__()")
+    assert [m for m in OPTIONAL + LAZY if m in loaded] == []
+
+
+def test_render_html_loads_only_the_renderer():
+    loaded = _modules_after("import torchtriage.report as r\nr.render_html(r.load_json.__globals__['Report']())")
+    assert "torchtriage.report._html" in loaded
+    assert [m for m in OPTIONAL if m in loaded] == []
