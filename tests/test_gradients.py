@@ -217,9 +217,17 @@ def test_multiplied_by_zero():
 # ---------------------------------------------------------------- loop habits
 def test_zero_grad_missing():
     model = zoo.mlp()
-    f = _one(_watch(model, torch.optim.SGD(model.parameters(), lr=0.01), zero_grad=False),
-             "gradient.zero_grad_missing")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torchtriage.watch(model, opt, checks=["gradients"], on_anomaly="record", report=False) as s:
+        _train(model, opt, 3, zero_grad=False)
+    f = _one(s.report, "gradient.zero_grad_missing")
     assert (f.severity, f.step, f.parameter) == (Severity.WARNING, 1, "0.weight")
+
+
+def test_zero_grad_missing_is_reported_once_with_all_checks():
+    model = zoo.mlp()
+    report = _watch(model, torch.optim.SGD(model.parameters(), lr=0.01), zero_grad=False)
+    assert [f.code for f in report if "zero_grad" in f.code] == ["silent.zero_grad_missing"]
 
 
 def test_gradient_accumulation_is_not_missing_zero_grad():

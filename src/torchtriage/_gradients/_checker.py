@@ -150,7 +150,10 @@ class GradientChecker(Checker):
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         oid = id(optimizer)
-        if self._carried.pop(oid, False) and not self._zero_grad_reported:
+        # The silent-bug check reports the same loop mistake earlier, at the backward() line;
+        # one finding per cause, so this one speaks only when that check is not running.
+        silent_on = self.session is not None and self.session.checker("silent") is not None
+        if self._carried.pop(oid, False) and not self._zero_grad_reported and not silent_on:
             self._zero_grad_reported = True
             sample = self._samples.get(oid, [])
             p = sample[0][0]() if sample else None
