@@ -378,7 +378,11 @@ class Session:
         except Exception as e:
             self._internal_error("session.forward_pre", e)
 
-    def _fwd_post(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+    def _fwd_post(self, module: nn.Module, args: tuple[Any, ...], kwargs: Any, output: Any = None) -> None:
+        if not isinstance(kwargs, dict):
+            # torch calls always_call hooks as hook(module, args, result) (no kwargs) when the
+            # forward raised, e.g. checkpoint's early stop of a recomputation.
+            kwargs, output = {}, kwargs
         if self._busy:
             return
         try:
