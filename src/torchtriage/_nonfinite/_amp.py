@@ -80,7 +80,7 @@ class ScalerWatch:
             return
         # Skipped by the scaler: this step's flags (data, outputs, loss) are still read once;
         # its inf/NaN gradients are expected and not localized.
-        self.sentinel._sync(grads=[], optimizer=None)
+        self.sentinel._sync(grads=[], optimizer=None, scaled_overflow_ok=True)
         self.skips_in_row += 1
         scale = float(scaler.get_scale())  # the scaler has just synced itself; one more read
         step = session.step

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 import torch
@@ -37,6 +38,8 @@ class Explanation:
 
 def base_name(op: str) -> str:
     """'aten::log.default' / 'aten.log' / 'LogBackward0' → 'log'."""
+    if "Backward" in op:
+        op = re.sub(r"(?<!^)(?=[A-Z])", "_", re.sub(r"Backward\d*$", "", op)).lower()
     name = op.split("::")[-1].split(".")[0]
     if name.startswith("aten"):
         name = name[4:].lstrip("._")
@@ -105,14 +108,14 @@ def explain(op: str, inputs: list[Any], output: Any, *, scalars: tuple[Any, ...]
             return pick("div", zeros=1)
         if name in ("var", "std", "var_mean", "std_mean", "mean") and x is not None:
             ev["elements"] = x.numel()
-    if name in POW:
-        return pick("pow")
     if out is not None and ins and all(bool(torch.isfinite(t).all()) for t in ins):
         value = max(float(t.abs().max()) for t in ins)
         family = "low_precision" if dtype in LOW else "overflow"
         if bool(torch.isinf(out).any()):
             ev[f"{_dtype(dtype)} max"] = _limit(dtype)
             return pick(family, dtype=_dtype(dtype), limit=_limit(dtype), value=value)
+    if name in POW:
+        return pick("pow")
     return Explanation("generic", msg("nonfinite.cause.generic", op=op), msg("nonfinite.next.generic"), ev)
 
 

@@ -102,7 +102,14 @@ def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = Fa
         origin = tracer.producers[0] if tracer.producers else None
     if origin is None:
         return not_reproduced(Stage.FORWARD, step, {"output": summarize(bad[0])})
-    return _producer_finding(origin, Stage.FORWARD, step)
+    f = _producer_finding(origin, Stage.FORWARD, step)
+    if f.code != "numerical.fully_masked_row" and any(src.external == "input" for src in origin.sources):
+        # The batch's own -Inf (not a mask: it did not go through softmax) became NaN here:
+        # the first non-finite value is in the data.
+        d = localize_data(session, step, any_kind=True)
+        if d is not None:
+            return d.replace(evidence=dict(d.evidence, **{"became NaN at": f"{origin.op} in {_mod_text(origin.module)}"}))
+    return f
 
 
 def localize_loss(session: Any, state: Any, step: int) -> Finding:
@@ -155,7 +162,7 @@ def _walk_loss_graph(state: Any, step: int, frame: Any) -> Finding | None:
         except Exception:
             continue
         if isinstance(out, torch.Tensor) and _is_bad(out, True):
-            origin = Origin("computed", op, None, frame, args, out)
+            origin = Origin("computed", f"aten::{name}", None, frame, args, out)
             f = _producer_finding(origin, Stage.LOSS, step, loss=True, frame=frame)
             return f.replace(evidence=dict(f.evidence, **{"backward called at": _where(state.backward_frame)}))
     return None
@@ -269,7 +276,7 @@ def localize_update(session: Any, step: int, grad_norm: float | None) -> list[Fi
     return found[:1]
 
 
-def localize_data(session: Any, step: int) -> Finding | None:
+def localize_data(session: Any, step: int, any_kind: bool = False) -> Finding | None:
     snap = session.snapshot
     if snap is None or not snap.has_batch:
         return None
@@ -277,7 +284,7 @@ def localize_data(session: Any, step: int) -> Finding | None:
 
     leaves, _ = tree_flatten_with_path((snap.args, snap.kwargs))
     for path, t in leaves:
-        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and _is_bad(t, False):
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and _is_bad(t, any_kind):
             where = keystr(path)
             return _finding("numerical.nonfinite_data", "nonfinite.data", Stage.DATA, step,
                             cause=msg("nonfinite.cause.data"), next_check=msg("nonfinite.next.data"),

@@ -195,7 +195,8 @@ class NonFiniteSentinel(Checker):
         self.amp.finish()
 
     # ------------------------------------------------------------------ the one sync
-    def _sync(self, grads: list[torch.Tensor], optimizer: torch.optim.Optimizer | None) -> bool:
+    def _sync(self, grads: list[torch.Tensor], optimizer: torch.optim.Optimizer | None,
+              scaled_overflow_ok: bool = False) -> bool:
         """Read every flag of the step at once; localize what tripped. True = skip this update."""
         assert self.session is not None
         st = self._step
@@ -230,7 +231,7 @@ class NonFiniteSentinel(Checker):
             sess.record_series("grad_norm", self._grad_norm)
         step = sess.step
         if self._poisoned is not None:
-            if any(not math.isfinite(v) for vs in got.values() for v in vs):
+            if any(not math.isfinite(v) for k, vs in got.items() if k not in ("update", "state") for v in vs):
                 sess.add(self._poisoned)
             self._release()
             return False
@@ -244,7 +245,8 @@ class NonFiniteSentinel(Checker):
             trip = "data"
         elif any(_nan_or_posinf(v) for v in got.get("forward", [])):
             trip = "forward"
-        elif any(not math.isfinite(v) for v in got.get("loss", [])):
+        elif any(not math.isfinite(v) and not (scaled_overflow_ok and v == v) for v in got.get("loss", [])):
+            # (a GradScaler step skipped because loss * scale overflowed is expected; NaN is not)
             trip = "loss"
         elif "grad" in got and not math.isfinite(got["grad"][0]):
             trip = "backward"

@@ -41,6 +41,7 @@ class Origin:
     scalars: tuple[Any, ...] = ()
     external: str | None = None  # "parameter <name>" / "input" for pre-existing tensors
     backward: bool = False
+    sources: list[Origin] = dataclasses.field(default_factory=list)  # non-finite inputs it came from
 
 
 class ModuleStack:
@@ -156,6 +157,7 @@ class OpTracer(TorchDispatchMode):
             out_nan = any(bool(torch.isnan(torch.view_as_real(t) if t.is_complex() else t).any()) for t in bad_out)
             if out_nan and not in_nan:
                 origin = self._new("computed", name, tensors, bad_out[0], scalars)
+                origin.sources = bad_in
             else:
                 origin = bad_in[0] if bad_in else self._new("constant", name, tensors, bad_out[0], scalars)
         else:
