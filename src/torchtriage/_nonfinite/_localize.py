@@ -6,6 +6,7 @@ own localizer; all of them say "not reproduced on replay" rather than guess.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -85,6 +86,7 @@ def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = Fa
     externals = {id(p): n for n, p in model.named_parameters()}
     mods = ModuleStack(session.module_name)
     tracer = OpTracer(mods, externals)
+    tracer.stop_frame = sys._getframe()
     with replaying(session, snap, model, state.autocast), torch.enable_grad(), mods, tracer:
         out = call_model(model, snap)
     bad = [t for t in float_leaves(out) if _is_bad(t, any_kind)]
@@ -123,6 +125,7 @@ def localize_loss(session: Any, state: Any, step: int) -> Finding:
         if not inputs_bad:
             mods = ModuleStack(session.module_name)
             tracer = OpTracer(mods)
+            tracer.stop_frame = sys._getframe()
             with session.paused(), torch.no_grad(), mods, tracer:
                 out = replay_loss(call, [], [])
             origin = tracer.origin_of(out)

@@ -95,7 +95,7 @@ class NonFiniteSentinel(Checker):
     def __init__(self) -> None:
         super().__init__()
         self._step = _Step()
-        self._after: dict[str, tuple[torch.Tensor, int]] = {}  # params/state flags of the last update
+        self._after: dict[str, tuple[torch.Tensor, int, bool]] = {}  # params/state flags of the last update
         self._replays = 0
         self._by_stage: dict[str, Finding] = {}
         self._stashed: dict[int, list[tuple[torch.Tensor, torch.Tensor | None]]] = {}
@@ -180,10 +180,11 @@ class NonFiniteSentinel(Checker):
         state = [v for p in params for v in optimizer.state.get(p, {}).values()
                  if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() > 0]
         step = self.session.step
+        grad_ok = self._grad_norm is None or math.isfinite(self._grad_norm)
         for kind, tensors in (("update", params), ("state", state)):
             flag = _norms(tensors)
             if flag is not None:
-                self._after[kind] = (flag, step)
+                self._after[kind] = (flag, step, grad_ok)
 
     def on_step_end(self, step: int) -> None:
         if self._step.flags:
@@ -208,7 +209,7 @@ class NonFiniteSentinel(Checker):
                 scalars.append(t)
         after = self._after
         self._after = {}
-        for kind, (t, _step) in after.items():
+        for kind, (t, _step, _ok) in after.items():
             keys.append(kind)
             scalars.append(t)
         gnorm = _norms(grads)
@@ -237,9 +238,14 @@ class NonFiniteSentinel(Checker):
             return False
         # Execution order: the previous update, then data → forward → loss → backward.
         for kind in ("update", "state"):
-            if kind in got and not math.isfinite(got[kind][0]):
-                self._report("optimizer", lambda: _localize.localize_update(sess, after[kind][1], self._grad_norm))
-                return False
+            flag, upd_step, grad_ok = after.get(kind, (None, 0, False))
+            if kind in got and not math.isfinite(got[kind][0]) and grad_ok:
+                # (with non-finite gradients the bad update is a consequence, reported already)
+                found = _localize.localize_update(sess, upd_step, self._grad_norm)
+                if found:  # else: finite but huge parameters overflowed the norm; the forward shows it
+                    self._report("optimizer", lambda: found)
+                    self._release()
+                    return False
         trip = None
         if any(_nan_or_posinf(v) for v in got.get("data", [])):
             trip = "data"

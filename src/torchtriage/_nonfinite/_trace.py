@@ -27,7 +27,9 @@ from torch.nn.modules import module as _module_mod
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .._frames import UserFrame, user_frame_from_stack
+import sys
+
+from .._frames import UserFrame, _source_line, is_user_file
 
 
 @dataclasses.dataclass
@@ -97,6 +99,9 @@ class OpTracer(TorchDispatchMode):
         self.producers: list[Origin] = []
         self.in_backward = False
         self.failed = False
+        # The frame that started the replay: user frames above it (e.g. `opt.step()`, where the
+        # sentinel tripped) are not where the op was written, so the search stops there.
+        self.stop_frame: Any = None
 
     def origin_of(self, t: Any) -> Origin | None:
         if not isinstance(t, torch.Tensor):
@@ -167,9 +172,19 @@ class OpTracer(TorchDispatchMode):
 
     def _new(self, kind: str, op: str, inputs: list[torch.Tensor], output: torch.Tensor,
              scalars: tuple[Any, ...]) -> Origin:
-        frame = None if self.in_backward else user_frame_from_stack(3)
+        frame = None if self.in_backward else _user_frame_until(self.stop_frame)
         o = Origin(kind, op, self.modules.top, frame, [t.detach() for t in inputs[:4]], output.detach(),
                    scalars, backward=self.in_backward)
         if kind == "computed":
             self.producers.append(o)
         return o
+
+
+def _user_frame_until(stop: Any) -> UserFrame | None:
+    f = sys._getframe(2)
+    while f is not None and f is not stop:
+        if is_user_file(f.f_code.co_filename):
+            return UserFrame(f.f_code.co_filename, f.f_lineno, f.f_code.co_name,
+                             _source_line(f.f_code.co_filename, f.f_lineno))
+        f = f.f_back
+    return None
