@@ -256,3 +256,25 @@ def test_demo_script_names_stage_module_op_and_line():
     assert "where: step=0  stage=forward  module=encoder.2  op=aten::log" in r.stderr
     assert "nan_in_forward.py:9    return torch.log(x)" in r.stderr
     assert "zeros in input:" in r.stderr
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # dynamo traces the session hooks and warns
+def test_compiled_model_is_replayed_eagerly_with_the_user_module_path():
+    model = zoo.LogOfReluDeepInside()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    compiled = torch.compile(model, backend="eager")
+    with _watch(compiled, opt) as s:
+        _mse_steps(compiled, opt, [torch.randn(16, 4)], [torch.randn(16, 1)])
+    f = s.report.primary
+    assert (f.stage, f.module, f.op, f.evidence["source_line"]) == (Stage.FORWARD, "block.1.1", "aten::log", LOG_LINE)
+
+
+def test_finite_but_huge_parameters_overflow_in_the_forward_not_in_the_update():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e38)
+    with _watch(model, opt) as s:
+        _mse_steps(model, opt, [torch.randn(32, 4)] * 3, [torch.randn(32, 1) * 10] * 3)
+    (f,) = _errors(s)
+    assert (f.stage, f.step, f.module, f.op) == (Stage.FORWARD, 1, "2", "aten::addmm")
+    assert "exceeds the range of float32" in f.cause and "learning rate" in f.next_check

@@ -20,6 +20,7 @@ from ._findings import Finding as Finding
 from ._findings import Report as Report
 from ._findings import Severity as Severity
 from ._findings import Stage as Stage
+from ._nonfinite import NonFiniteSentinel as NonFiniteSentinel
 from ._session import Session as Session
 from ._session import TriageWarning as TriageWarning
 from ._session import current_session as current_session
@@ -32,7 +33,8 @@ try:
 except PackageNotFoundError:  # running from a source tree
     __version__ = "0+unknown"
 
-for _obj in (Category, Finding, Report, Severity, Stage, Session, TensorSummary, Checker, LossCall):
+for _obj in (Category, Finding, Report, Severity, Stage, Session, TensorSummary, Checker, LossCall,
+             NonFiniteSentinel):
     _obj.__module__ = "torchtriage"
 del _obj
 
@@ -45,6 +47,7 @@ __all__ = [
     "ContractError",
     "Finding",
     "LossCall",
+    "NonFiniteSentinel",
     "Report",
     "Session",
     "Severity",

@@ -35,6 +35,17 @@ def _finding(code: str, key: str, stage: Stage, step: int, *, module: str | None
                    cause=cause, next_check=next_check, evidence=ev)
 
 
+def _namer(session: Any) -> Any:
+    # A torch.compile'd root is watched as OptimizedModule; its children are named
+    # "_orig_mod.<path>": report the path the user's model has.
+    def name_of(m: nn.Module) -> str | None:
+        n = session.module_name(m)
+        while n is not None and n.startswith("_orig_mod"):
+            n = n[len("_orig_mod"):].lstrip(".")
+        return n
+    return name_of
+
+
 def _mod_text(module: str | None) -> str:
     return msg("nonfinite.root") if not module else module
 
@@ -84,7 +95,7 @@ def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = Fa
         return not_reproduced(Stage.FORWARD, step)
     model = _target(snap.model)
     externals = {id(p): n for n, p in model.named_parameters()}
-    mods = ModuleStack(session.module_name)
+    mods = ModuleStack(_namer(session))
     tracer = OpTracer(mods, externals)
     tracer.stop_frame = sys._getframe()
     with replaying(session, snap, model, state.autocast), torch.enable_grad(), mods, tracer:
@@ -123,7 +134,7 @@ def localize_loss(session: Any, state: Any, step: int) -> Finding:
         inputs_bad = [a for a in (call.input, call.target) if isinstance(a, torch.Tensor)
                       and (a.is_floating_point() or a.is_complex()) and _is_bad(a, True)]
         if not inputs_bad:
-            mods = ModuleStack(session.module_name)
+            mods = ModuleStack(_namer(session))
             tracer = OpTracer(mods)
             tracer.stop_frame = sys._getframe()
             with session.paused(), torch.no_grad(), mods, tracer:
@@ -177,7 +188,7 @@ def localize_backward(session: Any, state: Any, step: int) -> Finding:
     if snap is None or not snap.has_batch:
         return not_reproduced(Stage.BACKWARD, step)
     model = _target(snap.model)
-    mods = ModuleStack(session.module_name)
+    mods = ModuleStack(_namer(session))
     first: list[tuple[Any, tuple[Any, ...], tuple[Any, ...]]] = []
 
     def finite(gs: tuple[Any, ...]) -> bool:
