@@ -70,7 +70,7 @@ def _target(model: nn.Module) -> nn.Module:
 
 
 def _producer_finding(origin: Origin, stage: Stage, step: int, *, loss: bool = False,
-                      frame: Any = None, module: str | None = None) -> Finding:
+                      frame: Any = None, module: str | None = None, loss_value: float | None = None) -> Finding:
     ex = explain(origin.op, origin.inputs, origin.output, scalars=origin.scalars)
     kind = kind_text(kind_of(origin.output))
     frame = origin.frame or frame
@@ -80,6 +80,8 @@ def _producer_finding(origin: Origin, stage: Stage, step: int, *, loss: bool = F
                         op=origin.op, frame=frame, cause=ex.cause, next_check=ex.next_check,
                         evidence=ex.evidence)
     if loss:
+        if loss_value is not None:
+            kind = kind_text("nan" if loss_value != loss_value else ("posinf" if loss_value > 0 else "neginf"))
         return _finding("numerical.nonfinite_loss", "nonfinite.loss", stage, step, module=module, op=origin.op,
                         frame=frame, cause=ex.cause, next_check=ex.next_check, evidence=ex.evidence,
                         kind=kind)
@@ -143,7 +145,8 @@ def localize_loss(session: Any, state: Any, step: int) -> Finding:
             if origin is None or origin.kind != "computed":
                 origin = tracer.producers[0] if tracer.producers else None
             if origin is not None:
-                return _producer_finding(origin, Stage.LOSS, step, loss=True, frame=call.frame, module=call.module)
+                return _producer_finding(origin, Stage.LOSS, step, loss=True, frame=call.frame, module=call.module,
+                                         loss_value=state.loss_value)
     if outs:
         # The model's output holds -Inf (ignored by the cheap check: masks use it on purpose),
         # and the loss turned it into NaN/Inf: the producer is inside the model.
@@ -177,8 +180,10 @@ def _walk_loss_graph(state: Any, step: int, frame: Any) -> Finding | None:
             continue
         if isinstance(out, torch.Tensor) and _is_bad(out, True):
             origin = Origin("computed", f"aten::{name}", None, frame, args, out)
-            f = _producer_finding(origin, Stage.LOSS, step, loss=True, frame=frame)
-            return f.replace(evidence=dict(f.evidence, **{"backward called at": _where(state.backward_frame)}))
+            f = _producer_finding(origin, Stage.LOSS, step, loss=True, frame=frame, loss_value=state.loss_value)
+            if state.backward_frame is not None:
+                f = f.replace(evidence=dict(f.evidence, **{"backward called at": _where(state.backward_frame)}))
+            return f
     return None
 
 
