@@ -41,6 +41,7 @@ from ._repro import ShrinkResult as ShrinkResult
 from ._repro import load_bundle as load_bundle
 from ._repro import replay as replay
 from ._repro import shrink as shrink
+from ._nonfinite import NonFiniteSentinel as NonFiniteSentinel
 from ._session import Session as Session
 from ._session import TriageWarning as TriageWarning
 from ._session import current_session as current_session
@@ -61,7 +62,8 @@ try:
 except _PackageNotFoundError:  # running from a source tree
     __version__ = "0+unknown"
 
-for _obj in (Category, Finding, Report, Severity, Stage, Session, TensorSummary, Checker, LossCall):
+for _obj in (Category, Finding, Report, Severity, Stage, Session, TensorSummary, Checker, LossCall,
+             NonFiniteSentinel):
     _obj.__module__ = "torchtriage"
 for _obj in (Bundle, ReplayResult, ShrinkResult):
     _obj.__module__ = "torchtriage"
@@ -78,6 +80,7 @@ __all__ = [
     "ContractHandle",
     "Finding",
     "LossCall",
+    "NonFiniteSentinel",
     "ReplayResult",
     "Report",
     "Session",

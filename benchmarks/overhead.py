@@ -1,0 +1,213 @@
+"""Overhead of torchtriage's non-finite sentinel vs the tools it replaces.
+
+A 4-layer transformer LM (d=256, sequence 128, batch 16) and a small CNN, one training step each:
+baseline, torchtriage's sentinel (`watch(checks=["nonfinite"])`), `torch.autograd.detect_anomaly`,
+and transformers' `DebugUnderflowOverflow` when it is installed. Step times are interleaved in one
+process (round-robin over the modes, so a busy machine slows all alike) and reported as the ratio
+of medians to the baseline. Peak memory: CUDA max_memory_allocated when on CUDA; on CPU the peak
+RSS of a fresh subprocess per mode (RSS peaks cannot be reset inside one process).
+
+    python benchmarks/overhead.py [--steps N] [--quick] [--device cpu|cuda] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab=1000, d=256, layers=4, heads=4, seq=128):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.zeros(seq, d))
+        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.1, batch_first=True)
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, vocab)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq), persistent=False)
+
+    def forward(self, ids):
+        h = self.emb(ids) + self.pos[: ids.shape[1]]
+        return self.head(self.blocks(h, mask=self.mask, is_causal=True))
+
+
+class SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(64 * 8 * 8, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def make(workload: str, device: str):
+    torch.manual_seed(0)
+    if workload == "transformer":
+        model = TinyLM().to(device)
+        batch = (torch.randint(0, 1000, (16, 128), device=device), torch.randint(0, 1000, (16, 128), device=device))
+
+        def loss_fn(out, y):
+            return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+    else:
+        model = SmallCNN().to(device)
+        batch = (torch.randn(64, 3, 32, 32, device=device), torch.randint(0, 10, (64,), device=device))
+
+        def loss_fn(out, y):
+            return F.cross_entropy(out, y)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    return model, opt, batch, loss_fn
+
+
+def step(model, opt, batch, loss_fn):
+    x, y = batch
+    loss = loss_fn(model(x), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def modes():
+    out = ["baseline", "sentinel", "detect_anomaly"]
+    try:
+        from transformers.debug_utils import DebugUnderflowOverflow  # noqa: F401
+        out.append("hf_debug_underflow_overflow")
+    except Exception:
+        pass
+    return out
+
+
+@contextlib.contextmanager
+def instrument(mode: str, model, opt):
+    if mode == "baseline":
+        yield
+    elif mode == "sentinel":
+        import torchtriage
+
+        with torchtriage.watch(model, opt, checks=["nonfinite"], on_anomaly="record", report=False):
+            yield
+    elif mode == "detect_anomaly":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.autograd.detect_anomaly():
+                yield
+    else:
+        from transformers.debug_utils import DebugUnderflowOverflow
+
+        dbg = DebugUnderflowOverflow(model)
+        try:
+            yield
+        finally:
+            for m in model.modules():
+                m._forward_hooks.clear()
+            del dbg
+
+
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_workload(workload, device, steps, rounds, names):
+    setups = {m: make(workload, device) for m in names}
+    times = {m: [] for m in names}
+    for m in names:  # warm-up
+        with instrument(m, *setups[m][:2]):
+            for _ in range(2):
+                step(*setups[m])
+    for r in range(rounds):
+        # rotate the order every round: no mode always runs right after another
+        for m in names[r % len(names):] + names[:r % len(names)]:
+            model, opt, batch, loss_fn = setups[m]
+            with instrument(m, model, opt):
+                for _ in range(steps):
+                    sync(device)
+                    t0 = time.perf_counter()
+                    step(model, opt, batch, loss_fn)
+                    sync(device)
+                    times[m].append(time.perf_counter() - t0)
+    return {m: statistics.median(v) for m, v in times.items()}
+
+
+def peak_memory(workload, device, mode, steps, threads):
+    if device == "cuda":
+        model, opt, batch, loss_fn = make(workload, device)
+        step(model, opt, batch, loss_fn)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        with instrument(mode, model, opt):
+            for _ in range(steps):
+                step(model, opt, batch, loss_fn)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() / 2**20
+    cmd = [sys.executable, __file__, "--_memory", workload, mode, str(steps), "--threads", str(threads)]
+    return float(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+    # (3 steps are enough for the peak: every step allocates the same)
+
+
+def _memory_child(workload, mode, steps):
+    model, opt, batch, loss_fn = make(workload, "cpu")
+    with instrument(mode, model, opt):
+        for _ in range(steps):
+            step(model, opt, batch, loss_fn)
+    # VmHWM (peak RSS) of this process; ru_maxrss would include the parent's RSS from before exec
+    with open("/proc/self/status") as fh:
+        hwm = next((line.split()[1] for line in fh if line.startswith("VmHWM:")), None)
+    print(int(hwm) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=1, help="timed steps per mode per round")
+    p.add_argument("--rounds", type=int, default=20, help="round-robin rounds")
+    p.add_argument("--quick", action="store_true", help="1 step x 6 rounds, CNN and transformer")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", help="also write the figures as JSON")
+    p.add_argument("--_memory", nargs=3, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    if a._memory:
+        _memory_child(a._memory[0], a._memory[1], int(a._memory[2]))
+        return 0
+    if a.quick:
+        a.steps, a.rounds = 1, 6
+    names = modes()
+    rows = []
+    for workload in ("transformer", "cnn"):
+        med = time_workload(workload, a.device, a.steps, a.rounds, names)
+        base_mem = peak_memory(workload, a.device, "baseline", 3, a.threads)
+        for m in names:
+            mem = base_mem if m == "baseline" else peak_memory(workload, a.device, m, 3, a.threads)
+            rows.append({"workload": workload, "mode": m, "step_ms": med[m] * 1e3,
+                         "time_ratio": med[m] / med["baseline"], "peak_mib": mem,
+                         "mem_ratio": mem / base_mem if base_mem > 0 else float("nan")})
+    mem_kind = "CUDA max allocated" if a.device == "cuda" else "process peak RSS"
+    print(f"device={a.device} torch={torch.__version__} threads={a.threads} steps={a.steps}x{a.rounds} rounds")
+    print(f"| workload | mode | median step (ms) | time vs baseline | {mem_kind} (MiB) | memory vs baseline |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['workload']} | {r['mode']} | {r['step_ms']:.1f} | {r['time_ratio']:.3f}x | "
+              f"{r['peak_mib']:.1f} | {r['mem_ratio']:.2f}x |")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,312 @@
+"""From "something was non-finite in this step" to the finding: stage, module, op, line, evidence.
+
+Runs only after the sentinel tripped (it reads values and syncs freely). Each stage has its
+own localizer; all of them say "not reproduced on replay" rather than guess.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .._catalogue import msg
+from .._findings import Category, Finding, Severity, Stage
+from .._summary import summarize
+from ._families import base_name, explain, kind_of, kind_text
+from ._replay import (NodeMap, call_model, float_leaves, graph_nodes, node_frame, node_op, replay_loss,
+                      replaying, saved_tensors)
+from ._trace import ModuleStack, OpTracer, Origin
+
+
+def _finding(code: str, key: str, stage: Stage, step: int, *, module: str | None = None, op: str | None = None,
+             parameter: str | None = None, frame: Any = None, cause: str = "", next_check: str = "",
+             evidence: dict[str, Any] | None = None, severity: Severity = Severity.ERROR, **fields: Any) -> Finding:
+    ev = dict(evidence or {})
+    if frame is not None and frame.source:
+        ev["source_line"] = frame.source
+    fmt = dict(step=step, module=_mod_text(module), op=op or msg("nonfinite.unknown_op"), parameter=parameter)
+    fmt.update(fields)
+    return Finding(Category.NUMERICAL, code, msg(key, **fmt), severity=severity, stage=stage,
+                   step=step, module=module, op=op, parameter=parameter,
+                   file=frame.file if frame is not None else None, line=frame.line if frame is not None else None,
+                   cause=cause, next_check=next_check, evidence=ev)
+
+
+def _namer(session: Any) -> Any:
+    # A torch.compile'd root is watched as OptimizedModule; its children are named
+    # "_orig_mod.<path>": report the path the user's model has.
+    def name_of(m: nn.Module) -> str | None:
+        n = session.module_name(m)
+        while n is not None and n.startswith("_orig_mod"):
+            n = n[len("_orig_mod"):].lstrip(".")
+        return n
+    return name_of
+
+
+def _mod_text(module: str | None) -> str:
+    return msg("nonfinite.root") if not module else module
+
+
+def not_reproduced(stage: Stage, step: int, evidence: dict[str, Any] | None = None) -> Finding:
+    return _finding(f"numerical.nonfinite_{stage.value}", "nonfinite.not_reproduced", stage, step,
+                    cause=msg("nonfinite.cause.not_reproduced"), next_check=msg("nonfinite.next.not_reproduced"),
+                    evidence=evidence, severity=Severity.WARNING, stage_name=stage.value)
+
+
+def _is_bad(t: torch.Tensor, any_kind: bool) -> bool:
+    x = torch.view_as_real(t) if t.is_complex() else t
+    if any_kind:
+        return not bool(torch.isfinite(x).all())
+    return bool(torch.isnan(x).any() or torch.isposinf(x).any())
+
+
+def _target(model: nn.Module) -> nn.Module:
+    # torch.compile wraps the model; replay the original module eagerly (op-level tracing
+    # cannot see inside a compiled graph).
+    return getattr(model, "_orig_mod", model)
+
+
+def _producer_finding(origin: Origin, stage: Stage, step: int, *, loss: bool = False,
+                      frame: Any = None, module: str | None = None, loss_value: float | None = None) -> Finding:
+    ex = explain(origin.op, origin.inputs, origin.output, scalars=origin.scalars)
+    kind = kind_text(kind_of(origin.output))
+    frame = origin.frame or frame
+    module = origin.module if origin.module is not None else module
+    if ex.family == "masked":
+        return _finding("numerical.fully_masked_row", "nonfinite.masked_row", stage, step, module=module,
+                        op=origin.op, frame=frame, cause=ex.cause, next_check=ex.next_check,
+                        evidence=ex.evidence)
+    if loss:
+        if loss_value is not None:
+            kind = kind_text("nan" if loss_value != loss_value else ("posinf" if loss_value > 0 else "neginf"))
+        return _finding("numerical.nonfinite_loss", "nonfinite.loss", stage, step, module=module, op=origin.op,
+                        frame=frame, cause=ex.cause, next_check=ex.next_check, evidence=ex.evidence,
+                        kind=kind)
+    return _finding("numerical.nonfinite_forward", "nonfinite.forward", stage, step, module=module,
+                    op=origin.op, frame=frame, cause=ex.cause, next_check=ex.next_check, evidence=ex.evidence,
+                    kind=kind)
+
+
+def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = False) -> Finding:
+    """Replay the model's forward under the op tracer; the producer of the bad output."""
+    snap = session.snapshot
+    if snap is None or not snap.has_batch:
+        return not_reproduced(Stage.FORWARD, step)
+    model = _target(snap.model)
+    externals = {id(p): n for n, p in model.named_parameters()}
+    mods = ModuleStack(_namer(session))
+    tracer = OpTracer(mods, externals)
+    tracer.stop_frame = sys._getframe()
+    with replaying(session, snap, model, state.autocast), torch.enable_grad(), mods, tracer:
+        out = call_model(model, snap)
+    bad = [t for t in float_leaves(out) if _is_bad(t, any_kind)]
+    if not bad:
+        return not_reproduced(Stage.FORWARD, step, {"outputs": [summarize(t) for t in float_leaves(out)[:3]]})
+    origin = tracer.origin_of(bad[0])
+    if origin is not None and origin.kind == "constant" and origin.external not in (None, "input"):
+        name = origin.external
+        p = dict(model.named_parameters()).get(name)
+        return _finding("numerical.nonfinite_parameter", "nonfinite.forward_param", Stage.PARAMETER, step,
+                        module=name.rpartition(".")[0], parameter=name,
+                        cause=msg("nonfinite.cause.param"), next_check=msg("nonfinite.next.param"),
+                        evidence={"parameter": summarize(p)})
+    if origin is None or origin.kind != "computed":
+        origin = tracer.producers[0] if tracer.producers else None
+    if origin is None:
+        return not_reproduced(Stage.FORWARD, step, {"output": summarize(bad[0])})
+    f = _producer_finding(origin, Stage.FORWARD, step)
+    if f.code != "numerical.fully_masked_row" and any(src.external == "input" for src in origin.sources):
+        # The batch's own -Inf (not a mask: it did not go through softmax) became NaN here:
+        # the first non-finite value is in the data.
+        d = localize_data(session, step, any_kind=True)
+        if d is not None:
+            return d.replace(evidence=dict(d.evidence, **{"became NaN at": f"{origin.op} in {_mod_text(origin.module)}"}))
+    return f
+
+
+def localize_loss(session: Any, state: Any, step: int) -> Finding:
+    """The loss is non-finite while the model's NaN/+Inf check passed."""
+    calls = [c for c in state.loss_calls if isinstance(c.output, torch.Tensor) and _is_bad(c.output, True)]
+    outs = [t for t in state.outputs if _is_bad(t, True)]
+    if calls:
+        call = calls[0]
+        inputs_bad = [a for a in (call.input, call.target) if isinstance(a, torch.Tensor)
+                      and (a.is_floating_point() or a.is_complex()) and _is_bad(a, True)]
+        if not inputs_bad:
+            mods = ModuleStack(_namer(session))
+            tracer = OpTracer(mods)
+            tracer.stop_frame = sys._getframe()
+            with session.paused(), torch.no_grad(), mods, tracer:
+                out = replay_loss(call, [], [])
+            origin = tracer.origin_of(out)
+            if origin is None or origin.kind != "computed":
+                origin = tracer.producers[0] if tracer.producers else None
+            if origin is not None:
+                return _producer_finding(origin, Stage.LOSS, step, loss=True, frame=call.frame, module=call.module,
+                                         loss_value=state.loss_value)
+    if outs:
+        # The model's output holds -Inf (ignored by the cheap check: masks use it on purpose),
+        # and the loss turned it into NaN/Inf: the producer is inside the model.
+        return localize_forward(session, state, step, any_kind=True)
+    found = _walk_loss_graph(state, step, calls[0].frame if calls else None)
+    if found is not None:
+        return found
+    return not_reproduced(Stage.LOSS, step, {"loss": state.loss_value, "backward called at":
+                                              _where(state.backward_frame)})
+
+
+def _where(frame: Any) -> str | None:
+    return f"{frame.file}:{frame.line}" if frame is not None else None
+
+
+@torch.no_grad()
+def _walk_loss_graph(state: Any, step: int, frame: Any) -> Finding | None:
+    """Re-evaluate, in forward order, the ops of the loss's graph captured before backward."""
+    for seq, op, saved in sorted(state.loss_nodes, key=lambda n: n[0]):
+        name = base_name(op)
+        fn = getattr(torch, name, None)
+        x = saved.get("self")
+        if fn is None or x is None or not (x.is_floating_point() or x.is_complex()):
+            continue
+        args = [x] + ([saved["other"]] if isinstance(saved.get("other"), torch.Tensor) else [])
+        if any(_is_bad(a, True) for a in args if a.is_floating_point()):
+            continue
+        try:
+            out = fn(*args)
+        except Exception:
+            continue
+        if isinstance(out, torch.Tensor) and _is_bad(out, True):
+            origin = Origin("computed", f"aten::{name}", None, frame, args, out)
+            f = _producer_finding(origin, Stage.LOSS, step, loss=True, frame=frame, loss_value=state.loss_value)
+            if state.backward_frame is not None:
+                f = f.replace(evidence=dict(f.evidence, **{"backward called at": _where(state.backward_frame)}))
+            return f
+    return None
+
+
+def localize_backward(session: Any, state: Any, step: int) -> Finding:
+    """Forward and loss finite, gradients not: the first backward node emitting non-finite grads."""
+    snap = session.snapshot
+    if snap is None or not snap.has_batch:
+        return not_reproduced(Stage.BACKWARD, step)
+    model = _target(snap.model)
+    mods = ModuleStack(_namer(session))
+    first: list[tuple[Any, tuple[Any, ...], tuple[Any, ...]]] = []
+
+    def finite(gs: tuple[Any, ...]) -> bool:
+        return all(g is None or bool(torch.isfinite(g).all()) for g in gs)
+
+    def make_hook(node: Any) -> Any:
+        def hook(grad_inputs: Any, grad_outputs: Any) -> None:
+            if not first and finite(grad_outputs) and not finite(grad_inputs):
+                first.append((node, grad_inputs, grad_outputs))
+        return hook
+
+    handles: list[Any] = []
+    call = next((c for c in reversed(state.loss_calls) if isinstance(c.output, torch.Tensor)), None)
+    with replaying(session, snap, model, state.autocast), torch.enable_grad(), \
+            torch.autograd.set_detect_anomaly(True, check_nan=False), mods:
+        nm = NodeMap(mods)
+        with nm:
+            out = call_model(model, snap)
+            floats = [t for t in float_leaves(out) if t.requires_grad]
+            loss = replay_loss(call, state.outputs, floats) if call is not None else None
+        roots = [loss] if isinstance(loss, torch.Tensor) and loss.requires_grad else floats
+        grad_out = None if roots is not floats else [torch.ones_like(t) for t in floats]
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not roots or not params:
+            return not_reproduced(Stage.BACKWARD, step)
+        nodes = graph_nodes([r.grad_fn for r in roots])
+        try:
+            for n in nodes:
+                if type(n).__name__ != "AccumulateGrad":
+                    handles.append(n.register_hook(make_hook(n)))
+            torch.autograd.grad(roots, params, grad_out, retain_graph=True, allow_unused=True)
+        finally:
+            for h in handles:
+                h.remove()
+    if not first:
+        return not_reproduced(Stage.BACKWARD, step, {"loss": state.loss_value})
+    node, g_in, g_out = first[0]
+    entry = nm.nodes.get(id(node))
+    module = entry[2] if entry else None
+    if entry is None:
+        for other, _name, mod in nm.nodes.values():
+            if any(nxt is node for nxt, _ in getattr(other, "next_functions", ())):
+                module = mod
+                break
+    op = node_op(node)
+    ev: dict[str, Any] = {}
+    if entry is not None:
+        ev["forward call"] = entry[1]
+    ev["backward node"] = type(node).__name__
+    for k, v in saved_tensors(node).items():
+        ev[f"saved {k}"] = summarize(v)
+        if v.is_floating_point():
+            ev[f"zeros in saved {k}"] = int((v == 0).sum())
+    ev["incoming gradient"] = next((summarize(g) for g in g_out if g is not None), None)
+    bad_in = next((g for g in g_in if g is not None and not bool(torch.isfinite(g).all())), None)
+    ev["outgoing gradient"] = summarize(bad_in)
+    if call is None:
+        ev["note"] = "replayed with a gradient of ones at the model outputs (the loss was not a torch.nn.functional call)"
+    kind = kind_text(kind_of(bad_in))
+    return _finding("numerical.nonfinite_backward", "nonfinite.backward", Stage.BACKWARD, step, module=module,
+                    op=op, frame=node_frame(node), cause=msg("nonfinite.cause.backward", op=op),
+                    next_check=msg("nonfinite.next.backward"), evidence=ev, kind=kind)
+
+
+def param_names(session: Any) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for m in session.models:
+        for n, p in m.named_parameters():
+            out.setdefault(id(p), n)
+    return out
+
+
+@torch.no_grad()
+def localize_update(session: Any, step: int, grad_norm: float | None) -> list[Finding]:
+    """Parameters / optimizer state non-finite after an optimizer step."""
+    names = param_names(session)
+    found: list[Finding] = []
+    for opt in session.optimizers:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                name = names.get(id(p), f"{type(opt).__name__} param #{len(found)}")
+                if not bool(torch.isfinite(p).all()):
+                    ev = {"parameter": summarize(p), "lr": group.get("lr"), "grad norm at that step": grad_norm}
+                    found.append(_finding("numerical.nonfinite_update", "nonfinite.update", Stage.OPTIMIZER, step,
+                                          module=name.rpartition(".")[0], parameter=name,
+                                          cause=msg("nonfinite.cause.update", lr=group.get("lr")),
+                                          next_check=msg("nonfinite.next.update"), evidence=ev,
+                                          optimizer=type(opt).__name__))
+                    continue
+                for key, v in opt.state.get(p, {}).items():
+                    if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all()):
+                        found.append(_finding("numerical.nonfinite_optimizer_state", "nonfinite.state",
+                                              Stage.OPTIMIZER, step, module=name.rpartition(".")[0],
+                                              parameter=name, cause=msg("nonfinite.cause.state"),
+                                              next_check=msg("nonfinite.next.state"),
+                                              evidence={key: summarize(v), "lr": group.get("lr")},
+                                              state=key, optimizer=type(opt).__name__))
+                        break
+    return found[:1]
+
+
+def localize_data(session: Any, step: int, any_kind: bool = False) -> Finding | None:
+    snap = session.snapshot
+    if snap is None or not snap.has_batch:
+        return None
+    from torch.utils._pytree import tree_flatten_with_path, keystr
+
+    leaves, _ = tree_flatten_with_path((snap.args, snap.kwargs))
+    for path, t in leaves:
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and _is_bad(t, any_kind):
+            where = keystr(path)
+            return _finding("numerical.nonfinite_data", "nonfinite.data", Stage.DATA, step,
+                            cause=msg("nonfinite.cause.data"), next_check=msg("nonfinite.next.data"),
+                            evidence={"input": summarize(t), "where": where}, kind=kind_text(kind_of(t)),
+                            input=where)
+    return None

@@ -1,0 +1,167 @@
+"""Replaying a bad step with full instrumentation, leaving the user's run untouched.
+
+The sentinel trips at the step's one sync (before `optimizer.step()` applies anything), so the
+parameters are still those the step used. `replaying` restores the step's RNG state, pauses the
+session's hooks, re-enters the autocast state the step's forward ran under, and afterwards puts
+back the RNG state and every buffer (BatchNorm statistics) so that the user's run continues
+bitwise as without torchtriage. Gradients are taken with `torch.autograd.grad`, never into `.grad`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.overrides import TorchFunctionMode, resolve_name
+from torch.utils._pytree import tree_leaves
+
+from .._frames import UserFrame, is_user_file
+from ._trace import ModuleStack
+
+
+@contextlib.contextmanager
+def replaying(session: Any, snap: Any, model: nn.Module, autocast: list[tuple[str, torch.dtype]]) -> Iterator[None]:
+    """Run the body as the step ran (RNG, autocast), then restore RNG and buffers."""
+    rng = torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(session.paused())
+        for device_type, dtype in autocast:
+            stack.enter_context(torch.autocast(device_type, dtype=dtype))
+        try:
+            snap.restore_rng()
+            yield
+        finally:
+            torch.set_rng_state(rng)
+            if cuda is not None:
+                torch.cuda.set_rng_state_all(cuda)
+            with torch.no_grad():
+                for b, saved in buffers:
+                    if b.shape == saved.shape:
+                        b.copy_(saved)
+
+
+def call_model(model: nn.Module, snap: Any) -> Any:
+    return model(*snap.args, **snap.kwargs)
+
+
+def float_leaves(obj: Any) -> list[torch.Tensor]:
+    """Floating / complex tensors inside outputs of any shape (tuples, dicts, dataclasses)."""
+    out = []
+    for t in tree_leaves(_unpack(obj)):
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()):
+            out.append(t)
+    return out
+
+
+def _unpack(obj: Any) -> Any:
+    import dataclasses
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+    if hasattr(obj, "to_tuple") and callable(obj.to_tuple):  # HF ModelOutput
+        try:
+            return obj.to_tuple()
+        except Exception:
+            return obj
+    return obj
+
+
+def replay_loss(call: Any, old_outputs: list[torch.Tensor], new_outputs: list[torch.Tensor]) -> Any:
+    """Re-run a recorded functional loss, on the replayed model outputs where they feed it."""
+    import torch.nn.functional as F
+
+    def swap(a: Any) -> Any:
+        for old, new in zip(old_outputs, new_outputs):
+            if a is old:
+                return new
+        if isinstance(a, torch.Tensor) and len(new_outputs) == 1 and a.requires_grad \
+                and a.numel() == new_outputs[0].numel() and a.grad_fn is not None:
+            return new_outputs[0].reshape(a.shape).to(a.dtype)
+        return a
+
+    fn = getattr(F, call.name)
+    fn = getattr(fn, "__wrapped__", fn)
+    return fn(*[swap(a) for a in call.args], **{k: swap(v) for k, v in call.kwargs.items()})
+
+
+class NodeMap(TorchFunctionMode):
+    """During a replayed forward: autograd node -> (torch function, module path)."""
+
+    def __init__(self, modules: ModuleStack) -> None:
+        super().__init__()
+        self.modules = modules
+        self.nodes: dict[int, tuple[Any, str, str | None]] = {}
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        try:
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.grad_fn is not None and id(t.grad_fn) not in self.nodes:
+                    node = t.grad_fn
+                    try:
+                        name = resolve_name(func) or getattr(func, "__name__", str(func))
+                    except Exception:
+                        name = getattr(func, "__name__", str(func))
+                    self.nodes[id(node)] = (node, name, self.modules.top)
+        except Exception:
+            pass
+        return out
+
+
+def graph_nodes(roots: list[Any], stop: set[int] | None = None, limit: int = 100_000) -> list[Any]:
+    """Autograd nodes reachable from `roots` (stopping at ids in `stop`)."""
+    seen: dict[int, Any] = {}
+    todo = [r for r in roots if r is not None]
+    while todo and len(seen) < limit:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen[id(n)] = n
+        if stop and id(n) in stop:
+            continue
+        for nxt, _ in getattr(n, "next_functions", ()):
+            if nxt is not None and id(nxt) not in seen:
+                todo.append(nxt)
+    return list(seen.values())
+
+
+def saved_tensors(node: Any) -> dict[str, torch.Tensor]:
+    out = {}
+    for attr in dir(node):
+        if attr.startswith("_saved_"):
+            try:
+                v = getattr(node, attr)
+            except Exception:
+                continue
+            if isinstance(v, torch.Tensor):
+                out[attr[len("_saved_"):]] = v
+    return out
+
+
+def node_op(node: Any) -> str:
+    """'SqrtBackward0' -> 'aten::sqrt' (a readable guess for nodes never seen forward)."""
+    name = re.sub(r"Backward\d*$", "", type(node).__name__)
+    snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    return f"aten::{snake}" if snake else type(node).__name__
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\n(?P<src>.*)')
+
+
+def node_frame(node: Any) -> UserFrame | None:
+    """The user's line that created `node` (from anomaly-mode metadata recorded at replay)."""
+    try:
+        lines = node.metadata.get("traceback_")
+    except Exception:
+        return None
+    for entry in reversed(lines or []):
+        m = _FRAME.search(entry)
+        if m and is_user_file(m.group("file")):
+            return UserFrame(m.group("file"), int(m.group("line")), m.group("fn"), m.group("src").strip())
+    return None

@@ -1,0 +1,325 @@
+"""`NonFiniteSentinel`: the always-on check for the first non-finite value of a step.
+
+Hot path (every step, no per-tensor sync): one on-device reduction per boundary —
+    data       sum of each floating batch tensor  (NaN or +Inf trips; -Inf masks do not)
+    forward    sum of each floating root output   (same rule)
+    loss       the backward roots                 (any non-finite value trips)
+    backward   global L2 norm of the gradients, `torch._foreach_norm` (also the "grad_norm" series)
+    optimizer  L2 norms of the parameters and optimizer state after the update (read at the next sync)
+All flags of a step are stacked and read with ONE host transfer, at `optimizer.step()`'s pre-hook
+(before the update: a non-finite update can still be skipped), or at backward's end without an
+optimizer. Intermediate modules are not checked: NaN/Inf propagate to one of these boundaries,
+and the replay (`_localize`) finds where they were born.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .._catalogue import msg
+from .._checker import Checker, LossCall
+from .._config import OnAnomaly
+from .._findings import Category, Finding, Severity, Stage
+from .._frames import UserFrame, user_frame_from_stack
+from . import _amp, _localize
+from ._replay import float_leaves, graph_nodes, saved_tensors
+
+MAX_REPLAYS = 3  # a run that stays NaN would otherwise replay every step
+
+
+@dataclasses.dataclass
+class _Step:
+    flags: dict[str, list[torch.Tensor]] = dataclasses.field(default_factory=dict)
+    outputs: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    output_nodes: list[Any] = dataclasses.field(default_factory=list)
+    loss_calls: list[LossCall] = dataclasses.field(default_factory=list)
+    loss_nodes: list[tuple[int, str, dict[str, torch.Tensor]]] = dataclasses.field(default_factory=list)
+    autocast: list[tuple[str, torch.dtype]] = dataclasses.field(default_factory=list)
+    backward_frame: UserFrame | None = None
+    loss_value: float | None = None
+    seen_forward: bool = False
+
+
+def _sum(t: torch.Tensor) -> torch.Tensor:
+    x = t.detach()
+    if x.is_complex():
+        x = torch.view_as_real(x)
+    return x.sum(dtype=torch.float32) if x.dtype != torch.float64 else x.sum()
+
+
+def _flag_sum(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    sums = [_sum(t) for t in tensors if t.numel()]
+    if not sums:
+        return None
+    if len(sums) == 1:
+        return sums[0]
+    dev = sums[0].device
+    return torch.stack([s.to(dev, torch.float64) for s in sums]).sum()
+
+
+def _norms(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    """One device scalar: the L2 norm over all tensors (grouped per device and dtype by foreach)."""
+    tensors = [t for t in tensors if t.numel() and not t.is_sparse]
+    if not tensors:
+        return None
+    norms = torch._foreach_norm(tensors)
+    dev = norms[0].device
+    if all(n.device == dev and n.dtype == torch.float32 for n in norms):
+        stacked = torch.stack(norms)
+    else:
+        stacked = torch.stack([n.to(dev, torch.float32) for n in norms])
+    return torch.linalg.vector_norm(stacked)
+
+
+class NonFiniteSentinel(Checker):
+    """Detects the first NaN/Inf of a training step and localizes it (stage, module, op, line).
+
+    Attached by default in `torchtriage.watch` and `torchtriage run` (check name "nonfinite").
+    With `on_anomaly="skip_step"` it keeps the optimizer from applying a step whose loss or
+    gradients are non-finite: parameters and optimizer state stay bitwise unchanged.
+
+    Example:
+        >>> with torchtriage.watch(model, opt, checks=["nonfinite"]) as s:
+        ...     train(model, opt)
+        >>> s.report.primary.op
+        'aten::log'
+    """
+
+    name = "nonfinite"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._step = _Step()
+        self._after: dict[str, tuple[torch.Tensor, int, bool]] = {}  # params/state flags of the last update
+        self._replays = 0
+        self._by_stage: dict[str, Finding] = {}
+        self._stashed: dict[int, list[tuple[torch.Tensor, torch.Tensor | None]]] = {}
+        self._grad_norm: float | None = None
+        # Set once a non-finite value was localized and then applied by the optimizer: every later
+        # trip is its consequence (NaN parameters), counted on the first finding, not replayed.
+        self._poisoned: Finding | None = None
+        self._first: Finding | None = None
+        self.amp = _amp.ScalerWatch(self)
+
+    # ------------------------------------------------------------------ lifecycle
+    def on_start(self, session: Any) -> None:
+        self.amp.install(session)
+
+    def on_step_begin(self, step: int) -> None:
+        self._step = _Step()
+
+    def _add_flag(self, kind: str, t: torch.Tensor | None) -> None:
+        if t is not None:
+            self._step.flags.setdefault(kind, []).append(t)
+
+    def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...],
+                        kwargs: dict[str, Any], output: Any) -> None:
+        st = self._step
+        if not st.seen_forward:
+            st.seen_forward = True
+            self._add_flag("data", _flag_sum(float_leaves((args, kwargs))))
+            st.autocast = [(d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")
+                           if torch.is_autocast_enabled(d)]
+        outs = float_leaves(output)
+        self._add_flag("forward", _flag_sum(outs))
+        st.outputs.extend(outs)
+        st.output_nodes.extend(t.grad_fn for t in outs if t.grad_fn is not None)
+
+    def on_loss(self, call: LossCall) -> None:
+        self._step.loss_calls.append(call)
+
+    def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
+        st = self._step
+        floats = [r for r in roots if isinstance(r, torch.Tensor) and (r.is_floating_point() or r.is_complex())]
+        if not floats:
+            return
+        root = self.amp.unscaled(floats[0])
+        self._add_flag("loss_value", _sum(root) if root.numel() == 1 else None)
+        self._add_flag("loss", _flag_sum(floats))
+        st.backward_frame = user_frame_from_stack(3)
+        # The loss's own graph (between the model outputs and the loss) cannot be replayed once
+        # backward has freed it; keep its few nodes' saved tensors until this step's sync.
+        stop = {id(n) for n in st.output_nodes}
+        for node in graph_nodes([r.grad_fn for r in floats], stop, limit=32):
+            if id(node) in stop or type(node).__name__ == "AccumulateGrad":
+                continue
+            saved = saved_tensors(node)
+            if saved:
+                st.loss_nodes.append((node._sequence_nr(), type(node).__name__, saved))
+
+    def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        assert self.session is not None
+        if not self.session.optimizers:
+            params = [p for m in self.session.models for p in m.parameters()]
+            self._sync(grads=[p.grad for p in params if p.grad is not None], optimizer=None)
+
+    def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        self.amp.stepped(optimizer)
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        skip = self._sync(grads=[p.grad for p in params if p.grad is not None], optimizer=optimizer)
+        if skip:
+            # skip_step: the optimizer skips parameters whose .grad is None, so hiding the grads
+            # leaves parameters and state bitwise unchanged; they come back after the step.
+            self._stashed[id(optimizer)] = [(p, p.grad) for p in params]
+            for p in params:
+                p.grad = None
+
+    def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
+        stashed = self._stashed.pop(id(optimizer), None)
+        if stashed is not None:
+            for p, g in stashed:
+                p.grad = g
+            return
+        assert self.session is not None
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        state = [v for p in params for v in optimizer.state.get(p, {}).values()
+                 if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() > 0]
+        step = self.session.step
+        grad_ok = self._grad_norm is None or math.isfinite(self._grad_norm)
+        for kind, tensors in (("update", params), ("state", state)):
+            flag = _norms(tensors)
+            if flag is not None:
+                self._after[kind] = (flag, step, grad_ok)
+
+    def on_step_end(self, step: int) -> None:
+        if self._step.flags:
+            self._sync(grads=[], optimizer=None)
+
+    def on_end(self) -> None:
+        if self._step.flags or self._after:
+            self._sync(grads=[], optimizer=None)
+        self.amp.finish()
+
+    # ------------------------------------------------------------------ the one sync
+    def _sync(self, grads: list[torch.Tensor], optimizer: torch.optim.Optimizer | None,
+              scaled_overflow_ok: bool = False) -> bool:
+        """Read every flag of the step at once; localize what tripped. True = skip this update."""
+        assert self.session is not None
+        st = self._step
+        keys: list[str] = []
+        scalars: list[torch.Tensor] = []
+        for kind, ts in st.flags.items():
+            for t in ts:
+                keys.append(kind)
+                scalars.append(t)
+        after = self._after
+        self._after = {}
+        for kind, (t, _step, _ok) in after.items():
+            keys.append(kind)
+            scalars.append(t)
+        gnorm = _norms(grads)
+        if gnorm is not None:
+            keys.append("grad")
+            scalars.append(gnorm)
+        st.flags = {}
+        if not scalars:
+            return False
+        values = _read(scalars)
+        got: dict[str, list[float]] = {}
+        for k, v in zip(keys, values):
+            got.setdefault(k, []).append(v)
+        sess = self.session
+        if "loss_value" in got:
+            st.loss_value = got["loss_value"][0]
+            sess.record_series("loss", st.loss_value)
+        if "grad" in got:
+            self._grad_norm = got["grad"][0]
+            sess.record_series("grad_norm", self._grad_norm)
+        step = sess.step
+        if self._poisoned is not None:
+            if any(not math.isfinite(v) for k, vs in got.items() if k not in ("update", "state") for v in vs):
+                sess.add(self._poisoned)
+            self._release()
+            return False
+        # Execution order: the previous update, then data → forward → loss → backward.
+        for kind in ("update", "state"):
+            flag, upd_step, grad_ok = after.get(kind, (None, 0, False))
+            if kind in got and not math.isfinite(got[kind][0]) and grad_ok:
+                # (with non-finite gradients the bad update is a consequence, reported already)
+                found = _localize.localize_update(sess, upd_step, self._grad_norm)
+                if found:  # else: finite but huge parameters overflowed the norm; the forward shows it
+                    self._report("optimizer", lambda: found)
+                    self._release()
+                    return False
+        trip = None
+        if any(_nan_or_posinf(v) for v in got.get("data", [])):
+            trip = "data"
+        elif any(_nan_or_posinf(v) for v in got.get("forward", [])):
+            trip = "forward"
+        elif any(not math.isfinite(v) and not (scaled_overflow_ok and v == v) for v in got.get("loss", [])):
+            # (a GradScaler step skipped because loss * scale overflowed is expected; NaN is not)
+            trip = "loss"
+        elif "grad" in got and not math.isfinite(got["grad"][0]):
+            trip = "backward"
+        if trip is None:
+            self._release()
+            return False
+        skip = sess.on_anomaly is OnAnomaly.SKIP_STEP and optimizer is not None
+        try:
+            self._report(trip, lambda: self._localize(trip, step, grads))
+        finally:
+            self._release()
+        if not skip and optimizer is not None and self._first is not None and trip != "data" \
+                and "grad" in got and not math.isfinite(got["grad"][0]):
+            self._poisoned = self._first
+        return skip
+
+    def _localize(self, trip: str, step: int, grads: list[torch.Tensor]) -> list[Finding]:
+        assert self.session is not None
+        sess, st = self.session, self._step
+        if trip == "data":
+            f = _localize.localize_data(sess, step)
+            return [f] if f is not None else []
+        if trip == "forward":
+            return [_localize.localize_forward(sess, st, step)]
+        if trip == "loss":
+            return [_localize.localize_loss(sess, st, step)]
+        if all(bool(torch.isfinite(g).all()) for g in grads):
+            return [_grad_overflow(step, self._grad_norm)]
+        return [_localize.localize_backward(sess, st, step)]
+
+    def _report(self, stage: str, localize: Any) -> None:
+        assert self.session is not None
+        if self._replays >= MAX_REPLAYS and stage in self._by_stage:
+            self.session.add(self._by_stage[stage])  # counted once more, not replayed again
+            return
+        self._replays += 1
+        for f in localize():
+            self._by_stage[stage] = self.session.add(f)
+            if self._first is None and f.severity is not Severity.INFO:
+                self._first = self._by_stage[stage]
+
+    def _release(self) -> None:
+        # Nothing of the step may outlive its sync (memory stays flat over long runs).
+        st = self._step
+        st.outputs, st.output_nodes, st.loss_calls, st.loss_nodes = [], [], [], []
+
+
+def _nan_or_posinf(v: float) -> bool:
+    return v != v or v == math.inf
+
+
+def _grad_overflow(step: int, norm: float | None) -> Finding:
+    return Finding(Category.NUMERICAL, "numerical.grad_norm_overflow", msg("nonfinite.grad_overflow", step=step),
+                   severity=Severity.WARNING, stage=Stage.BACKWARD, step=step,
+                   cause=msg("nonfinite.cause.grad_overflow"), next_check=msg("nonfinite.next.grad_overflow"),
+                   evidence={"global grad norm": norm})
+
+
+def _read(scalars: list[torch.Tensor]) -> list[float]:
+    """The single host transfer of a step (one per device when flags live on several)."""
+    by_dev: dict[torch.device, list[int]] = {}
+    for i, t in enumerate(scalars):
+        by_dev.setdefault(t.device, []).append(i)
+    out = [0.0] * len(scalars)
+    for dev, idx in by_dev.items():
+        vals = torch.stack([scalars[i].reshape(()).to(torch.float64 if dev.type != "mps" else torch.float32)
+                            for i in idx]).tolist()
+        for i, v in zip(idx, vals):
+            out[i] = float(v)
+    return out
