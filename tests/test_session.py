@@ -194,3 +194,25 @@ def test_without_an_optimizer_backward_calls_are_the_clock():
             model(torch.randn(2, 4)).sum().backward()
     assert s.step == 3 and s.report.meta["steps"] == 3
     assert [e for e in rec.events if e[0] == "end"] == [("end", 0), ("end", 1), ("end", 2)]
+
+
+def test_checkpoint_recompute_in_backward_is_not_a_new_forward():
+    from torch.utils.checkpoint import checkpoint
+
+    block = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block, self.head = block, nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.head(checkpoint(self.block, x, use_reentrant=False))
+
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = Recorder()
+    with torchtriage.watch(model, opt, checks=[rec], report=False) as s:
+        _train(model, opt, steps=2)
+    assert [e[0] for e in rec.events].count("root") == 2 and s.step == 2
+    assert ("backward", Stage.BACKWARD) in rec.events

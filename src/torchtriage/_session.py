@@ -114,6 +114,7 @@ class Session:
         self._clock: weakref.ref[torch.optim.Optimizer] | None = None
         self._backward_calls = 0
         self._pending_end = False
+        self._in_backward = 0
         self.exception: BaseException | None = None
         self.series: dict[str, list[float | None]] = {}
         self.meta: dict[str, Any] = {"torch": torch.__version__}
@@ -363,7 +364,7 @@ class Session:
                 self._names.setdefault(sub, name)
 
     def _fwd_pre(self, module: nn.Module, args: tuple[Any, ...]) -> None:
-        if self._busy:
+        if self._busy or self._in_backward:
             return
         try:
             if self._depth == 0:
@@ -393,7 +394,7 @@ class Session:
 
     def _fwd_post(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                   output: Any = _RAISED) -> None:
-        if self._busy:
+        if self._busy or self._in_backward:
             return
         try:
             self._depth = max(0, self._depth - 1)
@@ -426,7 +427,13 @@ class Session:
             session._begin_step_if_needed()
             session.stage = Stage.BACKWARD
             session._emit("on_backward", roots, grads)
-            result = original(tensors, *args, **kwargs)
+            # Forwards run inside backward (activation checkpointing recomputes) are not a new
+            # step or stage: the forward hooks ignore them while this counter is up.
+            session._in_backward += 1
+            try:
+                result = original(tensors, *args, **kwargs)
+            finally:
+                session._in_backward -= 1
             session._backward_calls += 1
             session._emit("on_backward_end", roots)
             if session._clock is None and not session._optimizers:
