@@ -27,3 +27,10 @@ def test_render_html_loads_only_the_renderer():
     loaded = _modules_after("import torchtriage.report as r\nr.render_html(r.load_json.__globals__['Report']())")
     assert "torchtriage.report._html" in loaded
     assert [m for m in OPTIONAL if m in loaded] == []
+
+
+def test_the_pytest_plugin_does_not_import_torch():
+    # pytest loads the plugin in every run of an environment where torchtriage is installed.
+    code = "import sys, torchtriage, torchtriage._pytest_plugin; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

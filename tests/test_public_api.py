@@ -10,8 +10,24 @@ import torchtriage
 
 
 def _public_names():
-    return {name for name, value in vars(torchtriage).items()
-            if not name.startswith("_") and not isinstance(value, types.ModuleType)}
+    # Names resolve lazily (PEP 562): the public ones are those `dir()` lists plus what the
+    # module namespace already holds, minus submodules.
+    names = set(dir(torchtriage)) | set(vars(torchtriage))
+    return {name for name in names
+            if not name.startswith("_") and not isinstance(getattr(torchtriage, name), types.ModuleType)}
+
+
+def test_every_public_name_resolves_and_unknown_names_raise():
+    for name in torchtriage.__all__:
+        assert getattr(torchtriage, name) is not None
+    import pytest
+
+    with pytest.raises(AttributeError, match="module 'torchtriage' has no attribute 'nope'"):
+        torchtriage.nope  # noqa: B018
+
+
+def test_all_lists_every_export():
+    assert set(torchtriage.__all__) == set(torchtriage._EXPORTS)
 
 
 def test_all_is_sorted():
