@@ -10,7 +10,7 @@
   equal bits, 1 - angle/pi.
 
 Banding favours very close pairs: recall falls as the similarity nears the threshold, so
-the counts are lower bounds (docs/architecture/leakage.md).
+the counts are lower bounds (ARCHITECTURE.md, `_leakage/`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`SilentChecker`: the silent-bug checks, automatic in `watch` and `run`.
 
-Costs, by design (see docs/architecture/silent.md):
+Costs, by design (see ARCHITECTURE.md, `_silent/`):
   * warm-up steps only (`silent_warmup`, default 3): loss-input semantics, token shift / PAD,
     target-in-input, built-in loss broadcasting, and the loss region (a TorchFunctionMode
     between the root forward's end and backward) for hand-written losses;
