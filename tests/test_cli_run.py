@@ -159,3 +159,22 @@ def test_options_after_the_script_belong_to_the_script(tmp_path, capsys):
     assert main(["run", "--quiet", str(script), "--json", "x", "-v"]) == 0
     assert capsys.readouterr().out == "['--json', 'x', '-v']\n"
     assert not Path("x").exists()
+
+
+SILENT_FAILURE_CASES = [
+    # scripts that finish (exit 0) with a wrong run: the primary finding names the user's line
+    ("grad_not_in_optimizer.py", "gradient.not_in_optimizer", "head", "opt = torch.optim.SGD(model.encoder.parameters()"),
+    ("lr_explodes.py", "numerical.nonfinite_forward", "2", "loss = nn.functional.mse_loss(model(x), y)"),
+    ("nan_in_forward.py", "numerical.nonfinite_forward", "encoder.2", "return torch.log(x)"),
+]
+
+
+@pytest.mark.parametrize("script, code, module, line_text", SILENT_FAILURE_CASES, ids=[c[0] for c in SILENT_FAILURE_CASES])
+def test_scripts_that_finish_but_are_wrong(script, code, module, line_text, tmp_path, capsys):
+    path = EXAMPLES / script
+    assert main(["run", "--json", str(tmp_path / "r.json"), str(path)]) == 0
+    data = json.loads((tmp_path / "r.json").read_text())
+    f = data["findings"][data["primary"]]
+    assert (f["code"], f["module"], f["file"]) == (code, module, str(path))
+    assert line_text in path.read_text().splitlines()[f["line"] - 1]
+    assert line_text in capsys.readouterr().err  # the text report shows the line itself

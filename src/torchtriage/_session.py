@@ -45,6 +45,16 @@ LOSS_FUNCTIONS = (
 )
 
 _active: list[Session] = []
+# optimizer -> the user's line that built it (known when the session saw it being built)
+_optimizer_frames: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def optimizer_frame(optimizer: Any) -> Any:
+    """The user's line that created `optimizer`, when a discovering session saw it."""
+    try:
+        return _optimizer_frames.get(optimizer)
+    except TypeError:
+        return None
 _RAISED = object()  # marks the forward hook call PyTorch makes when forward raised
 _lock = threading.Lock()
 
@@ -478,6 +488,9 @@ class Session:
             original(opt, *args, **kwargs)
             if not session._busy:
                 try:
+                    frame = user_frame_from_stack(2)
+                    if frame is not None:
+                        _optimizer_frames[opt] = frame
                     session.watch_optimizer(opt)
                 except Exception as e:
                     session._internal_error("session.optimizer_init", e)

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from ._checker import Checker
+from ._frames import UserFrame, user_frame_from_stack
 
 
 @dataclasses.dataclass
@@ -34,6 +35,7 @@ class StepSnapshot:
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     model_states: dict[str, dict[str, torch.Tensor]] | None = None  # label -> state_dict clone
     optimizer_states: list[dict[str, Any]] | None = None
+    call_frame: UserFrame | None = None
 
     def restore_rng(self) -> None:
         """Put the RNGs back where they were at the step's start."""
@@ -84,3 +86,4 @@ class SnapshotKeeper(Checker):
         if snap is None or snap.model is not None:
             return  # the step's first root call is the batch; later calls are other models
         snap.model, snap.model_label, snap.args, snap.kwargs = model, label, args, dict(kwargs)
+        snap.call_frame = user_frame_from_stack(2)  # the user's line that called the model

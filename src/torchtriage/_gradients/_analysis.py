@@ -185,7 +185,7 @@ class Analysis:
             out += self._unreached(unreached, trainable, opt_of, bool(optimizers), step)
         out += self._zero(zero, trainable, step)
         if optimizers and not stale:
-            out += self._not_in_optimizer(trainable, opt_of, step, models)
+            out += self._not_in_optimizer(trainable, opt_of, step, models, optimizers)
         out += self._lr(optimizers, step)
         return out
 
@@ -336,7 +336,12 @@ class Analysis:
         return out
 
     def _not_in_optimizer(self, trainable: dict[int, ParamInfo], opt_of: dict[int, Any],
-                          step: int | None, models: list[tuple[nn.Module, str]]) -> list[Finding]:
+                          step: int | None, models: list[tuple[nn.Module, str]],
+                          optimizers: list[torch.optim.Optimizer] = ()) -> list[Finding]:  # type: ignore[assignment]
+        from .._session import optimizer_frame
+
+        # With one optimizer, the line to change is the one that built it (known under `run`).
+        frame = optimizer_frame(optimizers[0]) if len(optimizers) == 1 else None
         groups: dict[str, list[str]] = {}
         for model, _ in models:
             for p in model.parameters():
@@ -348,7 +353,7 @@ class Analysis:
                 info = trainable[pid]
                 groups.setdefault(info.module, []).append(info.qualname)
         return [make_finding("gradient.not_in_optimizer", Severity.ERROR, Stage.OPTIMIZER, module=mod,
-                             parameter=names[0], step=step, parameters=names[:10], count=len(names),
+                             parameter=names[0], step=step, frame=frame, parameters=names[:10], count=len(names),
                              grad="present", updated=False) for mod, names in groups.items()]
 
     def _lr(self, optimizers: list[torch.optim.Optimizer], step: int | None) -> list[Finding]:

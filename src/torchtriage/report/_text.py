@@ -59,6 +59,11 @@ def render_finding(f: Finding, *, index: int | None = None) -> list[str]:
     if f.file:
         line = f"    {msg('report.line')}: {_short_path(f.file)}:{f.line}"
         src = f.evidence.get("source_line") if isinstance(f.evidence, dict) else None
+        if not src and f.line:
+            # Checks need not copy the line's text; read it where the file is (never raises).
+            import linecache
+
+            src = linecache.getline(f.file, f.line).strip()
         if src:
             line += f"    {src}"
         lines.append(line)
