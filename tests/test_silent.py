@@ -210,6 +210,54 @@ def test_gradient_accumulation_is_not_missing_zero_grad():
     assert not _watch(z.RegressionMLP(), loop)
 
 
+def test_zero_grad_missing_under_accumulation_is_caught():
+    def loop(model, opt, steps=3):
+        x, y = z.regression_data()
+        for _ in range(steps):
+            for micro in range(2):  # accumulates 2 micro-batches, but never zeroes
+                F.mse_loss(model(x[micro::2]).squeeze(-1), y[micro::2]).backward()
+            opt.step()
+
+    f = _one(_watch(z.RegressionMLP(), loop), "silent.zero_grad_missing")
+    assert (f.step, f.parameter, f.count) == (1, "net.0.weight", 2)
+
+
+def test_dcgan_update_order_is_not_missing_zero_grad():
+    """The G step's backward adds into D's grads after D stepped; netD.zero_grad() clears them
+    before D's next backward, so D never steps on them."""
+    G, D = nn.Sequential(nn.Linear(2, 4), nn.Tanh()), nn.Sequential(nn.Linear(4, 1), nn.Sigmoid())
+    od, og = torch.optim.Adam(D.parameters(), 1e-3), torch.optim.Adam(G.parameters(), 1e-3)
+    real = torch.randn(8, 4)
+    with torchtriage.watch([G, D], [od, og], checks=["silent"], on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            D.zero_grad()
+            F.binary_cross_entropy(D(real).view(-1), torch.ones(8)).backward()
+            fake = G(torch.randn(8, 2))
+            F.binary_cross_entropy(D(fake.detach()).view(-1), torch.zeros(8)).backward()
+            od.step()
+            G.zero_grad()
+            F.binary_cross_entropy(D(fake).view(-1), torch.ones(8)).backward()
+            og.step()
+    assert not s.report, [f.code for f in s.report]
+
+
+def test_dcgan_without_discriminator_zero_grad_is_caught():
+    G, D = nn.Sequential(nn.Linear(2, 4), nn.Tanh()), nn.Sequential(nn.Linear(4, 1), nn.Sigmoid())
+    od, og = torch.optim.Adam(D.parameters(), 1e-3), torch.optim.Adam(G.parameters(), 1e-3)
+    real = torch.randn(8, 4)
+    with torchtriage.watch([G, D], [od, og], checks=["silent"], on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            F.binary_cross_entropy(D(real).view(-1), torch.ones(8)).backward()  # D never zeroed
+            fake = G(torch.randn(8, 2))
+            F.binary_cross_entropy(D(fake.detach()).view(-1), torch.zeros(8)).backward()
+            od.step()
+            G.zero_grad()
+            F.binary_cross_entropy(D(fake).view(-1), torch.ones(8)).backward()
+            og.step()
+    f = _one(s.report, "silent.zero_grad_missing")
+    assert (f.step, f.parameter) == (1, "0.weight")
+
+
 def test_loss_graph_kept_across_steps():
     report = _watch(z.RegressionMLP(), z.loss_graph_kept)
     f = _one(report, "silent.loss_graph_kept")

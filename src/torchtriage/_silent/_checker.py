@@ -184,14 +184,10 @@ class SilentChecker(Checker):
         root = roots[0] if roots and isinstance(roots[0], torch.Tensor) else None
         frame = None
         if self.zero.armed:
-            stale = self.zero.untouched()
-            if stale:
-                frame = user_frame_from_stack(3)
-                name = self._param_name(stale[0])
-                self._add(finding("zero_grad_missing", stage=Stage.BACKWARD, frame=frame, parameter=name,
-                                  step=self._step, op="backward",
-                                  evidence={"parameters_sampled": len(stale),
-                                            "grad_version_unchanged_since_last_step": True}))
+            for sample in self.zero.backward_begins():
+                if sample.frame is None:  # the first backward that adds onto grads left from a step
+                    frame = frame or user_frame_from_stack(3)
+                    sample.frame, sample.step = frame, self._step
         if root is None:
             return
         if root.grad_fn is not None:
@@ -260,6 +256,14 @@ class SilentChecker(Checker):
         return None
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        stale = self.zero.stepping(optimizer)
+        if stale is not None:
+            p, sample = stale
+            self._add(finding("zero_grad_missing", stage=Stage.BACKWARD, frame=sample.frame,
+                              parameter=self._param_name(p) if p is not None else None,
+                              step=sample.step, op="backward",
+                              evidence={"parameters_sampled": len(sample.grads),
+                                        "grads_not_reset_since_last_step": True}))
         if self.region is not None:
             self._leave_region()
         if not self._eval_forwards:
@@ -274,6 +278,10 @@ class SilentChecker(Checker):
                                   frame=frame, module="", op=type(model).__name__, step=self._step, model=label,
                                   evidence={"modules_affected": self._stochastic_of(model)[:6]}))
         self._eval_forwards.clear()
+
+    def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        if self.zero.armed:
+            self.zero.backward_ends()
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         self.zero.after_step(optimizer)
