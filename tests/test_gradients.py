@@ -336,6 +336,20 @@ def test_teacher_and_ema_outside_optimizer_are_quiet():
     assert not s.report.filter(category="gradient")
 
 
+def test_whole_frozen_teacher_model_is_not_an_info():
+    teacher, student = nn.Linear(4, 1).requires_grad_(False), nn.Linear(4, 1)
+    opt = torch.optim.SGD(student.parameters(), lr=0.1)
+    x, _ = _data()
+    with torchtriage.watch([student, teacher], opt, on_anomaly="record", report=False) as s:
+        for _ in range(2):
+            with torch.no_grad():
+                t = teacher(x)
+            opt.zero_grad()
+            F.mse_loss(student(x), t).backward()
+            opt.step()
+    assert not s.report, [f.code for f in s.report]
+
+
 def test_numerics_bitwise_identical():
     m1, m2 = zoo.mlp(), zoo.mlp()
     o1, o2 = torch.optim.Adam(m1.parameters(), 1e-2), torch.optim.Adam(m2.parameters(), 1e-2)

@@ -94,7 +94,10 @@ class GradientChecker(Checker):
             push(self.tracer)
 
     def on_model(self, model: nn.Module, label: str) -> None:
-        for f in registration_findings(model) + frozen_findings(model):
+        # A watched model frozen as a whole is a teacher, an EMA copy or a reference net: not
+        # worth an info (had it been meant to train, the loss without grad_fn says so loudly).
+        frozen = [f for f in frozen_findings(model) if f.module != ""]
+        for f in registration_findings(model) + frozen:
             self._add(f)
         if self.analysis is not None and self.active:
             add_model(self.analysis, model, label)
