@@ -214,6 +214,22 @@ def test_multiplied_by_zero():
     assert f.cause.startswith("the path exists but carries zero")
 
 
+def test_l1_bias_gradient_cancelling_exactly_is_quiet():
+    """L1's gradient is sign(residual) / N: balanced residuals cancel the bias's gradient exactly."""
+    model = nn.Linear(4, 1)
+    x = torch.randn(16, 4)
+    with torch.no_grad():
+        y = model(x) + torch.tensor([1.0, -1.0]).repeat(8).unsqueeze(1)  # 8 above, 8 below
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            opt.zero_grad()
+            F.l1_loss(model(x), y).backward()
+            assert model.bias.grad.item() == 0.0 and model.weight.grad.abs().sum().item() > 0
+            opt.step()
+    assert not s.report, [f.code for f in s.report]
+
+
 # ---------------------------------------------------------------- loop habits
 def test_zero_grad_missing():
     model = zoo.mlp()
