@@ -4,6 +4,7 @@ reference loops produce no finding at all."""
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 
 import pytest
 import torch
@@ -272,6 +273,32 @@ def test_eval_mode_while_training():
     assert (f.step, f.stage, f.module, f.severity) == (0, Stage.FORWARD, "", Severity.WARNING)
     assert f.message == "SmallCNN is trained while in eval() mode"
     assert f.evidence["modules_affected"] == ["features.1 (BatchNorm2d)", "drop (Dropout p=0.2)"]
+
+
+def _probe_model(head_dropout):
+    backbone = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.2)).requires_grad_(False)
+    head = nn.Sequential(nn.Dropout(0.5), nn.Linear(16, 3)) if head_dropout else nn.Linear(16, 3)
+    return nn.Sequential(OrderedDict(backbone=backbone, head=head))
+
+
+@pytest.mark.parametrize("head_dropout", [False, True])
+def test_eval_mode_with_frozen_stochastic_backbone(head_dropout):
+    """Linear probing: eval() is right for a frozen backbone's batch norm and dropout, wrong
+    for dropout in the trained head."""
+    model = _probe_model(head_dropout)
+    opt = torch.optim.SGD(model.head.parameters(), lr=0.1)
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+    with torchtriage.watch(model, opt, checks=["silent"], on_anomaly="record", report=False) as s:
+        model.eval()
+        for _ in range(2):
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    if not head_dropout:
+        assert not s.report, [f.code for f in s.report]
+    else:
+        f = _one(s.report, "silent.eval_mode_while_training")
+        assert f.evidence["modules_affected"] == ["head.0 (Dropout p=0.5)"]
 
 
 def test_train_mode_while_evaluating():

@@ -260,6 +260,24 @@ def loop_frozen_backbone():
     return model, opt, train
 
 
+def loop_linear_probe_eval_mode():
+    """Linear probing: the whole model in eval() (frozen backbone's BN and dropout fixed), head trained."""
+    backbone = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.2)).requires_grad_(False)
+    model = nn.Sequential()
+    model.add_module("backbone", backbone)
+    model.add_module("head", nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.head.parameters(), lr=0.1)
+    x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+
+    def train():
+        model.eval()
+        for _ in range(STEPS):
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    return model, opt, train
+
+
 def loop_ema_teacher():
     student = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     ema = copy.deepcopy(student)
@@ -756,4 +774,4 @@ def loop_running_loss_logging():
 LOOPS = {name[len("loop_"):]: fn for name, fn in sorted(globals().items()) if name.startswith("loop_")}
 
 # loops whose pattern deliberately earns an info: name -> the info codes expected (sorted)
-INFOS: dict[str, list[str]] = {"frozen_backbone": ["gradient.frozen"]}
+INFOS: dict[str, list[str]] = {"frozen_backbone": ["gradient.frozen"], "linear_probe_eval_mode": ["gradient.frozen"]}

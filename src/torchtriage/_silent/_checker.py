@@ -24,7 +24,7 @@ from .._findings import Finding, Severity, Stage
 from .._frames import user_frame_from_stack
 from ._common import finding, first_tensor, fmt, is_index_tensor, shape
 from ._flags import DeferredFlags
-from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules
+from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules, trainable_stochastic_modules
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
 from ._overflow import exp_nodes, overflow_verdict
 from ._plans import Plan, verdict_to_finding
@@ -274,9 +274,12 @@ class SilentChecker(Checker):
             if model is None or model.training:
                 continue
             if any(id(p) in params and p.grad is not None for p in model.parameters()):
+                affected = trainable_stochastic_modules(model)
+                if not affected:  # dropout / batch norm only in frozen parts: eval() is right there
+                    continue
                 self._add(finding("eval_mode_while_training", severity=Severity.WARNING, stage=Stage.FORWARD,
                                   frame=frame, module="", op=type(model).__name__, step=self._step, model=label,
-                                  evidence={"modules_affected": self._stochastic_of(model)[:6]}))
+                                  evidence={"modules_affected": affected[:6]}))
         self._eval_forwards.clear()
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:

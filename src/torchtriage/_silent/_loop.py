@@ -26,14 +26,37 @@ import torch.nn as nn
 _STOCHASTIC = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm, nn.AlphaDropout)
 
 
-def stochastic_modules(model: nn.Module) -> list[str]:
-    """Modules whose behaviour depends on train()/eval(): dropout with p > 0, batch norm."""
+def _stochastic(model: nn.Module) -> list[tuple[str, str]]:
+    """(path, description) of the modules whose behaviour depends on train()/eval()."""
     out = []
     for name, m in model.named_modules():
         if isinstance(m, nn.modules.dropout._DropoutNd) and getattr(m, "p", 0) > 0:
-            out.append(f"{name or '<root>'} ({type(m).__name__} p={m.p})")
+            out.append((name, f"{name or '<root>'} ({type(m).__name__} p={m.p})"))
         elif isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
-            out.append(f"{name or '<root>'} ({type(m).__name__})")
+            out.append((name, f"{name or '<root>'} ({type(m).__name__})"))
+    return out
+
+
+def stochastic_modules(model: nn.Module) -> list[str]:
+    """Modules whose behaviour depends on train()/eval(): dropout with p > 0, batch norm."""
+    return [desc for _, desc in _stochastic(model)]
+
+
+def trainable_stochastic_modules(model: nn.Module) -> list[str]:
+    """The stochastic modules that sit in a trainable part of `model`: the module itself, or its
+    nearest ancestor holding parameters, has a parameter with requires_grad. Dropout and batch
+    norm inside a frozen backbone belong in eval() mode (linear probing, frozen features)."""
+    modules = dict(model.named_modules())
+    out = []
+    for path, desc in _stochastic(model):
+        parts = path.split(".") if path else []
+        for k in range(len(parts), -1, -1):
+            holder = modules.get(".".join(parts[:k]))
+            params = list(holder.parameters()) if holder is not None else []
+            if params:
+                if any(p.requires_grad for p in params):
+                    out.append(desc)
+                break
     return out
 
 
