@@ -92,6 +92,9 @@ class Analysis:
         self.backwards = 0
         self.norms: list[tuple[list[int], torch.Tensor]] = []
         self._nonzero: set[int] = set()
+        # Leaves requiring grad that were passed straight into a watched model: inputs whose
+        # gradient the user wants (gradient penalty, adversarial examples, saliency).
+        self.input_leaves: set[int] = set()
         self.versions: dict[int, int] = {}
         self.foreign_leaves: dict[int, tuple[list[int], int | None]] = {}
         self.lr_zero: dict[tuple[int, int], list[int]] = {}  # (opt index, group) -> [zero steps, steps]
@@ -127,6 +130,11 @@ class Analysis:
             # Sync-free: a flag on the output's device, read once in conclude().
             flag = (out.detach() > 0).any()
             run.positive = flag if run.positive is None else (run.positive | flag)
+
+    def note_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        for a in (*args, *kwargs.values()):
+            if isinstance(a, torch.Tensor) and a.requires_grad and a.is_leaf and id(a) not in self.params:
+                self.input_leaves.add(id(a))
 
     def backward_roots(self, reach: Any) -> None:
         self.backwards += 1
@@ -230,6 +238,8 @@ class Analysis:
                 for lid in rec.leaves:
                     by_line[lid] = rec
         for lid, (shape, _) in self.foreign_leaves.items():
+            if lid in self.input_leaves:
+                continue
             rec = by_line.get(lid)
             if rec is None and not self.params:
                 continue
