@@ -318,6 +318,22 @@ def test_target_leak_and_loss_collapse():
     assert collapse.message == "the loss fell to about 0 within 3 steps"
 
 
+@pytest.mark.parametrize("values", [[5.0, 0.001, 5.2, 4.9, 5.1, 5.0], [5.0, 2.0, 0.0001, 0.00001, -0.02, 0.00001]],
+                         ids=["touches_zero_once", "signed_loss"])
+def test_loss_touching_zero_is_not_a_collapse(values):
+    """Several networks on one step clock (a GAN's G loss near 0 on one step) or a signed
+    objective (a WGAN critic) pass through ~0 without collapsing."""
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 4)
+    with torchtriage.watch(model, opt, checks=["silent"], on_anomaly="record", report=False) as s:
+        for v in values:
+            opt.zero_grad()
+            (model(x).mean() * 1e-9 + v).backward()
+            opt.step()
+    assert not s.report.filter(code="silent.loss_collapse")
+
+
 def test_check_training_loop_public():
     model = z.RegressionMLP()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -771,7 +771,351 @@ def loop_running_loss_logging():
     return model, opt, train
 
 
+# ---------------------------------------------------------------------------- conditional computation
+class MoE(nn.Module):
+    """Top-1 routing: an expert that gets no token in a step gets no gradient in that step."""
+
+    def __init__(self, experts: int = 4) -> None:
+        super().__init__()
+        self.gate = nn.Linear(6, experts)
+        self.experts = nn.ModuleList([nn.Linear(6, 6) for _ in range(experts)])
+        self.out = nn.Linear(6, 4)
+
+    def forward(self, x):
+        weights = torch.softmax(self.gate(x), -1)
+        choice = weights.argmax(-1)
+        h = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            sel = choice == e
+            if sel.any():
+                h[sel] = expert(x[sel]) * weights[sel, e:e + 1]
+        return self.out(h)
+
+
+def loop_mixture_of_experts():
+    torch.manual_seed(3)
+    model = MoE()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(4, 6) + torch.tensor([3.0, 0, 0, 0, 0, 0]), torch.randint(0, 4, (4,))
+    xs = torch.randn(32, 6)
+
+    def train():
+        for i in range(4):
+            opt.zero_grad()
+            batch = x if i < 2 else xs  # the first batches reach one expert only
+            F.cross_entropy(model(batch), torch.randint(0, 4, (batch.shape[0],))).backward()
+            opt.step()
+    return model, opt, train
+
+
+class AuxHead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(6, 16)
+        self.main = nn.Linear(16, 4)
+        self.aux = nn.Linear(16, 1)
+
+    def forward(self, x, with_aux=False):
+        h = F.relu(self.body(x))
+        return self.main(h), (self.aux(h) if with_aux else None)
+
+
+def loop_aux_loss_every_third_step():
+    model = AuxHead()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y, target = torch.randn(16, 6), torch.randint(0, 4, (16,)), torch.randn(16, 1)
+
+    def train():
+        for i in range(6):
+            opt.zero_grad()
+            logits, aux = model(x, with_aux=i % 3 == 2)
+            loss = F.cross_entropy(logits, y)
+            if aux is not None:
+                loss = loss + 0.1 * F.mse_loss(aux, target)
+            loss.backward()
+            opt.step()
+    return model, opt, train
+
+
+class StochasticDepth(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(6, 6) for _ in range(4)])
+        self.out = nn.Linear(6, 4)
+
+    def forward(self, x):
+        for block in self.blocks:
+            if self.training and torch.rand(()) < 0.5:
+                continue  # the block is dropped for this batch
+            x = x + F.relu(block(x))
+        return self.out(x)
+
+
+def loop_stochastic_depth():
+    torch.manual_seed(1)
+    model = StochasticDepth()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 6), torch.randint(0, 4, (16,))
+
+    def train():
+        for _ in range(8):
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    return model, opt, train
+
+
+# ---------------------------------------------------------------------------- more GAN / generative
+def loop_wgan_gp_n_critic():
+    """WGAN-GP: 5 critic steps per generator step; the penalty differentiates through an
+    interpolated input made with requires_grad_(True)."""
+    G = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 4))
+    D = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    optG = torch.optim.Adam(G.parameters(), 1e-4, betas=(0.0, 0.9))
+    optD = torch.optim.Adam(D.parameters(), 1e-4, betas=(0.0, 0.9))
+    real = torch.randn(8, 4)
+
+    def train():
+        for _ in range(2):
+            for _ in range(5):
+                optD.zero_grad()
+                fake = G(torch.randn(8, 2)).detach()
+                a = torch.rand(8, 1)
+                mixed = (a * real + (1 - a) * fake).requires_grad_(True)
+                grad, = torch.autograd.grad(D(mixed).sum(), mixed, create_graph=True)
+                penalty = ((grad.norm(2, dim=1) - 1) ** 2).mean()
+                (D(fake).mean() - D(real).mean() + 10 * penalty).backward()
+                optD.step()
+            optG.zero_grad()
+            (-D(G(torch.randn(8, 2))).mean()).backward()
+            optG.step()
+    return [G, D], [optD, optG], train
+
+
+class VAE(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = nn.Linear(12, 8)
+        self.mu = nn.Linear(8, 2)
+        self.logvar = nn.Linear(8, 2)
+        self.dec = nn.Linear(2, 12)
+
+    def forward(self, x):
+        h = F.relu(self.enc(x))
+        mu, logvar = self.mu(h), self.logvar(h)
+        z = mu + torch.randn_like(mu) * torch.exp(0.5 * logvar)
+        return self.dec(z), mu, logvar
+
+
+def loop_vae():
+    model = VAE()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.rand(16, 12)
+
+    def train():
+        for _ in range(STEPS):
+            recon, mu, logvar = model(x)
+            kl = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp()) / x.shape[0]
+            loss = F.binary_cross_entropy_with_logits(recon, x, reduction="sum") / x.shape[0] + kl
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model, opt, train
+
+
+# ---------------------------------------------------------------------------- more losses
+def loop_mixup_soft_targets():
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 6), torch.randint(0, 4, (16,))
+
+    def train():
+        for _ in range(STEPS):
+            lam, perm = 0.7, torch.randperm(16)
+            mixed = lam * x + (1 - lam) * x[perm]
+            soft = lam * F.one_hot(y, 4).float() + (1 - lam) * F.one_hot(y[perm], 4).float()
+            opt.zero_grad()
+            F.cross_entropy(model(mixed), soft).backward()
+            opt.step()
+    return model, opt, train
+
+
+def loop_nll_focal_and_bce_on_probabilities():
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 6), torch.randint(0, 4, (16,))
+
+    def train():
+        for _ in range(STEPS):
+            logits = model(x)
+            ce = F.cross_entropy(logits, y, reduction="none")
+            focal = ((1 - torch.exp(-ce)) ** 2 * ce).mean()
+            loss = (F.nll_loss(F.log_softmax(logits, dim=1), y) + focal
+                    + F.binary_cross_entropy(torch.sigmoid(logits), F.one_hot(y, 4).float()))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model, opt, train
+
+
+def loop_l1_regression():
+    """Median regression: L1's bias gradient can cancel exactly when the residuals balance."""
+    model = nn.Linear(4, 1)
+    x = torch.randn(16, 4)
+    with torch.no_grad():
+        y = model(x) + torch.tensor([1.0, -1.0]).repeat(8).unsqueeze(1)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def train():
+        for _ in range(STEPS):
+            opt.zero_grad()
+            F.l1_loss(model(x), y).backward()
+            opt.step()
+    return model, opt, train
+
+
+# ---------------------------------------------------------------------------- schedules and inits
+def loop_per_epoch_warmup_from_zero():
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: min(1.0, epoch / 3))  # epoch 0: lr 0
+    x, y = torch.randn(16, 6), torch.randint(0, 4, (16,))
+
+    def train():
+        for _ in range(3):
+            for _ in range(3):
+                opt.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                opt.step()
+            sched.step()
+    return model, opt, train
+
+
+class ZeroInitResidual(nn.Module):
+    """Residual block whose last BatchNorm starts at gamma = 0 (Goyal et al., 2017)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+        self.bn = nn.BatchNorm1d(6)
+        nn.init.zeros_(self.bn.weight)
+
+    def forward(self, x):
+        return F.relu(x + self.bn(self.fc(x)))
+
+
+def loop_zero_init_residual_with_warmup():
+    model = nn.Sequential(ZeroInitResidual(), ZeroInitResidual(), nn.Linear(6, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, s / 5))
+    x, y = torch.randn(16, 6), torch.randint(0, 4, (16,))
+
+    def train():
+        for _ in range(4):
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            sched.step()
+    return model, opt, train
+
+
+class LoRALinear(nn.Module):
+    def __init__(self, base: nn.Linear, rank: int = 2) -> None:
+        super().__init__()
+        self.base = base.requires_grad_(False)
+        self.A = nn.Parameter(torch.randn(rank, base.in_features) * 0.01)
+        self.B = nn.Parameter(torch.zeros(base.out_features, rank))  # starts as a no-op
+
+    def forward(self, x):
+        return self.base(x) + x @ self.A.T @ self.B.T
+
+
+def loop_lora():
+    model = nn.Sequential(LoRALinear(nn.Linear(6, 16)), nn.ReLU(), LoRALinear(nn.Linear(16, 4)))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    x, y = torch.randn(16, 6), torch.randint(0, 4, (16,))
+
+    def train():
+        for _ in range(STEPS):
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    return model, opt, train
+
+
+def loop_weight_norm_spectral_norm():
+    from torch.nn.utils import parametrizations as P
+
+    model = nn.Sequential(P.weight_norm(nn.Linear(6, 16)), nn.ReLU(), P.spectral_norm(nn.Linear(16, 4)))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(16, 6), torch.randint(0, 4, (16,))
+
+    def train():
+        for _ in range(STEPS):
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        model.eval()
+        with torch.no_grad():
+            model(x)
+    return model, opt, train
+
+
+def loop_sparse_embedding_two_optimizers():
+    emb, head = nn.Embedding(50, 8, sparse=True), nn.Linear(8, 4)
+    model = nn.ModuleDict({"emb": emb, "head": head})
+    opt_sparse = torch.optim.SparseAdam(list(emb.parameters()), lr=1e-2)
+    opt_dense = torch.optim.Adam(head.parameters(), lr=1e-3)
+    ids, y = torch.randint(0, 50, (16, 5)), torch.randint(0, 4, (16,))
+
+    def train():
+        for _ in range(STEPS):
+            opt_sparse.zero_grad()
+            opt_dense.zero_grad()
+            F.cross_entropy(head(emb(ids).mean(1)), y).backward()
+            opt_sparse.step()
+            opt_dense.step()
+    return model, [opt_sparse, opt_dense], train
+
+
+def loop_attention_sdpa_mha_bf16():
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(30, 16)
+            self.qkv = nn.Linear(16, 48)
+            self.mha = nn.MultiheadAttention(16, 2, batch_first=True)
+            self.out = nn.Linear(16, 30)
+
+        def forward(self, ids):
+            h = self.embed(ids)
+            B, T, D = h.shape
+            q, k, v = self.qkv(h).view(B, T, 3, 2, 8).permute(2, 0, 3, 1, 4)
+            h = h + F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, D)
+            mask = torch.triu(torch.full((T, T), float("-inf")), 1)
+            h = h + self.mha(h, h, h, attn_mask=mask, need_weights=False)[0]
+            return self.out(h)
+
+    model = Block()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, 30, (4, 10))
+
+    def train():
+        for _ in range(STEPS):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = model(ids)
+                loss = F.cross_entropy(logits[:, :-1].reshape(-1, 30), ids[:, 1:].reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model, opt, train
+
+
 LOOPS = {name[len("loop_"):]: fn for name, fn in sorted(globals().items()) if name.startswith("loop_")}
 
 # loops whose pattern deliberately earns an info: name -> the info codes expected (sorted)
-INFOS: dict[str, list[str]] = {"frozen_backbone": ["gradient.frozen"], "linear_probe_eval_mode": ["gradient.frozen"]}
+INFOS: dict[str, list[str]] = {
+    "frozen_backbone": ["gradient.frozen"],
+    "linear_probe_eval_mode": ["gradient.frozen"],
+    "lora": ["gradient.frozen", "gradient.frozen"],  # each frozen base layer
+}

@@ -315,8 +315,12 @@ class SilentChecker(Checker):
         first = vals[0]
         if not (first > 0 and math.isfinite(first)):
             return
+        if min(vals) < 0:  # a signed loss (a WGAN critic, a policy-gradient term): 0 is no floor
+            return
         for k, v in enumerate(vals[1:], 1):
-            if 0 <= v <= first * 1e-3:
+            # A collapse stays down; a loss that touches ~0 once and comes back (several
+            # networks' losses on one step clock, a noisy objective) did not collapse.
+            if 0 <= v <= first * 1e-3 and all(w <= first * 1e-2 for w in vals[k:]):
                 self._add(finding("loss_collapse", severity=Severity.WARNING, stage=Stage.LOSS, frame=self._loss_frame,
                                   step=k, steps=k, evidence={"first_loss": fmt(first), f"loss_at_step_{k}": fmt(v),
                                                              "ratio": f"{v / first:.2e}"}))
