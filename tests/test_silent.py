@@ -191,6 +191,53 @@ def test_check_padding():
 
 
 # ---------------------------------------------------------------------------------- 4. loop mistakes
+class _Seq2Seq(nn.Module):
+    def __init__(self, vocab=40, d=16):
+        super().__init__()
+        self.src_emb, self.tgt_emb = nn.Embedding(vocab, d), nn.Embedding(vocab, d)
+        self.enc, self.dec, self.out = nn.GRU(d, d, batch_first=True), nn.GRU(d, d, batch_first=True), nn.Linear(d, vocab)
+
+    def forward(self, src, tgt_in=None, decoder_input_ids=None, attention_mask=None):
+        _, h = self.enc(self.src_emb(src))
+        y, _ = self.dec(self.tgt_emb(tgt_in if tgt_in is not None else decoder_input_ids), h)
+        return self.out(y)
+
+
+def _correction_data():
+    """Error correction: the source is the target with 5% of its tokens corrupted."""
+    g = torch.Generator().manual_seed(0)
+    tgt = torch.randint(3, 40, (8, 12), generator=g)
+    src = torch.where(torch.rand(tgt.shape, generator=g) < 0.05, torch.randint(3, 40, tgt.shape, generator=g), tgt)
+    return src, tgt, torch.cat([torch.ones(8, 1, dtype=torch.long), tgt[:, :-1]], 1)
+
+
+@pytest.mark.parametrize("call", ["positional", "keyword", "decoder_reads_target", "lm_with_positional_mask"])
+def test_labels_not_shifted_with_two_token_inputs(call):
+    """A correction / denoising seq2seq's target nearly equals its source, correctly: the decoder
+    reads the shifted target. Compared with what the decoder reads, an unshifted target is caught."""
+    src, tgt, tgt_in = _correction_data()
+    model = _Seq2Seq()
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    with torchtriage.watch(model, opt, checks=["silent"], on_anomaly="record", report=False) as s:
+        for _ in range(2):
+            opt.zero_grad()
+            if call == "positional":
+                logits = model(src, tgt_in)
+            elif call == "keyword":
+                logits = model(src, decoder_input_ids=tgt_in)
+            elif call == "decoder_reads_target":
+                logits = model(src, tgt)
+            else:  # an LM-style call with a 0/1 mask as the second argument; labels unshifted
+                logits = model(tgt, None, tgt, torch.ones_like(tgt))
+            F.cross_entropy(logits.reshape(-1, 40), tgt.reshape(-1)).backward()
+            opt.step()
+    codes = [f.code for f in s.report]
+    if call in ("positional", "keyword"):
+        assert codes == []
+    else:
+        assert codes == ["silent.labels_not_shifted"]
+
+
 def test_zero_grad_missing():
     report = _watch(z.RegressionMLP(), z.no_zero_grad)
     f = _one(report, "silent.zero_grad_missing")

@@ -134,7 +134,7 @@ class SilentChecker(Checker):
                 mask = snap.kwargs.get("attention_mask") if snap is not None else None
                 plans += token_plans(tgt, ids, ignore_index=kw.get("ignore_index", -100),
                                      reduction=kw.get("reduction", "mean"), attention_mask=mask,
-                                     weighted=kw.get("weight") is not None)
+                                     weighted=kw.get("weight") is not None, second=_second_tokens(snap, ids))
             plans += self._target_in_input_plans(ids, tgt)
         self._queue(plans, frame=call.frame, op=call.name, module=call.module)
 
@@ -336,3 +336,17 @@ class SilentChecker(Checker):
             self._report_train_in_eval(key)
         if self._losses:
             self._check_collapse()
+
+
+def _second_tokens(snap: Any, ids: Any) -> Any:
+    """A decoder's input (`decoder_input_ids=`, or a later positional integer tensor shaped
+    like `ids`) the root model was called with, or None."""
+    if snap is None or not isinstance(ids, torch.Tensor):
+        return None
+    dec = snap.kwargs.get("decoder_input_ids")
+    if isinstance(dec, torch.Tensor):
+        return dec
+    for a in reversed(snap.args[1:]):
+        if isinstance(a, torch.Tensor) and a.shape == ids.shape and not a.is_floating_point() and a.dtype != torch.bool:
+            return a
+    return None
