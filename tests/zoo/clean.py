@@ -613,8 +613,8 @@ class ShiftingLM(TinyLM):
         causal = nn.Transformer.generate_square_subsequent_mask(T)
         pad = attention_mask == 0 if attention_mask is not None else None
         h = self.embed(input_ids) + self.pos[:, :T]
-        h = self.encoder(h, mask=causal, is_causal=True,
-                         src_key_padding_mask=None if pad is None else torch.zeros(pad.shape).masked_fill(pad, float("-inf")))
+        key_padding = None if pad is None else torch.zeros(pad.shape).masked_fill(pad, float("-inf"))
+        h = self.encoder(h, mask=causal, is_causal=True, src_key_padding_mask=key_padding)
         logits = self.head(self.norm(h))
         loss = None
         if labels is not None:
@@ -1107,6 +1107,44 @@ def loop_attention_sdpa_mha_bf16():
                 loss = F.cross_entropy(logits[:, :-1].reshape(-1, 30), ids[:, 1:].reshape(-1))
             opt.zero_grad()
             loss.backward()
+            opt.step()
+    return model, opt, train
+
+
+def loop_moco_key_encoder():
+    """MoCo-style: a momentum key encoder (with batch norm, in train mode) run under no_grad."""
+    query = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 8))
+    key = copy.deepcopy(query).requires_grad_(False)
+    opt = torch.optim.SGD(query.parameters(), lr=0.1)
+    x = torch.randn(16, 6)
+
+    def train():
+        for _ in range(STEPS):
+            with torch.no_grad():
+                for pk, pq in zip(key.parameters(), query.parameters()):
+                    pk.mul_(0.99).add_(pq.detach(), alpha=0.01)
+                k = F.normalize(key(x + 0.1 * torch.randn_like(x)), dim=1)
+            q = F.normalize(query(x + 0.1 * torch.randn_like(x)), dim=1)
+            opt.zero_grad()
+            F.cross_entropy(q @ k.T / 0.2, torch.arange(16)).backward()
+            opt.step()
+    return [query, key], opt, train
+
+
+def loop_correction_seq2seq():
+    """Error correction: the source is the target with 5% of the tokens corrupted; the decoder
+    reads the target shifted right (BOS first)."""
+    vocab = 40
+    model = Seq2Seq(vocab)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    tgt = torch.randint(3, vocab, (8, 12))
+    src = torch.where(torch.rand(tgt.shape) < 0.05, torch.randint(3, vocab, tgt.shape), tgt)
+    tgt_in = torch.cat([torch.ones(8, 1, dtype=torch.long), tgt[:, :-1]], 1)
+
+    def train():
+        for _ in range(STEPS):
+            opt.zero_grad()
+            F.cross_entropy(model(src, tgt_in).reshape(-1, vocab), tgt.reshape(-1)).backward()
             opt.step()
     return model, opt, train
 
