@@ -214,6 +214,22 @@ def test_multiplied_by_zero():
     assert f.cause.startswith("the path exists but carries zero")
 
 
+def test_l1_bias_gradient_cancelling_exactly_is_quiet():
+    """L1's gradient is sign(residual) / N: balanced residuals cancel the bias's gradient exactly."""
+    model = nn.Linear(4, 1)
+    x = torch.randn(16, 4)
+    with torch.no_grad():
+        y = model(x) + torch.tensor([1.0, -1.0]).repeat(8).unsqueeze(1)  # 8 above, 8 below
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            opt.zero_grad()
+            F.l1_loss(model(x), y).backward()
+            assert model.bias.grad.item() == 0.0 and model.weight.grad.abs().sum().item() > 0
+            opt.step()
+    assert not s.report, [f.code for f in s.report]
+
+
 # ---------------------------------------------------------------- loop habits
 def test_zero_grad_missing():
     model = zoo.mlp()
@@ -334,6 +350,98 @@ def test_teacher_and_ema_outside_optimizer_are_quiet():
                 for e, p in zip(model.ema.parameters(), model.student.parameters()):
                     e.mul_(0.9).add_(p, alpha=0.1)
     assert not s.report.filter(category="gradient")
+
+
+def test_whole_frozen_teacher_model_is_not_an_info():
+    teacher, student = nn.Linear(4, 1).requires_grad_(False), nn.Linear(4, 1)
+    opt = torch.optim.SGD(student.parameters(), lr=0.1)
+    x, _ = _data()
+    with torchtriage.watch([student, teacher], opt, on_anomaly="record", report=False) as s:
+        for _ in range(2):
+            with torch.no_grad():
+                t = teacher(x)
+            opt.zero_grad()
+            F.mse_loss(student(x), t).backward()
+            opt.step()
+    assert not s.report, [f.code for f in s.report]
+
+
+def _wgan(steps_g=2, n_critic=5, detach_in_g_step=False):
+    torch.manual_seed(0)
+    G, D = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 4)), nn.Sequential(nn.Linear(4, 1))
+    og, od = torch.optim.Adam(G.parameters(), 1e-3), torch.optim.Adam(D.parameters(), 1e-3)
+    real = torch.randn(8, 4)
+    with torchtriage.watch([G, D], [od, og], on_anomaly="record", report=False) as s:
+        for _ in range(steps_g):
+            for _ in range(n_critic):
+                od.zero_grad()
+                fake = G(torch.randn(8, 2)).detach()
+                a = torch.rand(8, 1)
+                mixed = (a * real + (1 - a) * fake).requires_grad_(True)
+                grad, = torch.autograd.grad(D(mixed).sum(), mixed, create_graph=True)
+                (D(fake).mean() - D(real).mean() + ((grad.norm(dim=1) - 1) ** 2).mean()).backward()
+                od.step()
+            og.zero_grad()
+            fake = G(torch.randn(8, 2))
+            (-D(fake.detach() if detach_in_g_step else fake).mean()).backward()
+            og.step()
+    return s.report
+
+
+def test_wgan_gp_generator_stepping_every_fifth_step_is_quiet():
+    """The window waits for G's optimizer; the penalty's input leaf is fed to D, not a parameter."""
+    report = _wgan()
+    assert not report.filter(category="gradient"), [f.code for f in report]
+
+
+def test_wgan_generator_cut_in_its_own_step_is_caught():
+    cuts = _wgan(detach_in_g_step=True).filter(code="gradient.cut_detach")
+    assert sorted(f.evidence["parameters"][0] for f in cuts) == ["0.weight", "2.weight"]  # G's two Linear layers
+
+
+def test_module_used_every_third_step_is_quiet():
+    model = zoo.UnusedAuxHead()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = _data()
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for i in range(6):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            if i % 3 == 2:
+                loss = loss + F.mse_loss(model.aux(torch.relu(model.enc(x))), y)
+            loss.backward()
+            opt.step()
+    assert not s.report.filter(category="gradient"), [f.code for f in s.report]
+
+
+def test_scheduled_lr_that_rises_late_is_quiet_and_one_that_stays_zero_is_reported():
+    def run(factor):
+        model = zoo.mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+            for _ in range(3):  # epochs of 3 steps, scheduler stepped per epoch
+                _train(model, opt, 3)
+                sched.step()
+        return s.report
+
+    assert not run(lambda epoch: min(1.0, epoch / 2)).filter(code="gradient.lr_zero")
+    f = _one(run(lambda epoch: 0.0), "gradient.lr_zero")
+    assert (f.evidence["group"], f.evidence["lr"]) == (0, 0.0)
+
+
+def test_zero_gradient_behind_a_constant_zero_gate_is_caught_under_warmup():
+    model = zoo.MultipliedByZero()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, s / 5))
+    x, y = _data()
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(5):
+            opt.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+            sched.step()
+    assert _one(s.report, "gradient.zero").module == "branch"
 
 
 def test_numerics_bitwise_identical():

@@ -4,6 +4,7 @@ reference loops produce no finding at all."""
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 
 import pytest
 import torch
@@ -190,6 +191,53 @@ def test_check_padding():
 
 
 # ---------------------------------------------------------------------------------- 4. loop mistakes
+class _Seq2Seq(nn.Module):
+    def __init__(self, vocab=40, d=16):
+        super().__init__()
+        self.src_emb, self.tgt_emb = nn.Embedding(vocab, d), nn.Embedding(vocab, d)
+        self.enc, self.dec, self.out = nn.GRU(d, d, batch_first=True), nn.GRU(d, d, batch_first=True), nn.Linear(d, vocab)
+
+    def forward(self, src, tgt_in=None, decoder_input_ids=None, attention_mask=None):
+        _, h = self.enc(self.src_emb(src))
+        y, _ = self.dec(self.tgt_emb(tgt_in if tgt_in is not None else decoder_input_ids), h)
+        return self.out(y)
+
+
+def _correction_data():
+    """Error correction: the source is the target with 5% of its tokens corrupted."""
+    g = torch.Generator().manual_seed(0)
+    tgt = torch.randint(3, 40, (8, 12), generator=g)
+    src = torch.where(torch.rand(tgt.shape, generator=g) < 0.05, torch.randint(3, 40, tgt.shape, generator=g), tgt)
+    return src, tgt, torch.cat([torch.ones(8, 1, dtype=torch.long), tgt[:, :-1]], 1)
+
+
+@pytest.mark.parametrize("call", ["positional", "keyword", "decoder_reads_target", "lm_with_positional_mask"])
+def test_labels_not_shifted_with_two_token_inputs(call):
+    """A correction / denoising seq2seq's target nearly equals its source, correctly: the decoder
+    reads the shifted target. Compared with what the decoder reads, an unshifted target is caught."""
+    src, tgt, tgt_in = _correction_data()
+    model = _Seq2Seq()
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    with torchtriage.watch(model, opt, checks=["silent"], on_anomaly="record", report=False) as s:
+        for _ in range(2):
+            opt.zero_grad()
+            if call == "positional":
+                logits = model(src, tgt_in)
+            elif call == "keyword":
+                logits = model(src, decoder_input_ids=tgt_in)
+            elif call == "decoder_reads_target":
+                logits = model(src, tgt)
+            else:  # an LM-style call with a 0/1 mask as the second argument; labels unshifted
+                logits = model(tgt, None, tgt, torch.ones_like(tgt))
+            F.cross_entropy(logits.reshape(-1, 40), tgt.reshape(-1)).backward()
+            opt.step()
+    codes = [f.code for f in s.report]
+    if call in ("positional", "keyword"):
+        assert codes == []
+    else:
+        assert codes == ["silent.labels_not_shifted"]
+
+
 def test_zero_grad_missing():
     report = _watch(z.RegressionMLP(), z.no_zero_grad)
     f = _one(report, "silent.zero_grad_missing")
@@ -210,6 +258,54 @@ def test_gradient_accumulation_is_not_missing_zero_grad():
     assert not _watch(z.RegressionMLP(), loop)
 
 
+def test_zero_grad_missing_under_accumulation_is_caught():
+    def loop(model, opt, steps=3):
+        x, y = z.regression_data()
+        for _ in range(steps):
+            for micro in range(2):  # accumulates 2 micro-batches, but never zeroes
+                F.mse_loss(model(x[micro::2]).squeeze(-1), y[micro::2]).backward()
+            opt.step()
+
+    f = _one(_watch(z.RegressionMLP(), loop), "silent.zero_grad_missing")
+    assert (f.step, f.parameter, f.count) == (1, "net.0.weight", 2)
+
+
+def test_dcgan_update_order_is_not_missing_zero_grad():
+    """The G step's backward adds into D's grads after D stepped; netD.zero_grad() clears them
+    before D's next backward, so D never steps on them."""
+    G, D = nn.Sequential(nn.Linear(2, 4), nn.Tanh()), nn.Sequential(nn.Linear(4, 1), nn.Sigmoid())
+    od, og = torch.optim.Adam(D.parameters(), 1e-3), torch.optim.Adam(G.parameters(), 1e-3)
+    real = torch.randn(8, 4)
+    with torchtriage.watch([G, D], [od, og], checks=["silent"], on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            D.zero_grad()
+            F.binary_cross_entropy(D(real).view(-1), torch.ones(8)).backward()
+            fake = G(torch.randn(8, 2))
+            F.binary_cross_entropy(D(fake.detach()).view(-1), torch.zeros(8)).backward()
+            od.step()
+            G.zero_grad()
+            F.binary_cross_entropy(D(fake).view(-1), torch.ones(8)).backward()
+            og.step()
+    assert not s.report, [f.code for f in s.report]
+
+
+def test_dcgan_without_discriminator_zero_grad_is_caught():
+    G, D = nn.Sequential(nn.Linear(2, 4), nn.Tanh()), nn.Sequential(nn.Linear(4, 1), nn.Sigmoid())
+    od, og = torch.optim.Adam(D.parameters(), 1e-3), torch.optim.Adam(G.parameters(), 1e-3)
+    real = torch.randn(8, 4)
+    with torchtriage.watch([G, D], [od, og], checks=["silent"], on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            F.binary_cross_entropy(D(real).view(-1), torch.ones(8)).backward()  # D never zeroed
+            fake = G(torch.randn(8, 2))
+            F.binary_cross_entropy(D(fake.detach()).view(-1), torch.zeros(8)).backward()
+            od.step()
+            G.zero_grad()
+            F.binary_cross_entropy(D(fake).view(-1), torch.ones(8)).backward()
+            og.step()
+    f = _one(s.report, "silent.zero_grad_missing")
+    assert (f.step, f.parameter) == (1, "0.weight")
+
+
 def test_loss_graph_kept_across_steps():
     report = _watch(z.RegressionMLP(), z.loss_graph_kept)
     f = _one(report, "silent.loss_graph_kept")
@@ -224,6 +320,32 @@ def test_eval_mode_while_training():
     assert (f.step, f.stage, f.module, f.severity) == (0, Stage.FORWARD, "", Severity.WARNING)
     assert f.message == "SmallCNN is trained while in eval() mode"
     assert f.evidence["modules_affected"] == ["features.1 (BatchNorm2d)", "drop (Dropout p=0.2)"]
+
+
+def _probe_model(head_dropout):
+    backbone = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.2)).requires_grad_(False)
+    head = nn.Sequential(nn.Dropout(0.5), nn.Linear(16, 3)) if head_dropout else nn.Linear(16, 3)
+    return nn.Sequential(OrderedDict(backbone=backbone, head=head))
+
+
+@pytest.mark.parametrize("head_dropout", [False, True])
+def test_eval_mode_with_frozen_stochastic_backbone(head_dropout):
+    """Linear probing: eval() is right for a frozen backbone's batch norm and dropout, wrong
+    for dropout in the trained head."""
+    model = _probe_model(head_dropout)
+    opt = torch.optim.SGD(model.head.parameters(), lr=0.1)
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+    with torchtriage.watch(model, opt, checks=["silent"], on_anomaly="record", report=False) as s:
+        model.eval()
+        for _ in range(2):
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    if not head_dropout:
+        assert not s.report, [f.code for f in s.report]
+    else:
+        f = _one(s.report, "silent.eval_mode_while_training")
+        assert f.evidence["modules_affected"] == ["head.0 (Dropout p=0.5)"]
 
 
 def test_train_mode_while_evaluating():
@@ -241,6 +363,22 @@ def test_target_leak_and_loss_collapse():
     collapse = _one(report, "silent.loss_collapse")
     assert collapse.severity is Severity.WARNING and collapse.step == 3
     assert collapse.message == "the loss fell to about 0 within 3 steps"
+
+
+@pytest.mark.parametrize("values", [[5.0, 0.001, 5.2, 4.9, 5.1, 5.0], [5.0, 2.0, 0.0001, 0.00001, -0.02, 0.00001]],
+                         ids=["touches_zero_once", "signed_loss"])
+def test_loss_touching_zero_is_not_a_collapse(values):
+    """Several networks on one step clock (a GAN's G loss near 0 on one step) or a signed
+    objective (a WGAN critic) pass through ~0 without collapsing."""
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 4)
+    with torchtriage.watch(model, opt, checks=["silent"], on_anomaly="record", report=False) as s:
+        for v in values:
+            opt.zero_grad()
+            (model(x).mean() * 1e-9 + v).backward()
+            opt.step()
+    assert not s.report.filter(code="silent.loss_collapse")
 
 
 def test_check_training_loop_public():

@@ -113,6 +113,7 @@ class Session:
         self._warned: set[tuple[Any, ...]] = set()
         self._broken: set[str] = set()
         self._handles: list[Any] = []
+        self._listeners: dict[tuple[str, int, int], list[Checker]] = {}
         self._patches: list[tuple[Any, str, Any]] = []
         self._depth = 0
         self._busy = 0
@@ -329,8 +330,15 @@ class Session:
         setattr(obj, attr, new)
 
     def _emit(self, event: str, *args: Any) -> None:
-        for c in self.checkers:
-            if c.name in self._broken or not overrides(c, event):
+        # Which checks implement an event is a property of their classes: looked up once per
+        # event (per-module hooks emit dozens of times a step). Keyed on the list's identity
+        # and length so that a replaced or extended `checkers` list is seen.
+        key = (event, id(self.checkers), len(self.checkers))
+        listeners = self._listeners.get(key)
+        if listeners is None:
+            listeners = self._listeners[key] = [c for c in self.checkers if overrides(c, event)]
+        for c in listeners:
+            if c.name in self._broken:
                 continue
             if c.session is None:
                 c.session = self

@@ -91,6 +91,10 @@ class Analysis:
         self.reach_complete = True
         self.backwards = 0
         self.norms: list[tuple[list[int], torch.Tensor]] = []
+        self._nonzero: set[int] = set()
+        # Leaves requiring grad that were passed straight into a watched model: inputs whose
+        # gradient the user wants (gradient penalty, adversarial examples, saliency).
+        self.input_leaves: set[int] = set()
         self.versions: dict[int, int] = {}
         self.foreign_leaves: dict[int, tuple[list[int], int | None]] = {}
         self.lr_zero: dict[tuple[int, int], list[int]] = {}  # (opt index, group) -> [zero steps, steps]
@@ -126,6 +130,11 @@ class Analysis:
             # Sync-free: a flag on the output's device, read once in conclude().
             flag = (out.detach() > 0).any()
             run.positive = flag if run.positive is None else (run.positive | flag)
+
+    def note_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        for a in (*args, *kwargs.values()):
+            if isinstance(a, torch.Tensor) and a.requires_grad and a.is_leaf and id(a) not in self.params:
+                self.input_leaves.add(id(a))
 
     def backward_roots(self, reach: Any) -> None:
         self.backwards += 1
@@ -180,6 +189,7 @@ class Analysis:
         trainable = {pid: info for model, _ in models for p in model.parameters()
                      if p.requires_grad and (pid := id(p)) in current and (info := current[pid])}
         zero = self._zero_ids()
+        zero -= self._cancelled_biases(zero, trainable, models)
         unreached = [pid for pid in trainable if pid not in self.reached]
         if self.backwards and self.reach_complete:
             out += self._unreached(unreached, trainable, opt_of, bool(optimizers), step)
@@ -228,6 +238,8 @@ class Analysis:
                 for lid in rec.leaves:
                     by_line[lid] = rec
         for lid, (shape, _) in self.foreign_leaves.items():
+            if lid in self.input_leaves:
+                continue
             rec = by_line.get(lid)
             if rec is None and not self.params:
                 continue
@@ -316,7 +328,25 @@ class Analysis:
         for ids, norms in self.norms:
             for pid, v in zip(ids, norms.tolist()):
                 seen[pid] = seen.get(pid, False) or v != 0
+        self._nonzero = {pid for pid, nonzero in seen.items() if nonzero}
         return {pid for pid, nonzero in seen.items() if not nonzero}
+
+    def _cancelled_biases(self, zero: set[int], trainable: dict[int, ParamInfo],
+                          models: list[tuple[nn.Module, str]]) -> set[int]:
+        """Zero-grad biases whose module's weight did get a gradient. A bias's gradient is a sum
+        over the batch; sign-valued losses (L1, hinge) make it cancel exactly whenever the
+        residuals balance, on correct code. A structural zero (a gate of 0, dead units) zeroes
+        the weight's gradient too, so it is still reported there."""
+        if not zero:
+            return set()
+        nonzero_owners = {trainable[pid].owner for pid in self._nonzero if pid in trainable}
+        out = set()
+        for model, _ in models:
+            for p in model.parameters():
+                pid = id(p)
+                if pid in zero and pid in trainable and p.dim() == 1 and trainable[pid].owner in nonzero_owners:
+                    out.add(pid)
+        return out
 
     def _zero(self, zero: set[int], trainable: dict[int, ParamInfo], step: int | None) -> list[Finding]:
         groups: dict[int, list[ParamInfo]] = {}

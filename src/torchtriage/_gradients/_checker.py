@@ -26,6 +26,10 @@ from ._static import frozen_findings, registration_findings
 from ._tracer import CutRecord, CutTracer, pop, push
 
 _SAMPLE = 4  # parameters per optimizer sampled for the zero_grad check
+# The window stays open up to this many extra steps until every watched optimizer has stepped
+# once: a WGAN's generator steps once per 5 critic steps, and its parameters cannot be judged
+# before it does.
+_EXTEND = 10
 
 
 class GradientChecker(Checker):
@@ -51,11 +55,35 @@ class GradientChecker(Checker):
         self._carried: dict[int, bool] = {}
         self._zero_grad_reported = False
         self._eval_pending: tuple[str, Any, int | None] | None = None
+        self._stepped: set[int] = set()  # optimizers that stepped inside the window
+        # Verdicts that later steps may overturn, held until the end of the session:
+        # module path -> "never called" finding (a branch taken on some steps only: MoE experts,
+        # an auxiliary loss every k steps, stochastic depth); (optimizer, group) -> lr-zero
+        # finding of a scheduled group (a per-epoch warmup from 0).
+        self._held_unused: dict[str, Finding] = {}
+        self._held_lr: dict[tuple[int, int], Finding] = {}
 
     # ------------------------------------------------------------------ helpers
     @property
     def active(self) -> bool:
-        return not self._concluded and self.session is not None and self.session.step < self.window + (self._first_step or 0)
+        return not self._concluded and self.session is not None and self._in_window(self.session.step)
+
+    def _in_window(self, step: int) -> bool:
+        end = self.window + (self._first_step or 0)
+        if step < end:
+            return True
+        if step >= end + _EXTEND or self.session is None:
+            return False
+        optimizers = self.session.optimizers
+        if any(id(o) not in self._stepped for o in optimizers):
+            return True
+        # A scheduled group that stepped at lr 0 (a warmup from 0) moved nothing on those steps:
+        # parameters behind a zero-initialised gate (ReZero, zero-init residual BN, LoRA's B)
+        # still get exactly zero gradients. Wait for a backward after a real update.
+        a = self.analysis
+        return a is not None and any(
+            zero and steps - zero < 2 and _scheduled(optimizers, {"optimizer": oi, "group": gi})
+            for (oi, gi), (zero, steps) in a.lr_zero.items())
 
     def _add(self, finding: Finding) -> None:
         assert self.session is not None
@@ -94,7 +122,10 @@ class GradientChecker(Checker):
             push(self.tracer)
 
     def on_model(self, model: nn.Module, label: str) -> None:
-        for f in registration_findings(model) + frozen_findings(model):
+        # A watched model frozen as a whole is a teacher, an EMA copy or a reference net: not
+        # worth an info (had it been meant to train, the loss without grad_fn says so loudly).
+        frozen = [f for f in frozen_findings(model) if f.module != ""]
+        for f in registration_findings(model) + frozen:
             self._add(f)
         if self.analysis is not None and self.active:
             add_model(self.analysis, model, label)
@@ -114,6 +145,9 @@ class GradientChecker(Checker):
 
     def on_forward(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                    output: Any) -> None:
+        if self._held_unused and torch.is_grad_enabled():
+            for path in [p for p in self._held_unused if name == p or name.startswith(p + ".") or not p]:
+                del self._held_unused[path]
         if not self.active:
             return
         if self._stack:
@@ -128,6 +162,8 @@ class GradientChecker(Checker):
         grad_on = torch.is_grad_enabled()
         if self.active:
             self._root_calls.append((grad_on, torch.is_inference_mode_enabled(), user_frame_from_stack(2)))
+            if self.analysis is not None:
+                self.analysis.note_inputs(args, kwargs)
         if not model.training and grad_on and out is not None and out.requires_grad:
             self._eval_pending = (label, user_frame_from_stack(2), self.session.step if self.session else None)
 
@@ -165,8 +201,16 @@ class GradientChecker(Checker):
             self._add(make_finding("gradient.zero_grad_missing", Severity.WARNING, Stage.BACKWARD,
                                    parameter=name, op=type(optimizer).__name__, frame=user_frame_from_stack(2),
                                    optimizer=self._opt_index(optimizer), grad_same_tensor_as_last_step=True))
-        if self.active and self.analysis is not None:
-            self.analysis.optimizer_step(self._opt_index(optimizer), optimizer)
+        if self.active:
+            self._stepped.add(oid)
+            if self.analysis is not None:
+                self.analysis.optimizer_step(self._opt_index(optimizer), optimizer)
+        if self._held_lr:
+            index = self._opt_index(optimizer)
+            for gi, group in enumerate(optimizer.param_groups):
+                lr = group.get("lr")
+                if isinstance(lr, (int, float)) and lr > 0:
+                    self._held_lr.pop((index, gi), None)
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         if self._zero_grad_reported:
@@ -185,12 +229,16 @@ class GradientChecker(Checker):
         self._root_calls = []
         if self.tracer is not None:
             self.tracer.new_step()
-        if self._first_step is not None and step + 1 >= self._first_step + self.window:
+        if self._first_step is not None and not self._in_window(step + 1):
             self._conclude(step)
 
     def on_end(self) -> None:
         self._flush_eval()
         self._conclude(self.session.step if self.session else None)
+        held = [*self._held_unused.values(), *self._held_lr.values()]
+        self._held_unused, self._held_lr = {}, {}
+        for f in sorted(held, key=lambda f: f.step if f.step is not None else -1):
+            self._add(f)
         if self.tracer is not None:
             pop(self.tracer)
             self.tracer = None
@@ -230,8 +278,25 @@ class GradientChecker(Checker):
         analysis, self.analysis = self.analysis, None
         if analysis is None or self.session is None:
             return
-        for f in analysis.conclude(self.session.optimizers, step=self._first_step):
-            self._add(f)
+        optimizers = self.session.optimizers
+        for f in analysis.conclude(optimizers, step=self._first_step):
+            if f.code == "gradient.unused" and f.module is not None:
+                self._held_unused[f.module] = f
+            elif f.code == "gradient.lr_zero" and _scheduled(optimizers, f.evidence):
+                self._held_lr[(f.evidence["optimizer"], f.evidence["group"])] = f
+            else:
+                self._add(f)
+
+
+def _scheduled(optimizers: list[torch.optim.Optimizer], evidence: Any) -> bool:
+    """The group's lr is driven by a scheduler from a positive base lr (`initial_lr`, set by
+    every torch.optim.lr_scheduler): 0 now is a phase of the schedule, not the setting."""
+    oi, gi = evidence.get("optimizer"), evidence.get("group")
+    if not isinstance(oi, int) or not 0 <= oi < len(optimizers):
+        return False
+    groups = optimizers[oi].param_groups
+    base = groups[gi].get("initial_lr") if isinstance(gi, int) and gi < len(groups) else None
+    return isinstance(base, (int, float)) and base > 0
 
 
 def _first_tensor(output: Any) -> torch.Tensor | None:

@@ -24,7 +24,7 @@ from .._findings import Finding, Severity, Stage
 from .._frames import user_frame_from_stack
 from ._common import finding, first_tensor, fmt, is_index_tensor, shape
 from ._flags import DeferredFlags
-from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules
+from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules, trainable_stochastic_modules
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
 from ._overflow import exp_nodes, overflow_verdict
 from ._plans import Plan, verdict_to_finding
@@ -134,7 +134,7 @@ class SilentChecker(Checker):
                 mask = snap.kwargs.get("attention_mask") if snap is not None else None
                 plans += token_plans(tgt, ids, ignore_index=kw.get("ignore_index", -100),
                                      reduction=kw.get("reduction", "mean"), attention_mask=mask,
-                                     weighted=kw.get("weight") is not None)
+                                     weighted=kw.get("weight") is not None, second=_second_tokens(snap, ids))
             plans += self._target_in_input_plans(ids, tgt)
         self._queue(plans, frame=call.frame, op=call.name, module=call.module)
 
@@ -184,14 +184,10 @@ class SilentChecker(Checker):
         root = roots[0] if roots and isinstance(roots[0], torch.Tensor) else None
         frame = None
         if self.zero.armed:
-            stale = self.zero.untouched()
-            if stale:
-                frame = user_frame_from_stack(3)
-                name = self._param_name(stale[0])
-                self._add(finding("zero_grad_missing", stage=Stage.BACKWARD, frame=frame, parameter=name,
-                                  step=self._step, op="backward",
-                                  evidence={"parameters_sampled": len(stale),
-                                            "grad_version_unchanged_since_last_step": True}))
+            for sample in self.zero.backward_begins():
+                if sample.frame is None:  # the first backward that adds onto grads left from a step
+                    frame = frame or user_frame_from_stack(3)
+                    sample.frame, sample.step = frame, self._step
         if root is None:
             return
         if root.grad_fn is not None:
@@ -260,6 +256,14 @@ class SilentChecker(Checker):
         return None
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        stale = self.zero.stepping(optimizer)
+        if stale is not None:
+            p, sample = stale
+            self._add(finding("zero_grad_missing", stage=Stage.BACKWARD, frame=sample.frame,
+                              parameter=self._param_name(p) if p is not None else None,
+                              step=sample.step, op="backward",
+                              evidence={"parameters_sampled": len(sample.grads),
+                                        "grads_not_reset_since_last_step": True}))
         if self.region is not None:
             self._leave_region()
         if not self._eval_forwards:
@@ -270,10 +274,17 @@ class SilentChecker(Checker):
             if model is None or model.training:
                 continue
             if any(id(p) in params and p.grad is not None for p in model.parameters()):
+                affected = trainable_stochastic_modules(model)
+                if not affected:  # dropout / batch norm only in frozen parts: eval() is right there
+                    continue
                 self._add(finding("eval_mode_while_training", severity=Severity.WARNING, stage=Stage.FORWARD,
                                   frame=frame, module="", op=type(model).__name__, step=self._step, model=label,
-                                  evidence={"modules_affected": self._stochastic_of(model)[:6]}))
+                                  evidence={"modules_affected": affected[:6]}))
         self._eval_forwards.clear()
+
+    def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        if self.zero.armed:
+            self.zero.backward_ends()
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         self.zero.after_step(optimizer)
@@ -304,8 +315,12 @@ class SilentChecker(Checker):
         first = vals[0]
         if not (first > 0 and math.isfinite(first)):
             return
+        if min(vals) < 0:  # a signed loss (a WGAN critic, a policy-gradient term): 0 is no floor
+            return
         for k, v in enumerate(vals[1:], 1):
-            if 0 <= v <= first * 1e-3:
+            # A collapse stays down; a loss that touches ~0 once and comes back (several
+            # networks' losses on one step clock, a noisy objective) did not collapse.
+            if 0 <= v <= first * 1e-3 and all(w <= first * 1e-2 for w in vals[k:]):
                 self._add(finding("loss_collapse", severity=Severity.WARNING, stage=Stage.LOSS, frame=self._loss_frame,
                                   step=k, steps=k, evidence={"first_loss": fmt(first), f"loss_at_step_{k}": fmt(v),
                                                              "ratio": f"{v / first:.2e}"}))
@@ -321,3 +336,17 @@ class SilentChecker(Checker):
             self._report_train_in_eval(key)
         if self._losses:
             self._check_collapse()
+
+
+def _second_tokens(snap: Any, ids: Any) -> Any:
+    """A decoder's input (`decoder_input_ids=`, or a later positional integer tensor shaped
+    like `ids`) the root model was called with, or None."""
+    if snap is None or not isinstance(ids, torch.Tensor):
+        return None
+    dec = snap.kwargs.get("decoder_input_ids")
+    if isinstance(dec, torch.Tensor):
+        return dec
+    for a in reversed(snap.args[1:]):
+        if isinstance(a, torch.Tensor) and a.shape == ids.shape and not a.is_floating_point() and a.dtype != torch.bool:
+            return a
+    return None

@@ -1,8 +1,9 @@
 """Training-loop mistakes, each watched with near-zero cost:
 
-    zero_grad missing      the grads the optimizer just used are the same tensors, with the same
-                           version counter, at the next step's first backward (nothing zeroed or
-                           replaced them): backward() accumulates. Python attribute reads only.
+    zero_grad missing      the grads an optimizer used are the same tensors when it steps again,
+                           nothing reset them in between (their version counter moved only inside
+                           backward calls), and a backward added into them. Python attribute
+                           reads only.
     loss graph kept        a token in each loss node's `metadata` dict lives exactly as long as
                            the node; tokens from two or more steps back still alive mean the user
                            holds old graphs (`total += loss`, `losses.append(loss)`).
@@ -25,14 +26,37 @@ import torch.nn as nn
 _STOCHASTIC = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm, nn.AlphaDropout)
 
 
-def stochastic_modules(model: nn.Module) -> list[str]:
-    """Modules whose behaviour depends on train()/eval(): dropout with p > 0, batch norm."""
+def _stochastic(model: nn.Module) -> list[tuple[str, str]]:
+    """(path, description) of the modules whose behaviour depends on train()/eval()."""
     out = []
     for name, m in model.named_modules():
         if isinstance(m, nn.modules.dropout._DropoutNd) and getattr(m, "p", 0) > 0:
-            out.append(f"{name or '<root>'} ({type(m).__name__} p={m.p})")
+            out.append((name, f"{name or '<root>'} ({type(m).__name__} p={m.p})"))
         elif isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
-            out.append(f"{name or '<root>'} ({type(m).__name__})")
+            out.append((name, f"{name or '<root>'} ({type(m).__name__})"))
+    return out
+
+
+def stochastic_modules(model: nn.Module) -> list[str]:
+    """Modules whose behaviour depends on train()/eval(): dropout with p > 0, batch norm."""
+    return [desc for _, desc in _stochastic(model)]
+
+
+def trainable_stochastic_modules(model: nn.Module) -> list[str]:
+    """The stochastic modules that sit in a trainable part of `model`: the module itself, or its
+    nearest ancestor holding parameters, has a parameter with requires_grad. Dropout and batch
+    norm inside a frozen backbone belong in eval() mode (linear probing, frozen features)."""
+    modules = dict(model.named_modules())
+    out = []
+    for path, desc in _stochastic(model):
+        parts = path.split(".") if path else []
+        for k in range(len(parts), -1, -1):
+            holder = modules.get(".".join(parts[:k]))
+            params = list(holder.parameters()) if holder is not None else []
+            if params:
+                if any(p.requires_grad for p in params):
+                    out.append(desc)
+                break
     return out
 
 
@@ -68,42 +92,80 @@ class GraphKeeper:
         return [(s, f) for r, s, f in self._tokens if s <= step - 2]
 
 
+class _Sample:
+    """A few of one optimizer's grads as they were when it last stepped."""
+
+    __slots__ = ("grads", "accumulated", "frame", "step")
+
+    def __init__(self, grads: list[tuple[weakref.ref[torch.Tensor], weakref.ref[torch.Tensor], int, int]]) -> None:
+        self.grads = grads  # (param, grad, version at the step, version after the last backward)
+        self.accumulated = False
+        self.frame: Any = None
+        self.step: int | None = None
+
+
 class ZeroGradWatch:
-    """Remembers a few gradients right after an optimizer step."""
+    """Remembers a few gradients of each optimizer right after it steps.
+
+    The verdict waits for that optimizer's next step: a backward that adds into another
+    network's stale grads is harmless when they are reset before their own optimizer steps
+    (the DCGAN generator step writes into D's grads; `netD.zero_grad()` clears them next)."""
 
     SAMPLE = 8
 
     def __init__(self) -> None:
-        self._after_step: list[tuple[weakref.ref[torch.Tensor], weakref.ref[torch.Tensor], int]] = []
-        self.armed = False
+        self._samples: dict[int, _Sample] = {}
+
+    @property
+    def armed(self) -> bool:
+        return bool(self._samples)
 
     def after_step(self, optimizer: torch.optim.Optimizer) -> None:
         rec = []
         for group in optimizer.param_groups:
             for p in group["params"]:
                 if p.grad is not None and not p.grad.is_sparse:
-                    rec.append((weakref.ref(p), weakref.ref(p.grad), p.grad._version))
+                    v = p.grad._version
+                    rec.append((weakref.ref(p), weakref.ref(p.grad), v, v))
                     if len(rec) >= self.SAMPLE:
                         break
             if len(rec) >= self.SAMPLE:
                 break
-        self._after_step, self.armed = rec, bool(rec)
+        if rec:
+            self._samples[id(optimizer)] = _Sample(rec)
+        else:
+            self._samples.pop(id(optimizer), None)
 
-    def untouched(self) -> list[torch.Tensor]:
-        """At the first backward after a step: the sampled parameters whose grads nobody zeroed.
-        Empty unless ALL sampled grads are untouched (one zeroed grad means zero_grad ran)."""
-        self.armed = False
-        out = []
-        for pref, gref, version in self._after_step:
-            p = pref()
-            if p is None:
-                return []
-            g = p.grad
-            if g is None or g is not gref() or g._version != version:
-                return []
-            out.append(p)
-        self._after_step = []
-        return out
+    def backward_begins(self) -> list[_Sample]:
+        """Drops the samples something reset since the step or since the last backward (one reset
+        grad means zero_grad ran); returns the samples this backward may add onto."""
+        for oid in list(self._samples):
+            sample = self._samples[oid]
+            for pref, gref, _, seen in sample.grads:
+                p = pref()
+                g = p.grad if p is not None else None
+                if g is None or g is not gref() or g._version != seen:
+                    del self._samples[oid]
+                    break
+        return list(self._samples.values())
+
+    def backward_ends(self) -> None:
+        for sample in self._samples.values():
+            grads = []
+            for pref, gref, at_step, _ in sample.grads:
+                g = gref()
+                now = g._version if g is not None else -1
+                sample.accumulated = sample.accumulated or now != at_step
+                grads.append((pref, gref, at_step, now))
+            sample.grads = grads
+
+    def stepping(self, optimizer: torch.optim.Optimizer) -> tuple[torch.Tensor | None, _Sample] | None:
+        """At the optimizer's step: its sampled grads, never reset, hold gradients of backward
+        calls from before its previous step. Returns (a parameter, the sample) or None."""
+        sample = self._samples.pop(id(optimizer), None)
+        if sample is None or not sample.accumulated:
+            return None
+        return sample.grads[0][0](), sample
 
 
 def in_update_bn() -> bool:

@@ -30,8 +30,13 @@ def _as_grid(target: torch.Tensor, ids: torch.Tensor) -> torch.Tensor | None:
 
 
 def token_plans(target: Any, ids: Any, *, ignore_index: int = -100, reduction: str = "mean",
-                attention_mask: Any = None, weighted: bool = False) -> list[Plan]:
-    """Shift and PAD checks for a token-level `cross_entropy` target (no sync)."""
+                attention_mask: Any = None, weighted: bool = False, second: Any = None) -> list[Plan]:
+    """Shift and PAD checks for a token-level `cross_entropy` target (no sync).
+
+    `second` is another (B, T) integer tensor the model was called with (`model(src, tgt_in)`,
+    `decoder_input_ids=`): either a 0/1 attention mask, or the sequence a decoder reads. In the
+    second case the logits line up with that sequence, so the target is compared with it: a
+    denoising or correction seq2seq has a target nearly equal to its source, correctly."""
     if not is_index_tensor(target):
         return []
     plans: list[Plan] = []
@@ -41,16 +46,21 @@ def token_plans(target: Any, ids: Any, *, ignore_index: int = -100, reduction: s
     if grid is not None:
         valid = grid != ignore_index
         same = ((grid == ids) & valid).sum()
+        values = [same, valid.sum()]
+        if is_index_tensor(second) and second.shape == ids.shape and second.device == ids.device:
+            values += [((grid == second) & valid).sum(), ((second == 0) | (second == 1)).all()]
 
         def judge_shift(v: list[float]) -> Verdict | None:
-            same_n, valid_n = v
+            same_n, valid_n = v[:2]
+            if len(v) == 4 and not v[3]:  # the model also reads a second token sequence: judge on it
+                same_n = v[2]
             if valid_n < 2 or same_n / valid_n < _SAME:
                 return None
             return dict(name="labels_not_shifted", severity=Severity.ERROR, loss="cross_entropy",
                         evidence={"input_ids_shape": shape(ids), "target_shape": shape(target),
                                   "positions_equal_to_input": f"{int(same_n)}/{int(valid_n)}"})
 
-        plans.append(Plan([same, valid.sum()], judge_shift))
+        plans.append(Plan(values, judge_shift))
     if reduction == "none" or weighted:
         return plans  # the user weighs or masks the per-token losses afterwards
     if grid is None and target.dim() == 2 and target.shape[1] > 2:
