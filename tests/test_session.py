@@ -216,3 +216,47 @@ def test_checkpoint_recompute_in_backward_is_not_a_new_forward():
         _train(model, opt, steps=2)
     assert [e[0] for e in rec.events].count("root") == 2 and s.step == 2
     assert ("backward", Stage.BACKWARD) in rec.events
+
+
+class LossRecorder(Checker):
+    name = "loss_recorder"
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def on_loss(self, call):
+        self.calls.append((call.name, call.module))
+
+
+def test_a_loss_call_is_observed_once_even_under_a_torch_function_mode():
+    """A TorchFunctionMode (the gradient check's tracer, or the user's own) re-dispatches F.<loss>
+    to the session's wrapper from inside the first call: the checks see one call, not two."""
+    from torch.overrides import TorchFunctionMode
+
+    class PassThrough(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    model = nn.Linear(4, 3)
+    rec = LossRecorder()
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    with torchtriage.watch(model, checks=[rec], on_anomaly="record", report=False):
+        with PassThrough():
+            nn.CrossEntropyLoss()(model(x), y).backward()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+    assert rec.calls == [("cross_entropy", "CrossEntropyLoss"), ("cross_entropy", None)]
+
+
+def test_an_nn_loss_module_finding_is_reported_once_with_its_module():
+    model = nn.Sequential(nn.Linear(4, 3), nn.Softmax(dim=1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    crit = nn.CrossEntropyLoss()
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(2):
+            loss = crit(model(torch.randn(8, 4)), torch.randint(0, 3, (8,)))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    (f,) = [f for f in s.report.findings if f.code == "silent.probabilities_to_cross_entropy"]
+    assert (f.module, f.step, f.count, f.stage) == ("CrossEntropyLoss", 0, 2, Stage.LOSS)

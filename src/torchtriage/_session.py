@@ -126,6 +126,7 @@ class Session:
         self._backward_calls = 0
         self._pending_end = False
         self._in_backward = 0
+        self._in_loss = 0
         self.exception: BaseException | None = None
         self.series: dict[str, list[float | None]] = {}
         self.meta: dict[str, Any] = {"torch": torch.__version__}
@@ -468,11 +469,17 @@ class Session:
         @functools.wraps(original)
         def loss(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True  # noqa: F841
-            if session._busy:
+            if session._busy or session._in_loss:
+                # _in_loss: a TorchFunctionMode on the stack (a check's tracer, the user's own)
+                # re-dispatches F.<loss> to this wrapper from inside the first call: one call.
                 return original(*args, **kwargs)
             prev = session.stage
             session.stage = Stage.LOSS
-            out = original(*args, **kwargs)
+            session._in_loss += 1
+            try:
+                out = original(*args, **kwargs)
+            finally:
+                session._in_loss -= 1
             try:
                 inp = args[0] if args else kwargs.get("input")
                 tgt = args[1] if len(args) > 1 else kwargs.get("target")

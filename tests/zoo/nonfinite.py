@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -118,3 +120,131 @@ class CheckpointedMLP(nn.Module):
         from torch.utils.checkpoint import checkpoint
 
         return checkpoint(self.block, x, use_reentrant=False)
+
+
+class ExpOverflowInNestedBlocks(nn.Module):
+    """exp overflow born in stages["enc"][1] (a ModuleList inside a ModuleDict); enc.2 and head only
+    propagate the +Inf; returns a dict."""
+
+    def __init__(self):
+        super().__init__()
+        self.stages = nn.ModuleDict({"enc": nn.ModuleList([PlainBlock(), ExpBlock(), PlainBlock()])})
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        for block in self.stages["enc"]:
+            x = block(x)
+        return {"out": self.head(x), "hidden": x}
+
+
+class PlainBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class ExpBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.exp(self.fc(x) * 100)  # BUG: exp of scores far above 88.7
+
+
+class SharedLayerSqrtOfNegative(nn.Module):
+    """The same Linear called twice (weight sharing), then sqrt of a shifted negative: NaN at the root."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(torch.tanh(self.fc(x)))
+        return torch.sqrt(h - 5).sum(-1, keepdim=True)  # BUG: sqrt of a negative number
+
+
+class CheckpointedZeroDivision(nn.Module):
+    """A checkpointed block (recomputed in backward) whose Div makes 0/0."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(4, 4), SelfDivision())
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        return self.head(checkpoint(self.block, x, use_reentrant=False))
+
+
+class SelfDivision(nn.Module):
+    def forward(self, x):
+        return x / (x - x)  # BUG: division by zero
+
+
+@dataclasses.dataclass
+class Prediction:
+    value: torch.Tensor
+    features: torch.Tensor
+
+
+class DataclassOutputLogOfNegative(nn.Module):
+    """Returns a dataclass; log of a negative number in module `act`."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.act = LogAct()
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return Prediction(self.head(self.act(h - 10)), h)
+
+
+class MultiheadAttentionNet(nn.Module):
+    """nn.MultiheadAttention with a key padding mask (True = padding)."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x, key_padding_mask):
+        o, _ = self.attn(x, x, x, key_padding_mask=key_padding_mask)
+        return self.head(o).mean(1)
+
+
+class SdpaAttentionNet(nn.Module):
+    """F.scaled_dot_product_attention with a -inf additive mask built from a keep mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x, keep):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        bias = torch.zeros(keep.shape, dtype=x.dtype).masked_fill(~keep, float("-inf"))[:, None, :]
+        return self.head(F.scaled_dot_product_attention(q, k, v, attn_mask=bias)).mean(1)
+
+
+class ExpUnderBfloat16Autocast(nn.Module):
+    """Under CPU autocast bfloat16 the Linear runs in bfloat16; exp of 30x its output overflows."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return self.head(torch.exp(h * 30))  # BUG: exp overflows past 88.7
+
+
+def hand_written_cross_entropy(p, y_onehot):
+    return -(y_onehot * torch.log(p)).sum(1).mean()  # BUG: log(0) where the net output a zero

@@ -311,3 +311,36 @@ def clean_mixed_precision(model, opt, steps=4):
             loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
+
+
+class EncoderLM(nn.Module):
+    """nn.TransformerEncoder LM. `causal=False` is the future-seeing bug; `use_pad=False` drops the
+    key padding mask (padding leaks when attention is bidirectional)."""
+
+    def __init__(self, *, causal: bool = True, use_pad: bool = True) -> None:
+        super().__init__()
+        self.causal, self.use_pad = causal, use_pad
+        self.emb = nn.Embedding(20, 16)
+        layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(16, 20)
+
+    def forward(self, ids, attention_mask=None):
+        t = ids.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(t) if self.causal else None
+        pad = None
+        if attention_mask is not None and self.use_pad:
+            pad = torch.zeros(attention_mask.shape).masked_fill(attention_mask == 0, float("-inf"))
+        return self.head(self.enc(self.emb(ids), mask=mask, src_key_padding_mask=pad, is_causal=self.causal))
+
+
+def hand_softmax_in_the_loss(model, opt, steps=3):
+    g = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        scores = model(torch.randn(8, 6, generator=g)) + 75.0
+        e = torch.exp(scores)  # BUG: 75 + log(4) is 12 below float32's exp limit
+        p = e / e.sum(-1, keepdim=True)
+        loss = -torch.log(p[:, 0]).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()

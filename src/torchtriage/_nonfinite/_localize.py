@@ -120,6 +120,8 @@ def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = Fa
     # An op inside a library module (nn.Linear's addmm) has no line of the user's own: the
     # user's line is then the one that called the model in this step.
     f = _producer_finding(origin, Stage.FORWARD, step, frame=getattr(snap, "call_frame", None))
+    if origin.propagated_by:
+        f = f.replace(evidence=dict(f.evidence, propagated_by=list(origin.propagated_by)))
     if f.code != "numerical.fully_masked_row" and any(src.external == "input" for src in origin.sources):
         # The batch's own -Inf (not a mask: it did not go through softmax) became NaN here:
         # the first non-finite value is in the data.

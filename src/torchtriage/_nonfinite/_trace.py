@@ -44,6 +44,9 @@ class Origin:
     external: str | None = None  # "parameter <name>" / "input" for pre-existing tensors
     backward: bool = False
     sources: list[Origin] = dataclasses.field(default_factory=list)  # non-finite inputs it came from
+    # Modules that received this value and passed it on, in execution order (not the producer,
+    # nor the modules that contain it): the HTML model tree marks them "propagated".
+    propagated_by: list[str] = dataclasses.field(default_factory=list)
 
 
 class ModuleStack:
@@ -157,6 +160,7 @@ class OpTracer(TorchDispatchMode):
         name = f"aten::{func._schema.name.split('::')[-1]}" if hasattr(func, "_schema") else str(func)
         if computed:
             origin = computed[0]
+            self._propagated(origin)
         elif bad_in or const:
             in_nan = any(bool(torch.isnan(t).any()) for t, s in zip(tensors, states) if s is not None)
             out_nan = any(bool(torch.isnan(torch.view_as_real(t) if t.is_complex() else t).any()) for t in bad_out)
@@ -169,6 +173,14 @@ class OpTracer(TorchDispatchMode):
             origin = self._new("computed", name, tensors, bad_out[0], scalars)
         for t in outs:
             self._remember(t, origin if any(t is b for b in bad_out) else None)
+
+    def _propagated(self, origin: Origin) -> None:
+        producer = origin.module
+        for name in self.modules.stack:
+            if producer is not None and (name == producer or producer.startswith(name + ".") or name == ""):
+                continue  # the producer itself, or a module containing it
+            if name not in origin.propagated_by:
+                origin.propagated_by.append(name)
 
     def _new(self, kind: str, op: str, inputs: list[torch.Tensor], output: torch.Tensor,
              scalars: tuple[Any, ...]) -> Origin:

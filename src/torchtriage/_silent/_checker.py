@@ -23,6 +23,7 @@ from .._checker import Checker, LossCall
 from .._findings import Finding, Severity, Stage
 from .._frames import user_frame_from_stack
 from ._common import finding, first_tensor, fmt, is_index_tensor, shape
+from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
 from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules, trainable_stochastic_modules
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
@@ -54,6 +55,8 @@ class SilentChecker(Checker):
         self._loss_frame: Any = None
         self._reported: set[tuple[Any, ...]] = set()
         self._backward_in_step = False
+        self._sites: dict[tuple[Any, ...], tuple[Any, str | None]] = {}
+        self._autocast: list[tuple[str, torch.dtype]] = []
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -99,6 +102,8 @@ class SilentChecker(Checker):
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
         out = first_tensor(output)
+        if not self._backward_in_step:  # the step's autocast, for a replay of its forward
+            self._autocast = [(d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
         grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
         stochastic = self._stochastic_of(model)
         if stochastic and grad and not model.training and out is not None and out.requires_grad:
@@ -170,7 +175,8 @@ class SilentChecker(Checker):
 
         def judge(v: list[float]) -> dict[str, Any] | None:
             best, col, sp = v
-            if best > 1e-6 * max(1.0, sp) or sp == 0:
+            # (`not <=`: a NaN in the batch makes every difference NaN, which matches nothing)
+            if not best <= 1e-6 * max(1.0, sp) or not sp > 0:
                 return None
             return dict(name="target_in_input", severity=Severity.ERROR, stage=Stage.DATA, column=int(col),
                         evidence={"input_shape": shape(x), "target_shape": shape(tgt), "matching_column": int(col),
@@ -195,12 +201,13 @@ class SilentChecker(Checker):
                 frame = user_frame_from_stack(3)
             self.graphs.mark(root, self._step, frame)
             self._loss_frame = self._loss_frame or frame
+        exp_sites = list(self.region.exp_sites) if self.region is not None else []
         if self.region is not None:
             self._analyze_region(root)
         if root.numel() == 1 and self._step < self.collapse_steps and len(self._losses) == self._step:
             self._losses.append(root.detach().reshape(()))
         if self._warm() or (self.exp_every > 0 and self._step % self.exp_every == 0):
-            self._exp_plans(root)
+            self._exp_plans(root, exp_sites)
 
     def _analyze_region(self, root: torch.Tensor) -> None:
         region = self.region
@@ -222,7 +229,7 @@ class SilentChecker(Checker):
                                         frame=s.frame, step=self._step))
         self._leave_region()
 
-    def _exp_plans(self, root: torch.Tensor) -> None:
+    def _exp_plans(self, root: torch.Tensor, sites: list[tuple[int, Any]]) -> None:
         step = self._step
         for node, consumer in exp_nodes(root):
             try:
@@ -232,21 +239,37 @@ class SilentChecker(Checker):
             if not isinstance(r, torch.Tensor) or not r.is_floating_point() or r.numel() == 0:
                 continue
             n = r.shape[-1] if r.dim() else 1
+            storage = storage_of(r)
+            frame = next((f for s, f in sites if s == storage and storage), None)
 
-            def done(vals: list[float], dtype: torch.dtype = r.dtype, n: int = n, consumer: str = consumer) -> None:
+            def done(vals: list[float], dtype: torch.dtype = r.dtype, n: int = n, consumer: str = consumer,
+                     shape: tuple[int, ...] = tuple(r.shape), frame: Any = frame) -> None:
+                stage = Stage.FORWARD if frame is None else Stage.LOSS  # seen by the loss region: loss code
                 top = vals[0]
                 x_max = math.log(top) if 0 < top < math.inf else (math.inf if top == math.inf else None)
                 if x_max is None:
                     return
+                if x_max == math.inf and self.session.checker("nonfinite") is not None:
+                    return  # exp already gave Inf: the non-finite sentinel reports it, with op, module and line
                 v = overflow_verdict(x_max, dtype, n, None)
                 if v is None:
                     return
+                module = None
+                if frame is None:
+                    frame, module = self._exp_site(shape, dtype)
                 ev = dict(v, consumer=consumer.replace("Backward0", "") or "loss")
                 self._add(finding("exp_overflow", severity=Severity.ERROR if x_max == math.inf else Severity.WARNING,
-                                  stage=Stage.FORWARD, op="exp", step=step, evidence=ev,
+                                  stage=stage, op="exp", step=step, evidence=ev, frame=frame, module=module,
                                   variant="over" if v["room"] < 0 else None, **v))
 
             self.flags.add([r.detach().amax()], done)
+
+    def _exp_site(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[Any, str | None]:
+        """The line and module of a forward exp of this shape (a replay, once per shape and dtype)."""
+        key = ("exp_site", shape, dtype)
+        if key not in self._sites:
+            self._sites[key] = locate_in_forward(self.session, shape, dtype, self._autocast)
+        return self._sites[key]
 
     def _param_name(self, p: torch.Tensor) -> str | None:
         for m in self.session.models:

@@ -21,6 +21,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from .._frames import _HERE, UserFrame, user_frame_from_stack
+from ._exp_site import EXP_FUNCS, storage_of
 from ._shapes import outer_sample_broadcast
 
 _BINARY = frozenset({
@@ -58,6 +59,7 @@ class LossRegion(TorchFunctionMode):
         self.inside = 0
         self.ops: list[tuple[Any, tuple[Any, ...], dict[str, Any], Any]] = []
         self.suspects: list[Suspect] = []
+        self.exp_sites: list[tuple[int, UserFrame | None]] = []
         # The session's loss wrappers dispatch back here through `handle_torch_function`;
         # calling the function they wrap avoids running (and reporting) the loss twice.
         self._unwrap = {}
@@ -81,6 +83,9 @@ class LossRegion(TorchFunctionMode):
         if not self.active:  # backward ran inside this call
             return out
         try:
+            if func in EXP_FUNCS and isinstance(out, torch.Tensor):
+                # (where a hand-written softmax's exp was written, for the overflow check)
+                self.exp_sites.append((storage_of(out), user_frame_from_stack(2)))
             if func in _BINARY and len(args) >= 2:
                 self._check(func, args[0], args[1], out)
             if len(self.ops) < _MAX_OPS:
@@ -149,6 +154,7 @@ class LossRegion(TorchFunctionMode):
         self.active = False
         self.ops.clear()
         self.suspects.clear()
+        self.exp_sites.clear()
         if self.inside:
             return False
         above = []
