@@ -51,6 +51,7 @@ class GradientChecker(Checker):
         self._carried: dict[int, bool] = {}
         self._zero_grad_reported = False
         self._eval_pending: tuple[str, Any, int | None] | None = None
+        self._loss_cuts: set[tuple[str | None, int | None]] = set()  # lines a loss_no_grad_fn named
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -138,9 +139,11 @@ class GradientChecker(Checker):
         step = s.step if s else None
         for r in roots:
             if isinstance(r, torch.Tensor) and not r.requires_grad:
-                self._add(explain_loss_without_grad(
+                f = explain_loss_without_grad(
                     r, self._step_cuts, self._root_calls, [m for m, _ in self._models()], step=step,
-                    backward_frame=user_frame_from_stack(2)))
+                    backward_frame=user_frame_from_stack(2))
+                self._loss_cuts.add((f.file, f.line))
+                self._add(f)
         if self.active and self.analysis is not None:
             self.analysis.backward_roots(reach(roots))
 
@@ -231,6 +234,8 @@ class GradientChecker(Checker):
         if analysis is None or self.session is None:
             return
         for f in analysis.conclude(self.session.optimizers, step=self._first_step):
+            if f.code.startswith("gradient.cut_") and (f.file, f.line) in self._loss_cuts:
+                continue  # the loss without grad_fn already named this cut and its line: one cause, once
             self._add(f)
 
 
