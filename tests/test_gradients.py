@@ -515,3 +515,47 @@ def test_loss_without_grad_fn_names_each_cause_once(case):
         assert f.op == "Tensor.detach"
     # the per-parameter analysis does not say the same cut again
     assert [g.code for g in s.report.filter(severity="error")] == ["gradient.loss_no_grad_fn"]
+
+
+def _gan(d_zero_grad=True, steps=3):
+    torch.manual_seed(0)
+    G = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 4))
+    D = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    og, od = torch.optim.Adam(G.parameters(), 1e-3), torch.optim.Adam(D.parameters(), 1e-3)
+    real = torch.randn(8, 4)
+    with torchtriage.watch([G, D], [od, og], on_anomaly="record", report=False) as s:
+        for _ in range(steps):
+            fake = G(torch.randn(8, 2))
+            if d_zero_grad:
+                od.zero_grad()
+            d_loss = F.softplus(-D(real)).mean() + F.softplus(D(fake.detach())).mean()
+            d_loss.backward(); line = inspect.currentframe().f_lineno  # noqa: E702
+            od.step()
+            og.zero_grad()
+            F.softplus(-D(fake)).mean().backward()  # adds into D's grads: D clears them next time
+            og.step()
+    return s.report, line
+
+
+def test_gan_two_optimizers_with_all_checks_is_not_missing_zero_grad():
+    report, _ = _gan()
+    assert not [f.code for f in report if "zero_grad" in f.code or f.category is Category.GRADIENT]
+
+
+def test_gan_discriminator_without_zero_grad_is_reported_at_its_backward():
+    report, line = _gan(d_zero_grad=False)
+    found = [f for f in report if "zero_grad" in f.code]
+    assert [(f.code, f.line, f.parameter, f.step) for f in found] == [("silent.zero_grad_missing", line, "0.weight", 1)]
+
+
+def test_missing_zero_grad_with_micro_batches_is_reported():
+    model = zoo.mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = _data()
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            for micro in range(2):
+                F.mse_loss(model(x[micro::2]), y[micro::2]).backward()
+            opt.step()
+    f = s.report.filter(code="silent.zero_grad_missing")
+    assert len(f) == 1 and (f[0].step, f[0].parameter) == (1, "0.weight")

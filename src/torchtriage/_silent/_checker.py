@@ -184,14 +184,7 @@ class SilentChecker(Checker):
         root = roots[0] if roots and isinstance(roots[0], torch.Tensor) else None
         frame = None
         if self.zero.armed:
-            stale = self.zero.untouched()
-            if stale:
-                frame = user_frame_from_stack(3)
-                name = self._param_name(stale[0])
-                self._add(finding("zero_grad_missing", stage=Stage.BACKWARD, frame=frame, parameter=name,
-                                  step=self._step, op="backward",
-                                  evidence={"parameters_sampled": len(stale),
-                                            "grad_version_unchanged_since_last_step": True}))
+            self.zero.before_backward(lambda: user_frame_from_stack(4), self._step)
         if root is None:
             return
         if root.grad_fn is not None:
@@ -259,7 +252,18 @@ class SilentChecker(Checker):
                     return name
         return None
 
+    def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        if self.zero.armed:
+            self.zero.after_backward()
+
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        carried = self.zero.at_step(optimizer)
+        if carried is not None:
+            stale, frame, step = carried
+            self._add(finding("zero_grad_missing", stage=Stage.BACKWARD, frame=frame,
+                              parameter=self._param_name(stale[0]), step=step, op="backward",
+                              evidence={"parameters_sampled": len(stale),
+                                        "grad_version_unchanged_since_last_step": True}))
         if self.region is not None:
             self._leave_region()
         if not self._eval_forwards:

@@ -69,13 +69,25 @@ class GraphKeeper:
 
 
 class ZeroGradWatch:
-    """Remembers a few gradients right after an optimizer step."""
+    """Remembers a few gradients of each optimizer right after its step.
+
+    Decided per optimizer at its next step, by the last backward before it: a GAN's generator
+    backward adds into the discriminator's grads, which the discriminator's own zero_grad()
+    clears before its backward, so a backward that touches another optimizer's untouched grads
+    proves nothing until that optimizer steps. While no reset was seen, each backward's own
+    accumulation refreshes the sampled versions (micro-batches without any zero_grad still count);
+    once a reset was seen, the optimizer is clear until its step.
+    """
 
     SAMPLE = 8
 
     def __init__(self) -> None:
-        self._after_step: list[tuple[weakref.ref[torch.Tensor], weakref.ref[torch.Tensor], int]] = []
-        self.armed = False
+        self._samples: dict[int, list[tuple[weakref.ref[torch.Tensor], weakref.ref[torch.Tensor], int]]] = {}
+        self._carried: dict[int, tuple[list[torch.Tensor], Any, int]] = {}
+
+    @property
+    def armed(self) -> bool:
+        return bool(self._samples)
 
     def after_step(self, optimizer: torch.optim.Optimizer) -> None:
         rec = []
@@ -87,23 +99,48 @@ class ZeroGradWatch:
                         break
             if len(rec) >= self.SAMPLE:
                 break
-        self._after_step, self.armed = rec, bool(rec)
+        self._samples[id(optimizer)] = rec
+        self._carried.pop(id(optimizer), None)
 
-    def untouched(self) -> list[torch.Tensor]:
-        """At the first backward after a step: the sampled parameters whose grads nobody zeroed.
-        Empty unless ALL sampled grads are untouched (one zeroed grad means zero_grad ran)."""
-        self.armed = False
-        out = []
-        for pref, gref, version in self._after_step:
-            p = pref()
-            if p is None:
-                return []
-            g = p.grad
-            if g is None or g is not gref() or g._version != version:
-                return []
-            out.append(p)
-        self._after_step = []
-        return out
+    def before_backward(self, frame_fn: Any, step: int) -> None:
+        """At each backward: which optimizers' grads nobody zeroed since their step (or since the
+        last backward). Empty unless ALL sampled grads are untouched (one zeroed grad means
+        zero_grad ran)."""
+        frame = None
+        for oid, rec in self._samples.items():
+            stale = _untouched(rec)
+            if stale:
+                # the last backward before the step is the line to fix (D's own, not G's)
+                frame = frame or frame_fn()
+                self._carried[oid] = (stale, frame, step)
+            else:
+                self._carried.pop(oid, None)
+
+    def after_backward(self) -> None:
+        for oid, rec in self._samples.items():
+            if oid not in self._carried:
+                continue  # reset since its step: decided, nothing to follow
+            grads = [(pref(), gref()) for pref, gref, _ in rec]
+            if all(p is not None and g is not None and p.grad is g for p, g in grads):
+                self._samples[oid] = [(pref, gref, g._version) for (pref, gref, _), (_, g) in zip(rec, grads)]
+
+    def at_step(self, optimizer: torch.optim.Optimizer) -> tuple[list[torch.Tensor], Any, int] | None:
+        """At `optimizer.step()`: (parameters, backward frame, step) when its grads were never reset."""
+        self._samples.pop(id(optimizer), None)
+        return self._carried.pop(id(optimizer), None)
+
+
+def _untouched(rec: list[tuple[Any, Any, int]]) -> list[torch.Tensor]:
+    out = []
+    for pref, gref, version in rec:
+        p = pref()
+        if p is None:
+            return []
+        g = p.grad
+        if g is None or g is not gref() or g._version != version:
+            return []
+        out.append(p)
+    return out
 
 
 def in_update_bn() -> bool:
