@@ -47,7 +47,7 @@ MESSAGES = {
     "leakage.bad_time": "{name} 划分的时间键：无法把 {value} 读作时间；可接受：数字、datetime/date、numpy datetime64、pandas Timestamp、ISO 8601 文本",
     "leakage.bad_threshold": "near_threshold={given!r}；可接受：(0, 1] 之间的数",
     "leakage.bad_chunk": "chunk_size={given!r}；可接受：正整数",
-    "leakage.bad_preprocessor": "预处理器 {given}：无法识别；可接受：已拟合的归一化器（mean_/scale_/var_、data_min_/data_max_、mean/std、mean_/std_、(mean, std) 二元组）或词表（字典、词的集合或列表、vocabulary_、get_vocab()）",
+    "leakage.bad_preprocessor": "预处理器 {given}：无法识别；可接受：已拟合的归一化器（mean_/scale_/var_、data_min_/data_max_、max_abs_、mean/std、mean_/std_、(mean, std) 二元组；不检查 RobustScaler 的中位数）或词表（字典、词的集合或列表、vocabulary_、get_vocab()）",
     "leakage.prep_width": "{what} 有 {width} 个统计量，但各划分的数值宽度为 {widths}；请给出在这些列/通道上拟合的预处理器",
     "leakage.files_not_table": "files= 指的是存放文件路径的表格列，但 train 是 {given}；对于样本，请使用 pathlib.Path 对象（按文件字节哈希）",
     "leakage.progress": "torchtriage：正在哈希 {name}：{done}{of} 行，{seconds} 秒",
