@@ -34,6 +34,7 @@ MESSAGES = {
     # bad input
     "leakage.need_extra": "this needs the optional package {module!r}; install it with: pip install 'torchtriage[data]'",
     "leakage.bad_format": "{path}: unsupported file format {ext}; accepted: {accepted}",
+    "leakage.empty_split": "the {name} split ({given}) has no rows; accepted: splits with at least one row",
     "leakage.unreadable": "cannot read {path}: {error}",
     "leakage.bad_split": "{name} split: got {given}; accepted: {accepted}",
     "leakage.mixed_kinds": "the splits are of different kinds: {given}; accepted: all splits of one kind (tables, arrays, or datasets/lists of samples)",

@@ -32,6 +32,7 @@ MESSAGES = {
     "leakage.vocab.next": "只用 {train} 建词表；未见过的词映射到未知词标记",
     "leakage.need_extra": "需要可选依赖 {module!r}；请安装：pip install 'torchtriage[data]'",
     "leakage.bad_format": "{path}：不支持的文件格式 {ext}；可接受：{accepted}",
+    "leakage.empty_split": "{name} 划分（{given}）没有任何行；可接受：至少有一行的划分",
     "leakage.unreadable": "无法读取 {path}：{error}",
     "leakage.bad_split": "{name} 划分：收到 {given}；可接受：{accepted}",
     "leakage.mixed_kinds": "各划分的类型不同：{given}；可接受：所有划分属于同一类（表格、数组，或样本数据集/列表）",

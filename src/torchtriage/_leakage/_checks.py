@@ -117,6 +117,9 @@ def check_splits(
     scanner = Scanner(opts)
     order = sorted(sources, key=lambda s: {"train": 0, "val": 1, "test": 2}[s.name])
     scans = [scanner.scan(s) for s in order]
+    empty = [s.source for s in scans if not s.n]
+    if empty:  # "no finding" on an empty split would read as a clean split
+        raise ValueError(msg("leakage.empty_split", name=empty[0].name, given=empty[0].what))
     pairs = _pairs(scans)
     for a, b in pairs:
         findings += _group_overlap(a, b, groups)
