@@ -134,3 +134,22 @@ def test_splits_with_different_columns_and_bad_threshold(files, tmp_path, cli):
                     "the test split lacks column(s) day, label, x2 that train has; its columns: writer, x1")
     _one_error_line(cli("splits", str(tr), str(other), "--near-threshold", "0"),
                     "near_threshold=0.0; accepted: a number in (0, 1]")
+
+
+def test_damaged_parquet_empty_split_and_bad_encoding_name_the_file(files, tmp_path, cli):
+    pytest.importorskip("pyarrow")
+    tr, _, _ = files
+    damaged = tmp_path / "damaged.parquet"
+    damaged.write_bytes(b"not a parquet file at all" * 40)
+    _one_error_line(cli("splits", str(tr), str(damaged)),
+                    f"cannot read {damaged}: Parquet magic bytes not found in footer. "
+                    "Either the file is corrupted or this is not a parquet file.")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("writer,x1,x2,label,day\n")
+    _one_error_line(cli("splits", str(tr), str(empty)),
+                    f"the test split (file {empty}) has no rows; accepted: splits with at least one row")
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("writer,x1,x2,label,day\nJos\xe9,1,2,0,2024-01-01\n".encode("latin-1"))
+    p = cli("splits", str(tr), str(latin))
+    assert p.returncode == 2 and p.stderr.startswith(f"torchtriage: error: cannot read {latin}: 'utf-8' codec")
+    assert len(p.stderr.strip().splitlines()) == 1

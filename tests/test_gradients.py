@@ -139,9 +139,10 @@ def test_parameter_recreated_in_forward():
     model = zoo.RecreatedParameter()
     report = _watch(model, torch.optim.SGD(model.parameters(), lr=0.1))
     f = _one(report, "gradient.param_recreated")
-    assert (f.module, f.parameter) == ("", "scale")
-    stale = _one(report, "gradient.optimizer_stale")
-    assert stale.evidence["model_params_not_in_optimizer"] == ["scale"]
+    assert (f.module, f.parameter, f.stage, f.step) == ("", "scale", Stage.FORWARD, 0)
+    assert _same_file(f.file, zoo) and f.line == _line(zoo.RecreatedParameter.forward, "BUG: new Parameter")
+    # one cause, said once: not again as a stale optimizer, an unoptimized parameter or a stray leaf
+    assert [g.code for g in report.filter(category="gradient")] == ["gradient.param_recreated"]
 
 
 def test_leaf_created_in_forward_is_not_registered():
@@ -497,3 +498,172 @@ def test_example_script_under_run(tmp_path):
     found = [d for d in data["findings"] if d["code"] == "gradient.not_in_optimizer"]
     assert len(found) == 1 and found[0]["category"] == "gradient"
     assert (found[0]["module"], found[0]["parameter"], found[0]["step"]) == ("head", "head.weight", 0)
+
+
+# ---------------------------------------------------------------- review: more cuts, each once
+def test_inference_mode_cut_says_inference_mode():
+    model = zoo.InferenceModeEncoder()
+    f = _one(_watch(model, torch.optim.SGD(model.parameters(), lr=0.1)), "gradient.cut_no_grad")
+    assert (f.module, f.parameter, f.stage, f.step) == ("enc", "enc.weight", Stage.FORWARD, 0)
+    assert f.line == _line(zoo.InferenceModeEncoder.forward, "CUT: inference_mode")
+    assert "enc ran under torch.inference_mode() (" in f.message
+    assert f.next_check == "run the training forward outside torch.inference_mode()"
+
+
+def test_float_then_tensor_is_a_cut():
+    model = zoo.FloatRebuild()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # PyTorch's own "converting a tensor ... to a scalar"
+        report = _watch(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    f = _one(report, "gradient.cut_to_python")
+    assert (f.op, f.parameter, f.evidence["parameters"]) == ("Tensor.float", "gate.weight", ["gate.weight", "gate.bias"])
+    assert f.line == _line(zoo.FloatRebuild.forward, "CUT: float")
+
+
+def test_tensor_of_tensors_names_torch_tensor_for_every_input():
+    model = zoo.TensorOfTensors()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # PyTorch's own "converting a tensor ... to a scalar"
+        report = _watch(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    f = _one(report, "gradient.cut_to_python")
+    assert (f.op, f.module, f.line) == ("torch.tensor", "", _line(zoo.TensorOfTensors.forward, "CUT: torch.tensor"))
+    assert f.evidence["parameters"] == ["a.weight", "a.bias", "b.weight", "b.bias"]
+    assert not report.filter(code="gradient.unreached") and not report.filter(code="gradient.cut_detach")
+
+
+def test_data_attribute_is_a_detach_and_our_own_probes_are_not():
+    model = zoo.DataAttribute()
+    f = _one(_watch(model, torch.optim.SGD(model.parameters(), lr=0.1)), "gradient.cut_detach")
+    assert (f.op, f.parameter, f.line) == ("Tensor.data", "enc.weight", _line(zoo.DataAttribute.forward, "CUT: data"))
+
+
+def test_detach_in_a_loop_covers_every_block():
+    model = zoo.DetachEveryBlock()
+    f = _one(_watch(model, torch.optim.SGD(model.parameters(), lr=0.1)), "gradient.cut_detach")
+    assert f.evidence["parameters"] == ["blocks.0.weight", "blocks.0.bias", "blocks.1.weight", "blocks.1.bias"]
+    assert f.line == _line(zoo.DetachEveryBlock.forward, "CUT: loop")
+
+
+def test_python_dict_of_layers_and_list_of_tensors_each_reported_once():
+    model = zoo.PythonDictOfLayersAndTensors()
+    report = _watch(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    mods = _one(report, "gradient.unregistered_modules")
+    assert (mods.parameter, mods.evidence["items"], mods.next_check) == (
+        "heads", ["heads['a']", "heads['b']"], "use nn.ModuleDict instead of a Python dict")
+    tens = _one(report, "gradient.unregistered_tensor")
+    assert (tens.parameter, tens.evidence["items"], tens.next_check) == (
+        "extra", ["extra[0]"], "use nn.ParameterList instead of a Python list")
+    assert not report.filter(code="gradient.leaf_not_registered")  # the same tensors: said once
+
+
+def test_two_root_modules_of_one_class_are_not_recreated_parameters():
+    torch.manual_seed(0)
+    enc, head = nn.Linear(4, 8), nn.Linear(8, 1)  # both labelled "Linear"
+    opt = torch.optim.SGD([*enc.parameters(), *head.parameters()], lr=0.1)
+    x, y = _data()
+    with torchtriage.watch([enc, head], opt, on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            opt.zero_grad()
+            F.mse_loss(head(torch.relu(enc(x))), y).backward()
+            opt.step()
+    assert not s.report.filter(category="gradient"), [f.code for f in s.report]
+
+
+def test_stale_optimizer_names_the_line_that_built_it(tmp_path):
+    from tests.conftest import run_cli
+
+    script = tmp_path / "stale.py"
+    script.write_text(
+        "import torch, torch.nn as nn, torch.nn.functional as F\n"
+        "make = lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))\n"
+        "model = make()\n"
+        "opt = torch.optim.Adam(model.parameters(), 1e-3)\n"
+        "model = make()\n"
+        "x, y = torch.randn(8, 4), torch.randn(8, 1)\n"
+        "for _ in range(3):\n"
+        "    opt.zero_grad(); F.mse_loss(model(x), y).backward(); opt.step()\n")
+    out = tmp_path / "r.json"
+    proc = run_cli("run", "--checks", "gradients", "--json", str(out), str(script))
+    assert proc.returncode == 0, proc.stderr
+    found = [d for d in json.loads(out.read_text())["findings"] if d["category"] == "gradient"]
+    assert [(d["code"], d["stage"], d["line"]) for d in found] == [("gradient.optimizer_stale", "optimizer", 4)]
+    assert found[0]["evidence"]["not_in_model"] == 4
+
+
+@pytest.mark.parametrize("case", ["detach", "inference_mode", "frozen", "leaf"])
+def test_loss_without_grad_fn_names_each_cause_once(case):
+    model = zoo.mlp()
+    x, y = _data()
+    if case == "frozen":
+        model.requires_grad_(False)
+    with torchtriage.watch(model, on_anomaly="record", report=False) as s:
+        if case == "detach":
+            out = model(x).detach(); line = inspect.currentframe().f_lineno  # noqa: E702
+        elif case == "inference_mode":
+            with torch.inference_mode():
+                out = model(x); line = inspect.currentframe().f_lineno  # noqa: E702
+            out = out.clone()
+        elif case == "frozen":
+            out = model(x)
+        else:
+            out = torch.zeros(16, 1)
+        loss = F.mse_loss(out, y)
+        bline = inspect.currentframe().f_lineno + 2
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            loss.backward()
+    f = _one(s.report, "gradient.loss_no_grad_fn")
+    assert (f.stage, f.step, f.severity) == (Stage.BACKWARD, 0, Severity.ERROR)
+    causes = {"detach": "the path to the loss was cut by Tensor.detach at ",
+              "inference_mode": "the forward ran under torch.inference_mode() (",
+              "frozen": "every parameter of the model has requires_grad=False",
+              "leaf": "the loss was built only from tensors created with requires_grad=False"}
+    assert f.cause.startswith(causes[case])
+    assert f.line == (line if case in ("detach", "inference_mode") else bline)
+    if case == "detach":
+        assert f.op == "Tensor.detach"
+    # the per-parameter analysis does not say the same cut again
+    assert [g.code for g in s.report.filter(severity="error")] == ["gradient.loss_no_grad_fn"]
+
+
+def _gan(d_zero_grad=True, steps=3):
+    torch.manual_seed(0)
+    G = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 4))
+    D = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    og, od = torch.optim.Adam(G.parameters(), 1e-3), torch.optim.Adam(D.parameters(), 1e-3)
+    real = torch.randn(8, 4)
+    with torchtriage.watch([G, D], [od, og], on_anomaly="record", report=False) as s:
+        for _ in range(steps):
+            fake = G(torch.randn(8, 2))
+            if d_zero_grad:
+                od.zero_grad()
+            d_loss = F.softplus(-D(real)).mean() + F.softplus(D(fake.detach())).mean()
+            d_loss.backward(); line = inspect.currentframe().f_lineno  # noqa: E702
+            od.step()
+            og.zero_grad()
+            F.softplus(-D(fake)).mean().backward()  # adds into D's grads: D clears them next time
+            og.step()
+    return s.report, line
+
+
+def test_gan_two_optimizers_with_all_checks_is_not_missing_zero_grad():
+    report, _ = _gan()
+    assert not [f.code for f in report if "zero_grad" in f.code or f.category is Category.GRADIENT]
+
+
+def test_gan_discriminator_without_zero_grad_is_reported_at_its_backward():
+    report, line = _gan(d_zero_grad=False)
+    found = [f for f in report if "zero_grad" in f.code]
+    assert [(f.code, f.line, f.parameter, f.step) for f in found] == [("silent.zero_grad_missing", line, "0.weight", 1)]
+
+
+def test_missing_zero_grad_with_micro_batches_is_reported():
+    model = zoo.mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = _data()
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            for micro in range(2):
+                F.mse_loss(model(x[micro::2]), y[micro::2]).backward()
+            opt.step()
+    f = s.report.filter(code="silent.zero_grad_missing")
+    assert len(f) == 1 and (f[0].step, f[0].parameter) == (1, "0.weight")

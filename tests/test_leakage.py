@@ -82,8 +82,18 @@ def test_subsets_from_two_random_splits_share_indices():
     assert f.evidence["examples"] == shared[:5]
     assert f.message == (f"train and test share {len(shared)} index(es) into the same TensorDataset: "
                          "those samples are in both splits")
-    # the same rows are found by content too
-    assert only(r, "data.exact_duplicate").evidence["duplicated_rows"] == len(shared)
+    # one cause, said once: the shared indices are not reported again as content duplicates
+    assert codes(r) == ["data.subset_index_overlap"]
+
+
+def test_shared_indices_and_a_real_content_copy_are_told_apart():
+    x = torch.arange(40, dtype=torch.float32).reshape(20, 2)
+    x[15] = x[2]  # a content copy at another index
+    ds = TensorDataset(x, torch.zeros(20))
+    r = check_splits(torch.utils.data.Subset(ds, range(0, 12)), torch.utils.data.Subset(ds, range(10, 20)))
+    assert only(r, "data.subset_index_overlap").evidence["examples"] == [10, 11]
+    f = only(r, "data.exact_duplicate")
+    assert (f.evidence["duplicated_rows"], f.evidence["examples"][0]["train"], f.evidence["examples"][0]["test"]) == (1, 2, 5)
 
 
 def test_clean_random_split_has_zero_findings():
@@ -217,6 +227,34 @@ def test_scaler_fitted_on_all_data():
     cols = ["a", "b", "c"]
     r2 = check_splits(pd.DataFrame(train, columns=cols), pd.DataFrame(test, columns=cols), preprocessors=[leaky])
     assert "data.preprocessing_fit_on_all" in codes(r2)
+
+
+@pytest.mark.parametrize("name, stat", [("StandardScaler", "mean"), ("MinMaxScaler", "min"),
+                                        ("MaxAbsScaler", "maxabs")])
+def test_real_scikit_learn_scalers_fitted_on_all_data(name, stat):
+    preprocessing = pytest.importorskip("sklearn.preprocessing")
+    rng = np.random.default_rng(0)
+    train, test = rng.normal(0, 1, (80, 3)), rng.normal(0.5, 2, (20, 3))
+    scaler = getattr(preprocessing, name)
+    f = only(check_preprocessing(scaler().fit(np.concatenate([train, test])), train, test),
+             "data.preprocessing_fit_on_all")
+    assert (f.op, f.evidence["statistic"], f.evidence["layout"], f.severity) == (name, stat, "columns", Severity.ERROR)
+    assert f.message == (f"{name}'s {stat} equals the statistic of all splits together, "
+                         "not of train alone: it was fitted before the split")
+    assert check_preprocessing(scaler().fit(train), train, test).findings == ()
+
+
+def test_real_scikit_learn_vectorizer_and_unsupported_robust_scaler():
+    text = pytest.importorskip("sklearn.feature_extraction.text")
+    preprocessing = pytest.importorskip("sklearn.preprocessing")
+    leaky = text.CountVectorizer().fit(zoo.TEXT_TRAIN + zoo.TEXT_TEST)
+    f = only(check_preprocessing(leaky, zoo.TEXT_TRAIN, zoo.TEXT_TEST), "data.vocabulary_from_test")
+    assert (f.op, f.evidence["pair"]) == ("CountVectorizer", "train/test")
+    assert f.evidence["tokens"] == ["an", "fish", "hoots", "in", "midnight", "owl", "pond", "swims"]
+    assert check_preprocessing(text.CountVectorizer().fit(zoo.TEXT_TRAIN), zoo.TEXT_TRAIN, zoo.TEXT_TEST).findings == ()
+    x = np.random.default_rng(0).normal(size=(20, 2))
+    with pytest.raises(TypeError, match=re.escape("preprocessor RobustScaler: not recognized; accepted: ")):
+        check_preprocessing(preprocessing.RobustScaler().fit(x), x, x)
 
 
 def test_normalize_constants_from_all_pixels():

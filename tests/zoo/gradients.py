@@ -154,3 +154,83 @@ class CleanFrozenBackbone(nn.Module):
 def mlp(seed: int = 1) -> nn.Module:
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+
+
+class InferenceModeEncoder(nn.Module):
+    """The encoder runs under torch.inference_mode() inside forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(4, 8)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        with torch.inference_mode():
+            h = self.enc(x)  # CUT: inference_mode
+        return self.head(h.clone())
+
+
+class FloatRebuild(nn.Module):
+    """A scale leaves the graph through float() and comes back through torch.tensor(...)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 1)
+        self.gate = nn.Linear(4, 1)
+
+    def forward(self, x):
+        k = torch.tensor(float(self.gate(x).mean()))  # CUT: float
+        return self.lin(x) * k
+
+
+class TensorOfTensors(nn.Module):
+    """torch.tensor([a, b]) of tensors that require grad copies their values: a and b lose their path."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 1)
+        self.b = nn.Linear(4, 1)
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, x):
+        extra = torch.tensor([self.a(x).mean(), self.b(x).mean()])  # CUT: torch.tensor
+        return self.head(x) + extra.sum()
+
+
+class DataAttribute(nn.Module):
+    """The encoder's output is read through `.data`: a detach by another name."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(4, 8)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        h = self.enc(x)
+        return self.head(h.data)  # CUT: data
+
+
+class DetachEveryBlock(nn.Module):
+    """Each block's output is detached in a loop: only the last block trains."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(4, 4) for _ in range(3))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = torch.tanh(b(x)).detach() if b is not self.blocks[-1] else b(x)  # CUT: loop
+        return x.sum(1, keepdim=True)
+
+
+class PythonDictOfLayersAndTensors(nn.Module):
+    """Heads in a Python dict and a weight in a Python list: neither is registered."""
+
+    def __init__(self):
+        super().__init__()
+        self.heads = {"a": nn.Linear(4, 1), "b": nn.Linear(4, 1)}
+        self.extra = [torch.randn(4, 1, requires_grad=True)]
+        self.trunk = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.trunk(x) + self.heads["a"](x) + self.heads["b"](x) + x @ self.extra[0]

@@ -42,7 +42,7 @@ MESSAGES = {
         "detach() returns a tensor without history; everything computed from it is invisible to backward",
     "gradients.cut_detach.next": "remove the detach() at {line} if these parameters should train (keep it for logging or targets)",
     "gradients.cut_no_grad.message":
-        "{count} parameter(s) ({parameter}, ...) get no gradient: {module} ran under torch.no_grad() ({line})",
+        "{count} parameter(s) ({parameter}, ...) get no gradient: {module} ran under {mode} ({line})",
     "gradients.cut_no_grad.cause":
         "no graph is recorded under torch.no_grad(); outputs computed there do not require grad",
     "gradients.cut_no_grad.cause.inference_mode":

@@ -34,6 +34,7 @@ MESSAGES = {
     # bad input
     "leakage.need_extra": "this needs the optional package {module!r}; install it with: pip install 'torchtriage[data]'",
     "leakage.bad_format": "{path}: unsupported file format {ext}; accepted: {accepted}",
+    "leakage.empty_split": "the {name} split ({given}) has no rows; accepted: splits with at least one row",
     "leakage.unreadable": "cannot read {path}: {error}",
     "leakage.bad_split": "{name} split: got {given}; accepted: {accepted}",
     "leakage.mixed_kinds": "the splits are of different kinds: {given}; accepted: all splits of one kind (tables, arrays, or datasets/lists of samples)",
@@ -49,7 +50,7 @@ MESSAGES = {
     "leakage.bad_time": "time key of the {name} split: cannot read {value} as a time; accepted: numbers, datetime/date, numpy datetime64, pandas Timestamp, ISO 8601 text",
     "leakage.bad_threshold": "near_threshold={given!r}; accepted: a number in (0, 1]",
     "leakage.bad_chunk": "chunk_size={given!r}; accepted: a positive integer",
-    "leakage.bad_preprocessor": "preprocessor {given}: not recognized; accepted: a fitted normalizer (mean_/scale_/var_, data_min_/data_max_, mean/std, mean_/std_, a (mean, std) pair) or a vocabulary (dict, set or list of tokens, vocabulary_, get_vocab())",
+    "leakage.bad_preprocessor": "preprocessor {given}: not recognized; accepted: a fitted normalizer (mean_/scale_/var_, data_min_/data_max_, max_abs_, mean/std, mean_/std_, a (mean, std) pair; RobustScaler medians are not checked) or a vocabulary (dict, set or list of tokens, vocabulary_, get_vocab())",
     "leakage.prep_width": "{what} holds {width} statistic(s), but the splits have numeric widths {widths}; give the preprocessor that was fitted on these columns/channels",
     "leakage.files_not_table": "files= names a table column of file paths, but train is {given}; for samples, give pathlib.Path objects (they are hashed by file bytes)",
     "leakage.progress": "torchtriage: hashing {name}: {done}{of} rows, {seconds} s",

@@ -31,7 +31,7 @@ MESSAGES = {
     "gradients.cut_detach.message": "{count} 个参数（{parameter} 等）没有梯度：通往 loss 的路径在 {line} 被 {op} 切断",
     "gradients.cut_detach.cause": "detach() 返回一个没有历史的张量，由它计算出的结果对反传不可见",
     "gradients.cut_detach.next": "如果这些参数需要训练，去掉 {line} 处的 detach()（用于日志或目标值时保留）",
-    "gradients.cut_no_grad.message": "{count} 个参数（{parameter} 等）没有梯度：{module} 在 torch.no_grad() 下运行（{line}）",
+    "gradients.cut_no_grad.message": "{count} 个参数（{parameter} 等）没有梯度：{module} 在 {mode} 下运行（{line}）",
     "gradients.cut_no_grad.cause": "torch.no_grad() 下不记录计算图，在其中计算出的输出不需要梯度",
     "gradients.cut_no_grad.cause.inference_mode": "torch.inference_mode() 下不记录计算图，其中计算出的输出永远不能求梯度",
     "gradients.cut_no_grad.next": "把训练时的前向移出 torch.no_grad()（验证时保留 no_grad）",

@@ -20,6 +20,8 @@ Parameters that no optimizer holds and that get no gradient are not trained on p
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import re
 import weakref
 from typing import Any
 
@@ -29,10 +31,11 @@ import torch.nn as nn
 from .._catalogue import msg
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame
-from ._static import ParamInfo, index_parameters
+from ._static import ParamInfo, index_parameters, unregistered_leaf_ids
 from ._tracer import CutRecord
 
 _CUT_KINDS = ("to_python", "detach", "no_grad", "inference_mode")
+_MODES = {"": "torch.no_grad()", "inference_mode": "torch.inference_mode()"}
 _CUT_CODES = {"to_python": "cut_to_python", "detach": "cut_detach", "no_grad": "cut_no_grad",
               "inference_mode": "cut_no_grad"}
 
@@ -46,6 +49,7 @@ class ModuleRun:
     nograd_calls: int = 0
     frame: UserFrame | None = None
     nograd_frame: UserFrame | None = None
+    inference: bool = False  # its no-grad calls ran under inference_mode
     cut_inside: bool = False
     cut_frame: UserFrame | None = None
     positive: torch.Tensor | None = None  # device flag: some output value > 0
@@ -84,7 +88,7 @@ class Analysis:
     def __init__(self, models: list[tuple[nn.Module, str]]) -> None:
         self.models = [(weakref.ref(m), label) for m, label in models]
         self.params: dict[int, ParamInfo] = index_parameters(models)
-        self.names0 = {(info.label, info.qualname): pid for pid, info in self.params.items()}
+        self.names0 = {(info.root, info.qualname): pid for pid, info in self.params.items()}
         self.runs: dict[int, ModuleRun] = {}
         self.cuts: list[CutRecord] = []
         self.reached: set[int] = set()
@@ -120,6 +124,7 @@ class Analysis:
             run.nograd_calls += 1
             if run.nograd_frame is None:
                 run.nograd_frame = frame_fn()
+                run.inference = torch.is_inference_mode_enabled()
         out = _first_tensor(output)
         if out is None or not out.is_floating_point():
             return
@@ -127,8 +132,10 @@ class Analysis:
         if grad_on and own and not out.requires_grad and not run.cut_inside:
             run.cut_inside, run.cut_frame = True, frame_fn()
         if own and isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)) and out.numel():
-            # Sync-free: a flag on the output's device, read once in conclude().
-            flag = (out.detach() > 0).any()
+            # Sync-free: a flag on the output's device, read once in conclude(). Hidden from the
+            # op tracer: our own detach must not read as a cut in the user's forward.
+            with torch._C.DisableTorchFunction():
+                flag = (out.detach() > 0).any()
             run.positive = flag if run.positive is None else (run.positive | flag)
 
     def note_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -141,7 +148,9 @@ class Analysis:
         self.reached |= reach.leaves.keys()
         self.reach_complete &= reach.complete
         for lid, t in reach.leaves.items():
-            if lid not in self.params and lid not in self.foreign_leaves:
+            # An nn.Parameter is registered somewhere (another model, or re-created in forward:
+            # param_recreated says so); only plain tensors created with requires_grad=True count.
+            if lid not in self.params and lid not in self.foreign_leaves and not isinstance(t, nn.Parameter):
                 self.foreign_leaves[lid] = (list(t.shape), None)
 
     def grads_after_backward(self) -> None:
@@ -182,10 +191,11 @@ class Analysis:
                 for p in group["params"]:
                     opt_of.setdefault(id(p), (oi, gi, group.get("lr")))
         out: list[Finding] = []
-        out += self._recreated(current, step)
-        stale = self._stale(optimizers, current, opt_of, step)
+        recreated = self._recreated(current, step)
+        out += recreated
+        stale = self._stale(optimizers, current, opt_of, step, {f.parameter for f in recreated})
         out += stale
-        out += self._foreign(step)
+        out += self._foreign(current, models, step)
         trainable = {pid: info for model, _ in models for p in model.parameters()
                      if p.requires_grad and (pid := id(p)) in current and (info := current[pid])}
         zero = self._zero_ids()
@@ -195,27 +205,50 @@ class Analysis:
             out += self._unreached(unreached, trainable, opt_of, bool(optimizers), step)
         out += self._zero(zero, trainable, step)
         if optimizers and not stale:
-            out += self._not_in_optimizer(trainable, opt_of, step, models, optimizers)
+            again = {f.parameter for f in recreated}
+            out += [f for f in self._not_in_optimizer(trainable, opt_of, step, models, optimizers)
+                    if not set(f.evidence["parameters"]) <= again]
         out += self._lr(optimizers, step)
         return out
 
     def _recreated(self, current: dict[int, ParamInfo], step: int | None) -> list[Finding]:
-        now = {(i.label, i.qualname): pid for pid, i in current.items()}
+        now = {(i.root, i.qualname): pid for pid, i in current.items()}
         out = []
         for key, pid in self.names0.items():
             if key in now and now[key] != pid:
                 info = current[now[key]]
                 run = self.runs.get(info.owner)
+                frame = self._assignment_frame(info) or (run.frame if run else None)
                 out.append(make_finding("gradient.param_recreated", Severity.ERROR, Stage.FORWARD,
-                                        module=info.module, parameter=info.qualname, step=step,
-                                        frame=run.frame if run else None))
+                                        module=info.module, parameter=info.qualname, step=step, frame=frame))
         return out
 
+    def _assignment_frame(self, info: ParamInfo) -> UserFrame | None:
+        """The line of the owner's forward that assigns `self.<name> = ...` (read from its source)."""
+        owner = next((m for model, _ in self.live_models() for m in model.modules() if id(m) == info.owner), None)
+        if owner is None:
+            return None
+        try:
+            lines, start = inspect.getsourcelines(type(owner).forward)
+            file = inspect.getsourcefile(type(owner).forward)
+        except (OSError, TypeError):
+            return None
+        code = getattr(type(owner).forward, "__code__", None)
+        me = code.co_varnames[0] if code is not None and code.co_argcount else "self"
+        attr = re.compile(r"\b" + re.escape(me) + r"\." + re.escape(info.qualname.rpartition(".")[2]) + r"\s*=[^=]")
+        for i, text in enumerate(lines):
+            if file and attr.search(text):
+                return UserFrame(file, start + i, "forward", text.strip())
+        return None
+
     def _stale(self, optimizers: list[torch.optim.Optimizer], current: dict[int, ParamInfo],
-               opt_of: dict[int, tuple[int, int, Any]], step: int | None) -> list[Finding]:
+               opt_of: dict[int, tuple[int, int, Any]], step: int | None,
+               recreated: set[str | None] = frozenset()) -> list[Finding]:  # type: ignore[assignment]
         models = self.live_models()
         missing = [current[id(p)].qualname for m, _ in models for p in m.parameters()
                    if p.requires_grad and id(p) not in opt_of]
+        if missing and set(missing) <= recreated:
+            return []  # one cause, said once: param_recreated
         out = []
         for oi, opt in enumerate(optimizers):
             held = [p for g in opt.param_groups for p in g["params"]]
@@ -223,14 +256,22 @@ class Analysis:
             # Parameters of a model nobody watches are normal (a GAN's other net); stale means the
             # watched model also has trainable parameters that no optimizer holds.
             if foreign and missing:
+                from .._session import optimizer_frame
+
                 out.append(make_finding("gradient.optimizer_stale", Severity.ERROR, Stage.OPTIMIZER,
-                                        step=step, optimizer=oi, optimizer_class=type(opt).__name__,
+                                        step=step, frame=optimizer_frame(opt), optimizer=oi, optimizer_class=type(opt).__name__,
                                         held=len(held), not_in_model=len(foreign),
                                         model_params_not_in_optimizer=missing[:10],
                                         missing=len(missing)))
         return out
 
-    def _foreign(self, step: int | None) -> list[Finding]:
+    def _foreign(self, current: dict[int, ParamInfo], models: list[tuple[nn.Module, str]],
+                 step: int | None) -> list[Finding]:
+        # Said already, with a better location: a parameter re-created in forward is a current
+        # parameter (param_recreated), a tensor in a plain attribute or list was reported statically.
+        known = set(current)
+        for model, _ in models:
+            known |= unregistered_leaf_ids(model)
         out = []
         by_line: dict[Any, CutRecord] = {}
         for rec in self.cuts:
@@ -238,7 +279,7 @@ class Analysis:
                 for lid in rec.leaves:
                     by_line[lid] = rec
         for lid, (shape, _) in self.foreign_leaves.items():
-            if lid in self.input_leaves:
+            if lid in known or lid in self.input_leaves:
                 continue
             rec = by_line.get(lid)
             if rec is None and not self.params:
@@ -297,16 +338,18 @@ class Analysis:
                 rec = where
                 owners = sorted({i.module for i in infos})
                 variant = "inference_mode" if rec.kind == "inference_mode" else ""
+                extra = {"mode": _MODES[variant]} if code == "cut_no_grad" else {}
                 out.append(make_finding(f"gradient.{code}", Severity.ERROR, Stage.FORWARD,
                                         module=rec.module if rec.module is not None else owners[0],
                                         parameter=first.qualname, op=rec.op, frame=rec.frame, step=step,
-                                        variant=variant, affected=owners[:10], **common))
+                                        variant=variant, affected=owners[:10], **extra, **common))
             elif code == "cut_no_grad_module":
                 run = self.runs.get(id(paths[where])) if where in paths else None
+                variant = "inference_mode" if run is not None and run.inference else ""
                 out.append(make_finding("gradient.cut_no_grad", Severity.ERROR, Stage.FORWARD, module=where,
-                                        parameter=first.qualname, op="torch.no_grad",
-                                        frame=run.nograd_frame if run else None, step=step,
-                                        affected=[where], **common))
+                                        parameter=first.qualname, op=_MODES[variant].rstrip("()"),
+                                        frame=run.nograd_frame if run else None, step=step, variant=variant,
+                                        mode=_MODES[variant], affected=[where], **common))
             elif code == "unused":
                 out.append(make_finding("gradient.unused", Severity.WARNING, Stage.FORWARD, module=where,
                                         parameter=first.qualname, step=step, **common))
@@ -417,4 +460,4 @@ def add_model(analysis: Analysis, model: nn.Module, label: str) -> None:
     analysis.models.append((weakref.ref(model), label))
     for pid, info in index_parameters([(model, label)]).items():
         analysis.params.setdefault(pid, info)
-        analysis.names0.setdefault((info.label, info.qualname), pid)
+        analysis.names0.setdefault((info.root, info.qualname), pid)

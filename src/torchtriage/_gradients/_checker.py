@@ -62,6 +62,7 @@ class GradientChecker(Checker):
         # finding of a scheduled group (a per-epoch warmup from 0).
         self._held_unused: dict[str, Finding] = {}
         self._held_lr: dict[tuple[int, int], Finding] = {}
+        self._loss_cuts: set[tuple[str | None, int | None]] = set()  # lines a loss_no_grad_fn named
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -174,9 +175,11 @@ class GradientChecker(Checker):
         step = s.step if s else None
         for r in roots:
             if isinstance(r, torch.Tensor) and not r.requires_grad:
-                self._add(explain_loss_without_grad(
+                f = explain_loss_without_grad(
                     r, self._step_cuts, self._root_calls, [m for m, _ in self._models()], step=step,
-                    backward_frame=user_frame_from_stack(2)))
+                    backward_frame=user_frame_from_stack(2))
+                self._loss_cuts.add((f.file, f.line))
+                self._add(f)
         if self.active and self.analysis is not None:
             self.analysis.backward_roots(reach(roots))
 
@@ -280,6 +283,8 @@ class GradientChecker(Checker):
             return
         optimizers = self.session.optimizers
         for f in analysis.conclude(optimizers, step=self._first_step):
+            if f.code.startswith("gradient.cut_") and (f.file, f.line) in self._loss_cuts:
+                continue  # the loss without grad_fn already named this cut and its line: one cause, once
             if f.code == "gradient.unused" and f.module is not None:
                 self._held_unused[f.module] = f
             elif f.code == "gradient.lr_zero" and _scheduled(optimizers, f.evidence):

@@ -29,6 +29,7 @@ class ParamInfo:
     module: str
     owner: int  # id of the owning module
     label: str  # the watched model's label
+    root: int = 0  # id of the watched model (labels repeat: two root Linears are both "Linear")
 
 
 def index_parameters(models: list[tuple[nn.Module, str]]) -> dict[int, ParamInfo]:
@@ -38,7 +39,8 @@ def index_parameters(models: list[tuple[nn.Module, str]]) -> dict[int, ParamInfo
         for mname, mod in model.named_modules():
             for pname, p in mod._parameters.items():
                 if p is not None and id(p) not in out:
-                    out[id(p)] = ParamInfo(f"{mname}.{pname}" if mname else pname, mname, id(mod), label)
+                    out[id(p)] = ParamInfo(f"{mname}.{pname}" if mname else pname, mname, id(mod), label,
+                                          id(model))
     return out
 
 
@@ -99,6 +101,23 @@ def registration_findings(model: nn.Module) -> list[Finding]:
                 out.append(_finding("gradient.unregistered_tensor", Severity.ERROR, mname, "unregistered_tensors",
                                     parameter=path, attribute=attr, container=type(value).__name__, fix=kind,
                                     items=hidden_tensors, values=trainable))
+    return out
+
+
+def unregistered_leaf_ids(model: nn.Module) -> set[int]:
+    """Ids of the trainable tensors that `registration_findings` reports (attributes, containers)."""
+    registered = {id(p) for p in model.parameters()}
+    out: set[int] = set()
+    for _, mod in model.named_modules():
+        for attr, value in vars(mod).items():
+            if attr in ("_parameters", "_buffers", "_modules"):
+                continue
+            items = [value] if isinstance(value, torch.Tensor) else [v for _, v in _items(value)]
+            for item in items:
+                if isinstance(item, nn.Module):
+                    out |= {id(p) for p in item.parameters() if p.requires_grad and id(p) not in registered}
+                elif isinstance(item, torch.Tensor) and item.requires_grad and id(item) not in registered:
+                    out.add(id(item))
     return out
 
 

@@ -5,15 +5,16 @@ property reads included) and passes it through unchanged: it only looks at the r
 records the calls that cut a path to the loss, with the user's line and the leaves (usually
 parameters) whose gradient path ends there:
 
-    detach        `t.detach()` / `t.detach_()` on a tensor that requires grad
-    to_python     `.item()`, `.tolist()`, `.numpy()`, `float(t)`, `int(t)` on such a tensor
+    detach        `t.detach()` / `t.detach_()` / `t.data` on a tensor that requires grad
+    to_python     `.item()`, `.tolist()`, `.numpy()`, `float(t)`, `int(t)` on such a tensor, and
+                  `torch.tensor([...])` of tensors requiring grad (it copies their values)
     no_grad       an op run under `torch.no_grad()` / `inference_mode` with an input requiring grad
     rebuild       `torch.tensor(...)` / `as_tensor` / `from_numpy` building a tensor from data
     leaf_created  a factory call with `requires_grad=True` (a leaf that is no parameter)
     nonleaf_grad  `.grad` read on a non-leaf tensor that does not retain its grad
 
-Each (kind, module, line) is recorded once per step, so a detach inside a loop costs one graph
-walk per step. Python runs per op while the mode is on: the checker turns it on for the
+Each (kind, module, line) is one record per step; a detach inside a loop (one per block) adds
+the leaves of at most `MAX_WALKS_PER_KEY` calls to it, so it costs a few graph walks per step. Python runs per op while the mode is on: the checker turns it on for the
 analysis window (the first steps) and off afterwards.
 """
 
@@ -30,10 +31,12 @@ from .._frames import UserFrame, user_frame_from_stack
 from ._graph import leaves_of
 
 _GRAD_DESCRIPTOR = torch._C.TensorBase.grad
+_DATA_DESCRIPTOR = torch._C.TensorBase.data
 _DETACH = {"detach", "detach_"}
 _TO_PYTHON = {"item", "tolist", "numpy", "__float__", "__int__"}
 _REBUILD = {"tensor", "as_tensor", "from_numpy", "asarray", "new_tensor"}
 MAX_RECORDS_PER_STEP = 256
+MAX_WALKS_PER_KEY = 8
 
 
 @dataclasses.dataclass
@@ -82,7 +85,7 @@ class CutTracer(TorchFunctionMode):
         self.context = context
         self.ignore = ignore
         self.enabled = True
-        self.seen: set[tuple[Any, ...]] = set()
+        self.seen: dict[tuple[Any, ...], tuple[CutRecord, int]] = {}
         self.records = 0
         self.failed: BaseException | None = None
 
@@ -105,9 +108,12 @@ class CutTracer(TorchFunctionMode):
     def _observe(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         name = getattr(func, "__name__", "")
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if name == "__get__" and getattr(func, "__self__", None) is _GRAD_DESCRIPTOR:
-            if first is not None and first.grad_fn is not None and not first.retains_grad:
+        if name == "__get__":  # a property read: only .grad and .data matter
+            owner = getattr(func, "__self__", None)
+            if owner is _GRAD_DESCRIPTOR and first is not None and first.grad_fn is not None and not first.retains_grad:
                 self._record("nonleaf_grad", "Tensor.grad", None, shape=tuple(first.shape))
+            elif owner is _DATA_DESCRIPTOR and first is not None and first.requires_grad:
+                self._record("detach", "Tensor.data", first)
             return
         if name in _DETACH and first is not None and first.requires_grad:
             self._record("detach", f"Tensor.{name}", first)
@@ -117,6 +123,12 @@ class CutTracer(TorchFunctionMode):
             return
         if name in _REBUILD:
             if isinstance(out, torch.Tensor) and not out.requires_grad:
+                # torch.tensor([a, b]) of tensors requiring grad copies their values (an item() each)
+                data = args[0] if args else kwargs.get("data")
+                srcs = [t for t in data[:64] if isinstance(t, torch.Tensor) and t.requires_grad] \
+                    if isinstance(data, (list, tuple)) else []
+                if srcs:
+                    self._record("to_python", f"torch.{name}", srcs)
                 self._record("rebuild", f"torch.{name}", None)
             return
         if kwargs.get("requires_grad") is True and isinstance(out, torch.Tensor) and out.is_leaf:
@@ -133,18 +145,28 @@ class CutTracer(TorchFunctionMode):
         step, module = self.context()
         frame = user_frame_from_stack(3)
         rec = CutRecord(kind, op, module, frame, step, shape=shape)
-        if rec.key in self.seen and produced is None:
+        old = self.seen.get(rec.key) if produced is None else None
+        if old is not None:
+            # The same line again this step (a loop): add its leaves to the record already sent.
+            first, walks = old
+            if walks < MAX_WALKS_PER_KEY and src is not None:
+                self.seen[rec.key] = (first, walks + 1)
+                first.leaves |= _leaves(src)
+                first.count += 1
             return
-        self.seen.add(rec.key)
+        self.seen[rec.key] = (rec, 1)
         self.records += 1
-        if produced is not None:
-            rec.leaves = {id(produced)}
-        elif isinstance(src, list):
-            for t in src:
-                rec.leaves |= leaves_of(t)
-        elif src is not None:
-            rec.leaves = leaves_of(src)
+        rec.leaves = {id(produced)} if produced is not None else _leaves(src)
         self.sink(rec)
+
+
+def _leaves(src: Any) -> set[int]:
+    if isinstance(src, list):
+        out: set[int] = set()
+        for t in src:
+            out |= leaves_of(t)
+        return out
+    return leaves_of(src) if src is not None else set()
 
 
 def push(tracer: CutTracer) -> None:

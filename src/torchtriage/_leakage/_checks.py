@@ -117,6 +117,9 @@ def check_splits(
     scanner = Scanner(opts)
     order = sorted(sources, key=lambda s: {"train": 0, "val": 1, "test": 2}[s.name])
     scans = [scanner.scan(s) for s in order]
+    empty = [s.source for s in scans if not s.n]
+    if empty:  # "no finding" on an empty split would read as a clean split
+        raise ValueError(msg("leakage.empty_split", name=empty[0].name, given=empty[0].what))
     pairs = _pairs(scans)
     for a, b in pairs:
         findings += _group_overlap(a, b, groups)
@@ -148,11 +151,17 @@ def check_splits(
     return Report(tuple(findings), meta=meta)
 
 
+def _same_dataset(a: Source, b: Source) -> bool:
+    """Two splits that index one dataset (Subsets, random_split, samplers of one DataLoader)."""
+    return (a.kind == "samples" and a.root is not None and a.root is b.root
+            and type(a.root).__name__ != "_ListDataset" and a.indices is not None and b.indices is not None)
+
+
 def _index_overlap(sources: list[Source]) -> list[Finding]:
     out = []
     for i, a in enumerate(sources):
         for b in sources[i + 1:]:
-            if a.kind != "samples" or a.root is None or a.root is not b.root or type(a.root).__name__ == "_ListDataset":
+            if not _same_dataset(a, b):
                 continue
             shared = np.intersect1d(a.indices, b.indices)
             if len(shared):
@@ -223,6 +232,9 @@ def _exact(a: Scan, b: Scan) -> list[Finding]:
     pos = np.searchsorted(sa, b.exact)
     hit = (pos < len(sa)) & (sa[np.minimum(pos, len(sa) - 1)] == b.exact)
     rows = np.nonzero(hit)[0]
+    if len(rows) and _same_dataset(a.source, b.source):
+        # Rows that are the very same index of one dataset: subset_index_overlap said so already.
+        rows = rows[~np.isin(b.source.indices[rows], a.source.indices)]
     if not len(rows):
         return []
     an, bn = a.source.name, b.source.name

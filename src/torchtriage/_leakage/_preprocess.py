@@ -36,7 +36,10 @@ def normalizer_stats(obj: Any) -> dict[str, np.ndarray] | None:
     if isinstance(obj, Mapping) and ("mean" in obj or "std" in obj):
         return {k: a for k in ("mean", "std") if (a := _arr(obj.get(k))) is not None} or None
     out: dict[str, np.ndarray] = {}
-    for name, attrs in (("mean", ("mean_", "mean")), ("std", ("scale_", "std_", "std")),
+    # MaxAbsScaler's scale_ is max|x| and RobustScaler's is an IQR: not a standard deviation.
+    # RobustScaler's median / IQR need a sort, not a streaming pass: it is not checked.
+    std_attrs = ("std_", "std") if hasattr(obj, "max_abs_") or hasattr(obj, "center_") else ("scale_", "std_", "std")
+    for name, attrs in (("mean", ("mean_", "mean")), ("std", std_attrs), ("maxabs", ("max_abs_",)),
                         ("var", ("var_",)), ("min", ("data_min_",)), ("max", ("data_max_",))):
         for a in attrs:
             v = _arr(getattr(obj, a, None)) if not callable(getattr(obj, a, None)) else None
@@ -75,7 +78,8 @@ def _moments(acc: list[np.ndarray]) -> dict[str, np.ndarray]:
     mean = s1 / cnt
     var0 = np.maximum(s2 / cnt - mean * mean, 0)
     var1 = var0 * cnt / np.maximum(cnt - 1, 1)
-    return {"mean": mean, "std": np.sqrt(var0), "std1": np.sqrt(var1), "min": mn, "max": mx}
+    return {"mean": mean, "std": np.sqrt(var0), "std1": np.sqrt(var1), "min": mn, "max": mx,
+            "maxabs": np.fmax(np.abs(mn), np.abs(mx))}
 
 
 def _sum(accs: list[list[np.ndarray]]) -> list[np.ndarray]:

@@ -57,7 +57,10 @@ def file_columns(path: str) -> list[str]:
                         break
             return list(cols)
         pq = need("pyarrow.parquet")
-        return list(pq.ParquetFile(path).schema_arrow.names)
+        try:
+            return list(pq.ParquetFile(path).schema_arrow.names)
+        except ValueError as e:  # pyarrow's ArrowInvalid: not a Parquet file, or a damaged one
+            raise ValueError(msg("leakage.unreadable", path=path, error=str(e))) from None
     except OSError as e:
         raise ValueError(msg("leakage.unreadable", path=path, error=e.strerror or str(e))) from None
     except UnicodeDecodeError as e:
@@ -99,7 +102,11 @@ def iter_file(path: str, size: int) -> Iterator[Chunk]:
             yield from _iter_jsonl(path, size)
         else:
             pq = need("pyarrow.parquet")
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=size):
+            try:
+                batches = pq.ParquetFile(path).iter_batches(batch_size=size)
+            except ValueError as e:  # pyarrow's ArrowInvalid
+                raise ValueError(msg("leakage.unreadable", path=path, error=str(e))) from None
+            for batch in batches:
                 yield {name: _arrow_column(batch.column(i)) for i, name in enumerate(batch.schema.names)}
     except OSError as e:
         raise ValueError(msg("leakage.unreadable", path=path, error=e.strerror or str(e))) from None
