@@ -103,6 +103,11 @@ class Analysis:
         self.foreign_leaves: dict[int, tuple[list[int], int | None]] = {}
         self.lr_zero: dict[tuple[int, int], list[int]] = {}  # (opt index, group) -> [zero steps, steps]
         self.forward_seen = True  # False when only a finished loss tensor is known (no forward records)
+        # cut record id -> ids of the parameters of the first optimizer that stepped after it:
+        # a cut matters to a parameter when that parameter's own update followed it (a GAN's
+        # D step detaches G's output on purpose; only D's optimizer steps after that cut).
+        self._unstepped: list[CutRecord] = []
+        self.stepped_after: dict[int, set[int]] = {}
 
     # ------------------------------------------------------------------ feeding
     def live_models(self) -> list[tuple[nn.Module, str]]:
@@ -110,6 +115,7 @@ class Analysis:
 
     def add_cut(self, rec: CutRecord) -> None:
         self.cuts.append(rec)
+        self._unstepped.append(rec)
 
     def module_ran(self, module: nn.Module, name: str, output: Any, frame_fn: Any) -> None:
         run = self.runs.get(id(module))
@@ -172,6 +178,11 @@ class Analysis:
             self.norms.append((ids, norms))
 
     def optimizer_step(self, index: int, optimizer: torch.optim.Optimizer, *, require_grad: bool = True) -> None:
+        if self._unstepped:
+            ids = {id(p) for g in optimizer.param_groups for p in g["params"]}
+            for rec in self._unstepped:
+                self.stepped_after[id(rec)] = ids
+            self._unstepped.clear()
         for gi, group in enumerate(optimizer.param_groups):
             lr = group.get("lr")
             if not isinstance(lr, (int, float)):
@@ -300,8 +311,11 @@ class Analysis:
                 anc = par
             return "unused", anc
         for kind in _CUT_KINDS:
-            for rec in self.cuts:
-                if rec.kind == kind and pid in rec.leaves:
+            # Prefer a cut that the parameter's own optimizer step followed: a GAN's intentional
+            # D-step detach is followed by D's step, the G step's (buggy) detach by G's.
+            candidates = [rec for rec in self.cuts if rec.kind == kind and pid in rec.leaves]
+            relevant = [rec for rec in candidates if pid in self.stepped_after.get(id(rec), (pid,))]
+            for rec in relevant or candidates:
                     return _CUT_CODES[kind], rec
         if run.grad_calls == 0:
             anc = info.module

@@ -21,13 +21,15 @@ analysis window (the first steps) and off afterwards.
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .._frames import UserFrame, user_frame_from_stack
+from .._frames import _HERE, _TORCH, UserFrame, user_frame_from_stack
 from ._graph import leaves_of
 
 _GRAD_DESCRIPTOR = torch._C.TensorBase.grad
@@ -37,6 +39,16 @@ _TO_PYTHON = {"item", "tolist", "numpy", "__float__", "__int__"}
 _REBUILD = {"tensor", "as_tensor", "from_numpy", "asarray", "new_tensor"}
 MAX_RECORDS_PER_STEP = 256
 MAX_WALKS_PER_KEY = 8
+
+
+def _called_by_torchtriage() -> bool:
+    """True when the op was called by another check's hook (a sentinel's sum, a probe's
+    detach), not by the user's code: those must not read as cuts on the user's line."""
+    f = sys._getframe(2)  # skip this function and __torch_function__; then torch's own frames
+    # and other modes' __torch_function__ (a mode stacked above this one calls down into it)
+    while f is not None and (f.f_code.co_filename.startswith(_TORCH) or f.f_code.co_name == "__torch_function__"):
+        f = f.f_back
+    return f is not None and f.f_code.co_filename.startswith(_HERE + os.sep)
 
 
 @dataclasses.dataclass
@@ -99,7 +111,7 @@ class CutTracer(TorchFunctionMode):
         out = func(*args, **kwargs)
         if self.enabled and self.failed is None and self.records < MAX_RECORDS_PER_STEP:
             try:
-                if not self.ignore():
+                if not self.ignore() and not _called_by_torchtriage():
                     self._observe(func, args, kwargs, out)
             except Exception as e:  # our bookkeeping must never break the user's op
                 self.failed = e

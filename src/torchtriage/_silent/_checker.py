@@ -191,9 +191,10 @@ class SilentChecker(Checker):
         frame = None
         if self.zero.armed:
             for sample in self.zero.backward_begins():
-                if sample.frame is None:  # the first backward that adds onto grads left from a step
-                    frame = frame or user_frame_from_stack(3)
-                    sample.frame, sample.step = frame, self._step
+                # The last backward before that optimizer's step is the line to fix: in a GAN,
+                # D's own backward, not G's backward that also adds into D's grads.
+                frame = frame or user_frame_from_stack(3)
+                sample.frame, sample.step = frame, self._step
         if root is None:
             return
         if root.grad_fn is not None:
