@@ -212,3 +212,60 @@ def test_bad_input_is_one_line_and_exit_2(nan_bundle, tmp_path, cli):
     assert code == 2 and len(err.splitlines()) == 1
     assert err.startswith("torchtriage: error: the model does not match the bundle's state (model "
                                "ZeroNormDivides, bundle recorded ZeroNormDivides): shape differs: fc.weight")
+
+
+def test_the_shipped_nan_example_end_to_end_with_the_default_script(tmp_path, cli):
+    """`run --bundle` on examples/nan_in_forward.py, then replay / make-test from the CLI with
+    the recorded script; the generated test fails now and passes once the example's log is fixed."""
+    from conftest import EXAMPLES
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    script = proj / "nan_in_forward.py"
+    script.write_text((EXAMPLES / "nan_in_forward.py").read_text())
+    code, out, err = cli("run", "--bundle", "b", "nan_in_forward.py", cwd=proj)
+    assert code == 0 and out.splitlines()[0] == "step 0: loss nan"
+    assert f"torchtriage: repro bundle written to {proj / 'b'} (numerical.nonfinite_forward at step 0, " in err
+    expected = "numerical/numerical.nonfinite_forward module='encoder.2' op='aten::log'"
+    code, out, err = cli("replay", "b", cwd=proj)  # default --script: the recorded one
+    assert (code, out.splitlines()[0]) == (1, f"reproduced: {expected}"), err
+    # the script's model no longer fits the bundle: bad input (exit 2, one line), never "not reproduced"
+    (proj / "wider.py").write_text(script.read_text().replace("nn.Linear(16, 1)", "nn.Linear(16, 2)"))
+    code, out, err = cli("replay", "b", "--script", "wider.py", cwd=proj)
+    assert (code, out, err) == (2, "", "torchtriage: error: the model does not match the bundle's state (model Net, "
+                                       "bundle recorded Net): shape differs: head.weight bundle (1, 16) vs model "
+                                       "(2, 16), head.bias bundle (1,) vs model (2,)\n")
+    code, out, err = cli("make-test", "b", "--out", "regress", cwd=proj)
+    assert code == 0, err
+    assert out.splitlines()[-1] == ("make-test: wrote regress/test_numerical_nonfinite_forward.py, regress/FIX.md "
+                                    "and the minimal bundle regress/numerical_nonfinite_forward_bundle")
+    test = proj / "regress" / "test_numerical_nonfinite_forward.py"
+    # the script is found relative to the test, so the test survives moving the project
+    assert "SCRIPT = str((HERE / '../nan_in_forward.py').resolve())" in test.read_text()
+    moved = tmp_path / "moved"
+    proj.rename(moved)
+    test = moved / "regress" / test.name
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+
+    def pytest_run():
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+                              cwd=moved, capture_output=True, text=True, env=env, timeout=120)
+
+    before = pytest_run()
+    assert before.returncode == 1 and f"AssertionError: reproduced: {expected}" in before.stdout, before.stdout
+    fixed = moved / "nan_in_forward.py"
+    fixed.write_text(fixed.read_text().replace("return torch.log(x)", "return torch.log(x.clamp_min(1e-6))"))
+    after = pytest_run()
+    assert after.returncode == 0 and "1 passed" in after.stdout, after.stdout + after.stderr
+    # bad bundles from the CLI: one line naming the file, exit 2
+    bundle = moved / "b"
+    with open(bundle / "batch.safetensors", "ab") as fh:
+        fh.write(b"\x00")
+    code, _, err = cli("replay", str(bundle), cwd=moved)
+    assert code == 2 and err.startswith(f"torchtriage: error: bundle {bundle}: batch.safetensors does not match its "
+                                        "SHA-256 checksum (") and len(err.splitlines()) == 1
+    (bundle / "evil.pkl").write_bytes(b"\x80\x04K\x01.")
+    code, _, err = cli("shrink", str(bundle), cwd=moved)
+    assert (code, err) == (2, f"torchtriage: error: bundle {bundle}: evil.pkl looks like a pickle payload (by its name "
+                              "or first bytes); a torchtriage bundle never holds pickles, and opening one could run "
+                              "code, so the bundle is refused\n")

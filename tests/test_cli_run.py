@@ -178,3 +178,107 @@ def test_scripts_that_finish_but_are_wrong(script, code, module, line_text, tmp_
     assert (f["code"], f["module"], f["file"]) == (code, module, str(path))
     assert line_text in path.read_text().splitlines()[f["line"] - 1]
     assert line_text in capsys.readouterr().err  # the text report shows the line itself
+
+
+WORKERS = '''\
+import sys
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset
+from helper import SCALE  # a sibling module next to the script
+
+
+class Samples(Dataset):
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        if MODE == "dataset" and i == 5:
+            raise ValueError(f"sample {i} is corrupt")
+        size = 5 if MODE == "ragged" and i == 5 else 4
+        return torch.full((size,), float(i) * SCALE), torch.zeros(2)
+
+
+def collate(batch):
+    if MODE == "collate":
+        raise KeyError("label")
+    return torch.utils.data.default_collate(batch)
+
+
+MODE = sys.argv[1]
+
+
+def main():
+    print("file", __file__)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    workers = 0 if MODE == "interrupt" else 2  # the default start method
+    batches = iter(DataLoader(Samples(), batch_size=4, num_workers=workers, collate_fn=collate))
+    try:
+        for x, y in batches:
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:  # what gc would do later, and slowly (it waits 5 s per worker) in the test process
+        getattr(batches, "_shutdown_workers", lambda: None)()
+    print("trained")
+    if MODE == "interrupt":
+        raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.fixture()
+def workers_script(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "helper.py").write_text("SCALE = 0.5\n")
+    path = tmp_path / "sub" / "train.py"
+    path.write_text(WORKERS)
+    return path
+
+
+def _line_of(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_run_is_python_for_a_main_guarded_script_with_dataloader_workers_and_ctrl_c(workers_script, tmp_path):
+    # what `python sub/train.py ok` prints: __file__ is absolute (Python >= 3.9), exit code 0
+    ours = run_cli("run", "--json", "r.json", "sub/train.py", "ok", cwd=tmp_path)
+    assert (ours.returncode, ours.stdout) == (0, f"file {workers_script}\ntrained\n"), ours.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["findings"] == [] and data["meta"]["steps"] == 2 and data["meta"]["exit_code"] == 0
+    # Ctrl-C: the report and the JSON are still written, then Python's own traceback, exit 130
+    ours = run_cli("run", "--json", "k.json", "sub/train.py", "interrupt", cwd=tmp_path)
+    assert ours.returncode == 130 and ours.stdout.endswith("trained\n")
+    tb = ours.stderr[ours.stderr.index("== torchtriage report =="):]
+    tb = tb[tb.index("Traceback (most recent call last):"):].splitlines()
+    assert tb[1] == f'  File "{workers_script}", line {_line_of(workers_script, "    main()")}, in <module>'
+    assert tb[-1] == "KeyboardInterrupt" and "torchtriage" not in "\n".join(tb)
+    assert json.loads((tmp_path / "k.json").read_text())["meta"]["exit_code"] == 130
+
+
+@pytest.mark.parametrize("mode, expected", [
+    # a dataset raising in worker 1 (the second batch): its own line, not the `for` line
+    ("dataset", ("other", "other.exception", "data", 1, None, 'raise ValueError(f"sample {i} is corrupt")',
+                 "ValueError: sample 5 is corrupt (in DataLoader worker process 1)")),
+    ("collate", ("other", "other.exception", "data", 0, None, 'raise KeyError("label")',
+                 "KeyError: 'label' (in DataLoader worker process 0)")),
+    # the worker's own error is classified; its line is in your collate_fn
+    ("ragged", ("shape", "shape.stack", "data", 1, None, "return torch.utils.data.default_collate(batch)",
+                "stack: entry 0 is [4] but entry 1 is [5]; stacked tensors must have equal shapes")),
+])
+def test_errors_inside_dataloader_workers_name_the_workers_line(mode, expected, workers_script, tmp_path,
+                                                                monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the run puts sub/ on it
+    assert main(["run", "--json", "r.json", str(workers_script), mode]) == 1
+    data = json.loads((tmp_path / "r.json").read_text())
+    f = data["findings"][data["primary"]]
+    category, code, stage, step, module, line_text, message = expected
+    assert (f["category"], f["code"], f["stage"], f["step"], f["module"], f["file"], f["line"], f["message"]) == (
+        category, code, stage, step, module, str(workers_script), _line_of(workers_script, line_text), message)
+    sys.modules.pop("helper", None)

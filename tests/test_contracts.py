@@ -130,3 +130,21 @@ def test_a_contract_error_inside_forward_does_not_break_the_next_call():
     m(torch.randn(2, 8))
     assert h._stack == []
     h.remove()
+
+
+def test_dims_bound_by_the_inputs_hold_for_tuple_outputs_and_reset_between_calls():
+    class Split(nn.Module):
+        def forward(self, x, mask):
+            return x[:, :-1], mask.float()  # the first output drops a time step
+
+    m = Split()
+    with torchtriage.watch(m, checks=[], on_anomaly="record", report=False) as s:
+        with expect(m, inputs={"x": "B T C", "mask": "B T"}, outputs=("B T C", "B T")):
+            with pytest.raises(ContractError, match=re.escape(
+                    "Split output[0]: dim 1 is 4, but T was bound to 5\n")) as info:
+                m(torch.randn(2, 5, 3), torch.ones(2, 5))
+            with pytest.raises(ContractError, match=re.escape("Split input mask: dim 1 is 4, but T was bound to 3")):
+                m(torch.randn(2, 3, 3), torch.ones(2, 4))  # a new call binds T afresh (to 3)
+    f = info.value.finding
+    assert (f.category, f.code, f.stage, f.module, f.evidence["dims"]) == (
+        Category.SHAPE, "contract.shape", torchtriage.Stage.FORWARD, "", "B=2, T=5, C=3")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+import sys
 
 import pytest
 import torch
@@ -138,6 +139,25 @@ def test_loss_input_checks_public_and_value_based():
     assert not torchtriage.check_loss_inputs(torch.randn(8, 5), soft)
     with pytest.raises(TypeError, match="check_loss_inputs takes two tensors, got list and Tensor"):
         torchtriage.check_loss_inputs([1.0], torch.zeros(1))
+
+
+def test_raw_logits_that_happen_to_lie_in_0_1_are_not_called_sigmoid_outputs():
+    """A discriminator's raw logits (a plain Linear) may all lie in [0, 1] early on: the graph
+    says no sigmoid made them, so binary_cross_entropy_with_logits gets no finding."""
+    d = nn.Linear(8, 1)
+    with torch.no_grad():
+        d.weight.fill_(0.01)
+        d.bias.fill_(0.5)
+    x, y = torch.rand(16, 8), torch.ones(16, 1)
+    logits = d(x).detach()
+    assert 0 <= float(logits.min()) and float(logits.max()) <= 1
+    with torchtriage.watch(d, checks=["silent"], on_anomaly="record", report=False) as s:
+        F.binary_cross_entropy_with_logits(d(x), y).backward()
+        F.binary_cross_entropy_with_logits(torch.sigmoid(d(x)).view(16), y.view(16)).backward()  # the bug
+        bug_line = sys._getframe().f_lineno - 1
+    (f,) = s.report.findings
+    assert (f.code, f.evidence["input_producer"], f.step, f.stage, f.line) == (
+        "silent.sigmoid_before_logits_loss", "SigmoidBackward0", 1, Stage.LOSS, bug_line)
 
 
 # ---------------------------------------------------------------------------------- 3. sequences

@@ -77,6 +77,20 @@ def test_forward_faults_name_category_module_line_and_message(cls, make, categor
     assert f.cause and f.next_check
 
 
+@pytest.mark.parametrize("cls, bug_in, code, module, op, message", [
+    # three blocks of one class in a ModuleList: the path names the third, the line is the shared forward's
+    (z.ThirdBlockKeyWidth, z._Attn, "shape.bmm", "blocks.2.attn", "bmm",
+     "batched matmul operands do not fit: expected batch2 to start with [2, 8], got [2, 6]"),
+    (z.BoxHeadInFeatures, z.BoxHeadInFeatures, "shape.linear_in_features", "heads.box", "matmul",
+     "heads.box: Linear expects 6 input features, got 8 (input 10x8, weight.T 6x4)"),
+])
+def test_faults_inside_modulelist_and_moduledict_are_named_by_their_path(cls, bug_in, code, module, op, message):
+    model = cls()
+    f, _ = _watched(model, lambda: model(torch.randn(2, 5, 8)))
+    assert (f.category, f.code, f.stage, f.step, f.module, f.op, f.file, f.line, f.message) == (
+        Category.SHAPE, code, Stage.FORWARD, 0, module, op, z.__file__, z.bug_line(bug_in), message)
+
+
 def _line_containing(cls, text):
     import inspect
 

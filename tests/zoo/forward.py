@@ -184,3 +184,51 @@ def hidden_state_kept_across_steps(model, x):
 
 
 step_bug_line = bug_line
+
+
+class _Attn(nn.Module):
+    def __init__(self, d: int, dk: int) -> None:
+        super().__init__()
+        self.q = nn.Linear(d, d)
+        self.k = nn.Linear(d, dk)
+
+    def forward(self, x):
+        q, k = self.q(x), self.k(x)
+        return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ x  # BUG
+
+
+class _Block(nn.Module):
+    def __init__(self, d: int, dk: int) -> None:
+        super().__init__()
+        self.attn = _Attn(d, dk)
+
+    def forward(self, x):
+        return x + self.attn(x)
+
+
+class ThirdBlockKeyWidth(nn.Module):
+    """Blocks in a ModuleList, heads in a ModuleDict; only the third block's key projection is too
+    narrow, so the fault is in `blocks.2.attn`, not in blocks 0 and 1 of the same class."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([_Block(8, 8), _Block(8, 8), _Block(8, 6)])
+        self.heads = nn.ModuleDict({"cls": nn.Linear(8, 2), "box": nn.Linear(6, 4)})
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.heads["cls"](x)
+
+
+class BoxHeadInFeatures(ThirdBlockKeyWidth):
+    """Same blocks (all fine); the ModuleDict's "box" head expects 6 features, gets 8."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([_Block(8, 8) for _ in range(3)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.heads["cls"](x), self.heads["box"](x)  # BUG

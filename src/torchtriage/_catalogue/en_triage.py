@@ -121,6 +121,7 @@ MESSAGES = {
     "triage.environment.file_not_found.exists": "a file of that name exists next to the script ({candidate}): build the path from Path(__file__).resolve().parent",
     "triage.environment.file_not_found.absent": "no file of that name next to the script either ({candidate}): check the name and where the data lives",
     # other
+    "triage.worker": "{error} (in DataLoader worker process {worker})",
     "triage.other.exception": "{error}",
     "triage.other.exception.cause": "torchtriage does not know this exception; your line is where it surfaced",
     "triage.other.exception.next": "open your line and the last frames of the traceback below",

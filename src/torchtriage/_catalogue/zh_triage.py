@@ -113,6 +113,7 @@ MESSAGES = {
     "triage.environment.file_not_found.next": "{hint}",
     "triage.environment.file_not_found.exists": "脚本旁边存在同名文件（{candidate}）：用 Path(__file__).resolve().parent 构造路径",
     "triage.environment.file_not_found.absent": "脚本旁边也没有同名文件（{candidate}）：检查文件名和数据所在位置",
+    "triage.worker": "{error}（发生在 DataLoader 工作进程 {worker} 中）",
     "triage.other.exception": "{error}",
     "triage.other.exception.cause": "torchtriage 不认识这个异常；你的代码行是它出现的位置",
     "triage.other.exception.next": "打开你的代码行，并查看下方 traceback 的最后几帧",

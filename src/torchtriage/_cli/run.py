@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import runpy
+import types
 import sys
 import traceback
 from typing import Any
@@ -117,14 +117,13 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         with session:
             try:
-                runpy.run_path(script, run_name="__main__")
+                _run_main(script, source)
             except SystemExit as e:
                 exit_code = _exit_code(e)
-    except KeyboardInterrupt:
-        raise
     except BaseException as e:  # the script's own error; reported, then shown as Python would
         error = e
-        exit_code = 1
+        # Ctrl-C: Python shows the traceback and ends as killed by SIGINT, which a shell reads as 130.
+        exit_code = 130 if isinstance(e, KeyboardInterrupt) else 1
     finally:
         sys.argv = old_argv
         if old_path0 is not None:
@@ -147,6 +146,27 @@ def run_command(args: argparse.Namespace) -> int:
         # first frame on), exit code 1.
         traceback.print_exception(type(error), error, _trim(error.__traceback__), file=sys.stderr)
     return exit_code
+
+
+def _run_main(script: str, source: bytes) -> None:
+    """Execute the script as `python SCRIPT` does: a fresh `__main__` module whose `__file__`
+    (and the code's file name, shown in tracebacks) is the absolute path, as Python >= 3.9
+    sets it, while `sys.argv[0]` stays as typed (`runpy.run_path` would overwrite it)."""
+    import builtins
+    from importlib.machinery import SourceFileLoader
+
+    path = os.path.abspath(script)
+    code = compile(source, path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=path, __cached__=None, __package__=None, __spec__=None,
+                         __loader__=SourceFileLoader("__main__", path), __builtins__=builtins)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
 
 
 def _exit_code(e: SystemExit) -> int:

@@ -89,7 +89,12 @@ def make_test(bundle: Bundle, out_dir: str, *, factory: str | None = None, scrip
                  f"    from {module} import {func}\n\n    return {func}()\n")
         replay_args = "factory=_build"
     else:
-        setup = f"SCRIPT = {os.path.abspath(script)!r}\n"
+        # Relative to the test file when possible, so that the test survives a move or a clone.
+        try:
+            rel = os.path.relpath(os.path.abspath(script), os.path.abspath(out_dir))
+            setup = f"SCRIPT = str((HERE / {rel!r}).resolve())\n"
+        except ValueError:  # another drive (Windows)
+            setup = f"SCRIPT = {os.path.abspath(script)!r}\n"
         replay_args = "script=SCRIPT"
     test_path = os.path.join(out_dir, f"test_{name}.py")
     symptom = _describe_signature(sig)

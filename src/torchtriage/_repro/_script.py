@@ -189,6 +189,8 @@ def replay_script(bundle: Bundle, script: str, script_args: list[str] | None, ch
                 pass
             except SystemExit:
                 pass
+            except BundleError:
+                raise  # the bundle does not fit the script's model: bad input, not an observation
             except Exception as e:  # the replayed step's failure is the observation
                 exc = e
                 session.handle_exception(e)

@@ -13,6 +13,8 @@ the verdict needs no number at all; otherwise it rests on a few reductions read 
 
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 import torch
@@ -36,11 +38,25 @@ def _const(v: Verdict | None) -> Plan:
     return Plan([], lambda _vals: v)
 
 
+_VIEWS = re.compile(r"(Unsafe)?(View|Reshape|Squeeze|Unsqueeze|Alias|Expand|Transpose|Permute|Select|Slice|Clone|T)"
+                    r"(Alias)?Backward\d*$")
+
+
 def _probabilities(name: str, inp: torch.Tensor, dim: int, verdict: str, sev: Severity) -> Plan:
     made_by = producer(inp)
     if made_by.startswith(("SoftmaxBackward", "SigmoidBackward")):
         return _const(dict(name=verdict, severity=sev, loss=name, producer=made_by.replace("Backward0", "").lower(),
                            evidence={"input_producer": made_by}))
+    if dim is None and inp.grad_fn is not None:
+        # Sigmoid: the graph names the producer. Raw logits of a young model often all lie in
+        # [0, 1] (a GAN discriminator's first steps), so values alone must not accuse them.
+        fn = inp.grad_fn
+        while fn is not None and _VIEWS.match(fn.name()):
+            fn = next((f for f, _ in fn.next_functions if f is not None), None)
+        if fn is not None and fn.name().startswith("SigmoidBackward"):
+            return _const(dict(name=verdict, severity=sev, loss=name, producer="sigmoid",
+                               evidence={"input_producer": fn.name()}))
+        return _const(None)
     x = inp.detach()
     vals = [x.amin(), x.amax()]
     if dim is not None and x.dim() > dim and x.shape[dim] > 1:

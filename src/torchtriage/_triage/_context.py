@@ -78,7 +78,10 @@ class Context:
     @property
     def step(self) -> int | None:
         s = self.session
-        if s is None or not s._step_open_or_started():
+        if s is None:
+            return None
+        # Loading the first batch comes before step 0 opens, but it is step 0's data.
+        if not s._step_open_or_started() and self.stage is not Stage.DATA:
             return None
         return int(s.step)
 

@@ -19,10 +19,11 @@ import torch
 from .._catalogue import msg
 from .._checker import Checker
 from .._errors import AnomalyError, TriageError
-from .._findings import Category, Finding, Report, Severity
+from .._findings import Category, Finding, Report, Severity, Stage
 from .._summary import summarize
 from ._context import Context
 from ._rules import classify
+from ._worker import read_worker_error
 
 _CHAIN_DEPTH = 5
 
@@ -52,8 +53,12 @@ def triage_exception(exc: BaseException, *, session: Any = None) -> Report:
 
 def explain(exc: BaseException, session: Any = None) -> Finding:
     """The finding for `exc` (its cause chain is searched when `exc` itself is unknown)."""
-    target, hit = exc, classify(exc)
-    link: BaseException | None = exc
+    # A DataLoader worker's error arrives as text: classify the worker's own error and point
+    # at its line in the dataset / collate_fn, not at the `for batch in loader` line.
+    worker = read_worker_error(exc)
+    probe = worker.proxy if worker is not None and worker.proxy is not None else exc
+    target, hit = exc, classify(probe)
+    link: BaseException | None = exc if worker is None else None
     for _ in range(_CHAIN_DEPTH):
         if hit is not None or link is None:
             break
@@ -65,6 +70,9 @@ def explain(exc: BaseException, session: Any = None) -> Finding:
     ctx = Context(target, session)
     if ctx.user_frame is None and target is not exc:
         ctx.user_frame = Context(exc, session).user_frame
+    if worker is not None:
+        ctx.stage = Stage.DATA
+        ctx.user_frame = worker.frame or ctx.user_frame
     if hit is None:
         code, category, fields, op = "other.exception", Category.OTHER, {}, None
     else:
@@ -79,7 +87,9 @@ def explain(exc: BaseException, session: Any = None) -> Finding:
                 fields.update(extra)
         op = fields.pop("op", None) or op
     if code == "environment.file_not_found":
-        fields.update(_file_fields(target, ctx))
+        fields.update(_file_fields(probe if worker is not None else target, ctx))
+    if worker is not None:
+        fields.setdefault("error", msg("triage.worker", error=worker.error, worker=worker.worker))
     fields.setdefault("error", _first_line(target))
     fields["type"] = type(target).__name__
     fields["module"] = ctx.module_path or msg("triage.no_module")
