@@ -260,3 +260,18 @@ def test_an_nn_loss_module_finding_is_reported_once_with_its_module():
             opt.step()
     (f,) = [f for f in s.report.findings if f.code == "silent.probabilities_to_cross_entropy"]
     assert (f.module, f.step, f.count, f.stage) == ("CrossEntropyLoss", 0, 2, Stage.LOSS)
+
+
+def test_a_gan_counts_one_step_per_iteration():
+    G, D = nn.Linear(2, 4), nn.Linear(4, 1)
+    og, od = torch.optim.SGD(G.parameters(), lr=0.01), torch.optim.SGD(D.parameters(), lr=0.01)
+    with torchtriage.watch([G, D], [od, og], checks=[], report=False) as s:
+        for _ in range(3):
+            fake = G(torch.randn(8, 2))
+            od.zero_grad()
+            (D(torch.randn(8, 4)).mean() - D(fake.detach()).mean()).backward()
+            od.step()
+            og.zero_grad()
+            D(fake).mean().backward()
+            og.step()
+    assert s.step == 3 and s.report.meta["steps"] == 3

@@ -144,7 +144,7 @@ class Session:
 
     @property
     def steps_seen(self) -> int:
-        return self.step + (1 if self._step_open else 0)
+        return self.step + (1 if self._step_open and self._clock is None else 0)
 
     @property
     def models(self) -> list[nn.Module]:
@@ -280,6 +280,12 @@ class Session:
             return
         self._closed = True
         self._pending_end = False
+        if self._clock is not None and self._step_open:
+            # Work after the clock's last update (a GAN's last generator step, an evaluation
+            # pass) is a tail, not another training step: checks still close it, the count
+            # stays the number of updates.
+            self._emit("on_step_end", self.step)
+            self._step_open = False
         self._end_step()
         self._emit("on_end")
         self.meta["seconds"] = round(time.time() - self._t0, 3)
