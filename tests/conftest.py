@@ -27,8 +27,8 @@ def pytest_addoption(parser):
 
 
 @pytest.fixture
-def golden(request):
-    """`golden(name, text)`: assert `text` equals tests/golden/NAME, or rewrite it with --overwrite."""
+def expect_golden(request):
+    """`expect_golden(name, text)`: assert `text` equals tests/golden/NAME, or rewrite it with --overwrite."""
     overwrite = request.config.getoption("--overwrite")
 
     def check(name: str, text: str) -> None:

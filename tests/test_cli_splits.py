@@ -41,7 +41,7 @@ def files(tmp_path):
     return tr, te, clean
 
 
-def _one_error_line(p, text):
+def _expect_one_error_line(p, text):
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
@@ -100,29 +100,29 @@ def test_suggest_split_writes_a_new_file_and_leaves_inputs(files, tmp_path, cli)
 
 def test_suggest_split_refuses_existing_file_and_needs_group(files, cli):
     tr, te, _ = files
-    _one_error_line(cli("splits", str(tr), str(te), "--group", "writer", "--suggest-split", str(tr)),
+    _expect_one_error_line(cli("splits", str(tr), str(te), "--group", "writer", "--suggest-split", str(tr)),
                     f"--suggest-split {tr}: the file exists; give a new path (input files are never overwritten)")
-    _one_error_line(cli("splits", str(tr), str(te), "--suggest-split", str(tr) + ".new.csv"),
+    _expect_one_error_line(cli("splits", str(tr), str(te), "--suggest-split", str(tr) + ".new.csv"),
                     "--suggest-split needs --group COL (the suggested split keeps each group in one split)")
 
 
 def test_missing_column(files, cli):
     tr, te, _ = files
-    _one_error_line(cli("splits", str(tr), str(te), "--group", "patient"),
+    _expect_one_error_line(cli("splits", str(tr), str(te), "--group", "patient"),
                     "groups: column 'patient' is not in the train split; its columns: writer, x1, x2, label, day")
 
 
 def test_unreadable_and_unsupported_files(files, tmp_path, cli):
     tr, _, _ = files
     missing = tmp_path / "nope.csv"
-    _one_error_line(cli("splits", str(tr), str(missing)), f"cannot read {missing}: no such file")
+    _expect_one_error_line(cli("splits", str(tr), str(missing)), f"cannot read {missing}: no such file")
     xlsx = tmp_path / "test.xlsx"
     xlsx.write_bytes(b"PK")
-    _one_error_line(cli("splits", str(tr), str(xlsx)),
+    _expect_one_error_line(cli("splits", str(tr), str(xlsx)),
                     f"{xlsx}: unsupported file format .xlsx; accepted: .csv, .jsonl, .ndjson, .parquet, .pq, .tsv")
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"writer": "a"}\n[1, 2]\n')
-    _one_error_line(cli("splits", str(tr), str(broken)),
+    _expect_one_error_line(cli("splits", str(tr), str(broken)),
                     f"cannot read {broken}: line 2: a JSON list, expected an object per line")
 
 
@@ -130,9 +130,9 @@ def test_splits_with_different_columns_and_bad_threshold(files, tmp_path, cli):
     tr, _, _ = files
     other = tmp_path / "other.csv"
     other.write_text("writer,x1\nwriter-z,1\n")
-    _one_error_line(cli("splits", str(tr), str(other), "--group", "writer"),
+    _expect_one_error_line(cli("splits", str(tr), str(other), "--group", "writer"),
                     "the test split lacks column(s) day, label, x2 that train has; its columns: writer, x1")
-    _one_error_line(cli("splits", str(tr), str(other), "--near-threshold", "0"),
+    _expect_one_error_line(cli("splits", str(tr), str(other), "--near-threshold", "0"),
                     "near_threshold=0.0; accepted: a number in (0, 1]")
 
 
@@ -141,12 +141,12 @@ def test_damaged_parquet_empty_split_and_bad_encoding_name_the_file(files, tmp_p
     tr, _, _ = files
     damaged = tmp_path / "damaged.parquet"
     damaged.write_bytes(b"not a parquet file at all" * 40)
-    _one_error_line(cli("splits", str(tr), str(damaged)),
+    _expect_one_error_line(cli("splits", str(tr), str(damaged)),
                     f"cannot read {damaged}: Parquet magic bytes not found in footer. "
                     "Either the file is corrupted or this is not a parquet file.")
     empty = tmp_path / "empty.csv"
     empty.write_text("writer,x1,x2,label,day\n")
-    _one_error_line(cli("splits", str(tr), str(empty)),
+    _expect_one_error_line(cli("splits", str(tr), str(empty)),
                     f"the test split (file {empty}) has no rows; accepted: splits with at least one row")
     latin = tmp_path / "latin.csv"
     latin.write_bytes("writer,x1,x2,label,day\nJos\xe9,1,2,0,2024-01-01\n".encode("latin-1"))

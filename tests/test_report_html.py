@@ -73,18 +73,18 @@ def _english(monkeypatch, tmp_path):
 
 # ---------------------------------------------------------------------- golden files
 @pytest.mark.parametrize("name", sorted(REPORTS))
-def test_golden_renderings(name, golden):
+def test_golden_renderings(name, expect_golden):
     report = REPORTS[name]()
-    golden(f"report_{name}.txt", render_text(report) + "\n")
-    golden(f"report_{name}.json", render_json(report) + "\n")
-    golden(f"report_{name}.html", render_html(report))
+    expect_golden(f"report_{name}.txt", render_text(report) + "\n")
+    expect_golden(f"report_{name}.json", render_json(report) + "\n")
+    expect_golden(f"report_{name}.html", render_html(report))
 
 
-def test_golden_chinese(golden):
+def test_golden_chinese(expect_golden):
     torchtriage.set_language("zh")
     report = nan_report()
-    golden("report_nan_zh.txt", render_text(report) + "\n")
-    golden("report_nan_zh.html", render_html(report))
+    expect_golden("report_nan_zh.txt", render_text(report) + "\n")
+    expect_golden("report_nan_zh.html", render_html(report))
 
 
 # ---------------------------------------------------------------------- page structure

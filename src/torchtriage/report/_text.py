@@ -31,7 +31,7 @@ def _short_path(path: str) -> str:
         rel = os.path.relpath(path)
     except ValueError:
         return path
-    return rel if not rel.startswith(".." + os.sep + "..") else path
+    return rel if not rel.startswith("..") else path  # outside the working directory: absolute
 
 
 def _format_evidence(value: Any) -> str:
