@@ -42,8 +42,24 @@ class UserFrame:
     source: str = ""
 
 
+_user_file_cache: dict[str, bool] = {}
+_cache_roots: list[str] = []  # the `_extra_library_roots` the cache was filled with
+
+
 def is_user_file(filename: str) -> bool:
     """True for a file of the user's own code."""
+    # Hooks ask this for every frame of the stack at each backward (the user's line): cached
+    # per file name, since abspath + prefix tests cost ~2 us a frame.
+    if _cache_roots != _extra_library_roots:
+        _user_file_cache.clear()
+        _cache_roots[:] = _extra_library_roots
+    found = _user_file_cache.get(filename)
+    if found is None:
+        found = _user_file_cache[filename] = _is_user_file(filename)
+    return found
+
+
+def _is_user_file(filename: str) -> bool:
     if not filename or filename.startswith("<"):
         return False
     path = os.path.abspath(filename)

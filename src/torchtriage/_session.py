@@ -102,6 +102,8 @@ class Session:
         self._order = itertools.count(1)
         self._warned: set[tuple[Any, ...]] = set()
         self._broken: set[str] = set()
+        self._listeners_key: tuple[int, int] | None = None
+        self._listeners_cache: dict[str, list[Checker]] = {}
         self._handles: list[Any] = []
         self._patches: list[tuple[Any, str, Any]] = []
         self._depth = 0
@@ -317,9 +319,22 @@ class Session:
         self._patches.append((obj, attr, getattr(obj, attr)))
         setattr(obj, attr, new)
 
+    def _listeners(self, event: str) -> list[Checker]:
+        # The checkers that implement `event`, computed once per event (an _emit runs for
+        # every module call; testing each checker's class each time was most of its cost).
+        # Rebuilt if `self.checkers` is replaced or grows.
+        key = (id(self.checkers), len(self.checkers))
+        if self._listeners_key != key:
+            self._listeners_key = key
+            self._listeners_cache = {}
+        found = self._listeners_cache.get(event)
+        if found is None:
+            found = self._listeners_cache[event] = [c for c in self.checkers if overrides(c, event)]
+        return found
+
     def _emit(self, event: str, *args: Any) -> None:
-        for c in self.checkers:
-            if c.name in self._broken or not overrides(c, event):
+        for c in self._listeners(event):
+            if self._broken and c.name in self._broken:
                 continue
             if c.session is None:
                 c.session = self
