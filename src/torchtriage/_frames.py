@@ -79,9 +79,21 @@ def _source_line(filename: str, lineno: int) -> str:
     return linecache.getline(filename, lineno).strip()
 
 
+_frames_seen: dict[tuple[str, int, str], UserFrame] = {}
+
+
 def _frame(f: types.FrameType, lineno: int) -> UserFrame:
+    # Hooks take the user's frame at every backward and loss call; the same few lines come back
+    # each step, so their (immutable) UserFrame is reused instead of re-reading the source line.
     code = f.f_code
-    return UserFrame(code.co_filename, lineno, code.co_name, _source_line(code.co_filename, lineno))
+    key = (code.co_filename, lineno, code.co_name)
+    found = _frames_seen.get(key)
+    if found is None:
+        if len(_frames_seen) > 4096:  # generated code (exec) must not grow it without bound
+            _frames_seen.clear()
+        found = _frames_seen[key] = UserFrame(code.co_filename, lineno, code.co_name,
+                                              _source_line(code.co_filename, lineno))
+    return found
 
 
 def iter_tb(tb: types.TracebackType | None) -> Iterator[tuple[types.FrameType, int]]:

@@ -102,7 +102,8 @@ class Session:
         self._order = itertools.count(1)
         self._warned: set[tuple[Any, ...]] = set()
         self._broken: set[str] = set()
-        self._listeners_key: tuple[int, int] | None = None
+        self._listened: list[Checker] | None = None
+        self._n_listened = 0
         self._listeners_cache: dict[str, list[Checker]] = {}
         self._handles: list[Any] = []
         self._patches: list[tuple[Any, str, Any]] = []
@@ -322,10 +323,9 @@ class Session:
     def _listeners(self, event: str) -> list[Checker]:
         # The checkers that implement `event`, computed once per event (an _emit runs for
         # every module call; testing each checker's class each time was most of its cost).
-        # Rebuilt if `self.checkers` is replaced or grows.
-        key = (id(self.checkers), len(self.checkers))
-        if self._listeners_key != key:
-            self._listeners_key = key
+        # Rebuilt if `self.checkers` is replaced or changes length.
+        if self._listened is not self.checkers or self._n_listened != len(self.checkers):
+            self._listened, self._n_listened = self.checkers, len(self.checkers)
             self._listeners_cache = {}
         found = self._listeners_cache.get(event)
         if found is None:
