@@ -114,7 +114,7 @@ def modes():
 
 @contextlib.contextmanager
 def instrument(mode: str, model, opt):
-    if mode == "baseline":
+    if mode in ("baseline", "baseline_copy"):
         yield
     elif mode == "sentinel":
         import torchtriage
@@ -154,7 +154,7 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def time_workload(workload, device, steps, rounds, names):
+def time_workload(workload, device, steps, rounds, names, clock=time.perf_counter):
     setups = {m: make(workload, device) for m in names}
     times = {m: [] for m in names}
     for m in names:  # warm-up (the checks' first-steps analyses run here, as in a real run)
@@ -170,10 +170,10 @@ def time_workload(workload, device, steps, rounds, names):
                     step(model, opt, batch, loss_fn)
                 for _ in range(steps):
                     sync(device)
-                    t0 = time.perf_counter()
+                    t0 = clock()
                     step(model, opt, batch, loss_fn)
                     sync(device)
-                    times[m].append(time.perf_counter() - t0)
+                    times[m].append(clock() - t0)
     # Spread: each sample's ratio to the baseline sample taken right beside it (same round), the
     # middle half of those ratios; it shows how much the busy machine moved the figures.
     spread = {}
@@ -222,6 +222,11 @@ def main(argv=None):
     p.add_argument("--workloads", default="transformer,cnn", help="comma-separated: transformer, cnn, mlp")
     p.add_argument("--modes", help="comma-separated subset of the modes (baseline always runs)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    p.add_argument("--control", action="store_true",
+                   help="also time a second, identical baseline (its ratio is the noise floor of the run)")
+    p.add_argument("--clock", choices=("wall", "thread"), default="wall",
+                   help="thread: CPU time of the stepping thread (CPU, --threads 1 only): time the machine "
+                        "gave to other processes is not counted, for a shared machine")
     p.add_argument("--_memory", nargs=3, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -230,6 +235,9 @@ def main(argv=None):
         return 0
     if a.quick:
         a.steps, a.rounds = 1, 6
+    if a.clock == "thread" and (a.threads != 1 or a.device != "cpu"):
+        p.error(f"--clock thread needs --device cpu and --threads 1 (got --device {a.device} --threads {a.threads})")
+    clock = time.thread_time if a.clock == "thread" else time.perf_counter
     names = modes()
     if a.modes:
         wanted = a.modes.split(",")
@@ -237,21 +245,24 @@ def main(argv=None):
         if unknown:
             p.error(f"unknown or unavailable mode(s) {', '.join(unknown)}; accepted: {', '.join(names)}")
         names = ["baseline"] + [m for m in names if m in wanted and m != "baseline"]
+    if a.control:
+        names.insert(1, "baseline_copy")
     rows = []
     for workload in a.workloads.split(","):
         if workload not in ("transformer", "cnn", "mlp"):
             p.error(f"unknown workload {workload!r}; accepted: transformer, cnn, mlp")
-        med, spread = time_workload(workload, a.device, a.steps, a.rounds, names)
+        med, spread = time_workload(workload, a.device, a.steps, a.rounds, names, clock)
         nan = float("nan")
         base_mem = nan if a.no_memory else peak_memory(workload, a.device, "baseline", 3, a.threads)
         for m in names:
-            mem = base_mem if m == "baseline" or a.no_memory else peak_memory(workload, a.device, m, 3, a.threads)
+            mem = base_mem if m in ("baseline", "baseline_copy") or a.no_memory else peak_memory(workload, a.device, m, 3, a.threads)
             rows.append({"workload": workload, "mode": m, "step_ms": med[m] * 1e3,
                          "time_ratio": med[m] / med["baseline"],
                          "paired_ratio_iqr": [round(x, 4) for x in spread[m]], "peak_mib": mem,
                          "mem_ratio": mem / base_mem if base_mem > 0 else float("nan")})
     mem_kind = "CUDA max allocated" if a.device == "cuda" else "process peak RSS"
-    print(f"device={a.device} torch={torch.__version__} threads={a.threads} steps={a.steps}x{a.rounds} rounds")
+    print(f"device={a.device} torch={torch.__version__} threads={a.threads} steps={a.steps}x{a.rounds} rounds "
+          f"clock={a.clock}")
     print(f"| workload | mode | median step (ms) | time vs baseline | paired ratios, middle half | "
           f"{mem_kind} (MiB) | memory vs baseline |")
     print("|---|---|---|---|---|---|---|")
