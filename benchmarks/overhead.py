@@ -1,13 +1,19 @@
 """Overhead of torchtriage's non-finite sentinel vs the tools it replaces.
 
-A 4-layer transformer LM (d=256, sequence 128, batch 16) and a small CNN, one training step each:
-baseline, torchtriage's sentinel (`watch(checks=["nonfinite"])`), `torch.autograd.detect_anomaly`,
-and transformers' `DebugUnderflowOverflow` when it is installed. Step times are interleaved in one
-process (round-robin over the modes, so a busy machine slows all alike) and reported as the ratio
-of medians to the baseline. Peak memory: CUDA max_memory_allocated when on CUDA; on CPU the peak
-RSS of a fresh subprocess per mode (RSS peaks cannot be reset inside one process).
+A 4-layer transformer LM (d=256, sequence 128, batch 16) and a small CNN, one training step each
+(and, with `--workloads mlp`, a tiny MLP whose ~1 ms step magnifies fixed per-step costs):
+baseline, torchtriage's sentinel alone (`watch(checks=["nonfinite"])`), torchtriage with all its
+default checks (`watch()`: sentinel, gradients, silent bugs, exception triage, repro recorder),
+`torch.autograd.detect_anomaly`, and transformers' `DebugUnderflowOverflow` when it is installed.
+Step times are interleaved in one process (round-robin over the modes, so a busy machine slows
+all alike) and reported as the ratio of medians to the baseline, with the middle half of the
+per-sample ratios (each against the baseline sample of the same round) as the spread. The
+default checks' first-steps analysis runs untimed after each session entry (see UNTIMED).
+Peak memory: CUDA max_memory_allocated when on CUDA; on CPU the peak RSS of a fresh subprocess
+per mode (RSS peaks cannot be reset inside one process).
 
-    python benchmarks/overhead.py [--steps N] [--quick] [--device cpu|cuda] [--threads N]
+    python benchmarks/overhead.py [--steps N] [--rounds N] [--quick] [--device cpu|cuda] [--threads N]
+                                  [--workloads transformer,cnn,mlp] [--modes baseline,sentinel,...]
 """
 
 from __future__ import annotations
@@ -42,6 +48,15 @@ class TinyLM(nn.Module):
         return self.head(self.blocks(h, mask=self.mask, is_causal=True))
 
 
+class TinyMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+
 class SmallCNN(nn.Module):
     def __init__(self):
         super().__init__()
@@ -62,6 +77,12 @@ def make(workload: str, device: str):
 
         def loss_fn(out, y):
             return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+    elif workload == "mlp":
+        model = TinyMLP().to(device)
+        batch = (torch.randn(256, 128, device=device), torch.randint(0, 10, (256,), device=device))
+
+        def loss_fn(out, y):
+            return F.cross_entropy(out, y)
     else:
         model = SmallCNN().to(device)
         batch = (torch.randn(64, 3, 32, 32, device=device), torch.randint(0, 10, (64,), device=device))
@@ -82,7 +103,7 @@ def step(model, opt, batch, loss_fn):
 
 
 def modes():
-    out = ["baseline", "sentinel", "detect_anomaly"]
+    out = ["baseline", "sentinel", "all_checks", "detect_anomaly"]
     try:
         from transformers.debug_utils import DebugUnderflowOverflow  # noqa: F401
         out.append("hf_debug_underflow_overflow")
@@ -93,12 +114,17 @@ def modes():
 
 @contextlib.contextmanager
 def instrument(mode: str, model, opt):
-    if mode == "baseline":
+    if mode in ("baseline", "baseline_copy"):
         yield
     elif mode == "sentinel":
         import torchtriage
 
         with torchtriage.watch(model, opt, checks=["nonfinite"], on_anomaly="record", report=False):
+            yield
+    elif mode == "all_checks":
+        import torchtriage
+
+        with torchtriage.watch(model, opt, on_anomaly="record", report=False):  # the default checks
             yield
     elif mode == "detect_anomaly":
         with warnings.catch_warnings():
@@ -117,30 +143,45 @@ def instrument(mode: str, model, opt):
             del dbg
 
 
+# Every round enters a fresh session. The default checks analyse the first steps of a session
+# in depth (gradients: 2 steps, silent bugs: 3); a real run pays that once, so those steps run
+# untimed after each entry and the figures are the steady state that the rest of a run sees.
+UNTIMED = {"all_checks": 4}
+
+
 def sync(device):
     if device == "cuda":
         torch.cuda.synchronize()
 
 
-def time_workload(workload, device, steps, rounds, names):
+def time_workload(workload, device, steps, rounds, names, clock=time.perf_counter):
     setups = {m: make(workload, device) for m in names}
     times = {m: [] for m in names}
-    for m in names:  # warm-up
+    for m in names:  # warm-up (the checks' first-steps analyses run here, as in a real run)
         with instrument(m, *setups[m][:2]):
-            for _ in range(2):
+            for _ in range(5):
                 step(*setups[m])
     for r in range(rounds):
         # rotate the order every round: no mode always runs right after another
         for m in names[r % len(names):] + names[:r % len(names)]:
             model, opt, batch, loss_fn = setups[m]
             with instrument(m, model, opt):
+                for _ in range(UNTIMED.get(m, 0)):
+                    step(model, opt, batch, loss_fn)
                 for _ in range(steps):
                     sync(device)
-                    t0 = time.perf_counter()
+                    t0 = clock()
                     step(model, opt, batch, loss_fn)
                     sync(device)
-                    times[m].append(time.perf_counter() - t0)
-    return {m: statistics.median(v) for m, v in times.items()}
+                    times[m].append(clock() - t0)
+    # Spread: each sample's ratio to the baseline sample taken right beside it (same round), the
+    # middle half of those ratios; it shows how much the busy machine moved the figures.
+    spread = {}
+    for m, v in times.items():
+        paired = sorted(t / b for t, b in zip(v, times["baseline"]))
+        q = statistics.quantiles(paired, n=4) if len(paired) >= 2 else [paired[0]] * 3
+        spread[m] = (q[0], q[2])
+    return {m: statistics.median(v) for m, v in times.items()}, spread
 
 
 def peak_memory(workload, device, mode, steps, threads):
@@ -178,6 +219,14 @@ def main(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", help="also write the figures as JSON")
+    p.add_argument("--workloads", default="transformer,cnn", help="comma-separated: transformer, cnn, mlp")
+    p.add_argument("--modes", help="comma-separated subset of the modes (baseline always runs)")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    p.add_argument("--control", action="store_true",
+                   help="also time a second, identical baseline (its ratio is the noise floor of the run)")
+    p.add_argument("--clock", choices=("wall", "thread"), default="wall",
+                   help="thread: CPU time of the stepping thread (CPU, --threads 1 only): time the machine "
+                        "gave to other processes is not counted, for a shared machine")
     p.add_argument("--_memory", nargs=3, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -186,22 +235,40 @@ def main(argv=None):
         return 0
     if a.quick:
         a.steps, a.rounds = 1, 6
+    if a.clock == "thread" and (a.threads != 1 or a.device != "cpu"):
+        p.error(f"--clock thread needs --device cpu and --threads 1 (got --device {a.device} --threads {a.threads})")
+    clock = time.thread_time if a.clock == "thread" else time.perf_counter
     names = modes()
+    if a.modes:
+        wanted = a.modes.split(",")
+        unknown = sorted(set(wanted) - set(names))
+        if unknown:
+            p.error(f"unknown or unavailable mode(s) {', '.join(unknown)}; accepted: {', '.join(names)}")
+        names = ["baseline"] + [m for m in names if m in wanted and m != "baseline"]
+    if a.control:
+        names.insert(1, "baseline_copy")
     rows = []
-    for workload in ("transformer", "cnn"):
-        med = time_workload(workload, a.device, a.steps, a.rounds, names)
-        base_mem = peak_memory(workload, a.device, "baseline", 3, a.threads)
+    for workload in a.workloads.split(","):
+        if workload not in ("transformer", "cnn", "mlp"):
+            p.error(f"unknown workload {workload!r}; accepted: transformer, cnn, mlp")
+        med, spread = time_workload(workload, a.device, a.steps, a.rounds, names, clock)
+        nan = float("nan")
+        base_mem = nan if a.no_memory else peak_memory(workload, a.device, "baseline", 3, a.threads)
         for m in names:
-            mem = base_mem if m == "baseline" else peak_memory(workload, a.device, m, 3, a.threads)
+            mem = base_mem if m in ("baseline", "baseline_copy") or a.no_memory else peak_memory(workload, a.device, m, 3, a.threads)
             rows.append({"workload": workload, "mode": m, "step_ms": med[m] * 1e3,
-                         "time_ratio": med[m] / med["baseline"], "peak_mib": mem,
+                         "time_ratio": med[m] / med["baseline"],
+                         "paired_ratio_iqr": [round(x, 4) for x in spread[m]], "peak_mib": mem,
                          "mem_ratio": mem / base_mem if base_mem > 0 else float("nan")})
     mem_kind = "CUDA max allocated" if a.device == "cuda" else "process peak RSS"
-    print(f"device={a.device} torch={torch.__version__} threads={a.threads} steps={a.steps}x{a.rounds} rounds")
-    print(f"| workload | mode | median step (ms) | time vs baseline | {mem_kind} (MiB) | memory vs baseline |")
-    print("|---|---|---|---|---|---|")
+    print(f"device={a.device} torch={torch.__version__} threads={a.threads} steps={a.steps}x{a.rounds} rounds "
+          f"clock={a.clock}")
+    print(f"| workload | mode | median step (ms) | time vs baseline | paired ratios, middle half | "
+          f"{mem_kind} (MiB) | memory vs baseline |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['workload']} | {r['mode']} | {r['step_ms']:.1f} | {r['time_ratio']:.3f}x | "
+        lo, hi = r["paired_ratio_iqr"]
+        print(f"| {r['workload']} | {r['mode']} | {r['step_ms']:.2f} | {r['time_ratio']:.3f}x | {lo:.3f}–{hi:.3f} | "
               f"{r['peak_mib']:.1f} | {r['mem_ratio']:.2f}x |")
     if a.json:
         with open(a.json, "w") as fh:

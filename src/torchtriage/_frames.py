@@ -42,8 +42,24 @@ class UserFrame:
     source: str = ""
 
 
+_user_file_cache: dict[str, bool] = {}
+_cache_roots: list[str] = []  # the `_extra_library_roots` the cache was filled with
+
+
 def is_user_file(filename: str) -> bool:
     """True for a file of the user's own code."""
+    # Hooks ask this for every frame of the stack at each backward (the user's line): cached
+    # per file name, since abspath + prefix tests cost ~2 us a frame.
+    if _cache_roots != _extra_library_roots:
+        _user_file_cache.clear()
+        _cache_roots[:] = _extra_library_roots
+    found = _user_file_cache.get(filename)
+    if found is None:
+        found = _user_file_cache[filename] = _is_user_file(filename)
+    return found
+
+
+def _is_user_file(filename: str) -> bool:
     if not filename or filename.startswith("<"):
         return False
     path = os.path.abspath(filename)
@@ -63,9 +79,21 @@ def _source_line(filename: str, lineno: int) -> str:
     return linecache.getline(filename, lineno).strip()
 
 
+_frames_seen: dict[tuple[str, int, str], UserFrame] = {}
+
+
 def _frame(f: types.FrameType, lineno: int) -> UserFrame:
+    # Hooks take the user's frame at every backward and loss call; the same few lines come back
+    # each step, so their (immutable) UserFrame is reused instead of re-reading the source line.
     code = f.f_code
-    return UserFrame(code.co_filename, lineno, code.co_name, _source_line(code.co_filename, lineno))
+    key = (code.co_filename, lineno, code.co_name)
+    found = _frames_seen.get(key)
+    if found is None:
+        if len(_frames_seen) > 4096:  # generated code (exec) must not grow it without bound
+            _frames_seen.clear()
+        found = _frames_seen[key] = UserFrame(code.co_filename, lineno, code.co_name,
+                                              _source_line(code.co_filename, lineno))
+    return found
 
 
 def iter_tb(tb: types.TracebackType | None) -> Iterator[tuple[types.FrameType, int]]:

@@ -112,8 +112,10 @@ class Session:
         self._order = itertools.count(1)
         self._warned: set[tuple[Any, ...]] = set()
         self._broken: set[str] = set()
+        self._listened: list[Checker] | None = None
+        self._n_listened = 0
+        self._listeners_cache: dict[str, list[Checker]] = {}
         self._handles: list[Any] = []
-        self._listeners: dict[tuple[str, int, int], list[Checker]] = {}
         self._patches: list[tuple[Any, str, Any]] = []
         self._depth = 0
         self._busy = 0
@@ -336,16 +338,21 @@ class Session:
         self._patches.append((obj, attr, getattr(obj, attr)))
         setattr(obj, attr, new)
 
+    def _listeners(self, event: str) -> list[Checker]:
+        # The checkers that implement `event`, computed once per event (an _emit runs for
+        # every module call; testing each checker's class each time was most of its cost).
+        # Rebuilt if `self.checkers` is replaced or changes length.
+        if self._listened is not self.checkers or self._n_listened != len(self.checkers):
+            self._listened, self._n_listened = self.checkers, len(self.checkers)
+            self._listeners_cache = {}
+        found = self._listeners_cache.get(event)
+        if found is None:
+            found = self._listeners_cache[event] = [c for c in self.checkers if overrides(c, event)]
+        return found
+
     def _emit(self, event: str, *args: Any) -> None:
-        # Which checks implement an event is a property of their classes: looked up once per
-        # event (per-module hooks emit dozens of times a step). Keyed on the list's identity
-        # and length so that a replaced or extended `checkers` list is seen.
-        key = (event, id(self.checkers), len(self.checkers))
-        listeners = self._listeners.get(key)
-        if listeners is None:
-            listeners = self._listeners[key] = [c for c in self.checkers if overrides(c, event)]
-        for c in listeners:
-            if c.name in self._broken:
+        for c in self._listeners(event):
+            if self._broken and c.name in self._broken:
                 continue
             if c.session is None:
                 c.session = self

@@ -50,8 +50,29 @@ def call_model(model: nn.Module, snap: Any) -> Any:
     return model(*snap.args, **snap.kwargs)
 
 
+_SCALARS = (type(None), bool, int, float, str)
+
+
+def _plain_leaves(obj: Any, out: list[torch.Tensor]) -> bool:
+    """Tensors of plain tuples / lists / dicts, in pytree order; False at anything else."""
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+        return True
+    tp = type(obj)
+    if tp is tuple or tp is list:
+        return all(_plain_leaves(x, out) for x in obj)
+    if tp is dict:
+        return all(_plain_leaves(x, out) for x in obj.values())
+    return tp in _SCALARS
+
+
 def float_leaves(obj: Any) -> list[torch.Tensor]:
     """Floating / complex tensors inside outputs of any shape (tuples, dicts, dataclasses)."""
+    # Fast path (every step: a batch, a model output): plain containers need no pytree walk.
+    # Exact types only; anything else (namedtuples, dataclasses, HF outputs) takes pytree's.
+    plain: list[torch.Tensor] = []
+    if _plain_leaves(obj, plain):
+        return [t for t in plain if t.is_floating_point() or t.is_complex()]
     out = []
     for t in tree_leaves(_unpack(obj)):
         if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()):
@@ -131,16 +152,25 @@ def graph_nodes(roots: list[Any], stop: set[int] | None = None, limit: int = 100
     return list(seen.values())
 
 
+_SAVED_ATTRS: dict[type, tuple[str, ...]] = {}
+
+
 def saved_tensors(node: Any) -> dict[str, torch.Tensor]:
     out = {}
-    for attr in dir(node):
-        if attr.startswith("_saved_"):
-            try:
-                v = getattr(node, attr)
-            except Exception:
-                continue
-            if isinstance(v, torch.Tensor):
-                out[attr[len("_saved_"):]] = v
+    attrs = _SAVED_ATTRS.get(type(node))
+    if attrs is None:
+        attrs = tuple(a for a in dir(node) if a.startswith("_saved_"))
+        if not hasattr(node, "__dict__"):
+            # A C++ node: its `_saved_*` names are fixed by its class, and dir() costs ~10 us.
+            # (Python nodes of custom autograd Functions may carry per-instance attributes.)
+            _SAVED_ATTRS[type(node)] = attrs
+    for attr in attrs:
+        try:
+            v = getattr(node, attr)
+        except Exception:
+            continue
+        if isinstance(v, torch.Tensor):
+            out[attr[len("_saved_"):]] = v
     return out
 
 

@@ -5,8 +5,11 @@ Hot path (every step, no per-tensor sync): one on-device reduction per boundary 
     forward    sum of each floating root output   (same rule)
     loss       the backward roots                 (any non-finite value trips)
     backward   global L2 norm of the gradients, `torch._foreach_norm` (also the "grad_norm" series)
-    optimizer  L2 norms of the parameters and optimizer state after the update (read at the next sync)
-All flags of a step are stacked and read with ONE host transfer, at `optimizer.step()`'s pre-hook
+    optimizer  L2 norm of each parameter and optimizer state tensor after the update, one
+               `torch._foreach_norm` call (read at the next sync)
+Every flag is a 0-dim tensor kept as is (no per-flag conversion or pre-reduction: on a small
+step each extra op costs as much as the reduction itself). All flags of a step are stacked once
+and read with ONE host transfer, at `optimizer.step()`'s pre-hook
 (before the update: a non-finite update can still be skipped), or at backward's end without an
 optimizer. Intermediate modules are not checked: NaN/Inf propagate to one of these boundaries,
 and the replay (`_localize`) finds where they were born.
@@ -34,7 +37,8 @@ MAX_REPLAYS = 3  # a run that stays NaN would otherwise replay every step
 
 @dataclasses.dataclass
 class _Step:
-    flags: dict[str, list[torch.Tensor]] = dataclasses.field(default_factory=dict)
+    keys: list[str] = dataclasses.field(default_factory=list)  # kind of each flag, in order
+    flags: list[torch.Tensor] = dataclasses.field(default_factory=list)  # 0-dim device scalars
     outputs: list[torch.Tensor] = dataclasses.field(default_factory=list)
     output_nodes: list[Any] = dataclasses.field(default_factory=list)
     loss_calls: list[LossCall] = dataclasses.field(default_factory=list)
@@ -46,20 +50,12 @@ class _Step:
 
 
 def _sum(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype is torch.float32:
+        return t.detach().sum()  # the common case, without the keyword's parsing
     x = t.detach()
     if x.is_complex():
         x = torch.view_as_real(x)
     return x.sum(dtype=torch.float32) if x.dtype != torch.float64 else x.sum()
-
-
-def _flag_sum(tensors: list[torch.Tensor]) -> torch.Tensor | None:
-    sums = [_sum(t) for t in tensors if t.numel()]
-    if not sums:
-        return None
-    if len(sums) == 1:
-        return sums[0]
-    dev = sums[0].device
-    return torch.stack([s.to(dev, torch.float64) for s in sums]).sum()
 
 
 def _norms(tensors: list[torch.Tensor]) -> torch.Tensor | None:
@@ -68,10 +64,12 @@ def _norms(tensors: list[torch.Tensor]) -> torch.Tensor | None:
     if not tensors:
         return None
     norms = torch._foreach_norm(tensors)
-    dev = norms[0].device
-    if all(n.device == dev and n.dtype == torch.float32 for n in norms):
-        stacked = torch.stack(norms)
-    else:
+    try:
+        stacked = torch.stack(norms)  # all float32 on one device: as is
+    except RuntimeError:  # several devices
+        stacked = None
+    if stacked is None or stacked.dtype != torch.float32:
+        dev = norms[0].device
         stacked = torch.stack([n.to(dev, torch.float32) for n in norms])
     return torch.linalg.vector_norm(stacked)
 
@@ -95,7 +93,9 @@ class NonFiniteSentinel(Checker):
     def __init__(self) -> None:
         super().__init__()
         self._step = _Step()
-        self._after: dict[str, tuple[torch.Tensor, int, bool]] = {}  # params/state flags of the last update
+        # Per-tensor norms of the last update's parameters and optimizer state (0-dim tensors,
+        # read at the next sync), how many of them are parameters, its step, grads finite then.
+        self._after: tuple[list[torch.Tensor], int, int, bool] | None = None
         self._replays = 0
         self._by_stage: dict[str, Finding] = {}
         self._stashed: dict[int, list[tuple[torch.Tensor, torch.Tensor | None]]] = {}
@@ -113,20 +113,25 @@ class NonFiniteSentinel(Checker):
     def on_step_begin(self, step: int) -> None:
         self._step = _Step()
 
-    def _add_flag(self, kind: str, t: torch.Tensor | None) -> None:
-        if t is not None:
-            self._step.flags.setdefault(kind, []).append(t)
+    def _add_sums(self, kind: str, tensors: list[torch.Tensor]) -> None:
+        # One flag per tensor: a NaN or +Inf in any of them is one in their sum too, so summing
+        # the sums on the device would only add ops (the host reads them all at once anyway).
+        keys, flags = self._step.keys, self._step.flags
+        for t in tensors:
+            if t.numel():
+                keys.append(kind)
+                flags.append(_sum(t))
 
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...],
                         kwargs: dict[str, Any], output: Any) -> None:
         st = self._step
         if not st.seen_forward:
             st.seen_forward = True
-            self._add_flag("data", _flag_sum(float_leaves((args, kwargs))))
+            self._add_sums("data", float_leaves((args, kwargs)))
             st.autocast = [(d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")
                            if torch.is_autocast_enabled(d)]
         outs = float_leaves(output)
-        self._add_flag("forward", _flag_sum(outs))
+        self._add_sums("forward", outs)
         st.outputs.extend(outs)
         st.output_nodes.extend(t.grad_fn for t in outs if t.grad_fn is not None)
 
@@ -139,8 +144,15 @@ class NonFiniteSentinel(Checker):
         if not floats:
             return
         root = self.amp.unscaled(floats[0])
-        self._add_flag("loss_value", _sum(root) if root.numel() == 1 else None)
-        self._add_flag("loss", _flag_sum(floats))
+        value = _sum(root) if root.numel() == 1 else None
+        if value is not None:
+            st.keys.append("loss_value")
+            st.flags.append(value)
+        if value is not None and root is floats[0] and len(floats) == 1:
+            st.keys.append("loss")  # the same reduction of the same tensor: reuse it
+            st.flags.append(value)
+        else:
+            self._add_sums("loss", floats)
         st.backward_frame = user_frame_from_stack(3)
         # The loss's own graph (between the model outputs and the loss) cannot be replayed once
         # backward has freed it; keep its few nodes' saved tensors until this step's sync.
@@ -176,22 +188,28 @@ class NonFiniteSentinel(Checker):
                 p.grad = g
             return
         assert self.session is not None
-        params = [p for g in optimizer.param_groups for p in g["params"]]
-        state = [v for p in params for v in optimizer.state.get(p, {}).values()
-                 if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() > 0]
-        step = self.session.step
-        grad_ok = self._grad_norm is None or math.isfinite(self._grad_norm)
-        for kind, tensors in (("update", params), ("state", state)):
-            flag = _norms(tensors)
-            if flag is not None:
-                self._after[kind] = (flag, step, grad_ok)
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.numel() and not p.is_sparse]
+        n_params = len(params)
+        states = optimizer.state
+        tensors = params + [v for p in params if p in states for v in states[p].values()
+                            if isinstance(v, torch.Tensor) and v.dim() > 0 and v.is_floating_point()
+                            and v.numel() and not v.is_sparse]
+        if tensors:
+            # One foreach call for both kinds (one Python -> C++ transition for all tensors; a
+            # Python loop of per-tensor sums measured no faster on CPU), each tensor's own norm
+            # read: no global norm, which finite but huge values could overflow. no_grad: the
+            # post-hook runs in the caller's grad mode, and norms of parameters would build graph.
+            grad_ok = self._grad_norm is None or math.isfinite(self._grad_norm)
+            with torch.no_grad():
+                norms = list(torch._foreach_norm(tensors))
+            self._after = (norms, n_params, self.session.step, grad_ok)
 
     def on_step_end(self, step: int) -> None:
         if self._step.flags:
             self._sync(grads=[], optimizer=None)
 
     def on_end(self) -> None:
-        if self._step.flags or self._after:
+        if self._step.flags or self._after is not None:
             self._sync(grads=[], optimizer=None)
         self.amp.finish()
 
@@ -201,29 +219,40 @@ class NonFiniteSentinel(Checker):
         """Read every flag of the step at once; localize what tripped. True = skip this update."""
         assert self.session is not None
         st = self._step
-        keys: list[str] = []
-        scalars: list[torch.Tensor] = []
-        for kind, ts in st.flags.items():
-            for t in ts:
-                keys.append(kind)
-                scalars.append(t)
+        keys, scalars = st.keys, st.flags
+        st.keys, st.flags = [], []
         after = self._after
-        self._after = {}
-        for kind, (t, _step, _ok) in after.items():
-            keys.append(kind)
-            scalars.append(t)
+        self._after = None
+        upd_step, grad_ok = 0, False
+        if after is not None:
+            norms, n_params, upd_step, grad_ok = after
+            keys += ["update"] * n_params + ["state"] * (len(norms) - n_params)
+            scalars += norms
         gnorm = _norms(grads)
         if gnorm is not None:
             keys.append("grad")
             scalars.append(gnorm)
-        st.flags = {}
         if not scalars:
             return False
         values = _read(scalars)
+        sess = self.session
+        if self._poisoned is None and all(v - v == 0 for v in values):
+            # Every flag finite (x - x is NaN for NaN and ±Inf): nothing can trip. The full path
+            # below would come to the same; this skips its bookkeeping on the common step.
+            if "loss_value" in keys:
+                st.loss_value = values[keys.index("loss_value")]
+                sess.record_series("loss", st.loss_value)
+            if gnorm is not None:
+                self._grad_norm = values[-1]
+                sess.record_series("grad_norm", self._grad_norm)
+            self._release()
+            return False
         got: dict[str, list[float]] = {}
         for k, v in zip(keys, values):
-            got.setdefault(k, []).append(v)
-        sess = self.session
+            if k in got:
+                got[k].append(v)
+            else:
+                got[k] = [v]
         if "loss_value" in got:
             st.loss_value = got["loss_value"][0]
             sess.record_series("loss", st.loss_value)
@@ -238,8 +267,7 @@ class NonFiniteSentinel(Checker):
             return False
         # Execution order: the previous update, then data → forward → loss → backward.
         for kind in ("update", "state"):
-            flag, upd_step, grad_ok = after.get(kind, (None, 0, False))
-            if kind in got and not math.isfinite(got[kind][0]) and grad_ok:
+            if kind in got and grad_ok and not all(math.isfinite(v) for v in got[kind]):
                 # (with non-finite gradients the bad update is a consequence, reported already)
                 found = _localize.localize_update(sess, upd_step, self._grad_norm)
                 if found:  # else: finite but huge parameters overflowed the norm; the forward shows it
@@ -313,6 +341,12 @@ def _grad_overflow(step: int, norm: float | None) -> Finding:
 
 def _read(scalars: list[torch.Tensor]) -> list[float]:
     """The single host transfer of a step (one per device when flags live on several)."""
+    try:
+        # The common case, all flags on one device: one stack (it promotes mixed float dtypes
+        # exactly: float16/32 -> float32/64) and no per-flag conversion. Every flag is 0-dim.
+        return torch.stack(scalars).tolist()  # type: ignore[no-any-return]
+    except RuntimeError:  # flags on several devices
+        pass
     by_dev: dict[torch.device, list[int]] = {}
     for i, t in enumerate(scalars):
         by_dev.setdefault(t.device, []).append(i)
