@@ -7,8 +7,8 @@ default checks (`watch()`: sentinel, gradients, silent bugs, exception triage, r
 `torch.autograd.detect_anomaly`, and transformers' `DebugUnderflowOverflow` when it is installed.
 Step times are interleaved in one process (round-robin over the modes, so a busy machine slows
 all alike) and reported as the ratio of medians to the baseline, with the middle half of the
-per-sample ratios (each against the baseline sample of the same round) as the spread. The
-default checks' first-steps analysis runs untimed after each session entry (see UNTIMED).
+per-sample ratios (each against the baseline sample of the same round) as the spread. Each
+entry into a mode is followed by untimed steps (see UNTIMED): the figures are the steady state.
 Peak memory: CUDA max_memory_allocated when on CUDA; on CPU the peak RSS of a fresh subprocess
 per mode (RSS peaks cannot be reset inside one process).
 
@@ -143,10 +143,12 @@ def instrument(mode: str, model, opt):
             del dbg
 
 
-# Every round enters a fresh session. The default checks analyse the first steps of a session
-# in depth (gradients: 2 steps, silent bugs: 3); a real run pays that once, so those steps run
-# untimed after each entry and the figures are the steady state that the rest of a run sees.
-UNTIMED = {"all_checks": 4}
+# Every round enters a fresh session (and a fresh anomaly mode / HF debugger). The first steps
+# after an entry are not what a training run feels: the default checks analyse the first steps
+# of a session in depth (gradients: 2 steps, silent bugs: 3) and every tool sets itself up on
+# its first step. A real run pays that once, so every mode, the baseline too, runs UNTIMED steps
+# after each entry, and the figures are the steady state that the rest of a run sees.
+UNTIMED = 4
 
 
 def sync(device):
@@ -166,7 +168,7 @@ def time_workload(workload, device, steps, rounds, names, clock=time.perf_counte
         for m in names[r % len(names):] + names[:r % len(names)]:
             model, opt, batch, loss_fn = setups[m]
             with instrument(m, model, opt):
-                for _ in range(UNTIMED.get(m, 0)):
+                for _ in range(UNTIMED):
                     step(model, opt, batch, loss_fn)
                 for _ in range(steps):
                     sync(device)

@@ -13,7 +13,6 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, SubsetRandomSampler, TensorDataset
 
-import torchtriage
 from torchtriage import Category, Severity, Stage, check_preprocessing, check_splits
 from zoo import leakage as zoo
 

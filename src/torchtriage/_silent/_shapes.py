@@ -10,7 +10,6 @@ operand: a bias `(C,)` on `(N, C)`, a mask `(N, 1)` on `(N, C)`, per-channel sca
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 

@@ -31,7 +31,7 @@ MAX_PARAMS = 6
 
 
 def _loss_names() -> frozenset[str]:
-    from .._session import LOSS_FUNCTIONS
+    from .._hooks import LOSS_FUNCTIONS
 
     return frozenset(LOSS_FUNCTIONS)
 

@@ -1,0 +1,315 @@
+"""The hooks a `Session` installs, and the wrappers it patches in; all removed on exit.
+
+PyTorch's global module forward pre/post hooks (root discovery, depth, stage, per-module events),
+global optimizer step pre/post hooks (the step clock; closure-driven steps announced after the
+closure ran), a wrapper around `torch.autograd.backward` (the loss, the backward stage; forwards
+recomputed inside backward are ignored), wrappers around the `torch.nn.functional` losses (the
+loss call and the user's line; re-entry from a TorchFunctionMode counted once) and, when
+discovering, around `Optimizer.__init__` (the line that built an optimizer). `SessionHooks` is
+a mixin of `Session`: the state it reads and writes is the session's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.modules import module as _module_mod
+from torch.nn.modules.loss import _Loss
+from torch.optim import optimizer as _optim_mod
+
+from ._checker import LossCall, overrides
+from ._errors import AnomalyError
+from ._findings import Stage
+from ._frames import is_user_file, user_frame_from_stack
+
+if TYPE_CHECKING:
+    from ._session import Session
+
+# torch.nn.functional losses we observe; nn loss modules call these at call time too.
+LOSS_FUNCTIONS = (
+    "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "cross_entropy", "nll_loss",
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss",
+    "gaussian_nll_loss", "soft_margin_loss", "multilabel_soft_margin_loss", "cosine_embedding_loss",
+    "margin_ranking_loss", "hinge_embedding_loss", "triplet_margin_loss", "ctc_loss",
+)
+
+# optimizer -> the user's line that built it (known when the session saw it being built)
+_optimizer_frames: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def optimizer_frame(optimizer: Any) -> Any:
+    """The user's line that created `optimizer`, when a discovering session saw it."""
+    try:
+        return _optimizer_frames.get(optimizer)
+    except TypeError:
+        return None
+
+
+_RAISED = object()  # marks the forward hook call PyTorch makes when forward raised
+
+
+class SessionHooks:
+    """Installing, removing and running the session's hooks (mixed into `Session`, whose
+    __init__ creates the state used here: checkers, _handles, _patches, _depth, _busy, ...)."""
+
+    def _install(self) -> None:
+        needs = lambda event: any(overrides(c, event) for c in self.checkers)  # noqa: E731
+        per_module = needs("on_forward_pre") or needs("on_forward")
+        self._per_module = per_module
+        # Root tracking (depth, stage, discovery) needs pre/post hooks on every module call;
+        # per-module events are emitted only when a check implements them.
+        self._handles.append(_module_mod.register_module_forward_pre_hook(self._fwd_pre))
+        self._handles.append(_module_mod.register_module_forward_hook(
+            self._fwd_post, with_kwargs=True, always_call=True))
+        self._handles.append(_optim_mod.register_optimizer_step_pre_hook(self._opt_pre))
+        self._handles.append(_optim_mod.register_optimizer_step_post_hook(self._opt_post))
+        self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
+        if self.discover:
+            self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init(torch.optim.Optimizer.__init__))
+        if needs("on_loss"):
+            for name in LOSS_FUNCTIONS:
+                fn = getattr(F, name, None)
+                if fn is not None:
+                    self._patch(F, name, self._wrap_loss(name, fn))
+
+    def _uninstall(self) -> None:
+        for h in self._handles:
+            with contextlib.suppress(Exception):
+                h.remove()
+        self._handles.clear()
+        for obj, attr, original in reversed(self._patches):
+            setattr(obj, attr, original)
+        self._patches.clear()
+
+    def _patch(self, obj: Any, attr: str, new: Any) -> None:
+        self._patches.append((obj, attr, getattr(obj, attr)))
+        setattr(obj, attr, new)
+
+    def _fwd_pre(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        if self._busy or self._in_backward:
+            return
+        try:
+            if self._depth == 0:
+                if isinstance(module, _Loss) and module not in self._roots:
+                    # A loss module called by the user's loop is the loss stage, not a model.
+                    self._begin_step_if_needed()
+                    self.stage = Stage.LOSS
+                    self._depth += 1
+                    return
+                if module not in self._roots:
+                    if self.discover and module not in self._names:
+                        self.watch_model(module, _label_from_caller(module))
+                    elif module not in self._names:
+                        self._depth += 1
+                        return
+                self._begin_step_if_needed()
+                self.stage = Stage.FORWARD
+            self._depth += 1
+            if self._per_module:
+                name = self._names.get(module)
+                if name is None and self._depth > 1:
+                    name = self.module_name(module)
+                if name is not None:
+                    self._emit("on_forward_pre", module, name, args)
+        except Exception as e:
+            self._internal_error("session.forward_pre", e)
+
+    def _fwd_post(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  output: Any = _RAISED) -> None:
+        if self._busy or self._in_backward:
+            return
+        try:
+            self._depth = max(0, self._depth - 1)
+            if output is _RAISED:
+                # forward raised: PyTorch then calls always_call hooks as hook(module, args, None),
+                # without kwargs. Keep the depth right and the stage at forward (exception triage
+                # reads it); there is no output to observe.
+                return
+            name = self._names.get(module) if (self._per_module or self._depth == 0) else None
+            if self._per_module and name is not None:
+                self._emit("on_forward", module, name, args, kwargs, output)
+            if self._depth == 0 and module in self._roots:
+                self.stage = Stage.LOSS
+                self._emit("on_root_forward", module, self._roots[module], args, kwargs, output)
+        except AnomalyError:
+            raise
+        except Exception as e:
+            self._internal_error("session.forward", e)
+
+    def _wrap_backward(self, original: Any) -> Any:
+        session = self
+
+        @functools.wraps(original)
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # noqa: F841
+            if session._busy:
+                return original(tensors, *args, **kwargs)
+            roots = (tensors,) if isinstance(tensors, torch.Tensor) else tuple(tensors)
+            grads = args[0] if args else kwargs.get("grad_tensors")
+            session._begin_step_if_needed()
+            session.stage = Stage.BACKWARD
+            session._emit("on_backward", roots, grads)
+            # Forwards run inside backward (activation checkpointing recomputes) are not a new
+            # step or stage: the forward hooks ignore them while this counter is up.
+            session._in_backward += 1
+            try:
+                result = original(tensors, *args, **kwargs)
+            finally:
+                session._in_backward -= 1
+            session._backward_calls += 1
+            session._emit("on_backward_end", roots)
+            if session._clock is None and not session._optimizers:
+                # No optimizer known: this backward closes the step, unless an optimizer
+                # steps before the next forward (then the optimizer is the clock).
+                session._pending_end = True
+            return result
+
+        return backward
+
+    def _wrap_loss(self, name: str, original: Any) -> Any:
+        session = self
+
+        @functools.wraps(original)
+        def loss(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # noqa: F841
+            if session._busy or session._in_loss:
+                # _in_loss: a TorchFunctionMode on the stack (a check's tracer, the user's own)
+                # re-dispatches F.<loss> to this wrapper from inside the first call: one call.
+                return original(*args, **kwargs)
+            prev = session.stage
+            session.stage = Stage.LOSS
+            session._in_loss += 1
+            try:
+                out = original(*args, **kwargs)
+            finally:
+                session._in_loss -= 1
+            try:
+                inp = args[0] if args else kwargs.get("input")
+                tgt = args[1] if len(args) > 1 else kwargs.get("target")
+                call = LossCall(name=name, input=inp, target=tgt, args=args, kwargs=kwargs,
+                                output=out, frame=user_frame_from_stack(2), module=_loss_module_name(session))
+                session._emit("on_loss", call)
+            except AnomalyError:
+                raise
+            except Exception as e:
+                session._internal_error("session.loss", e)
+            session.stage = prev if prev in (Stage.FORWARD, Stage.BACKWARD) else Stage.LOSS
+            return out
+
+        return loss
+
+    def _wrap_optimizer_init(self, original: Any) -> Any:
+        session = self
+
+        @functools.wraps(original)
+        def __init__(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+            original(opt, *args, **kwargs)
+            if not session._busy:
+                try:
+                    frame = user_frame_from_stack(2)
+                    if frame is not None:
+                        _optimizer_frames[opt] = frame
+                    session.watch_optimizer(opt)
+                except Exception as e:
+                    session._internal_error("session.optimizer_init", e)
+
+        return __init__
+
+    def _known_optimizer(self, optimizer: torch.optim.Optimizer) -> bool:
+        if any(r() is optimizer for r in self._optimizers):
+            return True
+        if self.discover:
+            self.watch_optimizer(optimizer)
+            return True
+        return False
+
+    def _opt_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._busy or not self._known_optimizer(optimizer):
+            return None
+        if self._clock is None:
+            self._clock = weakref.ref(optimizer)
+        self._pending_end = False
+        self._begin_step_if_needed()
+        # torch passes the hook step()'s own args, `self` first.
+        at = 1 if args and args[0] is optimizer else 0
+        closure = kwargs.get("closure", args[at] if len(args) > at else None)
+        if callable(closure):
+            # A closure-driven step (Lightning's default precision, LBFGS) runs forward and
+            # backward inside step(): announce the optimizer stage once the closure has run.
+            wrapped = self._wrap_closure(optimizer, closure)
+            if "closure" in kwargs:
+                return args, {**kwargs, "closure": wrapped}
+            return (*args[:at], wrapped, *args[at + 1:]), kwargs
+        self.stage = Stage.OPTIMIZER
+        self._emit("on_optimizer_step_pre", optimizer)
+        return None
+
+    def _wrap_closure(self, optimizer: torch.optim.Optimizer, closure: Any) -> Any:
+        session = self
+        announced: list[bool] = []
+
+        @functools.wraps(closure)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # noqa: F841
+            result = closure(*args, **kwargs)
+            if not announced and not session._busy:  # LBFGS calls it several times per step
+                announced.append(True)
+                session.stage = Stage.OPTIMIZER
+                session._emit("on_optimizer_step_pre", optimizer)
+            return result
+
+        return wrapped
+
+    def _opt_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._busy or not self._known_optimizer(optimizer):
+            return
+        self._emit("on_optimizer_step_post", optimizer)
+        clock = self._clock() if self._clock is not None else None
+        if clock is optimizer:
+            self._end_step()
+
+
+
+def _loss_module_name(session: Session) -> str | None:
+    # Called from a loss module's forward? Look one level up for `self`.
+    f = sys._getframe(2)
+    for _ in range(4):
+        if f is None:
+            break
+        obj = f.f_locals.get("self")
+        if isinstance(obj, nn.Module):
+            return session._names.get(obj) if obj in session._names else type(obj).__name__
+        f = f.f_back
+    return None
+
+
+def _label_from_caller(module: nn.Module) -> str:
+    """The user's variable name for a model (e.g. "model"), else its class name."""
+    try:
+        f = user_frame_from_stack_raw()
+        if f is not None:
+            for scope in (f.f_locals, f.f_globals):
+                for k, v in scope.items():
+                    if v is module and not k.startswith("_"):
+                        return k
+    except Exception:
+        pass
+    return type(module).__name__
+
+
+def user_frame_from_stack_raw() -> Any:
+    f = sys._getframe(1)
+    while f is not None:
+        if is_user_file(f.f_code.co_filename):
+            return f
+        f = f.f_back
+    return None
+
+
