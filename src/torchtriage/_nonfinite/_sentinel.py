@@ -59,6 +59,30 @@ def _sum(t: torch.Tensor) -> torch.Tensor:
     return x.sum(dtype=torch.float32) if x.dtype != torch.float64 else x.sum()
 
 
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def foreach_norm(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor's L2 norm, one foreach call per precision. float16 / bfloat16 norms are
+    returned in float32: a finite half tensor's norm can exceed 65504 (a pure-half model's
+    large parameter, its gradient), and an Inf norm there would read as a non-finite value."""
+    low = [t.dtype in _LOW for t in tensors]
+    if not any(low):
+        return list(torch._foreach_norm(tensors))
+    try:
+        if all(low):
+            return list(torch._foreach_norm(tensors, 2, dtype=torch.float32))
+        out: list[Any] = [None] * len(tensors)
+        for want in (True, False):
+            idx = [i for i, is_low in enumerate(low) if is_low is want]
+            kw = {"dtype": torch.float32} if want else {}
+            for i, n in zip(idx, torch._foreach_norm([tensors[i] for i in idx], 2, **kw)):
+                out[i] = n
+        return out
+    except TypeError:  # torch without foreach_norm's dtype (< 2.5): half norms as they are
+        return list(torch._foreach_norm(tensors))
+
+
 def _norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """The L2 norm over all tensors, one device scalar per device holding some (foreach groups
     them per device and dtype). Combining devices on the device would need a copy to one of
@@ -66,7 +90,7 @@ def _norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     tensors = [t for t in tensors if t.numel() and not t.is_sparse]
     if not tensors:
         return []
-    norms = torch._foreach_norm(tensors)
+    norms = foreach_norm(tensors)
     try:
         stacked = torch.stack(norms)  # all float32 on one device: as is
     except RuntimeError:  # several devices
@@ -206,7 +230,7 @@ class NonFiniteSentinel(Checker):
             # post-hook runs in the caller's grad mode, and norms of parameters would build graph.
             grad_ok = self._grad_norm is None or math.isfinite(self._grad_norm)
             with torch.no_grad():
-                norms = list(torch._foreach_norm(tensors))
+                norms = foreach_norm(tensors)
             self._after = (norms, n_params, self.session.step, grad_ok)
 
     def on_step_end(self, step: int) -> None:
