@@ -80,21 +80,32 @@ def summarize(t: Any) -> TensorSummary | None:
                              device=str(t.device), contiguous=False, numel=0)
     if t.device.type == "meta" or t.numel() == 0 or t.layout != torch.strided:
         return TensorSummary(**base)
+    try:
+        return _with_values(t, base)
+    except Exception:  # the values could not be read (out of memory, a broken device): metadata only
+        return TensorSummary(**base)
+
+
+def _with_values(t: torch.Tensor, base: dict[str, Any]) -> TensorSummary:
+    # One host read per tensor (on CUDA each read waits for the device): counts and the finite
+    # range are reduced on the device and read together, without a boolean-mask compaction.
     x = t.detach()
+    wide = torch.float32 if x.device.type == "mps" else torch.float64  # MPS has no float64
     if x.is_complex():
         x = torch.view_as_real(x)
     if not (x.is_floating_point()):
-        x = x.to(torch.float64) if x.dtype != torch.bool else x.to(torch.uint8)
-        return TensorSummary(**base, min=float(x.min()), max=float(x.max()))
+        if x.dtype == torch.bool:
+            x = x.to(torch.uint8)
+        lo, hi = torch.stack([x.min().to(wide), x.max().to(wide)]).tolist()
+        return TensorSummary(**base, min=lo, max=hi)
     nan = torch.isnan(x)
     posinf = torch.isposinf(x)
     neginf = torch.isneginf(x)
     finite = ~(nan | posinf | neginf)
-    counts = torch.stack([nan.sum(), posinf.sum(), neginf.sum(), finite.sum()]).tolist()
-    lo = hi = None
-    if counts[3]:
-        vals = x[finite].float()
-        lo, hi = float(vals.min()), float(vals.max())
+    parts = [nan.sum(), posinf.sum(), neginf.sum(), finite.sum(),
+             torch.where(finite, x, float("inf")).amin(), torch.where(finite, x, float("-inf")).amax()]
+    counts = torch.stack([p.to(wide) for p in parts]).tolist()
+    lo, hi = (counts[4], counts[5]) if counts[3] else (None, None)
     return TensorSummary(**base, nan=int(counts[0]), posinf=int(counts[1]), neginf=int(counts[2]),
                          min=lo, max=hi)
 

@@ -29,6 +29,7 @@ import torch
 import torch.nn as nn
 
 from .._catalogue import msg
+from .._deferred import DeferredFlags, read_scalars
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame
 from ._static import ParamInfo, index_parameters, unregistered_leaf_ids
@@ -94,7 +95,10 @@ class Analysis:
         self.reached: set[int] = set()
         self.reach_complete = True
         self.backwards = 0
-        self.norms: list[tuple[list[int], torch.Tensor]] = []
+        # Max-abs grad per parameter, queued on the device at each backward and read along with
+        # the step's one read (the non-finite sentinel's) when the session rides this queue.
+        self.flags = DeferredFlags()
+        self.norms: list[tuple[list[int], list[float]]] = []
         self._nonzero: set[int] = set()
         # Leaves requiring grad that were passed straight into a watched model: inputs whose
         # gradient the user wants (gradient penalty, adversarial examples, saliency).
@@ -175,7 +179,7 @@ class Analysis:
         for ids, grads in by_device.values():
             with torch.no_grad():
                 norms = torch.stack(torch._foreach_norm(grads, float("inf")))
-            self.norms.append((ids, norms))
+            self.flags.add([norms], lambda vals, ids=ids: self.norms.append((ids, vals)))
 
     def optimizer_step(self, index: int, optimizer: torch.optim.Optimizer, *, require_grad: bool = True) -> None:
         if self._unstepped:
@@ -381,9 +385,10 @@ class Analysis:
         return out
 
     def _zero_ids(self) -> set[int]:
+        self.flags.resolve()  # what the step reads did not carry: one read
         seen: dict[int, bool] = {}
         for ids, norms in self.norms:
-            for pid, v in zip(ids, norms.tolist()):
+            for pid, v in zip(ids, norms):
                 seen[pid] = seen.get(pid, False) or v != 0
         self._nonzero = {pid for pid, nonzero in seen.items() if nonzero}
         return {pid for pid, nonzero in seen.items() if not nonzero}
@@ -410,9 +415,12 @@ class Analysis:
         for pid in zero:
             if pid in trainable:
                 groups.setdefault(trainable[pid].owner, []).append(trainable[pid])
-        out = []
+        out: list[Finding] = []
+        if not groups:
+            return out
+        # Report path only (some gradient is exactly zero): one read of every module's flag.
         flags = {oid: r.positive for oid, r in self.runs.items() if r.positive is not None}
-        alive = dict(zip(flags, torch.stack([f.cpu() for f in flags.values()]).tolist())) if flags else {}
+        alive = {oid: bool(v) for oid, v in zip(flags, read_scalars(list(flags.values())))}
         for owner, infos in groups.items():
             dead = owner in alive and not alive[owner]
             run = self.runs.get(owner)

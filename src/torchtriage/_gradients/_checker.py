@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .. import _deferred
 from .._checker import Checker
 from .._findings import Finding, Severity, Stage
 from .._frames import user_frame_from_stack
@@ -136,6 +137,7 @@ class GradientChecker(Checker):
             self._first_step = step
         if self.active and self.analysis is None:
             self.analysis = Analysis(self._models())
+            _deferred.ride(self.session, self.analysis.flags)
             # Cuts recorded before the first step opened (code before the first forward).
             for rec in self._step_cuts:
                 self.analysis.add_cut(rec)
@@ -281,6 +283,7 @@ class GradientChecker(Checker):
         analysis, self.analysis = self.analysis, None
         if analysis is None or self.session is None:
             return
+        _deferred.leave(self.session, analysis.flags)
         optimizers = self.session.optimizers
         for f in analysis.conclude(optimizers, step=self._first_step):
             if f.code.startswith("gradient.cut_") and (f.file, f.line) in self._loss_cuts:

@@ -116,10 +116,10 @@ def diagnose_gradients(model: nn.Module, loss: LossArg,
     ids = [id(p) for p, g in zip(params, grads) if g is not None and not g.is_sparse]
     dense = [g for g in grads if g is not None and not g.is_sparse]
     if dense:
+        # Max-abs per gradient on its own device, read once in conclude() (no read per tensor).
         with torch.no_grad():
-            analysis.norms.append((ids, torch.stack([g.detach().abs().max().to("cpu", torch.float32)
-                                                     if g.numel() else torch.zeros((), dtype=torch.float32)
-                                                     for g in dense])))
+            maxes = [g.detach().abs().max() if g.numel() else torch.zeros((), device=g.device) for g in dense]
+        analysis.flags.add(maxes, lambda vals: analysis.norms.append((ids, vals)))
     analysis.versions = {id(p): p._version for p in model.parameters()}
     for oi, opt in enumerate(optimizers):
         analysis.optimizer_step(oi, opt, require_grad=False)

@@ -29,6 +29,7 @@ from .._checker import Checker, LossCall
 from .._config import OnAnomaly
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack
+from .. import _deferred
 from . import _amp, _localize
 from ._replay import float_leaves, graph_nodes, saved_tensors
 
@@ -58,20 +59,48 @@ def _sum(t: torch.Tensor) -> torch.Tensor:
     return x.sum(dtype=torch.float32) if x.dtype != torch.float64 else x.sum()
 
 
-def _norms(tensors: list[torch.Tensor]) -> torch.Tensor | None:
-    """One device scalar: the L2 norm over all tensors (grouped per device and dtype by foreach)."""
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def foreach_norm(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor's L2 norm, one foreach call per precision. float16 / bfloat16 norms are
+    returned in float32: a finite half tensor's norm can exceed 65504 (a pure-half model's
+    large parameter, its gradient), and an Inf norm there would read as a non-finite value."""
+    low = [t.dtype in _LOW for t in tensors]
+    if not any(low):
+        return list(torch._foreach_norm(tensors))
+    try:
+        if all(low):
+            return list(torch._foreach_norm(tensors, 2, dtype=torch.float32))
+        out: list[Any] = [None] * len(tensors)
+        for want in (True, False):
+            idx = [i for i, is_low in enumerate(low) if is_low is want]
+            kw = {"dtype": torch.float32} if want else {}
+            for i, n in zip(idx, torch._foreach_norm([tensors[i] for i in idx], 2, **kw)):
+                out[i] = n
+        return out
+    except TypeError:  # torch without foreach_norm's dtype (< 2.5): half norms as they are
+        return list(torch._foreach_norm(tensors))
+
+
+def _norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The L2 norm over all tensors, one device scalar per device holding some (foreach groups
+    them per device and dtype). Combining devices on the device would need a copy to one of
+    them, and a blocking CPU→CUDA copy syncs: the host combines them after the step's read."""
     tensors = [t for t in tensors if t.numel() and not t.is_sparse]
     if not tensors:
-        return None
-    norms = torch._foreach_norm(tensors)
+        return []
+    norms = foreach_norm(tensors)
     try:
         stacked = torch.stack(norms)  # all float32 on one device: as is
     except RuntimeError:  # several devices
-        stacked = None
-    if stacked is None or stacked.dtype != torch.float32:
-        dev = norms[0].device
-        stacked = torch.stack([n.to(dev, torch.float32) for n in norms])
-    return torch.linalg.vector_norm(stacked)
+        by_dev: dict[torch.device, list[torch.Tensor]] = {}
+        for n in norms:
+            by_dev.setdefault(n.device, []).append(n.to(torch.float32))
+        return [torch.linalg.vector_norm(torch.stack(ns)) for ns in by_dev.values()]
+    if stacked.dtype != torch.float32:
+        stacked = stacked.to(torch.float32)
+    return [torch.linalg.vector_norm(stacked)]
 
 
 class NonFiniteSentinel(Checker):
@@ -201,7 +230,7 @@ class NonFiniteSentinel(Checker):
             # post-hook runs in the caller's grad mode, and norms of parameters would build graph.
             grad_ok = self._grad_norm is None or math.isfinite(self._grad_norm)
             with torch.no_grad():
-                norms = list(torch._foreach_norm(tensors))
+                norms = foreach_norm(tensors)
             self._after = (norms, n_params, self.session.step, grad_ok)
 
     def on_step_end(self, step: int) -> None:
@@ -228,22 +257,22 @@ class NonFiniteSentinel(Checker):
             norms, n_params, upd_step, grad_ok = after
             keys += ["update"] * n_params + ["state"] * (len(norms) - n_params)
             scalars += norms
-        gnorm = _norms(grads)
-        if gnorm is not None:
-            keys.append("grad")
-            scalars.append(gnorm)
+        gnorms = _norms(grads)
+        keys += ["grad"] * len(gnorms)
+        scalars += gnorms
         if not scalars:
             return False
-        values = _read(scalars)
         sess = self.session
+        # The other checks' numbers of this step (silent, gradients) are read along: one sync.
+        values = _read(scalars, _deferred.riders(sess))
         if self._poisoned is None and all(v - v == 0 for v in values):
             # Every flag finite (x - x is NaN for NaN and ±Inf): nothing can trip. The full path
             # below would come to the same; this skips its bookkeeping on the common step.
             if "loss_value" in keys:
                 st.loss_value = values[keys.index("loss_value")]
                 sess.record_series("loss", st.loss_value)
-            if gnorm is not None:
-                self._grad_norm = values[-1]
+            if gnorms:
+                self._grad_norm = values[-1] if len(gnorms) == 1 else math.hypot(*values[-len(gnorms):])
                 sess.record_series("grad_norm", self._grad_norm)
             self._release()
             return False
@@ -257,6 +286,7 @@ class NonFiniteSentinel(Checker):
             st.loss_value = got["loss_value"][0]
             sess.record_series("loss", st.loss_value)
         if "grad" in got:
+            got["grad"] = [math.hypot(*got["grad"])]  # one norm over the devices
             self._grad_norm = got["grad"][0]
             sess.record_series("grad_norm", self._grad_norm)
         step = sess.step
@@ -339,21 +369,21 @@ def _grad_overflow(step: int, norm: float | None) -> Finding:
                    evidence={"global grad norm": norm})
 
 
-def _read(scalars: list[torch.Tensor]) -> list[float]:
-    """The single host transfer of a step (one per device when flags live on several)."""
-    try:
-        # The common case, all flags on one device: one stack (it promotes mixed float dtypes
-        # exactly: float16/32 -> float32/64) and no per-flag conversion. Every flag is 0-dim.
-        return torch.stack(scalars).tolist()  # type: ignore[no-any-return]
-    except RuntimeError:  # flags on several devices
-        pass
-    by_dev: dict[torch.device, list[int]] = {}
-    for i, t in enumerate(scalars):
-        by_dev.setdefault(t.device, []).append(i)
-    out = [0.0] * len(scalars)
-    for dev, idx in by_dev.items():
-        vals = torch.stack([scalars[i].reshape(()).to(torch.float64 if dev.type != "mps" else torch.float32)
-                            for i in idx]).tolist()
-        for i, v in zip(idx, vals):
-            out[i] = float(v)
-    return out
+def _read(scalars: list[torch.Tensor], riders: list[_deferred.DeferredFlags] = ()) -> list[float]:  # type: ignore[assignment]
+    """The single host transfer of a step: the sentinel's flags, and the numbers other checks
+    queued in `riders` (filled into them; the sentinel's own values are returned)."""
+    extra = [t for r in riders for t in r.pending()]
+    if not extra:
+        try:
+            # The common case, all flags on one device: one stack (it promotes mixed float dtypes
+            # exactly: float16/32 -> float32/64) and no per-flag conversion. Every flag is 0-dim.
+            return torch.stack(scalars).tolist()  # type: ignore[no-any-return]
+        except RuntimeError:  # flags on several devices
+            return _deferred.read_scalars(scalars)
+    values = _deferred.read_scalars([*scalars, *extra])
+    at = len(scalars)
+    for r in riders:
+        n = sum(t.numel() for t in r.pending())
+        r.fill(values[at:at + n])
+        at += n
+    return values[:len(scalars)]

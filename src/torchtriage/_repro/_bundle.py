@@ -136,14 +136,21 @@ class Bundle:
         t = self.tensors.get("batch.safetensors", {})
         if "args" not in spec or any(k not in t for k in _tree.keys(spec)):
             raise BundleError(msg("repro.no_batch", path=self.path), self.path)
+        # A step whose model ran on an accelerator and kept some tensors on the CPU meant it
+        # (pack_padded_sequence's lengths, indices the model moves itself): those stay there.
+        # A step recorded on a CPU-only run is moved whole to the replay's device.
+        keep_cpu = not str(self.meta.get("model", {}).get("device", "cpu")).startswith("cpu")
+
+        def dec(s: Any) -> Any:
+            return _tree.decode(s, t, device, keep_cpu=keep_cpu)
+
         losses = []
         for lc in spec.get("losses", []):
-            losses.append({"name": lc["name"], "target": _tree.decode(lc["target"], t, device),
-                           "args": _tree.decode(lc.get("args", {"t": "tuple", "items": []}), t, device),
-                           "kwargs": _tree.decode(lc.get("kwargs", {"t": "dict", "items": []}), t, device),
+            losses.append({"name": lc["name"], "target": dec(lc["target"]),
+                           "args": dec(lc.get("args", {"t": "tuple", "items": []})),
+                           "kwargs": dec(lc.get("kwargs", {"t": "dict", "items": []})),
                            "input_shape": lc.get("input_shape")})
-        return ReplayBatch(tuple(_tree.decode(spec["args"], t, device)),
-                           dict(_tree.decode(spec["kwargs"], t, device)), losses)
+        return ReplayBatch(tuple(dec(spec["args"])), dict(dec(spec["kwargs"])), losses)
 
     def model_state(self, label: str | None = None) -> dict[str, torch.Tensor] | None:
         """The state_dict of the failing model (or of the model called `label`), or None."""
@@ -170,9 +177,16 @@ class Bundle:
         t = self.tensors.get("rng.safetensors", {})
         if "cpu" in t:
             torch.set_rng_state(t["cpu"].clone())
-        cuda = [t[k] for k in sorted(k for k in t if k.startswith("cuda."))]
-        if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all([c.clone() for c in cuda])
+        # By device index ("cuda.10" after "cuda.9"). A machine with fewer (or more) GPUs than the
+        # recording one gets the states of the devices both have: the failing step ran on the
+        # first ones in the common one-process-per-GPU layout (CUDA_VISIBLE_DEVICES).
+        cuda = sorted((int(k.split(".", 1)[1]), v) for k, v in t.items()
+                      if k.startswith("cuda.") and k.split(".", 1)[1].isdigit())
+        if cuda and torch.cuda.is_available():
+            n = torch.cuda.device_count()
+            for i, state in cuda:
+                if i < n:
+                    torch.cuda.set_rng_state(state.clone(), i)
 
     # ---------------------------------------------------------------- shrinking support
     @property

@@ -47,20 +47,25 @@ def encode(obj: Any, prefix: str, tensors: dict[str, torch.Tensor], skipped: lis
     return {"t": "unsupported", "type": type(obj).__name__}
 
 
-def decode(spec: Any, tensors: Mapping[str, torch.Tensor], device: str | torch.device | None = None) -> Any:
+def decode(spec: Any, tensors: Mapping[str, torch.Tensor], device: str | torch.device | None = None,
+           *, keep_cpu: bool = False) -> Any:
+    """The value `spec` describes; tensors moved to `device` (with `keep_cpu`, except those
+    recorded on the CPU)."""
     kind = spec.get("t") if isinstance(spec, dict) else None
     if kind == "tensor":
         t = tensors[spec["key"]]
-        return t.to(device) if device is not None else t
+        if device is None or (keep_cpu and str(spec.get("device", "")).startswith("cpu")):
+            return t
+        return t.to(device)
     if kind == "value":
         return spec["v"]
     if kind == "float":
         return float(spec["v"])
     if kind in ("list", "tuple"):
-        items = [decode(s, tensors, device) for s in spec["items"]]
+        items = [decode(s, tensors, device, keep_cpu=keep_cpu) for s in spec["items"]]
         return tuple(items) if kind == "tuple" else items
     if kind == "dict":
-        return {k: decode(v, tensors, device) for k, v in spec["items"]}
+        return {k: decode(v, tensors, device, keep_cpu=keep_cpu) for k, v in spec["items"]}
     if kind == "unsupported":
         return None
     raise ValueError(f"unknown entry {spec!r}")

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .. import _deferred
 from .._checker import Checker, LossCall
 from .._findings import Finding, Severity, Stage
 from .._frames import user_frame_from_stack
@@ -45,6 +46,7 @@ class SilentChecker(Checker):
         self.exp_every = int(opts.get("silent_exp_every", 50))
         self.collapse_steps = int(opts.get("silent_collapse_steps", 20))
         self.flags = DeferredFlags()
+        _deferred.ride(session, self.flags)  # read along with the step's one read
         self.graphs = GraphKeeper()
         self.zero = ZeroGradWatch()
         self.region: LossRegion | None = None
@@ -207,6 +209,8 @@ class SilentChecker(Checker):
             self._analyze_region(root)
         if root.numel() == 1 and self._step < self.collapse_steps and len(self._losses) == self._step:
             self._losses.append(root.detach().reshape(()))
+            if len(self._losses) == self.collapse_steps:
+                self._queue_collapse()  # queued before optimizer.step(): read with the step's read
         if self._warm() or (self.exp_every > 0 and self._step % self.exp_every == 0):
             self._exp_plans(root, exp_sites)
 
@@ -328,14 +332,13 @@ class SilentChecker(Checker):
             self._add(finding("loss_graph_kept", severity=Severity.ERROR, stage=Stage.LOSS, frame=frame, step=step,
                               evidence={"old_loss_graphs_alive": len(old),
                                         "from_steps": sorted({s for s, _ in old})[:8]}))
-        if len(self._losses) == self.collapse_steps and step == self.collapse_steps - 1:
-            self._check_collapse()
 
-    def _check_collapse(self) -> None:
+    def _queue_collapse(self) -> None:
         losses, self._losses = self._losses, []
-        if len(losses) < 5:
-            return
-        vals = torch.stack([v.float().cpu() if v.device.type != "cpu" else v.float() for v in losses]).tolist()
+        if len(losses) >= 5:
+            self.flags.add(losses, self._check_collapse)
+
+    def _check_collapse(self, vals: list[float]) -> None:
         first = vals[0]
         if not (first > 0 and math.isfinite(first)):
             return
@@ -355,11 +358,12 @@ class SilentChecker(Checker):
         if self.region is not None:  # still inside one of our calls: cannot happen at close, be safe
             self.region.inside = 0
             self._leave_region()
+        if self._losses:
+            self._queue_collapse()
         self.flags.resolve()
+        _deferred.leave(self.session, self.flags)
         for key in list(self._train_in_eval):
             self._report_train_in_eval(key)
-        if self._losses:
-            self._check_collapse()
 
 
 def _second_tokens(snap: Any, ids: Any) -> Any:

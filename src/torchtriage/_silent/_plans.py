@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from .._deferred import read_scalars
 from .._findings import Finding, Report
 from .._frames import UserFrame
 from ._common import finding
@@ -36,8 +37,7 @@ def verdict_to_finding(v: Verdict, *, frame: UserFrame | None, step: int | None 
 
 def run_now(plans: list[Plan], *, frame: UserFrame | None, op: str | None = None) -> Report:
     """Resolve plans immediately (public check functions): one read for all of them."""
-    flat = [v.detach().reshape(()).to(torch.float32) for p in plans for v in p.values]
-    read = torch.stack(flat).tolist() if flat else []
+    read = read_scalars([v for p in plans for v in p.values])  # one read, whatever the devices
     out, i = [], 0
     for p in plans:
         n = len(p.values)

@@ -20,7 +20,7 @@ from .._catalogue import msg
 from .._checker import Checker
 from .._errors import AnomalyError, TriageError
 from .._findings import Category, Finding, Report, Severity, Stage
-from .._summary import summarize
+from .._summary import TensorSummary, summarize
 from ._context import Context
 from ._rules import classify
 from ._worker import read_worker_error
@@ -133,21 +133,39 @@ def _evidence(exc: BaseException, ctx: Context, fields: dict[str, Any], code: st
     operands = {k: fields[k] for k in _OPERAND_KEYS if k in fields}
     if operands and not code.startswith("environment."):
         ev["operands"] = ", ".join(f"{k}={v}" for k, v in operands.items())
+    # Out of memory: reading values would allocate full-size temporaries on the full device
+    # (and fail again); shapes, dtypes and devices are the evidence that matters there.
+    describe = _metadata_only if code == "memory.oom" else summarize
     for name, t in ctx.inputs():
-        ev[name] = summarize(t)
+        ev[name] = describe(t)
     for name, p in ctx.parameters():
-        ev[name if name.startswith("buffer ") else f"param {name}"] = summarize(p)
+        ev[name if name.startswith("buffer ") else f"param {name}"] = describe(p)
     if code.startswith("environment."):
         for k in ("cwd", "resolved", "script_dir", "next_to_script", "exists_next_to_script"):
             if k in fields:
                 ev[k] = fields[k]
     if code == "memory.oom" and torch.cuda.is_available():
         try:
-            ev["cuda_allocated_mb"] = round(torch.cuda.memory_allocated() / 2**20, 1)
-            ev["cuda_reserved_mb"] = round(torch.cuda.memory_reserved() / 2**20, 1)
+            # The device that ran out ("... GPU 1 has a total capacity of ..."), else the current one.
+            m = re.search(r"\bGPU (\d+)\b", str(exc))
+            dev = int(m.group(1)) if m and int(m.group(1)) < torch.cuda.device_count() else None
+            if dev is not None:
+                ev["cuda_device"] = dev
+            ev["cuda_allocated_mb"] = round(torch.cuda.memory_allocated(dev) / 2**20, 1)
+            ev["cuda_reserved_mb"] = round(torch.cuda.memory_reserved(dev) / 2**20, 1)
         except Exception:  # a broken CUDA context must not hide the report
             pass
     return ev
+
+
+def _metadata_only(t: Any) -> TensorSummary | None:
+    """A tensor's summary without reading its values (no allocation, no sync)."""
+    if not isinstance(t, torch.Tensor):
+        return None
+    strided = t.layout == torch.strided
+    return TensorSummary(shape=tuple(t.shape), dtype=str(t.dtype), device=str(t.device),
+                         contiguous=bool(t.is_contiguous()) if strided else False, numel=t.numel(),
+                         requires_grad=bool(t.requires_grad), stride=tuple(t.stride()) if strided else None)
 
 
 def _file_fields(exc: BaseException, ctx: Context) -> dict[str, Any]:
