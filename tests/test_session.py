@@ -275,3 +275,42 @@ def test_a_gan_counts_one_step_per_iteration():
             D(fake).mean().backward()
             og.step()
     assert s.step == 3 and s.report.meta["steps"] == 3
+
+
+def test_global_module_hooks_narrow_to_the_roots_once_no_check_needs_them():
+    from torch.nn.modules import module as m
+
+    class LogFeatures(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.head = nn.Linear(4, 4), nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.head(self.fc(torch.log(x + 2)))  # NaN once an input is below -2
+
+    model = LogFeatures()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        assert len(m._global_forward_pre_hooks) == 1  # the gradient check's first steps need them
+        for i in range(8):
+            x = torch.rand(8, 4) - (5.0 if i == 6 else 0.0)  # step 6, after the gradient window
+            loss = nn.functional.mse_loss(model(x), torch.randn(8, 1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if i == 4:
+                assert len(m._global_forward_pre_hooks) == 0 and len(model._forward_pre_hooks) == 1
+                assert not model.fc._forward_pre_hooks  # submodules run at full speed
+    assert not model._forward_pre_hooks and not model._forward_hooks  # removed on exit
+    f = s.report.primary
+    assert (f.code, f.step, f.module, f.op) == ("numerical.nonfinite_forward", 6, "", "aten::log")
+
+
+def test_discovering_sessions_keep_global_module_hooks():
+    from torch.nn.modules import module as m
+
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torchtriage.Session(discover=True, checks=[], report=False):
+        _train(model, opt, steps=3)
+        assert len(m._global_forward_pre_hooks) == 1

@@ -101,6 +101,12 @@ class Checker:
     def on_end(self) -> None:
         pass
 
+    def wants_module_events(self) -> bool:
+        """For a check that implements `on_forward_pre` / `on_forward`: whether it still needs
+        them. Once no check does, the session drops its global module hooks (every module call
+        pays for them) and keeps hooks on the watched roots only."""
+        return True
+
 
 def overrides(checker: Checker, event: str) -> bool:
     """True when `checker` implements `event` itself."""

@@ -61,13 +61,20 @@ class SessionHooks:
 
     def _install(self) -> None:
         needs = lambda event: any(overrides(c, event) for c in self.checkers)  # noqa: E731
-        per_module = needs("on_forward_pre") or needs("on_forward")
-        self._per_module = per_module
-        # Root tracking (depth, stage, discovery) needs pre/post hooks on every module call;
-        # per-module events are emitted only when a check implements them.
-        self._handles.append(_module_mod.register_module_forward_pre_hook(self._fwd_pre))
-        self._handles.append(_module_mod.register_module_forward_hook(
-            self._fwd_post, with_kwargs=True, always_call=True))
+        self._per_module = self._wants_module_events()
+        # Module hooks: global ones (every module call of every model goes through PyTorch's
+        # slower call path and two Python hooks) while they are needed — to discover models
+        # (`run`) or while a check wants per-module events (the gradient check's first steps);
+        # otherwise hooks on the watched roots only, and submodules run at full speed.
+        self._module_handles: list[Any] = []
+        self._root_hooked: set[int] = set()
+        if self.discover or self._per_module:
+            self._module_handles.append(_module_mod.register_module_forward_pre_hook(self._fwd_pre))
+            self._module_handles.append(_module_mod.register_module_forward_hook(
+                self._fwd_post, with_kwargs=True, always_call=True))
+            self._global_module_hooks = True
+        else:
+            self._global_module_hooks = False
         self._handles.append(_optim_mod.register_optimizer_step_pre_hook(self._opt_pre))
         self._handles.append(_optim_mod.register_optimizer_step_post_hook(self._opt_post))
         self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
@@ -80,13 +87,42 @@ class SessionHooks:
                     self._patch(F, name, self._wrap_loss(name, fn))
 
     def _uninstall(self) -> None:
-        for h in self._handles:
+        for h in (*self._handles, *getattr(self, "_module_handles", ())):
             with contextlib.suppress(Exception):
                 h.remove()
         self._handles.clear()
+        if hasattr(self, "_module_handles"):
+            self._module_handles.clear()
+            self._root_hooked.clear()
         for obj, attr, original in reversed(self._patches):
             setattr(obj, attr, original)
         self._patches.clear()
+
+    def _wants_module_events(self) -> bool:
+        return any(c.wants_module_events() for c in self.checkers
+                   if c.name not in self._broken and (overrides(c, "on_forward_pre") or overrides(c, "on_forward")))
+
+    def _hook_root(self, model: nn.Module) -> None:
+        """Hook one watched root (root-only mode): its calls keep the step, stage and batch."""
+        if getattr(self, "_global_module_hooks", True) or id(model) in self._root_hooked:
+            return
+        self._root_hooked.add(id(model))
+        self._module_handles.append(model.register_forward_pre_hook(self._fwd_pre))
+        self._module_handles.append(model.register_forward_hook(self._fwd_post, with_kwargs=True, always_call=True))
+
+    def _maybe_narrow_module_hooks(self) -> None:
+        """After a step (never from inside a module hook: PyTorch iterates the hook dicts):
+        drop the global module hooks once nothing needs them, keeping hooks on the roots."""
+        if not self._global_module_hooks or self.discover or self._depth or self._wants_module_events():
+            return
+        for h in self._module_handles:
+            with contextlib.suppress(Exception):
+                h.remove()
+        self._module_handles.clear()
+        self._global_module_hooks = False
+        self._per_module = False
+        for m in self.models:
+            self._hook_root(m)
 
     def _patch(self, obj: Any, attr: str, new: Any) -> None:
         self._patches.append((obj, attr, getattr(obj, attr)))
@@ -274,6 +310,7 @@ class SessionHooks:
         clock = self._clock() if self._clock is not None else None
         if clock is optimizer:
             self._end_step()
+            self._maybe_narrow_module_hooks()
 
 
 

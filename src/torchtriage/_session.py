@@ -181,6 +181,8 @@ class Session(SessionHooks):
         # The model's layout, for the HTML report's model tree: path -> class name.
         self.meta.setdefault("models", {})[label] = {
             name: type(sub).__name__ for name, sub in model.named_modules()}
+        if hasattr(self, "_module_handles"):  # installed: hook the root when in root-only mode
+            self._hook_root(model)
         self._emit("on_model", model, label)
 
     def watch_optimizer(self, optimizer: torch.optim.Optimizer) -> None:

@@ -142,6 +142,10 @@ class GradientChecker(Checker):
             for rec in self._step_cuts:
                 self.analysis.add_cut(rec)
 
+    def wants_module_events(self) -> bool:
+        # The analysis window, and "never called" verdicts still waiting for a later call.
+        return self.active or bool(self._held_unused)
+
     def on_forward_pre(self, module: nn.Module, name: str, args: tuple[Any, ...]) -> None:
         if self.active:
             self._stack.append(name)
