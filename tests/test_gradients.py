@@ -670,3 +670,19 @@ def test_missing_zero_grad_with_micro_batches_is_reported():
             opt.step()
     f = s.report.filter(code="silent.zero_grad_missing")
     assert len(f) == 1 and (f[0].step, f[0].parameter) == (1, "0.weight")
+
+
+def test_a_finding_made_right_after_the_update_belongs_to_that_step():
+    model = zoo.mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = _data()
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        out = model(x)
+        opt.zero_grad()
+        F.mse_loss(out, y).backward()
+        opt.step()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # PyTorch's own non-leaf .grad warning
+            assert out.grad is None  # read after step 0's update, before any new forward
+    f = _one(s.report, "gradient.nonleaf_grad")
+    assert (f.step, s.report.meta["steps"]) == (0, 1)

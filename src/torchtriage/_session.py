@@ -152,7 +152,9 @@ class Session(SessionHooks):
     def add(self, finding: Finding) -> Finding:
         """Record a finding (once per cause) and apply the on_anomaly policy to errors."""
         if finding.step is None and self._step_open_or_started():
-            finding = finding.replace(step=self.step)
+            # Between steps (after an update, before the next forward) a finding belongs to
+            # the step that just closed: e.g. `out.grad` read right after `opt.step()`.
+            finding = finding.replace(step=self.step if self._step_open else self.step - 1)
         key = finding.key
         old = self._findings.get(key)
         if old is not None:
