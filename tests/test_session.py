@@ -306,11 +306,23 @@ def test_global_module_hooks_narrow_to_the_roots_once_no_check_needs_them():
     assert (f.code, f.step, f.module, f.op) == ("numerical.nonfinite_forward", 6, "", "aten::log")
 
 
-def test_discovering_sessions_keep_global_module_hooks():
+def test_discovering_sessions_narrow_after_discovery_and_widen_for_a_new_optimizer():
     from torch.nn.modules import module as m
 
-    model = _mlp()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with torchtriage.Session(discover=True, checks=[], report=False):
-        _train(model, opt, steps=3)
-        assert len(m._global_forward_pre_hooks) == 1
+    with torchtriage.Session(discover=True, on_anomaly="record", report=False) as s:
+        model = _mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        _train(model, opt, steps=5)
+        assert len(m._global_forward_pre_hooks) == 0 and len(model._forward_pre_hooks) == 1
+        head = nn.Linear(1, 1)  # a second model, built later with its own optimizer
+        opt2 = torch.optim.SGD(head.parameters(), lr=0.1)
+        assert len(m._global_forward_pre_hooks) == 1  # discovering again
+        loss = head(model(torch.randn(4, 4))).sum()
+        opt.zero_grad()
+        opt2.zero_grad()
+        loss.backward()
+        opt2.step()
+        opt.step()
+        assert len(m._global_forward_pre_hooks) == 0
+    assert list(s.report.meta["models"]) == ["model", "head"]
+    assert not model._forward_pre_hooks and not head._forward_pre_hooks

@@ -53,6 +53,7 @@ def optimizer_frame(optimizer: Any) -> Any:
 
 
 _RAISED = object()  # marks the forward hook call PyTorch makes when forward raised
+DISCOVERY_STEPS = 3  # steps a discovering session keeps global module hooks to find models
 
 
 class SessionHooks:
@@ -68,6 +69,7 @@ class SessionHooks:
         # otherwise hooks on the watched roots only, and submodules run at full speed.
         self._module_handles: list[Any] = []
         self._root_hooked: set[int] = set()
+        self._awaiting_first_step: set[int] = set()  # optimizers (ids) built, not yet stepped
         if self.discover or self._per_module:
             self._module_handles.append(_module_mod.register_module_forward_pre_hook(self._fwd_pre))
             self._module_handles.append(_module_mod.register_module_forward_hook(
@@ -112,8 +114,15 @@ class SessionHooks:
 
     def _maybe_narrow_module_hooks(self) -> None:
         """After a step (never from inside a module hook: PyTorch iterates the hook dicts):
-        drop the global module hooks once nothing needs them, keeping hooks on the roots."""
-        if not self._global_module_hooks or self.discover or self._depth or self._wants_module_events():
+        drop the global module hooks once nothing needs them, keeping hooks on the roots.
+
+        A discovering session (`torchtriage run`) learns models by their first top-level call:
+        it narrows only after DISCOVERY_STEPS steps and while no optimizer built since is still
+        waiting for its first step (its model is found by then); a model first called after
+        that without an optimizer of its own is not discovered (documented limit)."""
+        if not self._global_module_hooks or self._depth or self._wants_module_events():
+            return
+        if self.discover and (self.step < DISCOVERY_STEPS or self._awaiting_first_step):
             return
         for h in self._module_handles:
             with contextlib.suppress(Exception):
@@ -123,6 +132,21 @@ class SessionHooks:
         self._per_module = False
         for m in self.models:
             self._hook_root(m)
+
+    def _widen_module_hooks(self) -> None:
+        """Back to global module hooks (a new optimizer appeared: discover its model)."""
+        if self._global_module_hooks or self._depth:
+            return
+        for h in self._module_handles:
+            with contextlib.suppress(Exception):
+                h.remove()
+        self._module_handles.clear()
+        self._root_hooked.clear()
+        self._module_handles.append(_module_mod.register_module_forward_pre_hook(self._fwd_pre))
+        self._module_handles.append(_module_mod.register_module_forward_hook(
+            self._fwd_post, with_kwargs=True, always_call=True))
+        self._global_module_hooks = True
+        self._per_module = self._wants_module_events()
 
     def _patch(self, obj: Any, attr: str, new: Any) -> None:
         self._patches.append((obj, attr, getattr(obj, attr)))
@@ -253,6 +277,8 @@ class SessionHooks:
                     if frame is not None:
                         _optimizer_frames[opt] = frame
                     session.watch_optimizer(opt)
+                    session._awaiting_first_step.add(id(opt))
+                    session._widen_module_hooks()
                 except Exception as e:
                     session._internal_error("session.optimizer_init", e)
 
@@ -307,11 +333,11 @@ class SessionHooks:
         if self._busy or not self._known_optimizer(optimizer):
             return
         self._emit("on_optimizer_step_post", optimizer)
+        self._awaiting_first_step.discard(id(optimizer))
         clock = self._clock() if self._clock is not None else None
         if clock is optimizer:
             self._end_step()
             self._maybe_narrow_module_hooks()
-
 
 
 def _loss_module_name(session: Session) -> str | None:
