@@ -112,14 +112,21 @@ def user_frame_from_tb(tb: types.TracebackType | None) -> UserFrame | None:
     return found
 
 
-def user_frame_from_stack(skip: int = 1) -> UserFrame | None:
-    """The innermost user frame of the current call stack (used inside hooks)."""
-    f: types.FrameType | None = sys._getframe(skip)
+def user_stack_frame(skip: int = 0) -> types.FrameType | None:
+    """The innermost frame object of the user's code on the current call stack, searched from
+    `skip` frames above the caller."""
+    f: types.FrameType | None = sys._getframe(skip + 1)
     while f is not None:
         if is_user_file(f.f_code.co_filename):
-            return _frame(f, f.f_lineno)
+            return f
         f = f.f_back
     return None
+
+
+def user_frame_from_stack(skip: int = 1) -> UserFrame | None:
+    """The innermost user frame of the current call stack (used inside hooks)."""
+    f = user_stack_frame(skip)
+    return _frame(f, f.f_lineno) if f is not None else None
 
 
 def user_frame_from_summary(stack: list) -> UserFrame | None:  # type: ignore[type-arg]

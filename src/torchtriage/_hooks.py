@@ -27,7 +27,7 @@ from torch.optim import optimizer as _optim_mod
 from ._checker import LossCall, overrides
 from ._errors import AnomalyError
 from ._findings import Stage
-from ._frames import is_user_file, user_frame_from_stack
+from ._frames import user_frame_from_stack, user_stack_frame
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -223,7 +223,6 @@ class SessionHooks:
                 result = original(tensors, *args, **kwargs)
             finally:
                 session._in_backward -= 1
-            session._backward_calls += 1
             session._emit("on_backward_end", roots)
             if session._clock is None and not session._optimizers:
                 # No optimizer known: this backward closes the step, unless an optimizer
@@ -356,7 +355,7 @@ def _loss_module_name(session: Session) -> str | None:
 def _label_from_caller(module: nn.Module) -> str:
     """The user's variable name for a model (e.g. "model"), else its class name."""
     try:
-        f = user_frame_from_stack_raw()
+        f = user_stack_frame()
         if f is not None:
             for scope in (f.f_locals, f.f_globals):
                 for k, v in scope.items():
@@ -365,14 +364,3 @@ def _label_from_caller(module: nn.Module) -> str:
     except Exception:
         pass
     return type(module).__name__
-
-
-def user_frame_from_stack_raw() -> Any:
-    f = sys._getframe(1)
-    while f is not None:
-        if is_user_file(f.f_code.co_filename):
-            return f
-        f = f.f_back
-    return None
-
-

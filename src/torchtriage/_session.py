@@ -100,7 +100,6 @@ class Session(SessionHooks):
         self.stage: Stage | None = None
         self._step_open = False
         self._clock: weakref.ref[torch.optim.Optimizer] | None = None
-        self._backward_calls = 0
         self._pending_end = False
         self._in_backward = 0
         self._in_loss = 0
