@@ -25,6 +25,9 @@ def register(sub: Any) -> None:
     p.add_argument("--bundle", metavar="DIR", help="write a repro bundle of the failing step into DIR")
     p.add_argument("--max-bundle-mb", type=float, default=512.0, metavar="MB", help="size limit of a bundle")
     p.add_argument("--quiet", action="store_true", help="print the report only when something was found")
+    p.add_argument("--stall-timeout", metavar="S", help="distributed runs: seconds a collective may wait "
+                   "without progress on any rank before the job is reported and ended (default: "
+                   "20x the slowest step, at least 300)")
     # Optional here and checked in run_command: argparse would otherwise also list ARGS as missing.
     p.add_argument("script", nargs="?", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
@@ -96,12 +99,32 @@ def run_command(args: argparse.Namespace) -> int:
             return fail(f"--checks: unknown check(s) {', '.join(unknown)}; accepted: {', '.join(_registry.CHECKS)}")
     if args.bundle and os.path.exists(args.bundle) and not os.path.isdir(args.bundle):
         return fail(f"--bundle {args.bundle}: exists and is not a folder")
+    stall_timeout = None
+    if args.stall_timeout is not None:
+        try:
+            stall_timeout = float(args.stall_timeout)
+        except ValueError:
+            stall_timeout = -1.0
+        if not stall_timeout > 0 or stall_timeout == float("inf"):
+            return fail(f"--stall-timeout {args.stall_timeout}: expected a number of seconds > 0")
 
     from .._session import Session
 
     options: dict[str, Any] = {"script": os.path.abspath(script), "argv": [script, *args.args]}
     if args.bundle:
         options.update(bundle_dir=args.bundle, max_bundle_mb=args.max_bundle_mb)
+    from .._distributed import active
+
+    if active():
+        # One rank of several (issue 15): the stall watchdog writes the merged report itself.
+        from .._distributed._watchdog import STALL_EXIT_CODE
+
+        def stall_writer(report: Any) -> None:
+            report = type(report)(report.findings, meta=dict(report.meta, exit_code=STALL_EXIT_CODE),
+                                  series=report.series)
+            _emit_report(args, report, None)
+
+        options.update(stall_timeout=stall_timeout, report_writer=stall_writer)
     session = Session(discover=True, on_anomaly=args.on_anomaly, checks=checks, report=False, **options)
     session.meta.update(script=script, argv=[script, *args.args])
 
@@ -132,6 +155,22 @@ def run_command(args: argparse.Namespace) -> int:
     report = session.report
     session.meta["exit_code"] = exit_code
     report = type(report)(report.findings, meta=dict(report.meta, exit_code=exit_code), series=report.series)
+    dist = session.checker("distributed")
+    if dist is not None:
+        # every rank hands in its report; rank 0 writes and prints the merged one, once
+        merged = dist.gather(report)  # type: ignore[attr-defined]
+        if merged is not None:
+            exit_code = _emit_report(args, merged, error, exit_code)
+    else:
+        exit_code = _emit_report(args, report, error, exit_code)
+    if error is not None:
+        # Re-raise semantics of `python SCRIPT`: the original traceback (from the script's
+        # first frame on), exit code 1.
+        traceback.print_exception(type(error), error, _trim(error.__traceback__), file=sys.stderr)
+    return exit_code
+
+
+def _emit_report(args: argparse.Namespace, report: Any, error: BaseException | None, exit_code: int = 0) -> int:
     try:
         _write_outputs(args, report)
     except OSError as e:  # checked before the run, but the disk can still refuse
@@ -141,10 +180,6 @@ def run_command(args: argparse.Namespace) -> int:
         from ..report import render_text
 
         print(render_text(report), file=sys.stderr)
-    if error is not None:
-        # Re-raise semantics of `python SCRIPT`: the original traceback (from the script's
-        # first frame on), exit code 1.
-        traceback.print_exception(type(error), error, _trim(error.__traceback__), file=sys.stderr)
     return exit_code
 
 

@@ -337,6 +337,12 @@ class NonFiniteSentinel(Checker):
             return [_localize.localize_forward(sess, st, step)]
         if trip == "loss":
             return [_localize.localize_loss(sess, st, step)]
+        dist = sess.checker("distributed")
+        if dist is not None:
+            # DDP: this rank's own gradients finite, the reduced ones not -> received (issue 15)
+            received = dist.received_nonfinite(step)  # type: ignore[attr-defined]
+            if received is not None:
+                return [received]
         if all(bool(torch.isfinite(g).all()) for g in grads):
             return [_grad_overflow(step, self._grad_norm)]
         return [_localize.localize_backward(sess, st, step)]
@@ -349,7 +355,8 @@ class NonFiniteSentinel(Checker):
         self._replays += 1
         for f in localize():
             self._by_stage[stage] = self.session.add(f)
-            if self._first is None and f.severity is not Severity.INFO:
+            if self._first is None and (f.severity is not Severity.INFO
+                                        or f.code == "distributed.nonfinite_received"):
                 self._first = self._by_stage[stage]
 
     def _release(self) -> None:

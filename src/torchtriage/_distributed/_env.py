@@ -1,0 +1,71 @@
+"""Which rank this process is, and the run directory the ranks of one job share.
+
+Read from torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, set before the script calls
+`init_process_group`) or from an initialized default process group (`mp.spawn` launches).
+`active()` is the one test the session makes: a dictionary lookup and, when torch.distributed
+is built, `is_initialized()` — nothing else runs in a single process (issue 15).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import socket
+import tempfile
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    local_rank: int
+    world_size: int
+    host: str
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def active() -> bool:
+    """True in a process that is one rank of several."""
+    world = _env_int("WORLD_SIZE")
+    if world is not None and world > 1:
+        return True
+    dist = getattr(torch, "distributed", None)
+    return bool(dist is not None and dist.is_available() and dist.is_initialized()
+                and dist.get_world_size() > 1)
+
+
+def rank_info() -> RankInfo | None:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+        if rank is None or world is None:
+            return None
+    local = _env_int("LOCAL_RANK")
+    return RankInfo(rank, rank if local is None else local, world, socket.gethostname())
+
+
+def run_dir() -> str:
+    """The folder the ranks of this job write to: TORCHTRIAGE_RUN_DIR, else one under the
+    temporary folder named after what the job's ranks on this host share (torchrun's run id,
+    the rendezvous address and restart count, and the launching process)."""
+    given = os.environ.get("TORCHTRIAGE_RUN_DIR")
+    if given:
+        return given
+    parts = [os.environ.get(k, "") for k in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
+                                             "TORCHELASTIC_RESTART_COUNT")]
+    parts.append(str(os.getppid()))
+    key = hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"torchtriage-run-{key}")

@@ -1,0 +1,212 @@
+"""Distributed training (issue 15): two gloo ranks on CPU under `python -m torch.distributed.run`.
+
+One merged report, written once and printed once; the rank that made a NaN gets the diagnosis
+and the rank that received it through the all-reduce an info; DDP's unused parameters named
+with the step and the fix; a collective mismatch that would hang reported and ended by the
+watchdog; a correct DDP loop stays quiet. Every launch is bounded and leaves no process behind
+(`_torchrun.torchrun` asserts it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from _torchrun import torchrun
+from torchtriage import Finding, Report
+from torchtriage._distributed import _merge
+
+ZOO = Path(__file__).resolve().parent / "zoo" / "distributed"
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                                reason="torch.distributed with gloo is needed")
+
+
+def _line(script: str, text: str) -> int:
+    lines = (ZOO / script).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def _run(tmp_path, script, *tt_args, script_args=(), timeout=120):
+    out = tmp_path / "report.json"
+    res = torchrun(["-m", "torchtriage", "run", "--json", str(out), *tt_args, str(ZOO / script), *script_args],
+                   cwd=tmp_path, timeout=timeout, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
+    report = json.loads(out.read_text()) if out.exists() else None
+    return res, report
+
+
+def _by_code(report, code):
+    return [f for f in report["findings"] if f["code"] == code]
+
+
+def test_nan_from_one_ranks_data_is_diagnosed_on_that_rank_and_received_on_the_other(tmp_path):
+    res, report = _run(tmp_path, "nan_one_rank.py")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("== torchtriage report ==") == 1  # printed once, by rank 0
+    primary = report["findings"][report["primary"]]
+    assert (primary["code"], primary["severity"], primary["rank"], primary["local_rank"], primary["step"],
+            primary["stage"]) == ("numerical.nonfinite_data", "error", 1, 1, 2, "data")
+    assert primary["evidence"]["input"]["nan"] == 1
+    [received] = _by_code(report, "distributed.nonfinite_received")
+    assert (received["severity"], received["rank"], received["step"], received["stage"]) == ("info", 0, 2, "backward")
+    assert received["message"] == ("Non-finite gradients received through the all-reduce from rank 1 at step 2: "
+                                   "this rank's own gradients were finite")
+    assert received["evidence"]["origin rank"] == 1
+    assert received["evidence"]["local gradients finite"] is True
+    # rank 0 has no warning or error of its own: the replay "did not reproduce it" is gone
+    assert [f["code"] for f in report["findings"] if f["rank"] == 0 and f["severity"] != "info"] == []
+    assert "host" not in primary  # one host: no host key
+    assert report["meta"]["world_size"] == 2
+    assert report["meta"]["ranks"]["1"]["ended"] == "ok"
+    assert not (tmp_path / "run").exists()  # the run directory is cleaned up
+
+
+def test_unused_parameters_are_named_with_the_step_and_the_fix(tmp_path):
+    res, report = _run(tmp_path, "unused_branch.py")
+    assert res.returncode != 0  # DDP raised "Expected to have finished reduction ..." on both ranks
+    assert "Expected to have finished reduction in the prior iteration" in res.stderr
+    assert res.stderr.count("== torchtriage report ==") == 1
+    primary = report["findings"][report["primary"]]
+    assert (primary["category"], primary["code"], primary["severity"], primary["step"], primary["stage"],
+            primary["module"]) == ("distributed", "distributed.unused_parameters", "error", 1, "backward", "aux")
+    assert primary["message"] == (
+        "2 parameter(s) received no gradient at step 1 while DDP expected all of them (aux.weight, aux.bias): "
+        "DDP (find_unused_parameters=False) waits for them and fails at the next forward with "
+        "'Expected to have finished reduction in the prior iteration'")
+    assert primary["cause"] == ("module(s) aux did not take part in the loss at step 1 (a branch of forward "
+                                "skipped them, or their output was not used in the loss).")
+    assert "find_unused_parameters=True" in primary["next_check"]
+    assert "0.0 * branch_output.sum()" in primary["next_check"]
+    assert primary["evidence"]["unused parameters"] == ["aux.weight", "aux.bias"]
+    assert primary["evidence"]["ranks"] == [0, 1]  # one finding for both ranks
+
+
+def test_find_unused_parameters_without_unused_parameters_is_an_info(tmp_path):
+    res, report = _run(tmp_path, "unused_find_unused.py")
+    assert res.returncode == 0, res.stderr
+    assert [(f["code"], f["severity"]) for f in report["findings"]] == [("distributed.find_unused_idle", "info")]
+    f = report["findings"][0]
+    assert f["message"] == "find_unused_parameters=True, but every parameter received a gradient in each of the 3 step(s)"
+    assert "static_graph=True" in f["next_check"]
+    assert report["primary"] is None
+
+
+def test_a_collective_mismatch_that_would_hang_is_reported_and_ended(tmp_path):
+    res, report = _run(tmp_path, "early_stop_barrier.py", "--stall-timeout", "3")
+    assert res.returncode != 0
+    assert "exit code 124" in res.stderr and "exitcode  : 124" in res.stderr
+    assert res.stderr.count("== torchtriage report ==") == 1
+    f = report["findings"][report["primary"]]
+    backward = _line("early_stop_barrier.py", "loss.backward()")
+    barrier = _line("early_stop_barrier.py", "dist.barrier()")
+    assert (f["category"], f["code"], f["severity"], f["rank"], f["step"], f["line"]) == (
+        "distributed", "distributed.stall", "error", 0, 2, backward)
+    assert f["message"].startswith("The job stalled for ")
+    assert f["message"].endswith(
+        f"rank 0 waits in the gradient all-reduce of backward() at early_stop_barrier.py:{backward}; "
+        f"rank 1 waits in barrier() at early_stop_barrier.py:{barrier}")
+    assert f"early_stop_barrier.py:{barrier} in <module>: dist.barrier()" in f["evidence"]["rank 1 stack"][0]
+    assert report["meta"]["exit_code"] == 124
+
+
+def test_a_rank_that_raised_leaves_the_other_waiting_reported(tmp_path):
+    res, report = _run(tmp_path, "raise_one_rank.py", "--stall-timeout", "4")
+    assert res.returncode != 0
+    assert res.stderr.count("== torchtriage report ==") == 1
+    primary = report["findings"][report["primary"]]
+    line = _line("raise_one_rank.py", "loss = model(x)")
+    assert (primary["category"], primary["rank"], primary["step"], primary["line"]) == ("shape", 0, 1, line)
+    [stall] = _by_code(report, "distributed.stall")
+    backward = _line("raise_one_rank.py", "loss.backward()")
+    assert stall["message"].endswith(
+        f"rank 1 waits in the gradient all-reduce of backward() at raise_one_rank.py:{backward}; "
+        "rank 0 has ended (raised RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x5 and 4x1))")
+
+
+def test_collectives_called_in_a_different_order_are_named(tmp_path):
+    res, report = _run(tmp_path, "mismatched_all_reduce.py")
+    assert res.returncode == 0, res.stderr
+    [f] = report["findings"]
+    a = _line("mismatched_all_reduce.py", "dist.all_reduce(loss_sum)")
+    b = _line("mismatched_all_reduce.py", "dist.all_reduce(count)")
+    assert (f["code"], f["severity"], f["line"]) == ("distributed.rank_dependent_collectives", "error", a)
+    assert f["message"] == (f"The ranks called different collectives: call 1 is all_reduce() at "
+                            f"mismatched_all_reduce.py:{a} on rank 0 but all_reduce() at mismatched_all_reduce.py:{b} on rank 1")
+
+
+def test_a_correct_ddp_loop_stays_quiet(tmp_path):
+    res, report = _run(tmp_path, "clean_ddp.py", script_args=[str(tmp_path)])
+    assert res.returncode == 0, res.stderr
+    assert report["findings"] == [], res.stderr
+    assert res.stderr.count("== torchtriage report ==") == 1
+    assert "No finding" in res.stderr
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*.pt")) == ["ckpt-0.pt", "ckpt-1.pt"]
+    assert report["meta"]["world_size"] == 2 and report["meta"]["steps"] == 4
+
+
+def test_watch_inside_a_ddp_script_merges_on_rank_0(tmp_path):
+    out = tmp_path / "watch.json"
+    res = torchrun([str(ZOO / "watch_nan.py"), str(out)], cwd=tmp_path,
+                   env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("== torchtriage report ==") == 1
+    report = json.loads(out.read_text())
+    primary = report["findings"][report["primary"]]
+    assert (primary["code"], primary["rank"], primary["step"], primary["op"]) == (
+        "numerical.nonfinite_loss", 0, 1, "aten::log")
+    [received] = _by_code(report, "distributed.nonfinite_received")
+    assert (received["rank"], received["step"], received["severity"], received["evidence"]["origin rank"]) == (1, 1, "info", 0)
+
+
+# ---------------------------------------------------------------- without launching ranks
+def test_single_process_reports_carry_no_rank_keys_and_load_no_distributed_check(tmp_path):
+    script = tmp_path / "one.py"
+    script.write_text("import sys, torch, torchtriage, torch.nn as nn\n"
+                      "m = nn.Linear(2, 1)\n"
+                      "with torchtriage.watch(m, report=False) as s:\n"
+                      "    m(torch.tensor([[1.0, float('nan')]])).sum().backward()\n"
+                      "print(s.report.to_dict()['findings'][0].keys() >= {'code'}, 'rank' in s.report.to_dict()['findings'][0],"
+                      " 'torchtriage._distributed._checker' in sys.modules)\n")
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    import os
+
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK")} | env)
+    assert out.stdout.split() == ["True", "False", "False"], out.stderr
+
+
+def test_finding_rank_keys_round_trip_through_json():
+    f = Finding("numerical", "numerical.x", "m", rank=1, local_rank=1)
+    d = f.to_dict()
+    assert (d["rank"], d["local_rank"], "host" in d) == (1, 1, False)
+    assert Report.from_dict(Report((f,)).to_dict()).findings[0].rank == 1
+    assert "rank" not in Finding("numerical", "numerical.x", "m").to_dict()
+
+
+def test_merge_orders_by_step_and_names_the_first_differing_collective():
+    def rec(rank, findings, sequence, sites):
+        return {"rank": rank, "local_rank": rank, "host": "h", "ended": {"how": "ok"},
+                "report": {"findings": findings, "meta": {"steps": 3}},
+                "collectives": {"sites": sites, "sequence": sequence, "total": len(sequence)}}
+
+    early = Finding("gradient", "gradient.x", "late category, early step", step=1, severity="warning").to_dict()
+    late = Finding("gradient", "gradient.y", "same category, later step", step=5, severity="warning").to_dict()
+    sites = {"0": ["barrier()", "/t/train.py", 10], "1": ["all_reduce()", "/t/train.py", 12]}
+    merged = _merge.merge({0: rec(0, [late], [0, 1], sites), 1: rec(1, [early], [0, 0], sites)}, 2)
+    assert [(f.code, f.rank) for f in merged.findings][:2] == [("gradient.x", 1), ("gradient.y", 0)]
+    [seq] = merged.filter(code="distributed.rank_dependent_collectives")
+    assert seq.message == ("The ranks called different collectives: call 2 is all_reduce() at train.py:12 on "
+                           "rank 0 but barrier() at train.py:10 on rank 1")
+
+
+def test_bad_stall_timeout_is_one_line_and_exit_2(tmp_path, capsys):
+    from torchtriage._cli import main
+
+    script = tmp_path / "s.py"
+    script.write_text("pass\n")
+    assert main(["run", "--stall-timeout", "soon", str(script)]) == 2
+    assert capsys.readouterr().err.strip().endswith("--stall-timeout soon: expected a number of seconds > 0")
