@@ -9,6 +9,7 @@ watchdog; a correct DDP loop stays quiet. Every launch is bounded and leaves no 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -65,6 +66,24 @@ def test_nan_from_one_ranks_data_is_diagnosed_on_that_rank_and_received_on_the_o
     assert not (tmp_path / "run").exists()  # the run directory is cleaned up
 
 
+def test_a_ranks_bundle_replays_in_one_process_and_says_what_it_cannot_replay(tmp_path):
+    res, report = _run(tmp_path, "nan_one_rank.py", "--bundle", str(tmp_path / "bundle"))
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in (tmp_path / "bundle").iterdir()) == ["rank-1"]  # the rank that made it
+    meta = json.loads((tmp_path / "bundle" / "rank-1" / "meta.json").read_text())
+    assert meta["distributed"] == {"rank": 1, "world_size": 2, "ddp": True, "step_collectives": []}
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src")
+    out = subprocess.run([sys.executable, "-m", "torchtriage", "replay", str(tmp_path / "bundle" / "rank-1")],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert out.returncode == 1, out.stderr  # 1: the failure reproduced
+    assert out.stdout.splitlines() == [
+        "reproduced: numerical/numerical.nonfinite_data module=None op=None",
+        "this step ran under DistributedDataParallel (rank 1 of 2): its all-reduce needs the other ranks, "
+        "so a single-process replay computes the local gradients only"]
+    assert "rank=" not in out.stderr
+
+
 def test_unused_parameters_are_named_with_the_step_and_the_fix(tmp_path):
     res, report = _run(tmp_path, "unused_branch.py")
     assert res.returncode != 0  # DDP raised "Expected to have finished reduction ..." on both ranks
@@ -111,6 +130,20 @@ def test_a_collective_mismatch_that_would_hang_is_reported_and_ended(tmp_path):
         f"rank 1 waits in barrier() at early_stop_barrier.py:{barrier}")
     assert f"early_stop_barrier.py:{barrier} in <module>: dist.barrier()" in f["evidence"]["rank 1 stack"][0]
     assert report["meta"]["exit_code"] == 124
+
+
+def test_a_rank_blocked_while_holding_the_interpreter_is_read_through_faulthandler(tmp_path):
+    res, report = _run(tmp_path, "blocked_interpreter.py", "--stall-timeout", "3")
+    assert res.returncode != 0
+    assert res.stderr.count("== torchtriage report ==") == 1
+    [f] = report["findings"]
+    blocked = _line("blocked_interpreter.py", "re.match(")
+    barrier = _line("blocked_interpreter.py", "dist.barrier()")
+    assert (f["code"], f["rank"], f["line"]) == ("distributed.stall", 1, barrier)
+    assert f["message"].endswith(
+        f"rank 0 is blocked at blocked_interpreter.py:{blocked} (in match), inside a call that holds the Python "
+        f"interpreter (its stack from faulthandler); rank 1 waits in barrier() at blocked_interpreter.py:{barrier}")
+    assert f'blocked_interpreter.py", line {blocked} in <module>' in f["evidence"]["rank 0 stack"][-1]
 
 
 def test_a_rank_that_raised_leaves_the_other_waiting_reported(tmp_path):
@@ -210,3 +243,11 @@ def test_bad_stall_timeout_is_one_line_and_exit_2(tmp_path, capsys):
     script.write_text("pass\n")
     assert main(["run", "--stall-timeout", "soon", str(script)]) == 2
     assert capsys.readouterr().err.strip().endswith("--stall-timeout soon: expected a number of seconds > 0")
+
+
+def test_bad_stall_timeout_in_watch_is_a_config_error():
+    import torchtriage
+    from torchtriage._errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"stall_timeout='soon' is not valid; expected a number of seconds > 0"):
+        torchtriage.watch(torch.nn.Linear(1, 1), stall_timeout="soon")

@@ -73,6 +73,15 @@ class Session(SessionHooks):
         self.on_anomaly = parse_on_anomaly(on_anomaly)
         self.discover = discover
         self.print_report = report
+        if options.get("stall_timeout") is not None:  # distributed runs (issue 15)
+            from ._distributed._env import parse_stall_timeout
+
+            options["stall_timeout"] = parse_stall_timeout(options["stall_timeout"])
+        if options.get("bundle_dir"):
+            from ._distributed._env import active, rank_bundle_dir
+
+            if active():  # one bundle folder per rank (issue 15)
+                options["bundle_dir"] = rank_bundle_dir(options["bundle_dir"])
         self.options = options
         from ._snapshot import SnapshotKeeper, StepSnapshot
 

@@ -34,7 +34,7 @@ MESSAGES = {
     "dist.ended": "rank {rank} has ended ({how})",
     "dist.ended_ok": "its script finished",
     "dist.ended_error": "raised {error}",
-    "dist.frozen": "rank {rank} is blocked in {function}() at {where}, inside a call that holds the Python interpreter (its stack from faulthandler)",
+    "dist.frozen": "rank {rank} is blocked at {where} (in {function}), inside a call that holds the Python interpreter (its stack from faulthandler)",
     "dist.missing": "rank {rank} did not answer",
     "dist.cause.stall": "a collective completes only when every rank of the group enters the same one; here the ranks are in different places, so none can go on (rank-dependent control flow, an early stop decided from one rank's own loss, a rank with more batches, or a rank that ended).",
     "dist.cause.stall_same": "every rank waits in the same collective: a rank outside the group, the network, or a peer that stopped responding.",

@@ -29,7 +29,7 @@ MESSAGES = {
     "dist.ended": "rank {rank} 已结束（{how}）",
     "dist.ended_ok": "脚本已运行完毕",
     "dist.ended_error": "抛出了 {error}",
-    "dist.frozen": "rank {rank} 阻塞在 {where} 处的 {function}() 中，该调用占用着 Python 解释器（调用栈来自 faulthandler）",
+    "dist.frozen": "rank {rank} 阻塞在 {where}（{function} 中），该调用占用着 Python 解释器（调用栈来自 faulthandler）",
     "dist.missing": "rank {rank} 没有响应",
     "dist.cause.stall": "只有组内每个 rank 都进入同一个集合通信，它才能完成；这里各 rank 停在不同的位置，谁也无法继续（依赖 rank 的控制流、根据某个 rank 自己的损失决定的提前停止、某个 rank 的批次更多，或某个 rank 已经结束）。",
     "dist.cause.stall_same": "所有 rank 都在同一个集合通信中等待：有 rank 不在组内、网络问题，或某个对端停止了响应。",

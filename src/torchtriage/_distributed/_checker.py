@@ -55,16 +55,21 @@ class DistributedChecker(Checker):
     # ------------------------------------------------------------------ lifecycle
     def on_start(self, session: Any) -> None:
         self.info = _env.rank_info()
-        if self.info is None:
+        if self.info is None or self.info.world_size < 2:
+            self.info = None  # a process group of one (a bundle's replay): nothing to gather
             return
         session.rank_fields.update(rank=self.info.rank, local_rank=self.info.local_rank)
         session.meta.update(rank=self.info.rank, world_size=self.info.world_size)
+        # read by the repro recorder: a bundle says which rank it is and what the step needed
+        session.meta["distributed"] = {"rank": self.info.rank, "world_size": self.info.world_size,
+                                       "ddp": False, "step_collectives": self.tracker.step_ops}
         self.rundir = RunDir(_env.run_dir(), self.info.rank, self.info.world_size)
         self._patches = wrap_collectives(self.tracker, torch.distributed)
         timeout = session.options.get("stall_timeout")
         self.writer = session.options.get("report_writer")
         self.watchdog = Watchdog(self, timeout=timeout)
         self.watchdog.register_dump()
+        self.watchdog.heartbeat()  # now: the thread may never run if the interpreter blocks
         self.watchdog.start()
 
     def on_model(self, model: nn.Module, label: str) -> None:
@@ -72,6 +77,8 @@ class DistributedChecker(Checker):
             return
         if _ddp.is_ddp(model):
             self._ddp.append(_ddp.DDPWatch(model, self._flags, self.tracker))
+            assert self.session is not None
+            self.session.meta["distributed"]["ddp"] = True
         if id(model) not in self._fingerprinted:
             # before its first forward (buffers such as BatchNorm's change in it, per rank)
             self._fingerprinted.add(id(model))
@@ -79,6 +86,7 @@ class DistributedChecker(Checker):
 
     def on_step_begin(self, step: int) -> None:
         self._local = []
+        self.tracker.step_ops.clear()
 
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...],
                         kwargs: dict[str, Any], output: Any) -> None:

@@ -34,6 +34,7 @@ class Tracker:
         self.sequence: list[int] = []
         self.total = 0
         self.counts: dict[int, int] = {}
+        self.step_ops: list[str] = []  # explicit collectives of the current step (repro bundles)
         self._depth = 0
 
     def progress(self) -> None:
@@ -54,6 +55,8 @@ class Tracker:
             self.counts[site] = self.counts.get(site, 0) + 1
             if len(self.sequence) < MAX_SEQUENCE:
                 self.sequence.append(site)
+            if op != "backward" and len(self.step_ops) < 64:
+                self.step_ops.append(op)
 
     def leave(self) -> None:
         self._depth = max(0, self._depth - 1)

@@ -69,3 +69,26 @@ def run_dir() -> str:
     parts.append(str(os.getppid()))
     key = hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
     return os.path.join(tempfile.gettempdir(), f"torchtriage-run-{key}")
+
+
+def parse_stall_timeout(value: object) -> float | None:
+    """`stall_timeout` as seconds (> 0, finite), or None for the automatic default."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not 0 < seconds < float("inf") or isinstance(value, bool):
+        from .._errors import ConfigError
+
+        raise ConfigError(f"stall_timeout={value!r} is not valid; expected a number of seconds > 0 (or None: "
+                          "20x the slowest step, at least 300)")
+    return seconds
+
+
+def rank_bundle_dir(bundle_dir: object) -> str:
+    """DIR/rank-R: each rank writes its own repro bundle."""
+    info = rank_info()
+    base = os.fspath(bundle_dir)  # type: ignore[call-overload]
+    return base if info is None else os.path.join(base, f"rank-{info.rank}")

@@ -142,7 +142,7 @@ def _fh_where(stack: list[str]) -> tuple[str, str]:
         except (IndexError, ValueError):
             continue
         parsed.append((path, lineno, fn))
-    func = next((fn for p, _, fn in parsed if "torchtriage" not in p), "?")
+    func = next((fn for p, _, fn in parsed), "?")
     user = next(((p, n) for p, n, _ in parsed if is_user_file(p)), None)
     return func, (f"{_short(user[0])}:{user[1]}" if user else "?")
 
@@ -186,7 +186,8 @@ def _stall_finding(records: dict[int, dict[str, Any]], world_size: int, stall: d
         # the waiting ranks first, lowest rank first: "rank 1 waits in barrier() at train.py:42; ..."
         order = sorted(range(world_size), key=lambda r: (r not in waits, r))
         summary = "; ".join(clauses[r] for r in order)
-    first = min(waits) if waits else None
+    in_collective = [r for r in waits if (records.get(r) or {}).get("pending") and not records[r].get("frozen")]
+    first = min(in_collective) if in_collective else (min(waits) if waits else None)
     rec = records.get(first) if first is not None else None
     p = (rec or {}).get("pending") or {}
     evidence: dict[str, Any] = {}

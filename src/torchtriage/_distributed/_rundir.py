@@ -43,8 +43,26 @@ class RunDir:
         except (OSError, ValueError):
             return None
 
+    def claim(self, name: str) -> bool:
+        """Create `name` if no one has (atomic): True for the one caller that created it."""
+        path = self.file(name)
+        try:
+            if os.path.getmtime(path) < self.since:
+                os.remove(path)  # left by an earlier job
+        except OSError:
+            pass
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except OSError:
+            return False
+        os.close(fd)
+        return True
+
     def exists(self, name: str) -> bool:
-        return os.path.exists(self.file(name))
+        try:
+            return os.path.getmtime(self.file(name)) >= self.since
+        except OSError:
+            return False
 
     def remove(self, name: str) -> None:
         try:

@@ -180,7 +180,8 @@ class Watchdog(threading.Thread):
         beats = {r: rd.read(f"hb-{r}.json") for r in range(o.info.world_size)}
         alive = [r for r, hb in beats.items() if r == o.info.rank
                  or (hb is not None and now - float(hb.get("time", 0.0)) < FROZEN_AFTER)]
-        if min(alive) == o.info.rank:
+        if min(alive) == o.info.rank and rd.claim("leader"):
+            # (claimed once: a blocked rank that wakes up later must not lead a second time)
             self._lead(request, beats, alive)
         rd.wait(["done.json"], DONE_WAIT)
         sys.stderr.flush()
@@ -256,7 +257,9 @@ def _fh_stack(rd: Any, rank: int) -> list[str]:
         return any(is_user_file(_fh_file(line)) for line in block)
 
     users = [b for b in blocks if has_user(b)]
-    return max(users or blocks, key=len)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return [line for line in max(users or blocks, key=len)
+            if not _fh_file(line).startswith((here + os.sep, "<frozen"))]
 
 
 def _fh_file(line: str) -> str:
