@@ -195,6 +195,19 @@ def test_watch_inside_a_ddp_script_merges_on_rank_0(tmp_path):
     assert (received["rank"], received["step"], received["severity"], received["evidence"]["origin rank"]) == (1, 1, "info", 0)
 
 
+def test_fsdp_nan_from_one_rank_without_replay_or_hang(tmp_path):
+    res, report = _run(tmp_path, "fsdp_nan.py", "--stall-timeout", "20", script_args=["nan"])
+    assert res.returncode == 0, res.stderr
+    codes = [(f["code"], f["severity"], f.get("rank"), f["step"]) for f in report["findings"]]
+    assert codes == [("numerical.nonfinite_data", "error", 1, 2),
+                     ("distributed.nonfinite_received", "info", 0, 2),
+                     ("distributed.fsdp_limits", "info", 0, None)], res.stderr
+    received = report["findings"][1]
+    assert received["evidence"]["origin rank"] == 1
+    assert report["findings"][2]["evidence"]["ranks"] == [0, 1]
+    assert "TriageInternalWarning" not in res.stderr
+
+
 # ---------------------------------------------------------------- without launching ranks
 def test_single_process_reports_carry_no_rank_keys_and_load_no_distributed_check(tmp_path):
     script = tmp_path / "one.py"

@@ -220,6 +220,11 @@ class Session(SessionHooks):
         finally:
             self._busy -= 1
 
+    def disable_check(self, name: str) -> None:
+        """Stop running the check `name` for the rest of the session (one that cannot judge
+        what it watches, e.g. the gradient chain of FSDP-sharded parameters)."""
+        self._broken.add(name)
+
     def checker(self, name: str) -> Checker | None:
         for c in self.checkers:
             if c.name == name:

@@ -43,7 +43,13 @@ MESSAGES = {
     "dist.stall_banner": "torchtriage: rank {rank} made no progress for {seconds:.0f} s in {op}; gathering every rank's stack",
     "dist.op.backward": "the gradient all-reduce of backward()",
     "dist.op.forward": "DDP's forward (buffer broadcast / unused-parameter search)",
+    "dist.fsdp": "{model} is sharded by FSDP (fully_shard): the gradient-chain checks are off for this run; non-finite values are checked on each rank's local shards",
+    "dist.cause.fsdp": "FSDP gathers and frees the full parameters around each forward and backward, so which tensor is a parameter changes during the step.",
+    "dist.next.fsdp": "To check why a parameter gets no gradient, run the model once without FSDP (one process) under torchtriage.",
     # replay
+    "dist.sharded": "A non-finite value first appeared in the {stage} at step {step} on this rank (FSDP: the sharded model is not replayed, so the op is not localized)",
+    "dist.cause.sharded": "the value became NaN or Inf in this rank's own {stage}: the other ranks' values were finite until the reduce-scatter.",
+    "dist.next.sharded": "Replay the step in one process without FSDP (torchtriage run --bundle, then torchtriage replay) to find the op and the line.",
     "dist.replay_needs_pg": "this step ran under DistributedDataParallel (rank {rank} of {world}): its all-reduce needs the other ranks, so a single-process replay computes the local gradients only",
     "dist.replay_collectives": "the step called collectives ({ops}); a single-process replay cannot run them: replay the whole job under torchrun instead",
 }

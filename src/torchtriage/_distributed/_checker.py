@@ -20,7 +20,7 @@ from .. import _deferred
 from .._checker import Checker
 from .._findings import Finding, Report
 from .._frames import user_frame_from_stack
-from . import _ddp, _env, _merge
+from . import _ddp, _env, _merge, _shards
 from ._collectives import Tracker, wrap_collectives
 from ._rundir import RunDir
 from ._watchdog import ENDED_GRACE, MERGE_WAIT, STALL_EXIT_CODE, Watchdog
@@ -47,6 +47,7 @@ class DistributedChecker(Checker):
         self.slowest_step = 0.0
         self._fingerprints: dict[str, float] = {}
         self._fingerprinted: set[int] = set()
+        self._fsdp = False
         self._gathered: Report | None = None
         self.stalling = False  # set by the watchdog once a stall is declared
         self.final_report: Report | None = None  # this rank's report, handed in at the end
@@ -79,6 +80,13 @@ class DistributedChecker(Checker):
             self._ddp.append(_ddp.DDPWatch(model, self._flags, self.tracker))
             assert self.session is not None
             self.session.meta["distributed"]["ddp"] = True
+        if _shards.is_sharded(model) and not self._fsdp:
+            # FSDP swaps sharded and gathered parameters around each forward and backward:
+            # the gradient chain check cannot judge them (it would report them as cut).
+            self._fsdp = True
+            assert self.session is not None
+            self.session.disable_check("gradients")
+            self.session.add(_fsdp_info(label))
         if id(model) not in self._fingerprinted:
             # before its first forward (buffers such as BatchNorm's change in it, per rank)
             self._fingerprinted.add(id(model))
@@ -159,12 +167,30 @@ class DistributedChecker(Checker):
             return None
         return _ddp.received_finding(step, local)
 
+    def sharded_nonfinite(self, trip: str, step: int, loss: float | None) -> Finding | None:
+        """For the sentinel, with an FSDP model: the finding without a replay (replaying a sharded
+        model on one rank would wait for the others' all-gathers). None without FSDP."""
+        if not self._fsdp:
+            return None
+        from .._catalogue import msg
+        from .._findings import Category, Severity, Stage
+
+        if trip == "backward" and loss is not None and math.isfinite(loss):
+            # this rank's loss was finite: the gradients came non-finite out of the reduce-scatter
+            # (the merged report names the rank whose own loss or forward was not finite)
+            f = _ddp.received_finding(step, [])
+            return f.replace(evidence={"this rank's loss": loss})
+        return Finding(Category.NUMERICAL, "distributed.nonfinite_sharded",
+                       msg("dist.sharded", stage=trip, step=step), severity=Severity.ERROR,
+                       stage=Stage(trip), step=step, cause=msg("dist.cause.sharded", stage=trip),
+                       next_check=msg("dist.next.sharded"), evidence={"loss": loss})
+
     # ------------------------------------------------------------------ evidence at the start
     def _fingerprint(self, model: nn.Module, label: str) -> None:
         """One number per parameter and buffer at the first forward (read with the step's one
         read); the merged report compares the ranks' numbers."""
         named = [(f"{label}.{n}", t) for n, t in (*model.named_parameters(), *model.named_buffers())
-                 if t.is_floating_point() and t.numel()]
+                 if t.is_floating_point() and t.numel() and not _shards.is_dtensor(t)]  # shards differ by design
         if not named or len(named) > 4096:
             return
         names = [n for n, _ in named]
@@ -263,6 +289,14 @@ class DistributedChecker(Checker):
             print(msg("dist.stall_exit", code=STALL_EXIT_CODE), file=sys.stderr)
             sys.stderr.flush()
             sys.stdout.flush()
+
+
+def _fsdp_info(label: str) -> Finding:
+    from .._catalogue import msg
+    from .._findings import Category, Severity
+
+    return Finding(Category.DISTRIBUTED, "distributed.fsdp_limits", msg("dist.fsdp", model=label),
+                   severity=Severity.INFO, cause=msg("dist.cause.fsdp"), next_check=msg("dist.next.fsdp"))
 
 
 def _print_report(report: Report) -> None:

@@ -229,6 +229,10 @@ class NonFiniteSentinel(Checker):
             # read: no global norm, which finite but huge values could overflow. no_grad: the
             # post-hook runs in the caller's grad mode, and norms of parameters would build graph.
             grad_ok = self._grad_norm is None or math.isfinite(self._grad_norm)
+            if sess_sharded(self.session):
+                from .._distributed._shards import local_shards
+
+                tensors = local_shards(tensors)
             with torch.no_grad():
                 norms = foreach_norm(tensors)
             self._after = (norms, n_params, self.session.step, grad_ok)
@@ -257,6 +261,10 @@ class NonFiniteSentinel(Checker):
             norms, n_params, upd_step, grad_ok = after
             keys += ["update"] * n_params + ["state"] * (len(norms) - n_params)
             scalars += norms
+        if sess_sharded(self.session):
+            from .._distributed._shards import local_shards
+
+            grads = local_shards(grads)
         gnorms = _norms(grads)
         keys += ["grad"] * len(gnorms)
         scalars += gnorms
@@ -330,6 +338,12 @@ class NonFiniteSentinel(Checker):
     def _localize(self, trip: str, step: int, grads: list[torch.Tensor]) -> list[Finding]:
         assert self.session is not None
         sess, st = self.session, self._step
+        dist = sess.checker("distributed") if trip != "data" else None
+        if dist is not None:
+            # FSDP: a sharded model cannot be replayed by one rank (issue 15)
+            sharded = dist.sharded_nonfinite(trip, step, st.loss_value)  # type: ignore[attr-defined]
+            if sharded is not None:
+                return [sharded]
         if trip == "data":
             f = _localize.localize_data(sess, step)
             return [f] if f is not None else []
@@ -363,6 +377,12 @@ class NonFiniteSentinel(Checker):
         # Nothing of the step may outlive its sync (memory stays flat over long runs).
         st = self._step
         st.outputs, st.output_nodes, st.loss_calls, st.loss_nodes = [], [], [], []
+
+
+def sess_sharded(session: Any) -> bool:
+    # A distributed session (issue 15): FSDP's parameters and gradients are DTensors, whose
+    # norms the host cannot read; each rank checks its local shard.
+    return bool(session.rank_fields)
 
 
 def _nan_or_posinf(v: float) -> bool:
