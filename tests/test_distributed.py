@@ -171,6 +171,18 @@ def test_collectives_called_in_a_different_order_are_named(tmp_path):
                             f"mismatched_all_reduce.py:{a} on rank 0 but all_reduce() at mismatched_all_reduce.py:{b} on rank 1")
 
 
+def test_parameters_that_differ_across_ranks_at_the_start(tmp_path):
+    res, report = _run(tmp_path, "unseeded_replicas.py")
+    assert res.returncode == 0, res.stderr
+    [f] = report["findings"]
+    names = ["model.0.weight", "model.0.bias", "model.2.weight", "model.2.bias"]
+    assert (f["code"], f["severity"], f["step"], f["evidence"]["differ"]) == (
+        "distributed.params_differ", "error", 0, names)
+    assert f["message"] == ("4 parameter(s) or buffer(s) differ across ranks at the first step: "
+                            + ", ".join(names))
+    assert "Seed every rank the same" in f["next_check"]
+
+
 def test_a_correct_ddp_loop_stays_quiet(tmp_path):
     res, report = _run(tmp_path, "clean_ddp.py", script_args=[str(tmp_path)])
     assert res.returncode == 0, res.stderr
