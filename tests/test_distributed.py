@@ -220,6 +220,21 @@ def test_fsdp_nan_from_one_rank_without_replay_or_hang(tmp_path):
     assert "TriageInternalWarning" not in res.stderr
 
 
+def test_lightning_ddp_strategy_under_torchrun(tmp_path):
+    pytest.importorskip("lightning")
+    res, report = _run(tmp_path, "lightning_ddp_nan.py", "--stall-timeout", "30", timeout=240)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("== torchtriage report ==") == 1
+    primary = report["findings"][report["primary"]]
+    # the LightningModule has no forward of its own: DDP's forward is not replayed by one rank
+    assert (primary["code"], primary["rank"], primary["step"], primary["stage"]) == (
+        "distributed.nonfinite_sharded", 1, 2, "forward")
+    [received] = _by_code(report, "distributed.nonfinite_received")
+    assert (received["rank"], received["step"], received["evidence"]["origin rank"]) == (0, 2, 1)
+    assert [f["code"] for f in report["findings"] if f["rank"] == 0 and f["severity"] != "info"] == []
+    assert "TriageInternalWarning" not in res.stderr
+
+
 # ---------------------------------------------------------------- without launching ranks
 def test_single_process_reports_carry_no_rank_keys_and_load_no_distributed_check(tmp_path):
     script = tmp_path / "one.py"

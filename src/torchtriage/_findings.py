@@ -4,7 +4,7 @@ A `Finding` is plain frozen data. Renderers (`torchtriage.report`) turn a `Repor
 terminal text, JSON (a public, versioned contract: see `SCHEMA`) and HTML.
 
 Priority (the seed's order, cheapest and widest check first):
-    shape → dtype → device → layout → numerical → gradient → silent → data
+    shape → dtype → device → layout → numerical → gradient → silent → data → distributed
     → memory → environment → other
 A `Report` sorts findings by (informational last, category priority, execution order);
 `primary` is the first finding that is not informational, or None.

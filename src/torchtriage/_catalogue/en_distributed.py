@@ -47,7 +47,7 @@ MESSAGES = {
     "dist.cause.fsdp": "FSDP gathers and frees the full parameters around each forward and backward, so which tensor is a parameter changes during the step.",
     "dist.next.fsdp": "To check why a parameter gets no gradient, run the model once without FSDP (one process) under torchtriage.",
     # replay
-    "dist.sharded": "A non-finite value first appeared in the {stage} at step {step} on this rank (FSDP: the sharded model is not replayed, so the op is not localized)",
+    "dist.sharded": "A non-finite value first appeared in the {stage} at step {step} on this rank (the model runs collectives in its forward — FSDP, or DDP around a module without a forward of its own as Lightning wraps it — so one rank cannot replay it and the op is not localized)",
     "dist.cause.sharded": "the value became NaN or Inf in this rank's own {stage}: the other ranks' values were finite until the reduce-scatter.",
     "dist.next.sharded": "Replay the step in one process without FSDP (torchtriage run --bundle, then torchtriage replay) to find the op and the line.",
     "dist.replay_needs_pg": "this step ran under DistributedDataParallel (rank {rank} of {world}): its all-reduce needs the other ranks, so a single-process replay computes the local gradients only",

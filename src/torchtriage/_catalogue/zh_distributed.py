@@ -41,7 +41,7 @@ MESSAGES = {
     "dist.fsdp": "{model} 由 FSDP（fully_shard）分片：本次运行关闭梯度链检查；非有限值在每个 rank 的本地分片上检查",
     "dist.cause.fsdp": "FSDP 在每次前向和反向前后收集并释放完整参数，因此一步之内哪个张量是参数会发生变化。",
     "dist.next.fsdp": "要检查某个参数为何没有梯度，请在不使用 FSDP 的单进程中用 torchtriage 运行一次模型。",
-    "dist.sharded": "第 {step} 步本 rank 的 {stage} 中首次出现非有限值（FSDP：分片模型不会重放，因此没有定位到算子）",
+    "dist.sharded": "第 {step} 步本 rank 的 {stage} 中首次出现非有限值（模型的前向中包含集合通信——FSDP，或像 Lightning 那样用 DDP 包装没有自己 forward 的模块——单个 rank 无法重放，因此没有定位到算子）",
     "dist.cause.sharded": "该值在本 rank 自己的 {stage} 中变为 NaN 或 Inf：其他 rank 的值在 reduce-scatter 之前都是有限的。",
     "dist.next.sharded": "在不使用 FSDP 的单进程中重放这一步（torchtriage run --bundle，然后 torchtriage replay），以找到算子和代码行。",
     "dist.replay_needs_pg": "这一步运行在 DistributedDataParallel 下（rank {rank}，共 {world} 个）：它的 all-reduce 需要其他 rank，单进程重放只计算本地梯度",

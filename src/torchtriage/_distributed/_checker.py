@@ -48,6 +48,7 @@ class DistributedChecker(Checker):
         self._fingerprints: dict[str, float] = {}
         self._fingerprinted: set[int] = set()
         self._fsdp = False
+        self._no_replay = False  # a model one rank cannot replay alone (FSDP, Lightning's DDP)
         self._gathered: Report | None = None
         self.stalling = False  # set by the watchdog once a stall is declared
         self.final_report: Report | None = None  # this rank's report, handed in at the end
@@ -78,6 +79,8 @@ class DistributedChecker(Checker):
             return
         if _ddp.is_ddp(model):
             self._ddp.append(_ddp.DDPWatch(model, self._flags, self.tracker))
+            if not _ddp.replayable(model):
+                self._no_replay = True
             assert self.session is not None
             self.session.meta["distributed"]["ddp"] = True
         if _shards.is_sharded(model) and not self._fsdp:
@@ -170,12 +173,16 @@ class DistributedChecker(Checker):
     def sharded_nonfinite(self, trip: str, step: int, loss: float | None) -> Finding | None:
         """For the sentinel, with an FSDP model: the finding without a replay (replaying a sharded
         model on one rank would wait for the others' all-gathers). None without FSDP."""
-        if not self._fsdp:
+        if not (self._fsdp or self._no_replay):
             return None
         from .._catalogue import msg
         from .._findings import Category, Severity, Stage
 
-        if trip == "backward" and loss is not None and math.isfinite(loss):
+        if trip == "backward" and self._ddp:
+            received = self.received_nonfinite(step)
+            if received is not None:
+                return received
+        elif trip == "backward" and loss is not None and math.isfinite(loss):
             # this rank's loss was finite: the gradients came non-finite out of the reduce-scatter
             # (the merged report names the rank whose own loss or forward was not finite)
             f = _ddp.received_finding(step, [])

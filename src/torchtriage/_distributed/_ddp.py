@@ -22,6 +22,15 @@ def is_ddp(model: nn.Module) -> bool:
     return isinstance(model, torch.nn.parallel.DistributedDataParallel)
 
 
+def replayable(ddp: nn.Module) -> bool:
+    """Whether the wrapped module can run alone (no collectives): not when it has no forward of
+    its own (Lightning wraps the LightningModule and redirects DDP's forward to training_step)."""
+    inner = getattr(ddp, "module", None)
+    forward = getattr(type(inner), "forward", None)
+    return inner is not None and forward is not getattr(nn.Module, "forward", None) \
+        and getattr(forward, "__qualname__", "") != "LightningModule.forward"
+
+
 class DDPWatch:
     """The hooks on one DDP model's parameters (removed by `remove()`)."""
 

@@ -68,6 +68,10 @@ def _target(model: nn.Module) -> nn.Module:
     # cannot see inside a compiled graph).
     model = getattr(model, "_orig_mod", model)
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        from .._distributed._ddp import replayable
+
+        if not replayable(model):
+            return model  # (the distributed check reports such a step without a replay)
         # DDP's forward and backward run collectives; one rank replaying alone would wait for
         # the others forever. The wrapped module computes the same local values (issue 15).
         model = model.module
