@@ -32,10 +32,11 @@ def _line(script: str, text: str) -> int:
     return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
-def _run(tmp_path, script, *tt_args, script_args=(), timeout=120):
+def _run(tmp_path, script, *tt_args, script_args=(), timeout=120, run_dir="run"):
     out = tmp_path / "report.json"
     res = torchrun(["-m", "torchtriage", "run", "--json", str(out), *tt_args, str(ZOO / script), *script_args],
-                   cwd=tmp_path, timeout=timeout, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
+                   cwd=tmp_path, timeout=timeout, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / run_dir)})
+    assert not list(tmp_path.glob("run*/*")), "the run directory is left behind"
     report = json.loads(out.read_text()) if out.exists() else None
     return res, report
 
@@ -114,8 +115,10 @@ def test_find_unused_parameters_without_unused_parameters_is_an_info(tmp_path):
     assert report["primary"] is None
 
 
-def test_a_collective_mismatch_that_would_hang_is_reported_and_ended(tmp_path):
-    res, report = _run(tmp_path, "early_stop_barrier.py", "--stall-timeout", "3")
+@pytest.mark.parametrize("run_dir", ["run", "run-{rank}"], ids=["shared-folder", "store-only"])
+def test_a_collective_mismatch_that_would_hang_is_reported_and_ended(tmp_path, run_dir):
+    # "run-{rank}": each rank its own folder, as on separate hosts: torchrun's store carries it
+    res, report = _run(tmp_path, "early_stop_barrier.py", "--stall-timeout", "3", run_dir=run_dir)
     assert res.returncode != 0
     assert "exit code 124" in res.stderr and "exitcode  : 124" in res.stderr
     assert res.stderr.count("== torchtriage report ==") == 1

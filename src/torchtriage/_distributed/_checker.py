@@ -22,7 +22,7 @@ from .._findings import Finding, Report
 from .._frames import user_frame_from_stack
 from . import _ddp, _env, _merge, _shards
 from ._collectives import Tracker, wrap_collectives
-from ._rundir import RunDir
+from ._rundir import RunDir, open_rundir
 from ._watchdog import ENDED_GRACE, MERGE_WAIT, STALL_EXIT_CODE, Watchdog
 
 END_GRACE = 15.0  # seconds rank 0 waits for the other ranks' reports beyond their stall timeout
@@ -65,7 +65,7 @@ class DistributedChecker(Checker):
         # read by the repro recorder: a bundle says which rank it is and what the step needed
         session.meta["distributed"] = {"rank": self.info.rank, "world_size": self.info.world_size,
                                        "ddp": False, "step_collectives": self.tracker.step_ops}
-        self.rundir = RunDir(_env.run_dir(), self.info.rank, self.info.world_size)
+        self.rundir = open_rundir(_env.run_dir(), self.info.rank, self.info.world_size)
         self._patches = wrap_collectives(self.tracker, torch.distributed)
         timeout = session.options.get("stall_timeout")
         self.writer = session.options.get("report_writer")
@@ -150,7 +150,8 @@ class DistributedChecker(Checker):
             # The watchdog keeps running until the merged report is out: a peer may still
             # stall against this rank, which has ended.
             self.watchdog.ended = self._ending()
-            self.watchdog.heartbeat()
+            if not self.stalling:
+                self.watchdog.heartbeat()
 
     # ------------------------------------------------------------------ the sentinel asks
     def _on_local(self, values: list[float]) -> None:
@@ -233,15 +234,19 @@ class DistributedChecker(Checker):
             return self._gathered
         if self.info is None or self.rundir is None:
             return report
+        self._wait_if_stalling()  # a peer's exit broke this rank's collective during a stall
         self.final_report = report
         rd = self.rundir
         rd.write(f"report-{self.info.rank}.json", self.record(report))
         if self.info.rank != 0:
             # Wait for rank 0's merged report: a rank that exits with an error first makes
             # torchrun stop the others, rank 0 among them, before it has written the report.
-            rd.wait(["done.json"], ENDED_GRACE + MERGE_WAIT + 5.0)
+            got = rd.wait(["done.json"], ENDED_GRACE + MERGE_WAIT + 5.0)
             self._wait_if_stalling()
             self._finish()
+            if got:
+                rd.clear_own()
+                rd.wait_gone("done.json", 3.0)
             return None
         timeout = (self.watchdog.timeout() if self.watchdog else 60.0) + END_GRACE
         records = self._collect(timeout)
@@ -251,9 +256,9 @@ class DistributedChecker(Checker):
         rd.write("done.json", {"rank": 0})
         self._finish()
         if len(records) == self.info.world_size:
-            # every rank answered: nobody reads the folder any more (the others read
-            # done.json within their polling interval)
-            time.sleep(0.5)
+            # every rank answered: nobody reads the folder once they have seen done.json
+            # (they poll every 50 ms and wait for its removal before they exit)
+            time.sleep(0.3)
             rd.clear()
         return merged
 

@@ -63,7 +63,9 @@ def run_dir() -> str:
     the rendezvous address and restart count, and the launching process)."""
     given = os.environ.get("TORCHTRIAGE_RUN_DIR")
     if given:
-        return given
+        # "{rank}" in it gives each rank its own folder, as ranks on separate hosts have: the
+        # exchange then goes through torchrun's store alone (what the tests use to check it)
+        return given.replace("{rank}", os.environ.get("RANK", "0"))
     parts = [os.environ.get(k, "") for k in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
                                              "TORCHELASTIC_RESTART_COUNT")]
     parts.append(str(os.getppid()))

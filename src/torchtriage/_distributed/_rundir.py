@@ -30,9 +30,14 @@ class RunDir:
 
     def write(self, name: str, data: Any) -> None:
         tmp = self.file(f".{name}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, self.file(name))
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(data, fh)
+            os.replace(tmp, self.file(name))
+        except OSError:
+            # the folder was removed (the job's report is out) or the disk refuses: the
+            # readers time out on a missing file; never an error in the user's run
+            self.remove(tmp.rpartition(os.sep)[2])
 
     def read(self, name: str) -> Any:
         try:
@@ -84,6 +89,23 @@ class RunDir:
                 return got
             time.sleep(interval)
 
+    def clear_own(self) -> None:
+        """Remove this rank's own files (and the folder once empty): the other ranks' end."""
+        for name in (f"hb-{self.rank}.json", f"report-{self.rank}.json", f"dump-{self.rank}.json",
+                     f"fh-{self.rank}.txt", "stall.json", "leader"):
+            self.remove(name)
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
+    def wait_gone(self, name: str, timeout: float) -> None:
+        """Wait until `name` is removed (the leader cleaned up): leaving earlier makes torchrun
+        stop the leader mid-way when this rank's exit code is not 0."""
+        deadline = time.monotonic() + timeout
+        while self.exists(name) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def clear(self) -> None:
         """Remove the folder's files (rank 0, once every rank's report is in)."""
         try:
@@ -92,3 +114,82 @@ class RunDir:
             os.rmdir(self.path)
         except OSError:
             pass
+
+
+class StoreRunDir(RunDir):
+    """The same exchange through torchrun's agent store as well (a TCPStore the launching agent
+    serves, shared by every host, alive after a worker dies), so that ranks on several hosts
+    meet without a shared folder. Every file is also written locally; a store that stops
+    answering is dropped and the files carry on."""
+
+    NAMES = ("hb-{r}.json", "report-{r}.json", "dump-{r}.json")
+    SHARED = ("stall.json", "done.json", "leader")
+
+    def __init__(self, path: str, rank: int, world_size: int, store: Any) -> None:
+        super().__init__(path, rank, world_size)
+        self.store: Any = store
+
+    def _call(self, fn: str, *args: Any) -> Any:
+        if self.store is None:
+            return None
+        try:
+            return getattr(self.store, fn)(*args)
+        except Exception:  # the agent is gone or the connection broke: files only from now on
+            self.store = None
+            return None
+
+    def write(self, name: str, data: Any) -> None:
+        super().write(name, data)
+        self._call("set", name, json.dumps(data))
+
+    def read(self, name: str) -> Any:
+        found = super().read(name)
+        if found is not None:
+            return found
+        if self._call("check", [name]):
+            raw = self._call("get", name)
+            if raw is not None:
+                try:
+                    return json.loads(bytes(raw).decode("utf-8"))
+                except ValueError:
+                    return None
+        return None
+
+    def exists(self, name: str) -> bool:
+        return super().exists(name) or bool(self._call("check", [name]))
+
+    def claim(self, name: str) -> bool:
+        if self.store is not None:
+            got = self._call("add", name, 1)
+            if got is not None:
+                return bool(got == 1)
+        return super().claim(name)
+
+    def clear(self) -> None:
+        super().clear()
+        for r in range(self.world_size):
+            for pattern in self.NAMES:
+                self._call("delete_key", pattern.format(r=r))
+        for name in self.SHARED:
+            self._call("delete_key", name)
+
+
+def open_rundir(path: str, rank: int, world_size: int) -> RunDir:
+    """A `StoreRunDir` under torchrun (its agent serves the store), else a folder only."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true":
+        return RunDir(path, rank, world_size)
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if not addr or not port:
+        return RunDir(path, rank, world_size)
+    try:
+        import datetime
+
+        import torch.distributed as dist
+
+        client = dist.TCPStore(addr, int(port), is_master=False, timeout=datetime.timedelta(seconds=5))
+        prefix = "torchtriage/{}/{}/".format(os.environ.get("TORCHELASTIC_RUN_ID", ""),
+                                             os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        store = dist.PrefixStore(prefix, client)
+    except Exception:
+        return RunDir(path, rank, world_size)
+    return StoreRunDir(path, rank, world_size, store)

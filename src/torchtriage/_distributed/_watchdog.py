@@ -183,7 +183,9 @@ class Watchdog(threading.Thread):
         if min(alive) == o.info.rank and rd.claim("leader"):
             # (claimed once: a blocked rank that wakes up later must not lead a second time)
             self._lead(request, beats, alive)
-        rd.wait(["done.json"], DONE_WAIT)
+        if rd.wait(["done.json"], DONE_WAIT):
+            rd.clear_own()
+            rd.wait_gone("done.json", 3.0)
         sys.stderr.flush()
         os._exit(STALL_EXIT_CODE)
 
@@ -224,7 +226,8 @@ class Watchdog(threading.Thread):
             rd.write("done.json", {"rank": o.info.rank})
             # the others exit on done.json; leaving first would break their collectives (a gloo
             # peer that leaves raises in them) and print their tracebacks
-            time.sleep(1.0)
+            time.sleep(0.3)
+            rd.clear()  # the others wait for done.json to go before they exit
             for r in frozen:
                 hb = beats[r]
                 if hb.get("host") == o.info.host:
@@ -232,7 +235,7 @@ class Watchdog(threading.Thread):
                         os.kill(int(hb["pid"]), signal.SIGTERM)
                     except (OSError, ValueError, KeyError):
                         pass
-            rd.clear()
+            time.sleep(0.3)
             os._exit(STALL_EXIT_CODE)
 
 
