@@ -238,6 +238,16 @@ def test_lightning_ddp_strategy_under_torchrun(tmp_path):
     assert "TriageInternalWarning" not in res.stderr
 
 
+def test_hf_trainer_under_torchrun_is_quiet_but_for_the_find_unused_info(tmp_path):
+    pytest.importorskip("transformers")
+    res, report = _run(tmp_path, "hf_trainer_ddp.py", "--stall-timeout", "60", script_args=[str(tmp_path / "out")],
+                       timeout=240)
+    assert res.returncode == 0, res.stderr
+    assert [(f["code"], f["severity"], f["evidence"]["ranks"]) for f in report["findings"]] == [
+        ("distributed.find_unused_idle", "info", [0, 1])]
+    assert "ddp_find_unused_parameters=False" in report["findings"][0]["next_check"]
+
+
 # ---------------------------------------------------------------- without launching ranks
 def test_single_process_reports_carry_no_rank_keys_and_load_no_distributed_check(tmp_path):
     script = tmp_path / "one.py"

@@ -16,7 +16,7 @@ MESSAGES = {
     "dist.next.unused": "Pass find_unused_parameters=True to DistributedDataParallel when a branch is skipped on purpose, or keep the branch in the graph with a zero weight (loss = loss + 0.0 * branch_output.sum()); if the modules are never used, delete them or set requires_grad=False before wrapping.",
     "dist.find_unused_idle": "find_unused_parameters=True, but every parameter received a gradient in each of the {steps} step(s)",
     "dist.cause.find_unused_idle": "with find_unused_parameters=True DDP walks the autograd graph after every forward to look for unused parameters; nothing was ever unused here.",
-    "dist.next.find_unused_idle": "Drop find_unused_parameters=True (or use static_graph=True) to save that traversal each step.",
+    "dist.next.find_unused_idle": "Drop find_unused_parameters=True (or use static_graph=True) to save that traversal each step; with the Hugging Face Trainer: TrainingArguments(ddp_find_unused_parameters=False).",
     # parameters that differ across ranks
     "dist.params_differ": "{count} parameter(s) or buffer(s) differ across ranks at the first step: {names}",
     "dist.cause.params_differ": "each rank initialised or loaded its own values and nothing broadcast them (DDP broadcasts parameters from rank 0 when it wraps the model; buffers with broadcast_buffers=True).",

@@ -14,7 +14,7 @@ MESSAGES = {
     "dist.next.unused": "如果是有意跳过分支，请给 DistributedDataParallel 传入 find_unused_parameters=True，或者以零权重把该分支留在计算图中（loss = loss + 0.0 * branch_output.sum()）；如果这些模块从不使用，请删除它们或在包装前设置 requires_grad=False。",
     "dist.find_unused_idle": "设置了 find_unused_parameters=True，但在全部 {steps} 步中每个参数都收到了梯度",
     "dist.cause.find_unused_idle": "find_unused_parameters=True 时，DDP 每次前向后都要遍历 autograd 图寻找未使用的参数；这里从未出现未使用的参数。",
-    "dist.next.find_unused_idle": "去掉 find_unused_parameters=True（或使用 static_graph=True），每步可省去这次遍历。",
+    "dist.next.find_unused_idle": "去掉 find_unused_parameters=True（或使用 static_graph=True），每步可省去这次遍历；使用 Hugging Face Trainer 时：TrainingArguments(ddp_find_unused_parameters=False)。",
     "dist.params_differ": "第一步时有 {count} 个参数或缓冲区在各 rank 之间不同：{names}",
     "dist.cause.params_differ": "每个 rank 各自初始化或加载了自己的值，且没有广播（DDP 包装模型时会从 rank 0 广播参数；broadcast_buffers=True 时也广播缓冲区）。",
     "dist.next.params_differ": "在构建模型前给每个 rank 设置相同的随机种子，在每个 rank 上加载检查点，或用 DistributedDataParallel 包装模型（它会广播 rank 0 的值）。",
