@@ -229,7 +229,7 @@ class NonFiniteSentinel(Checker):
             # read: no global norm, which finite but huge values could overflow. no_grad: the
             # post-hook runs in the caller's grad mode, and norms of parameters would build graph.
             grad_ok = self._grad_norm is None or math.isfinite(self._grad_norm)
-            if sess_sharded(self.session):
+            if self.session.rank_fields:  # (issue 15, as in _sync)
                 from .._distributed._shards import local_shards
 
                 tensors = local_shards(tensors)
@@ -261,7 +261,7 @@ class NonFiniteSentinel(Checker):
             norms, n_params, upd_step, grad_ok = after
             keys += ["update"] * n_params + ["state"] * (len(norms) - n_params)
             scalars += norms
-        if sess_sharded(self.session):
+        if self.session.rank_fields:  # a distributed session: FSDP's DTensors -> local shards
             from .._distributed._shards import local_shards
 
             grads = local_shards(grads)
@@ -377,12 +377,6 @@ class NonFiniteSentinel(Checker):
         # Nothing of the step may outlive its sync (memory stays flat over long runs).
         st = self._step
         st.outputs, st.output_nodes, st.loss_calls, st.loss_nodes = [], [], [], []
-
-
-def sess_sharded(session: Any) -> bool:
-    # A distributed session (issue 15): FSDP's parameters and gradients are DTensors, whose
-    # norms the host cannot read; each rank checks its local shard.
-    return bool(session.rank_fields)
 
 
 def _nan_or_posinf(v: float) -> bool:
