@@ -77,6 +77,10 @@ class Session(SessionHooks):
         from ._snapshot import SnapshotKeeper, StepSnapshot
 
         self.checkers: list[Checker] = [SnapshotKeeper(), *_registry.build(checks)]
+        if "tensorboard" in options or "wandb" in options:  # issue 18: dashboards, after the checks
+            from ._dashboard import loggers_from_options
+
+            self.checkers += loggers_from_options(options)
         self.snapshot: StepSnapshot | None = None
         for c in self.checkers:
             c.session = self
@@ -117,6 +121,11 @@ class Session(SessionHooks):
         meta = dict(self.meta, steps=self.steps_seen)
         return Report(tuple(self._findings.values()), meta=meta,
                       series={k: list(v) for k, v in self.series.items()})
+
+    def assert_ok(self) -> None:
+        """`AssertionError` with the rendered report when something is wrong (see `Report.assert_ok`)."""
+        __tracebackhide__ = True
+        self.report.assert_ok()
 
     @property
     def steps_seen(self) -> int:
