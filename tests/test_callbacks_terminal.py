@@ -169,3 +169,34 @@ def test_hf_prints_only_on_the_main_process(tmp_path, capfd, monkeypatch):
     assert cb.report.primary.code == "numerical.test_loss"
     assert "torchtriage" not in capfd.readouterr().err
     assert not (tmp_path / "r.json").exists()
+
+
+def test_lightning_crash_in_training_step_prints_the_diagnosis_with_the_users_line(capfd):
+    L = pytest.importorskip("lightning")
+    import torch.nn as nn
+
+    from torchtriage.integrations.lightning import TriageCallback
+
+    class Classifier(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(4, 2)
+
+        def training_step(self, batch, batch_idx):
+            x, _ = batch
+            labels = torch.tensor([0, 1, 2, 1])  # three classes, two logits
+            return nn.functional.cross_entropy(self.net(x), labels)  # the line under test
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    cb = TriageCallback()
+    with pytest.raises(IndexError, match="^Target 2 is out of bounds.$"):
+        _fit(L, Classifier(), cb)
+    err = capfd.readouterr().err
+    lines = err[err.index("== torchtriage report =="):].splitlines()
+    assert lines[2] == ("✗ [data] loss: target class 2 has no logit: the labels hold a class index the model "
+                        "does not output")
+    assert lines[4].endswith("return nn.functional.cross_entropy(self.net(x), labels)  # the line under test")
+    assert lines[4].startswith("    your line: ") and "test_callbacks_terminal.py:" in lines[4]
+    assert cb.report.primary.code == "data.target_out_of_range"
