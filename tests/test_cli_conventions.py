@@ -27,12 +27,17 @@ for _ in range(2):
 
 
 def test_lang_after_the_command_is_accepted():
-    # Before issue 18: "unrecognized arguments: --lang zh".
+    # Before issue 18: "unrecognized arguments: --lang zh" (only `torchtriage --lang zh run` worked).
     after = run_cli("run", "--lang", "zh", NAN_SCRIPT)
-    before = run_cli("--lang", "zh", "run", NAN_SCRIPT)
-    assert after.returncode == before.returncode == 0, after.stderr
-    assert "== torchtriage 诊断报告 ==" in after.stderr
-    assert after.stderr == before.stderr
+    assert after.returncode == 0, after.stderr
+    assert "== torchtriage 诊断报告 ==\n-- 首要问题 --\n" in after.stderr
+    from torchtriage._cli import build_parser
+
+    for argv in (["run", "--lang", "zh", "x.py"], ["--lang", "zh", "run", "x.py"]):
+        args = build_parser().parse_args(argv)
+        assert (args.lang, args.script, args.args) == ("zh", "x.py", [])
+    args = build_parser().parse_args(["--lang", "zh", "run", "x.py"])
+    assert args.lang == "zh"  # the command's parser does not reset a value given before it
 
 
 def test_lang_after_the_script_belongs_to_the_script(tmp_path):
@@ -70,19 +75,28 @@ def test_run_dash_m_runs_a_module_like_python_dash_m(tmp_path):
     assert report["meta"]["argv"] == ["-m", "proj.train", "--epochs", "2"]
 
 
-def test_run_dash_m_unknown_module_is_one_line_and_exit_2(tmp_path):
-    proc = run_cli("run", "-m", "no_such_pkg.train", cwd=tmp_path)
-    assert proc.returncode == 2
-    assert proc.stderr == (f"torchtriage: error: -m no_such_pkg.train: no module named 'no_such_pkg.train' "
-                           f"(No module named 'no_such_pkg'; working directory: {tmp_path})\n")
+def test_run_dash_m_unknown_module_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    from torchtriage._cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "-m", "no_such_pkg.train"]) == 2
+    assert capsys.readouterr().err == (f"torchtriage: error: -m no_such_pkg.train: no module named "
+                                       f"'no_such_pkg.train' (No module named 'no_such_pkg'; working directory: "
+                                       f"{tmp_path})\n")
+    assert main(["run", "-m"]) == 2
+    assert capsys.readouterr().err == ("torchtriage: error: run -m: no module given; usage: torchtriage run "
+                                       "[--json PATH] -m MODULE [ARGS...]\n")
 
 
 def test_exit_codes_are_documented_in_help():
-    top = run_cli("--help")
-    assert top.returncode == 0
-    assert "exit status:" in top.stdout
+    from torchtriage._cli import build_parser
+
+    parser = build_parser()
+    top = parser.format_help()
+    assert "exit status:" in top
     for line in ("  0    done;", "  1    the script raised", "  2    bad input", "  130  interrupted"):
-        assert line in top.stdout
-    run = run_cli("run", "--help")
-    assert "exit status: the script's own" in run.stdout
-    assert "run a module as `python -m MODULE ARGS...`" in run.stdout and "--tensorboard DIR" in run.stdout and "--wandb" in run.stdout
+        assert line in top
+    run = parser._subparsers._group_actions[0].choices["run"].format_help()
+    assert "exit status: the script's own" in run
+    assert "run a module as `python -m MODULE ARGS...`" in run
+    assert "--tensorboard DIR" in run and "--wandb" in run

@@ -53,7 +53,9 @@ class Session(SessionHooks):
         report: "auto" prints the report to stderr on exit when something was found or the
             block raised; True always; False never.
         lang: language of messages ("en", "zh").
-        options: extra settings read by individual checks (e.g. bundle_dir).
+        options: extra settings read by individual checks (e.g. bundle_dir); `tensorboard=`
+            (a log folder or a SummaryWriter) and `wandb=` (True or a run) add a dashboard
+            logger (docs/frontends.md).
     """
 
     def __init__(
