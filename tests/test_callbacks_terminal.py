@@ -200,3 +200,15 @@ def test_lightning_crash_in_training_step_prints_the_diagnosis_with_the_users_li
     assert lines[4].endswith("return nn.functional.cross_entropy(self.net(x), labels)  # the line under test")
     assert lines[4].startswith("    your line: ") and "test_callbacks_terminal.py:" in lines[4]
     assert cb.report.primary.code == "data.target_out_of_range"
+
+
+def test_inside_an_outer_session_the_callback_leaves_printing_to_its_owner(capfd):
+    pytest.importorskip("lightning")
+    from torchtriage._session import Session
+    from torchtriage.integrations.lightning import TriageCallback
+
+    L, module = _lightning_module(nan_at_step=None)
+    with Session(discover=True, report=False) as outer:  # as under `torchtriage run`
+        _fit(L, module, TriageCallback(checks=[NonFiniteLoss()]))
+    assert "torchtriage" not in capfd.readouterr().err
+    assert outer.report.meta["steps"] == 3

@@ -103,7 +103,8 @@ class SessionHolder:
             self._report = active.report if active is not None else session.report
             if self.rank_zero:
                 self._write(self._report)
-                self._print(self._report, exc)
+                if active is None or active is session:  # joined an outer session: its owner prints
+                    self._print(self._report, exc)
 
     def guard(self, obj: Any, method: str) -> None:
         """Wrap `obj.method` (an instance attribute, undone at close) so that an exception raised
