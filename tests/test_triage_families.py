@@ -190,11 +190,12 @@ def squeeze_inline_then_sum():
 
 def test_dim_out_of_range_after_squeeze_of_a_batch_of_one():
     f = _check(squeeze_then_softmax, "shape", "shape.dim_range_squeeze", {"logits": "float32[5] cpu view"})
-    assert f.message == ("Tensor.softmax: dim 1 does not exist: logits of a [1, 5] tensor is 1-D, squeeze() removed "
-                         "the batch dimension of size 1 (logits: float32[5] cpu view)")
+    assert f.message == ("Tensor.softmax: dim 1 does not exist: logits (squeezed from [1, 5]) is 1-D, squeeze() "
+                         "removed every dimension of size 1, the batch dimension of a one-sample batch too "
+                         "(logits: float32[5] cpu view)")
     assert f.next_check.startswith("name the dimension to drop: squeeze(-1)")
     f = _check(squeeze_inline_then_sum, "shape", "shape.dim_range_squeeze")
-    assert "batch.squeeze() of a [1, 5] tensor is 1-D" in f.message
+    assert "batch.squeeze() (squeezed from [1, 5]) is 1-D" in f.message
 
 
 def transpose_out_of_range():
@@ -224,6 +225,9 @@ def test_one_dimensional_only_ops():
     assert f.message == ("torch.dot: dot takes 1-D vectors, got 2-D and 2-D tensors "
                          "(q: float32[2, 4] cpu, k: float32[2, 4] cpu)")
     assert f.op == "dot"
+    assert f.to_dict()["evidence"]["operand q"] == {
+        "name": "q", "shape": [2, 4], "dtype": "float32", "device": "cpu", "layout": "strided",
+        "requires_grad": False, "is_view": False, "is_leaf": True}
     f = _check(outer_of_matrix, "shape", "shape.one_d_only", {"u": "float32[2, 2] cpu"})
     assert "outer takes 1-D vectors, got 2-D tensors" in f.message
 

@@ -11,15 +11,15 @@ produced a tensor modified in place).
 from __future__ import annotations
 
 import ast
-import inspect
 import re
 from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
+from .._catalogue import msg
 from .._findings import Category
-from ._operands import Operand, lookup
+from ._operands import Operand, lines_before, lookup
 from ._rules import Rule, _dtype_pair, _r
 from ._structure import ddp_unused, empty_optimizer
 
@@ -142,22 +142,26 @@ def _squeezed(ctx: Any) -> tuple[str, str] | None:
     if isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute) and base.func.attr == "squeeze" \
             and not base.args and not base.keywords:
         found, value = lookup(base.func.value, site.frame)
-        shape = list(value.shape) if found and isinstance(value, torch.Tensor) else "?"
-        return ast.unparse(base), str(shape)
+        return ast.unparse(base), _of_shape(value if found else None)
     if isinstance(base, ast.Name):
-        # h = x.squeeze() on an earlier line of the same function
-        try:
-            lines, _ = inspect.getsourcelines(site.frame.f_code)
-        except (OSError, TypeError):
-            return None
-        rx = re.compile(rf"\b{re.escape(base.id)}\s*=\s*(?P<src>[\w.]+)\.squeeze\(\s*\)")
-        for line in lines:
-            hit = rx.search(line)
+        # h = x.squeeze() on an earlier line of the same function (the last such line wins)
+        rx = re.compile(rf"^\s*{re.escape(base.id)}\s*=\s*(?P<src>.+)\.squeeze\(\s*\)\s*(?:#.*)?$")
+        found = None
+        for _, line in lines_before(site.frame):
+            hit = rx.match(line)
             if hit:
-                found, value = lookup(ast.parse(hit.group("src"), mode="eval").body, site.frame)
-                shape = list(value.shape) if found and isinstance(value, torch.Tensor) else "?"
-                return base.id, str(shape)
+                found = hit.group("src")
+        if found is not None:
+            try:
+                ok, value = lookup(ast.parse(found.strip(), mode="eval").body, site.frame)
+            except SyntaxError:
+                ok, value = False, None
+            return base.id, _of_shape(value if ok else None)
     return None
+
+
+def _of_shape(value: Any) -> str:
+    return msg("triage.shape.of_shape", shape=list(value.shape)) if isinstance(value, torch.Tensor) else ""
 
 
 def _one_d(m: re.Match[str], ctx: Any) -> Fields:

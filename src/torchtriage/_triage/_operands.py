@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import linecache
+import os
 import types
 from typing import Any
 
@@ -26,6 +27,7 @@ import torch.nn as nn
 from .._frames import is_user_file
 
 MAX_OPERANDS = 6
+_OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +101,12 @@ class CallSite:
             if found:
                 out.append((ast.unparse(n), value))
         return out
+
+
+def lines_before(frame: types.FrameType) -> list[tuple[int, str]]:
+    """(line number, text) of the frame's code from its first line up to the running one."""
+    first = frame.f_code.co_firstlineno
+    return [(n, linecache.getline(frame.f_code.co_filename, n)) for n in range(first, frame.f_lineno)]
 
 
 def lookup(node: ast.AST, frame: types.FrameType) -> tuple[bool, Any]:
@@ -207,7 +215,9 @@ class Sites:
 def sites_of(tb: types.TracebackType | None) -> Sites:
     entries: list[tuple[types.FrameType, int]] = []
     while tb is not None:
-        entries.append((tb.tb_frame, tb.tb_lasti))
+        # our own frames (a torch function mode calling `func(*args)`) are not the failing call
+        if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_OURS):
+            entries.append((tb.tb_frame, tb.tb_lasti))
         tb = tb.tb_next
     if not entries:
         return Sites(None, None)

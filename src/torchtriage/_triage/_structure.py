@@ -25,7 +25,7 @@ import torch.nn as nn
 
 from .._catalogue import msg
 from .._frames import is_user_file
-from ._operands import lookup
+from ._operands import lines_before, lookup
 
 
 # ---------------------------------------------------------------- optimizer
@@ -183,16 +183,9 @@ def _anomaly_line(grad_fn: Any) -> str | None:
 
 
 def _assignment_line(f: types.FrameType, name: str) -> str | None:
-    try:
-        lines, start = inspect.getsourcelines(f.f_code)
-    except (OSError, TypeError):
-        return None
-    start = max(start, 1)  # a module's code object starts at line 0 for inspect
     rx = re.compile(rf"^\s*{re.escape(name)}\s*=(?!=)")
     found = None
-    for i, text in enumerate(lines):
-        if start + i >= f.f_lineno:
-            break
+    for n, text in lines_before(f):
         if rx.match(text):
-            found = f"{os.path.basename(f.f_code.co_filename)}:{start + i} {text.strip()}"
+            found = f"{os.path.basename(f.f_code.co_filename)}:{n} {text.strip()}"
     return found
