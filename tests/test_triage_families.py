@@ -529,3 +529,19 @@ def test_zh_messages_for_a_family():
         _catalogue.set_language(old)
     assert f.message == ("torch.dot: dot 只接受一维向量，实际为 2-D and 2-D 张量 "
                          "(q: float32[2, 4] cpu, k: float32[2, 4] cpu)")
+
+
+@pytest.mark.parametrize("text, code, message", [
+    # CUDA-only texts, as PyTorch prints them (no GPU here)
+    ("CUDA error: device-side assert triggered\nCUDA kernel errors might be asynchronously reported",
+     "device.cuda_error", "CUDA reported an error: device-side assert triggered"),
+    ("Expected object of device type cuda but got device type cpu for argument #1 'self' in call to _th_addmm",
+     "device.placement", "tensors are on different devices"),
+    ("Expected tensor for argument #1 'input' to have the same device as tensor for argument #2 'weight'; "
+     "but device 0 does not equal -1 (while checking arguments for cudnn_convolution)",
+     "device.placement", "tensors are on different devices"),
+])
+def test_accelerator_only_texts(text, code, message):
+    # built, not raised here: a `raise` in the user's own frame is the user's error, never read by vocabulary
+    f = torchtriage.triage_exception(RuntimeError(text)).primary
+    assert (f.category, f.code, f.message, f.line) == (Category.DEVICE, code, message, None)

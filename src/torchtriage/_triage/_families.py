@@ -166,7 +166,7 @@ def _of_shape(value: Any) -> str:
 
 def _one_d(m: re.Match[str], ctx: Any) -> Fields:
     g = m.groupdict()
-    dims = f"{g['a']}-D and {g['b']}-D" if g.get("a") else f"{g['got']}-D"
+    dims = f"{g['rank_a']}-D and {g['rank_b']}-D" if g.get("rank_a") else f"{g['got']}-D"
     return "shape.one_d_only", {"dims": dims, "opname": g.get("opname") or "dot"}
 
 
@@ -237,6 +237,8 @@ FAMILIES: tuple[Rule, ...] = (
     Rule("device.index", Category.DEVICE,
          _r(r"indices should be either on (?P<a>\w+) or on the same device as the indexed tensor \((?P<b>[^)]+)\)"),
          (RuntimeError, IndexError), op="indexing", refine=_index_device),
+    Rule("device.cuda_error", Category.DEVICE,
+         _r(r"CUDA error: (?P<what>[^\n]+)"), (RuntimeError,)),
     # dtype
     Rule("dtype.integer_reduction", Category.DTYPE,
          _r(r"(?P<opname>\w+)\(\): could not infer output dtype\. Input dtype must be either a floating point "
@@ -257,7 +259,7 @@ FAMILIES: tuple[Rule, ...] = (
          _r(r"Dimension out of range \(expected to be in range of \[(?P<low>-?\d+), (?P<high>-?\d+)\], "
             r"but got (?P<dim>-?\d+)\)"), (IndexError, RuntimeError), refine=_dim_range),
     Rule("shape.one_d_only", Category.SHAPE,
-         _r(r"1D tensors expected, but got (?P<a>\d)D and (?P<b>\d)D tensors"), op="dot", refine=_one_d),
+         _r(r"1D tensors expected, but got (?P<rank_a>\d)D and (?P<rank_b>\d)D tensors"), op="dot", refine=_one_d),
     Rule("shape.one_d_only", Category.SHAPE,
          _r(r"(?P<opname>\w+): Expected 1-D argument (?P<arg>\w+), but got (?P<got>\d+)-D"), refine=_one_d),
     Rule("shape.bmm_rank", Category.SHAPE, _r(r"(?P<arg>batch1|batch2) must be a 3D tensor"), op="bmm"),

@@ -127,6 +127,11 @@ def read(text: str, operands: Sequence[Operand] = ()) -> Reading | None:
         words.setdefault(cat, []).append(m.group(0))
         if cat not in best or sig.weight > best[cat][0]:
             best[cat] = (sig.weight, sig.code)
+    named = set(re.findall(r"\b(?:cuda(?::\d+)?|cpu|mps|meta|xpu(?::\d+)?)\b", text.lower()))
+    if len(named) > 1:  # two devices named in one message: a placement clash
+        scores["device"] = scores.get("device", 0) + 5
+        best["device"] = max(best.get("device", (0, "")), (5, "device.placement"))
+        words.setdefault("device", []).append(" / ".join(sorted(named)))
     if not scores:
         return None
     _weigh_operands(text, operands, scores, best)
