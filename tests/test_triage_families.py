@@ -545,3 +545,28 @@ def test_accelerator_only_texts(text, code, message):
     # built, not raised here: a `raise` in the user's own frame is the user's error, never read by vocabulary
     f = torchtriage.triage_exception(RuntimeError(text)).primary
     assert (f.category, f.code, f.message, f.line) == (Category.DEVICE, code, message, None)
+
+
+# ---------------------------------------------------------------- errors no family was written for
+UNLISTED = [
+    # (call, category, code): real torch errors read by their words and operands only
+    (lambda x2, x1: F.pad(x1, (1, 1, 1, 1)), "shape", "shape.size"),
+    (lambda x2, x1: F.interpolate(x2, scale_factor=2, mode="bilinear"), "shape", "shape.rank"),
+    (lambda x2, x1: torch.cdist(x2, x2.t()), "shape", "shape.size"),
+    (lambda x2, x1: torch.mm(x1, x2), "shape", "shape.rank"),
+    (lambda x2, x1: x2.view(-1, -1), "shape", "shape.rank"),
+    (lambda x2, x1: nn.Conv2d(3, 4, 5)(x2.expand(1, 3, 2, 3)), "shape", "shape.size"),
+    (lambda x2, x1: torch.where(torch.tensor([1, 0, 1]), x1, x1), "dtype", "dtype.mismatch"),
+    (lambda x2, x1: x2.masked_fill(torch.tensor([1, 0, 1]), 0.0), "dtype", "dtype.mismatch"),
+    (lambda x2, x1: F.one_hot(x1), "dtype", "dtype.mismatch"),
+    (lambda x2, x1: torch.optim.SGD([x1.requires_grad_()], lr=-1), "gradient", "gradient.optimizer"),
+    (lambda x2, x1: torch.optim.Adam([x1.requires_grad_()], betas=(1.5, 0.9)), "gradient", "gradient.optimizer"),
+]
+
+
+@pytest.mark.parametrize("call, category, code", UNLISTED, ids=[f"{c[2]}-{i}" for i, c in enumerate(UNLISTED)])
+def test_errors_without_a_family_are_read_by_vocabulary(call, category, code):
+    x2, x1 = torch.randn(2, 3), torch.randn(3)
+    f = _triage(lambda: call(x2, x1))
+    assert (f.category.value, f.code) == (category, code), f.message
+    assert f.evidence["vocabulary"] and f.evidence.get("function")

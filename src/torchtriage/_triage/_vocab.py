@@ -70,6 +70,7 @@ SIGNALS: tuple[Signal, ...] = (
     _s("dtype.mismatch", 3, r"\bdtypes?\b|scalar ?types?|\bScalarType\b|type promotion|result type|\bcast\w*\b|"
                             r"\btypes? of\b|\bsame type\b|\bquantized\b|\bqint\w*|\bquint\w*"),
     _s("dtype.mismatch", 1, r"\b" + _DTYPES + r"\b"),
+    _s("dtype.mismatch", 3, r"\b(?:Long|Float|Double|Half|Int|Byte|Bool|Short|Char|BFloat16)Tensor\b"),
     _s("dtype.unsupported", 2, r"\b(?:non-)?complex\b|\bboolean\b|\bdatatypes?\b|\bitemsize\b"),
     # device: where tensors live
     _s("device.placement", 5, r"same device|different devices?|on the same|devices? mismatch|is not on the expected device|"
