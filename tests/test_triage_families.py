@@ -570,3 +570,44 @@ def test_errors_without_a_family_are_read_by_vocabulary(call, category, code):
     f = _triage(lambda: call(x2, x1))
     assert (f.category.value, f.code) == (category, code), f.message
     assert f.evidence["vocabulary"] and f.evidence.get("function")
+
+
+def test_every_family_and_vocabulary_code_has_messages_in_both_languages():
+    from torchtriage._catalogue import catalogue, fields_of
+    from torchtriage._triage._families import FAMILIES
+    from torchtriage._triage._vocab import SIGNALS
+
+    tables = catalogue()
+    codes = {r.code for r in FAMILIES} | {s.code for s in SIGNALS} | {
+        "shape.dim_range_squeeze", "shape.rnn_batch_first", "dtype.integer_reduction", "data.index_range"}
+    for code in codes:
+        for suffix in ("", ".cause", ".next"):
+            key = f"triage.{code}{suffix}"
+            assert key in tables["en"] and key in tables["zh"], key
+            assert fields_of(tables["en"][key]) == fields_of(tables["zh"][key]), key
+
+
+class Seq2Label(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(4, 8, batch_first=True)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        h0 = (torch.zeros(1, x.size(0), 8), torch.zeros(1, x.size(0), 8))  # no device=
+        out, _ = self.rnn(x, h0)  # BUG
+        return self.head(out[:, -1])
+
+
+def test_in_a_session_the_module_is_named_by_its_path_with_the_step():
+    with torch.device("meta"):
+        model = Seq2Label()
+    x = torch.randn(2, 5, 4, device="meta")
+    with pytest.raises(RuntimeError, match="Input and hidden tensors are not at the same device"):
+        with torchtriage.watch(model, checks=["triage"], on_anomaly="record", report=False) as s:
+            model(x)
+    (f,) = s.report.findings
+    assert (f.category, f.code, f.module, f.step, f.line) == (
+        Category.DEVICE, "device.rnn_hidden", "rnn", 0, _bug_line(Seq2Label.forward))
+    assert f.message == "rnn: the RNN's input is on meta but its initial state h0[0] is on cpu"
+    assert str(f.evidence["operand h0[0]"]) == "float32[1, 2, 8] cpu"

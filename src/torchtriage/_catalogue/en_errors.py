@@ -5,6 +5,8 @@ or ""), {names} (the operands' names), {where} ("module: " or ""), {error} (the 
 """
 
 MESSAGES = {
+    "triage.in_module": " in {module}",
+    "triage.in_function": " ({function})",
     "triage.the_operands": "the operands",
     # ------------------------------------------------------------ device families
     "triage.device.rnn_hidden": "{where}the RNN's input is on {a} but its initial state {hidden} is on {b}",

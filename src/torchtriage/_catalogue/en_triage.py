@@ -123,6 +123,6 @@ MESSAGES = {
     # other
     "triage.worker": "{error} (in DataLoader worker process {worker})",
     "triage.other.exception": "{error}",
-    "triage.other.exception.cause": "not recognized: torchtriage does not know this error, so it names no category; it surfaced in {module} ({function}) at your line{ops}",
+    "triage.other.exception.cause": "not recognized: torchtriage does not know this error, so it names no category; it surfaced{in_module}{in_function} at your line{ops}",
     "triage.other.exception.next": "open your line and the last frames of the traceback below",
 }

@@ -1,6 +1,8 @@
 """中文：torch 错误家族与词汇判读（issue 12）。键与 en_errors.py 相同。"""
 
 MESSAGES = {
+    "triage.in_module": "，模块 {module}",
+    "triage.in_function": "（{function}）",
     "triage.the_operands": "各操作数",
     # ------------------------------------------------------------ device
     "triage.device.rnn_hidden": "{where}RNN 的输入在 {a} 上，但初始状态 {hidden} 在 {b} 上",

@@ -115,6 +115,6 @@ MESSAGES = {
     "triage.environment.file_not_found.absent": "脚本旁边也没有同名文件（{candidate}）：检查文件名和数据所在位置",
     "triage.worker": "{error}（发生在 DataLoader 工作进程 {worker} 中）",
     "triage.other.exception": "{error}",
-    "triage.other.exception.cause": "无法识别：torchtriage 不认识这个错误，因此不给出类别；它出现在 {module}（{function}）中你的代码行{ops}",
+    "triage.other.exception.cause": "无法识别：torchtriage 不认识这个错误，因此不给出类别；它出现在你的代码行{in_module}{in_function}{ops}",
     "triage.other.exception.next": "打开你的代码行，并查看下方 traceback 的最后几帧",
 }

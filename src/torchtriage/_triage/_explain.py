@@ -182,6 +182,9 @@ def _call_fields(fields: dict[str, Any], ctx: Context, function: str | None) -> 
     fields.setdefault("call", f"{function}: " if function else "")
     fields.setdefault("ops", " (" + ", ".join(f"{o.name}: {o}" for o in ops) + ")" if ops else "")
     fields.setdefault("names", ", ".join(o.name for o in ops) if ops else msg("triage.the_operands"))
+    fields.setdefault("in_module", msg("triage.in_module", module=ctx.module_path or type(ctx.module).__name__)
+                      if ctx.module is not None else "")
+    fields.setdefault("in_function", msg("triage.in_function", function=function) if function else "")
 
 
 def _operand_evidence(ev: dict[str, Any], ctx: Context, fields: dict[str, Any], function: str | None) -> None:

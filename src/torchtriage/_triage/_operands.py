@@ -143,13 +143,18 @@ def call_at(frame: types.FrameType, lasti: int) -> CallSite | None:
         if found and isinstance(obj, type) and issubclass(obj, BaseException):
             return None  # `raise ValueError(...)`: the call that failed is the caller's
         return _callsite(tree, frame)
-    if isinstance(tree, ast.BinOp):
+    # an operator or an indexing is torch's only when a tensor takes part
+    if isinstance(tree, ast.BinOp) and _any_tensor((tree.left, tree.right), frame):
         name = {ast.MatMult: "matmul", ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul",
                 ast.Div: "div"}.get(type(tree.op), type(tree.op).__name__.lower())
         return CallSite(name, tree, frame)
-    if isinstance(tree, ast.Subscript):
+    if isinstance(tree, ast.Subscript) and _any_tensor((tree.value,), frame):
         return CallSite("Tensor.__getitem__", tree, frame)
     return None
+
+
+def _any_tensor(nodes: tuple[ast.AST, ...], frame: types.FrameType) -> bool:
+    return any(isinstance(lookup(n, frame)[1], torch.Tensor) for n in nodes)
 
 
 def _expression_at(frame: types.FrameType, lasti: int) -> ast.AST | None:
