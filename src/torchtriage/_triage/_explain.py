@@ -7,6 +7,7 @@ is never changed: the session and `torchtriage run` re-raise it after the report
 
 from __future__ import annotations
 
+import linecache
 import os
 import re
 import sys
@@ -22,7 +23,7 @@ from .._errors import AnomalyError, TriageError
 from .._findings import Category, Finding, Report, Severity, Stage
 from .._frames import is_user_file
 from .._summary import TensorSummary, summarize
-from ._context import Context
+from ._context import Context, _internal
 from ._families import match_family
 from ._rules import RULES, Rule, classify
 from ._structure import inplace_producer
@@ -149,8 +150,6 @@ def _refine(rule: Rule, m: re.Match[str], ctx: Context) -> tuple[str, dict[str, 
         assert rule.refine is not None
         return rule.refine(m, ctx)
     except Exception as e:  # a refinement's bug keeps the rule's own reading
-        from ._context import _internal
-
         _internal(f"triage.{rule.code}", e)
         return None
 
@@ -170,8 +169,6 @@ def _torch_raised(exc: BaseException, worker: WorkerError | None) -> bool:
     code = tb.tb_frame.f_code
     if not is_user_file(code.co_filename):
         return True
-    import linecache
-
     return not linecache.getline(code.co_filename, tb.tb_lineno).strip().startswith(("raise", "assert"))
 
 
