@@ -11,7 +11,7 @@ with a number) with no traceback and no operands, so only the message's words de
     → gradient). Topics are keyword labels, so this is a rough check that the category is
     plausible, not a hand-checked ground truth.
 
-    python benchmarks/triage_coverage.py [TABLE]
+    python benchmarks/triage_coverage.py [TABLE]      (make bench-triage)
 """
 
 from __future__ import annotations

@@ -611,3 +611,26 @@ def test_in_a_session_the_module_is_named_by_its_path_with_the_step():
         Category.DEVICE, "device.rnn_hidden", "rnn", 0, _bug_line(Seq2Label.forward))
     assert f.message == "rnn: the RNN's input is on meta but its initial state h0[0] is on cpu"
     assert str(f.evidence["operand h0[0]"]) == "float32[1, 2, 8] cpu"
+
+
+def make_gate(x):
+    return x.sigmoid()  # MADE
+
+
+def saved_output_modified_under_anomaly_mode():
+    x = torch.ones(2, 1, requires_grad=True)
+    with torch.autograd.detect_anomaly():
+        gate = make_gate(x)
+        gate.mul_(2)
+        gate.sum().backward()  # BUG
+
+
+def test_under_anomaly_detection_the_line_that_produced_the_tensor_is_exact():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # anomaly mode warns about its cost and prints the forward trace
+        f = _check(saved_output_modified_under_anomaly_mode, "gradient", "gradient.inplace_saved")
+    lines, start = inspect.getsourcelines(make_gate)
+    made = start + next(i for i, line in enumerate(lines) if "# MADE" in line)
+    assert f.evidence["produced_by"] == f"; it is gate (test_triage_families.py:{made} return x.sigmoid()  # MADE)"

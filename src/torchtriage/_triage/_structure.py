@@ -166,8 +166,21 @@ def inplace_producer(fields: dict[str, Any], ctx: Any) -> dict[str, Any]:
     if not candidates:
         return {"producer": ""}
     _, name, v, f = min(candidates, key=lambda c: c[0])
-    line = _anomaly_line(v.grad_fn) or _assignment_line(f, name)
+    line = _anomaly_line(_node_named(v.grad_fn, node)) or _assignment_line(f, name)
     return {"producer": msg("triage.inplace.producer", name=name, where=f" ({line})" if line else "")}
+
+
+def _node_named(grad_fn: Any, node: Any, depth: int = 4) -> Any:
+    """The graph node the message names (`Sigmoid`): the tensor's own grad_fn, or, after an
+    in-place op rebased it (`MulBackward0`), one of the nodes just below it."""
+    if grad_fn is None or node is None or type(grad_fn).__name__.startswith(str(node)):
+        return grad_fn
+    if depth > 0:
+        for nxt, _ in getattr(grad_fn, "next_functions", ()):
+            found = _node_named(nxt, node, depth - 1)
+            if found is not None and type(found).__name__.startswith(str(node)):
+                return found
+    return None
 
 
 def _anomaly_line(grad_fn: Any) -> str | None:
