@@ -535,6 +535,12 @@ def test_zh_messages_for_a_family():
     # CUDA-only texts, as PyTorch prints them (no GPU here)
     ("CUDA error: device-side assert triggered\nCUDA kernel errors might be asynchronously reported",
      "device.cuda_error", "CUDA reported an error: device-side assert triggered"),
+    ("Input and hidden tensors are not at the same device, found input tensor at cuda:0 and hidden tensor at cpu",
+     "device.rnn_hidden", "the RNN's input is on cuda:0 but its initial state hx is on cpu"),
+    ("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first.",
+     "device.numpy", "tensor is on cuda:0: NumPy can only read CPU memory"),
+    ("cannot pin 'torch.cuda.FloatTensor' only dense CPU tensors can be pinned",
+     "device.pin_memory", "pin_memory() on a torch.cuda.FloatTensor tensor: only dense CPU tensors can be pinned"),
     ("Expected object of device type cuda but got device type cpu for argument #1 'self' in call to _th_addmm",
      "device.placement", "tensors are on different devices"),
     ("Expected tensor for argument #1 'input' to have the same device as tensor for argument #2 'weight'; "
@@ -545,6 +551,12 @@ def test_accelerator_only_texts(text, code, message):
     # built, not raised here: a `raise` in the user's own frame is the user's error, never read by vocabulary
     f = torchtriage.triage_exception(RuntimeError(text)).primary
     assert (f.category, f.code, f.message, f.line) == (Category.DEVICE, code, message, None)
+
+
+def test_cuda_half_float_matmul_text():
+    f = torchtriage.triage_exception(RuntimeError(
+        "expected mat1 and mat2 to have the same dtype, but got: float != c10::Half")).primary
+    assert (f.code, f.message) == ("dtype.half_input", "half-precision and float32 operands meet (Float and Half)")
 
 
 # ---------------------------------------------------------------- errors no family was written for

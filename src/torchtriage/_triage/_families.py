@@ -233,7 +233,7 @@ FAMILIES: tuple[Rule, ...] = (
     Rule("gradient.numpy_requires_grad", Category.GRADIENT,
          _r(r"Can't call numpy\(\) on Tensor that requires grad"), op="numpy", refine=_numpy_grad),
     Rule("device.pin_memory", Category.DEVICE,
-         _r(r"cannot pin '(?P<ttype>\w+)'"), op="pin_memory"),
+         _r(r"cannot pin '(?P<ttype>[\w.]+)'"), op="pin_memory"),
     Rule("device.index", Category.DEVICE,
          _r(r"indices should be either on (?P<a>\w+) or on the same device as the indexed tensor \((?P<b>[^)]+)\)"),
          (RuntimeError, IndexError), op="indexing", refine=_index_device),
