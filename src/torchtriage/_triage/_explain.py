@@ -187,8 +187,11 @@ def _call_fields(fields: dict[str, Any], ctx: Context, function: str | None) -> 
 def _operand_evidence(ev: dict[str, Any], ctx: Context, fields: dict[str, Any], function: str | None) -> None:
     if function:
         ev["function"] = function
+    # the running module's inputs and parameters are already there: repeat them only under the
+    # user's own name for them (`h0`, not torch's `input`)
+    shown = {id(t) for _, t in ctx.inputs()} | {id(t) for _, t in ctx.parameters()}
     for o in ctx.operands:
-        if o.name not in ev:
+        if o.name not in ev and (o.named_by_user or o.ident not in shown):
             ev[f"operand {o.name}"] = o
     for key in ("vocabulary", "branch_line"):
         if fields.get(key):

@@ -42,12 +42,15 @@ class Operand:
     requires_grad: bool
     is_view: bool
     is_leaf: bool
+    ident: int = dataclasses.field(default=0, compare=False, repr=False)  # id() of the tensor
+    named_by_user: bool = dataclasses.field(default=False, compare=False, repr=False)
 
     @classmethod
     def of(cls, name: str, t: torch.Tensor) -> Operand:
         return cls(name=name, shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""),
                    device=str(t.device), layout=str(t.layout).replace("torch.", ""),
-                   requires_grad=bool(t.requires_grad), is_view=bool(t._is_view()), is_leaf=bool(t.is_leaf))
+                   requires_grad=bool(t.requires_grad), is_view=bool(t._is_view()), is_leaf=bool(t.is_leaf),
+                   ident=id(t))
 
     @property
     def is_floating(self) -> bool:
@@ -66,6 +69,7 @@ class Operand:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["shape"] = list(self.shape)
+        del d["ident"], d["named_by_user"]
         return d
 
 
@@ -240,22 +244,22 @@ def operands_of(sites: Sites, extra: list[tuple[str, torch.Tensor]] = ()) -> lis
     seen: set[int] = set()
     out: list[Operand] = []
 
-    def add(name: str, value: Any) -> None:
+    def add(name: str, value: Any, by_user: bool) -> None:
         if isinstance(value, torch.Tensor) and id(value) not in seen:
             seen.add(id(value))
             try:
-                out.append(Operand.of(name, value))
+                out.append(dataclasses.replace(Operand.of(name, value), named_by_user=by_user))
             except Exception:  # an odd tensor subclass: leave it out, never fail the report
                 pass
         elif isinstance(value, (list, tuple)):
             for i, v in enumerate(value[:MAX_OPERANDS]):
-                add(f"{name}[{i}]", v)
+                add(f"{name}[{i}]", v, by_user)
 
     # The user's names first (`h0`, not torch's `hx`), then the innermost call's own arguments.
     for site in (sites.user, sites.inner):
         if site is not None:
             for name, value in site.arguments():
-                add(name, value)
+                add(name, value, site is sites.user)
     for name, value in extra:
-        add(name, value)
+        add(name, value, False)
     return out[:MAX_OPERANDS]
