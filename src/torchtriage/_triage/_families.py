@@ -56,11 +56,9 @@ def _receiver(ctx: Any) -> str:
 # ---------------------------------------------------------------- device
 def _rnn_hidden(m: re.Match[str], ctx: Any) -> Fields:
     hidden_dev = m.group("b")
-    inputs = [n for n, _ in ctx.inputs()]
-    name = _named(ctx, lambda o: o.device == hidden_dev and o.name not in ("input", "x")
-                  and not o.name.startswith("input[0]"), "")
-    if not name and len(inputs) > 1:
-        name = inputs[1]
+    inputs = ctx.inputs()
+    first = id(inputs[0][1]) if inputs else 0  # the RNN's input sequence, not its state
+    name = _named(ctx, lambda o: o.device == hidden_dev and o.ident != first, "")
     return "device.rnn_hidden", {"hidden": name or "hx"}
 
 
