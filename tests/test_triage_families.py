@@ -646,3 +646,26 @@ def test_under_anomaly_detection_the_line_that_produced_the_tensor_is_exact():
     lines, start = inspect.getsourcelines(make_gate)
     made = start + next(i for i, line in enumerate(lines) if "# MADE" in line)
     assert f.evidence["produced_by"] == f"; it is gate (test_triage_families.py:{made} return x.sigmoid()  # MADE)"
+
+
+class IterableNoInit(nn.Module):
+    def __iter__(self):  # not a typo of __init__
+        return iter(())
+
+
+def optimizer_of_module_without_init():
+    net = IterableNoInit()
+    return torch.optim.SGD(net.parameters(), lr=0.1)  # BUG
+
+
+def optimizer_of_empty_list():
+    params = []
+    return torch.optim.SGD(params, lr=0.1)  # BUG
+
+
+def test_empty_optimizer_without_a_typo_or_from_an_empty_list():
+    f = _check(optimizer_of_module_without_init, "gradient", "gradient.optimizer_empty")
+    assert f.message == ("optimizer got no parameters: net (IterableNoInit) has no registered parameters: "
+                         "IterableNoInit defines no __init__, so no layer was ever assigned")
+    f = _check(optimizer_of_empty_list, "gradient", "gradient.optimizer_empty")
+    assert f.message == "optimizer got no parameters: params (list) is empty: the iterable of parameters held nothing"

@@ -53,6 +53,9 @@ def empty_optimizer(m: re.Match[str], ctx: Any) -> tuple[str, dict[str, Any]] | 
             if found and isinstance(value, types.GeneratorType):
                 return "gradient.optimizer_empty", {"model": name, "cls": "generator",
                                                     "reason": msg("triage.optimizer_empty.consumed")}
+            if found and not isinstance(value, nn.Module):
+                return "gradient.optimizer_empty", {"model": name, "cls": type(value).__name__,
+                                                    "reason": msg("triage.optimizer_empty.unknown")}
     if not isinstance(model, nn.Module):
         return "gradient.optimizer_empty", {"model": name, "cls": "?", "reason": msg("triage.optimizer_empty.unknown")}
     return "gradient.optimizer_empty", {"model": name, "cls": type(model).__name__, "reason": _why_no_parameters(model)}
@@ -67,7 +70,9 @@ def _why_no_parameters(model: nn.Module) -> str:
         for k, v in vars(klass).items():
             own.setdefault(k, v)
     if "__init__" not in own:
-        typo = difflib.get_close_matches("__init__", [k for k in own if callable(own[k])], n=1, cutoff=0.6)
+        methods = [k for k in own if callable(own[k])]
+        # `__int__`, `_init_`, `__init`, `init`; not `__iter__` (ratio 0.75)
+        typo = difflib.get_close_matches("__init__", methods, n=1, cutoff=0.8) or [k for k in methods if k == "init"]
         if typo:
             return msg("triage.optimizer_empty.misspelled_init", cls=cls.__name__, name=typo[0])
         return msg("triage.optimizer_empty.no_init", cls=cls.__name__)
