@@ -14,6 +14,7 @@ import re
 import sys
 import time as _time
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -77,6 +78,20 @@ class Stats:
             return
         self.acc[layout] = [old[0] + part[0], old[1] + part[1], old[2] + part[2],
                             np.fmin(old[3], part[3]), np.fmax(old[4], part[4])]
+
+
+@dataclasses.dataclass
+class Part:
+    """One chunk of one split as every engine stores it: rows ``start .. start + n``."""
+
+    start: int
+    n: int
+    exact: np.ndarray                       # uint64 content digest per row
+    labels: np.ndarray | None = None        # uint64 label word per row
+    groups: list[str] | None = None         # group key per row (display form, `key_of`)
+    times: np.ndarray | None = None         # float64 seconds per row (NaN: missing)
+    sig: np.ndarray | None = None           # near-duplicate signature per row
+    valid: np.ndarray | None = None         # rows whose signature may be compared
 
 
 @dataclasses.dataclass
@@ -178,35 +193,60 @@ class Scanner:
         print(msg("leakage.progress", name=name, done=done, of=of, seconds=f"{now - self._t0:.0f}"),
               file=sys.stderr, flush=True)
 
-    def scan(self, src: Source) -> Scan:
-        sc = Scan(src)
-        exact, labels, times, sigs, valid = [], [], [], [], []
-        o = self.opts
-        for block in src.blocks(o.chunk):
+    def parts(self, src: Source, sc: Scan | None = None) -> Iterator[Part]:
+        """One `Part` per chunk of `src`: what every engine stores (digests, keys, signatures).
+
+        `sc` collects what stays in Python whatever the engine: statistics, tokens, labels shown.
+        """
+        sc = sc if sc is not None else Scan(src)
+        for block in src.blocks(self.opts.chunk):
             if block.n == 0:
                 continue
-            ex, near = self._inputs(src, block, sc)
-            exact.append(ex)
-            if near is not None:
-                sigs.append(near[0])
-                valid.append(near[1])
-            if o.labels is not None or block.auto_labels is not None or src.kind == "samples":
-                lw = self._labels(src, block, sc)
-                if lw is not None:
-                    labels.append(lw)
-            if o.groups is not None:
-                sc.groups.update(key_of(g) for g in o.groups.values(src, block))
-            if o.time is not None:
-                tv = o.time.values(src, block)
-                if sc.n == 0 and len(tv) and not isinstance(tv[0], (int, float, np.integer, np.floating)):
-                    sc.times_are_dates = _is_date(tv[0])
-                times.append(np.array([to_seconds(t, src.name) for t in tv], np.float64))
-            sc.n += block.n
+            part = self.part(src, block, sc)
             self._progress(src.name, sc.n, src.n)
-        sc.exact = np.concatenate(exact) if exact else np.zeros(0, np.uint64)
-        if labels and sum(len(x) for x in labels) == sc.n:
-            sc.labels = np.concatenate(labels)
+            yield part
+
+    def part(self, src: Source, block: Block, sc: Scan) -> Part:
+        """One chunk's `Part`; `sc` counts the rows and collects what stays in Python."""
+        o = self.opts
+        ex, near = self._inputs(src, block, sc)
+        part = Part(block.start, block.n, ex)
+        if near is not None:
+            part.sig, part.valid = near[0], near[1]
+        if o.labels is not None or block.auto_labels is not None or src.kind == "samples":
+            part.labels = self._labels(src, block, sc)
+        if o.groups is not None:
+            part.groups = [key_of(g) for g in o.groups.values(src, block)]
         if o.time is not None:
+            tv = o.time.values(src, block)
+            if sc.n == 0 and len(tv) and not isinstance(tv[0], (int, float, np.integer, np.floating)):
+                sc.times_are_dates = _is_date(tv[0])
+            part.times = np.array([to_seconds(t, src.name) for t in tv], np.float64)
+        sc.n += block.n
+        return part
+
+    def scan(self, src: Source) -> Scan:
+        """The in-process scan: every part of `src` kept in numpy arrays."""
+        sc = Scan(src)
+        exact, labels, times, sigs, valid = [], [], [], [], []
+        all_labels = True
+        for part in self.parts(src, sc):
+            exact.append(part.exact)
+            if part.sig is not None:
+                sigs.append(part.sig)
+                valid.append(part.valid)
+            if part.labels is None:
+                all_labels = False
+            else:
+                labels.append(part.labels)
+            if part.groups is not None:
+                sc.groups.update(part.groups)
+            if part.times is not None:
+                times.append(part.times)
+        sc.exact = np.concatenate(exact) if exact else np.zeros(0, np.uint64)
+        if all_labels and labels and sum(len(x) for x in labels) == sc.n:
+            sc.labels = np.concatenate(labels)
+        if self.opts.time is not None:
             sc.times = np.concatenate(times) if times else np.zeros(0)
         if sigs and sum(len(s) for s in sigs) == sc.n:
             sc.near_sig, sc.near_valid = np.concatenate(sigs), np.concatenate(valid)
