@@ -156,7 +156,9 @@ def _conflicts(store: Store, scans: list[Scan]) -> list[Finding]:
     shown: dict[int, str] = {}
     for s in scans:
         shown.update(s.label_shown)
-    examples = [[{"row": f"{names[k]}[{row}]", "label": shown.get(lab, "?")} for k, row, lab in ex] for ex in c.examples]
+    # A label is a word (the engine kept digests only) or already its display text (dask).
+    examples = [[{"row": f"{names[k]}[{row}]", "label": lab if isinstance(lab, str) else shown.get(lab, "?")}
+                 for k, row, lab in ex] for ex in c.examples]
     return [finding("conflicting_labels", "warning", "conflict", {
         "inputs_with_conflicting_labels": c.count, "examples": examples}, count=c.count)]
 

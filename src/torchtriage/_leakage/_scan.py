@@ -183,6 +183,7 @@ class Scanner:
         self.shared = _Shared()
         self._t0 = _time.monotonic()
         self._last = self._t0
+        self.near_width: tuple[int, Any] = (0, np.uint64)  # signature columns, for engines that need a schema
 
     def _progress(self, name: str, done: int, total: int | None) -> None:
         now = _time.monotonic()
