@@ -170,6 +170,17 @@ def _is_date(value: Any) -> bool:
     return isinstance(value, (_dt.date, np.datetime64)) or hasattr(value, "tzinfo")
 
 
+def group_keys(values: Any) -> list[str]:
+    """`key_of` for every value; whole-number columns and text columns without a call per row."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "biuf" and values.ndim == 1:
+        v = values.astype(np.float64)
+        if np.isfinite(v).all() and (v == np.floor(v)).all() and np.abs(v).max(initial=0) < 2**53:
+            return v.astype(np.int64).astype(str).tolist()
+    if isinstance(values, list) and all(type(x) is str for x in values):
+        return values
+    return [key_of(g) for g in values]
+
+
 def label_word(value: Any) -> int:
     arr = to_numpy(value)
     if arr is not None and arr.size == 1:
@@ -217,7 +228,7 @@ class Scanner:
         if o.labels is not None or block.auto_labels is not None or src.kind == "samples":
             part.labels = self._labels(src, block, sc)
         if o.groups is not None:
-            part.groups = [key_of(g) for g in o.groups.values(src, block)]
+            part.groups = group_keys(o.groups.values(src, block))
         if o.time is not None:
             tv = o.time.values(src, block)
             if sc.n == 0 and len(tv) and not isinstance(tv[0], (int, float, np.integer, np.floating)):
@@ -393,6 +404,14 @@ class Scanner:
                 return None
         else:
             return None
+        if isinstance(vals, np.ndarray) and vals.dtype.kind in "biuf" and vals.ndim == 1:
+            # A numeric column: the same words as `label_word`, without a Python call per row.
+            words = float_words(vals)
+            if len(sc.label_shown) < MAX_SHOWN_LABELS:
+                _, first = np.unique(words, return_index=True)
+                for i in np.sort(first).tolist():
+                    sc.label_shown.setdefault(int(words[i]), key_of(float(vals[i])))
+            return words
         words = np.fromiter((label_word(v) for v in vals), np.uint64, len(vals))
         if len(sc.label_shown) < MAX_SHOWN_LABELS:
             for w, v in zip(words.tolist(), vals):
