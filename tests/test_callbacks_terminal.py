@@ -133,14 +133,14 @@ def test_hf_trainer_crash_prints_a_diagnosis_in_the_terminal(tmp_path):
     assert lines[:4] == [
         "== torchtriage report ==",
         "-- Primary --",
-        "✗ [data] loss: target class 2 has no logit: the labels hold a class index the model does not output",
-        "    where: step=1  stage=loss  module=CrossEntropyLoss  op=cross_entropy",
+        "✗ [data] loss: target class 2 does not exist for 2 output classes (valid 0..1)",
+        "    where: step=1  stage=loss  module=CrossEntropyLoss  op=torch._C._nn.cross_entropy_loss",
     ]
     assert lines[4] == "    your line: train.py:28    trainer.train()"
     assert "      exception: IndexError: Target 2 is out of bounds." in lines
     assert traceback.rstrip().endswith("IndexError: Target 2 is out of bounds.")
     saved = json.loads((tmp_path / "triage.json").read_text(encoding="utf-8"))
-    assert saved["findings"][saved["primary"]]["code"] == "data.target_out_of_range"
+    assert saved["findings"][saved["primary"]]["code"] == "data.target_range"
 
 
 def test_hf_clean_run_prints_one_line(tmp_path, capfd):
@@ -195,11 +195,10 @@ def test_lightning_crash_in_training_step_prints_the_diagnosis_with_the_users_li
         _fit(L, Classifier(), cb)
     err = capfd.readouterr().err
     lines = err[err.index("== torchtriage report =="):].splitlines()
-    assert lines[2] == ("✗ [data] loss: target class 2 has no logit: the labels hold a class index the model "
-                        "does not output")
+    assert lines[2] == "✗ [data] loss: target class 2 does not exist for 2 output classes (valid 0..1)"
     assert lines[4].endswith("return nn.functional.cross_entropy(self.net(x), labels)  # the line under test")
     assert lines[4].startswith("    your line: ") and "test_callbacks_terminal.py:" in lines[4]
-    assert cb.report.primary.code == "data.target_out_of_range"
+    assert cb.report.primary.code == "data.target_range"
 
 
 def test_inside_an_outer_session_the_callback_leaves_printing_to_its_owner(capfd):

@@ -107,8 +107,7 @@ def test_cell_magic_shows_the_report_below_the_cell(tmp_path, monkeypatch):
     assert (error.ename, error.evalue) == ("IndexError", "Target 2 is out of bounds.")
     (shown,) = _displays(crash)
     lines = shown.data["text/plain"].splitlines()
-    assert lines[2] == ("✗ [data] loss: target class 2 has no logit: the labels hold a class index the model "
-                        "does not output")
+    assert lines[2] == "✗ [data] loss: target class 2 does not exist for 2 output classes (valid 0..1)"
     assert lines[4].endswith("loss = nn.functional.cross_entropy(clf(torch.randn(4, 4)), labels)")
 
     # a clean cell: the empty report

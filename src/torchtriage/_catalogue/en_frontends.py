@@ -17,12 +17,5 @@ MESSAGES = {
                               "else one line), True (always) or False (never)",
     "integration.no_tensorboard_logger": "tensorboard=True: the trainer has no TensorBoard logger; give a "
                                          "log folder (tensorboard=\"runs/x\") or add lightning's TensorBoardLogger",
-    "triage.data.target_out_of_range": "loss: target class {target} has no logit: the labels hold a class "
-                                       "index the model does not output",
-    "triage.data.target_out_of_range.cause": "cross_entropy / nll_loss take class indices in [0, C), C being the "
-                                             "size of the logits' class axis (num_labels, out_features); a label "
-                                             "is C or more (or negative and not ignore_index)",
-    "triage.data.target_out_of_range.next": "count the classes in the labels (e.g. sorted(set(labels))) and set "
-                                            "the model's number of outputs to match, or remap the labels to 0..C-1",
     "pytest.not_ok": "torchtriage found a problem in this test's training code:",
 }

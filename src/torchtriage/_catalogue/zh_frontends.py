@@ -15,10 +15,5 @@ MESSAGES = {
     "integration.bad_report": "report={value!r}：应为 \"auto\"（有发现时打印报告，否则打印一行）、True（总是）或 False（从不）",
     "integration.no_tensorboard_logger": "tensorboard=True：trainer 没有 TensorBoard logger；请给出日志目录"
                                          "（tensorboard=\"runs/x\"）或添加 lightning 的 TensorBoardLogger",
-    "triage.data.target_out_of_range": "loss：目标类别 {target} 没有对应的 logit：标签中有模型不输出的类别索引",
-    "triage.data.target_out_of_range.cause": "cross_entropy / nll_loss 需要 [0, C) 内的类别索引，C 为 logits 类别轴的大小"
-                                             "（num_labels、out_features）；有标签 ≥ C（或为负且不是 ignore_index）",
-    "triage.data.target_out_of_range.next": "统计标签中的类别（如 sorted(set(labels))），让模型输出数与之一致，"
-                                            "或把标签重映射到 0..C-1",
     "pytest.not_ok": "torchtriage 在本测试的训练代码中发现了问题：",
 }

@@ -212,9 +212,6 @@ RULES: tuple[Rule, ...] = (
     Rule("shape.loss_target_size", Category.SHAPE,
          _r(r"Target size \((?P<target>torch\.Size\(\[[^\]]*\]\))\) must be the same as input size "
             r"\((?P<input>torch\.Size\(\[[^\]]*\]\))\)"), (ValueError, RuntimeError)),
-    # a class label the model has no logit for (issue 18: the HF Trainer's crash)
-    Rule("data.target_out_of_range", Category.DATA,
-         _r(r"Target (?P<target>-?\d+) is out of bounds"), (IndexError, RuntimeError), op="cross_entropy"),
     Rule("shape.batchnorm_one_sample", Category.SHAPE,
          _r(r"Expected more than 1 value per channel when training, got input size (?P<size>torch\.Size\(\[[^\]]*\]\))"),
          (ValueError,), op="batch_norm"),
