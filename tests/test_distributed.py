@@ -85,24 +85,39 @@ def test_a_ranks_bundle_replays_in_one_process_and_says_what_it_cannot_replay(tm
     assert "rank=" not in out.stderr
 
 
-def test_unused_parameters_are_named_with_the_step_and_the_fix(tmp_path):
+def test_unused_parameters_are_named_with_the_step_and_the_branch(tmp_path):
     res, report = _run(tmp_path, "unused_branch.py")
     assert res.returncode != 0  # DDP raised "Expected to have finished reduction ..." on both ranks
     assert "Expected to have finished reduction in the prior iteration" in res.stderr
     assert res.stderr.count("== torchtriage report ==") == 1
-    primary = report["findings"][report["primary"]]
-    assert (primary["category"], primary["code"], primary["severity"], primary["step"], primary["stage"],
-            primary["module"]) == ("distributed", "distributed.unused_parameters", "error", 1, "backward", "aux")
-    assert primary["message"] == (
-        "2 parameter(s) received no gradient at step 1 while DDP expected all of them (aux.weight, aux.bias): "
+    # one finding: the exception triage's (with the branch of forward), with this check's evidence
+    [f] = [f for f in report["findings"] if f["severity"] != "info"]
+    assert (f["category"], f["code"], f["step"]) == ("gradient", "gradient.ddp_unused_parameters", 2)
+    assert f["message"] == "DDP: parameters aux.weight, aux.bias got no gradient in step 1"
+    branch = _line("unused_branch.py", "if use_aux:")
+    assert f"(unused_branch.py:{branch} if use_aux:)" in f["cause"]
+    assert "find_unused_parameters=True" in f["next_check"]
+    ev = f["evidence"]
+    assert (ev["unused parameters"], ev["modules"], ev["seen at the backward of step"], ev["ranks"]) == (
+        ["aux.weight", "aux.bias"], ["aux"], 1, [0, 1])
+    assert _by_code(report, "distributed.unused_parameters") == []
+
+
+def test_unused_parameters_in_the_last_step_are_found_before_ddp_fails(tmp_path):
+    res, report = _run(tmp_path, "unused_branch.py", script_args=["last"])
+    assert res.returncode == 0, res.stderr  # the loop ended before DDP's next forward could fail
+    [f] = report["findings"]
+    assert (f["category"], f["code"], f["severity"], f["step"], f["stage"], f["module"]) == (
+        "distributed", "distributed.unused_parameters", "error", 3, "backward", "aux")
+    assert f["message"] == (
+        "2 parameter(s) received no gradient at step 3 while DDP expected all of them (aux.weight, aux.bias): "
         "DDP (find_unused_parameters=False) waits for them and fails at the next forward with "
         "'Expected to have finished reduction in the prior iteration'")
-    assert primary["cause"] == ("module(s) aux did not take part in the loss at step 1 (a branch of forward "
-                                "skipped them, or their output was not used in the loss).")
-    assert "find_unused_parameters=True" in primary["next_check"]
-    assert "0.0 * branch_output.sum()" in primary["next_check"]
-    assert primary["evidence"]["unused parameters"] == ["aux.weight", "aux.bias"]
-    assert primary["evidence"]["ranks"] == [0, 1]  # one finding for both ranks
+    assert f["cause"] == ("module(s) aux did not take part in the loss at step 3 (a branch of forward "
+                          "skipped them, or their output was not used in the loss).")
+    assert "find_unused_parameters=True" in f["next_check"]
+    assert "0.0 * branch_output.sum()" in f["next_check"]
+    assert f["evidence"]["ranks"] == [0, 1]  # one finding for both ranks
 
 
 def test_find_unused_parameters_without_unused_parameters_is_an_info(tmp_path):

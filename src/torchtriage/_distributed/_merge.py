@@ -31,6 +31,7 @@ def merge(records: dict[int, dict[str, Any]], world_size: int, stall: dict[str, 
             findings.append(f.replace(host=rec.get("host")))
     findings = _complete_received(findings)
     findings = _dedupe(findings)
+    findings = _fold_unused(findings)
     stalled = {r: rec for r, rec in records.items() if rec.get("stalled")}
     if stalled or stall:
         findings.append(_stall_finding(records, world_size, stall))
@@ -103,6 +104,23 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
         if len(rs) > 1:
             out[i] = out[i].replace(evidence={**out[i].evidence, "ranks": rs})
     return out
+
+
+def _fold_unused(findings: list[Finding]) -> list[Finding]:
+    """DDP's "Expected to have finished reduction" explained by the exception triage (with the
+    branch of forward) and the unused parameters seen at the backward before it: one finding,
+    the triage's, with this check's evidence (names, modules, ranks) added."""
+    theirs = [i for i, f in enumerate(findings) if f.code == "gradient.ddp_unused_parameters"]
+    mine = [f for f in findings if f.code == "distributed.unused_parameters"]
+    if not theirs or not mine:
+        return findings
+    first = mine[0]
+    extra = {"unused parameters": first.evidence.get("unused parameters"),
+             "modules": first.evidence.get("modules"), "seen at the backward of step": first.step,
+             "ranks": sorted({r for f in mine for r in (f.evidence.get("ranks") or [f.rank]) if r is not None})}
+    at = theirs[0]
+    findings[at] = findings[at].replace(evidence={**findings[at].evidence, **extra})
+    return [f for f in findings if f.code != "distributed.unused_parameters"]
 
 
 def _short(path: str | None) -> str:
