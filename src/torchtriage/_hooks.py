@@ -212,6 +212,9 @@ class SessionHooks:
             if session._busy:
                 return original(tensors, *args, **kwargs)
             roots = (tensors,) if isinstance(tensors, torch.Tensor) else tuple(tensors)
+            if session._in_backward:  # a reentrant checkpoint's inner backward (issue 13)
+                session._emit("on_nested_backward", roots)
+                return original(tensors, *args, **kwargs)
             grads = args[0] if args else kwargs.get("grad_tensors")
             session._begin_step_if_needed()
             session.stage = Stage.BACKWARD

@@ -153,9 +153,11 @@ class Analysis:
             if isinstance(a, torch.Tensor) and a.requires_grad and a.is_leaf and id(a) not in self.params:
                 self.input_leaves.add(id(a))
 
-    def backward_roots(self, reach: Any) -> None:
-        self.backwards += 1
+    def backward_roots(self, reach: Any, *, inner: bool = False) -> None:
         self.reached |= reach.leaves.keys()
+        if inner:  # a reentrant checkpoint's backward: more reached leaves, nothing else
+            return
+        self.backwards += 1
         self.reach_complete &= reach.complete
         for lid, t in reach.leaves.items():
             # An nn.Parameter is registered somewhere (another model, or re-created in forward:
