@@ -212,7 +212,7 @@ class Analysis:
         out += recreated
         stale = self._stale(optimizers, current, opt_of, step, {f.parameter for f in recreated})
         out += stale
-        out += self._foreign(current, models, step)
+        out += self._foreign(current, models, step, held=set(opt_of))
         trainable = {pid: info for model, _ in models for p in model.parameters()
                      if p.requires_grad and (pid := id(p)) in current and (info := current[pid])}
         zero = self._zero_ids()
@@ -283,7 +283,7 @@ class Analysis:
         return out
 
     def _foreign(self, current: dict[int, ParamInfo], models: list[tuple[nn.Module, str]],
-                 step: int | None) -> list[Finding]:
+                 step: int | None, held: set[int] = frozenset()) -> list[Finding]:  # type: ignore[assignment]
         # Said already, with a better location: a parameter re-created in forward is a current
         # parameter (param_recreated), a tensor in a plain attribute or list was reported statically.
         known = set(current)
@@ -296,8 +296,8 @@ class Analysis:
                 for lid in rec.leaves:
                     by_line[lid] = rec
         for lid, (shape, _) in self.foreign_leaves.items():
-            if lid in known or lid in self.input_leaves:
-                continue
+            if lid in known or lid in self.input_leaves or lid in held:
+                continue  # a leaf an optimizer holds is optimized on purpose (an image, a raw weight)
             rec = by_line.get(lid)
             if rec is None and not self.params:
                 continue
