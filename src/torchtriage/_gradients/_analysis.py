@@ -269,7 +269,9 @@ class Analysis:
         out = []
         for oi, opt in enumerate(optimizers):
             held = [p for g in opt.param_groups for p in g["params"]]
-            foreign = [p for p in held if id(p) not in current]
+            # Only parameters count: a raw tensor an optimizer holds (SAC's log_alpha, an image
+            # being optimized) was never a model's, so it is no sign of a stale optimizer.
+            foreign = [p for p in held if id(p) not in current and isinstance(p, nn.Parameter)]
             # Parameters of a model nobody watches are normal (a GAN's other net); stale means the
             # watched model also has trainable parameters that no optimizer holds.
             if foreign and missing:
