@@ -53,7 +53,6 @@ class SilentChecker(Checker):
         self.region: LossRegion | None = None
         self.sampling: TrainModeOutputs | None = None
         self._leaving: list[TrainModeOutputs] = []  # inactive modes still on the stack
-        self._kept_steps: set[int] = set()  # steps whose loss graphs were alive at the last step end
         self._stochastic: weakref.WeakKeyDictionary[nn.Module, list[str]] = weakref.WeakKeyDictionary()
         self._eval_forwards: list[tuple[weakref.ref[nn.Module], str, Any]] = []
         self._train_in_eval: dict[int, tuple[str, Any, int, list[str], int]] = {}
@@ -355,12 +354,16 @@ class SilentChecker(Checker):
             self._pop_left_modes()
         self.flags.resolve()
         old = self.graphs.alive_before(step)
-        kept, before = {s for s, _ in old}, self._kept_steps
-        self._kept_steps = kept
-        # A loss that lives until the next iteration reassigns it (a GAN's errD = real + fake,
-        # a loss logged every n steps) keeps a bounded set of graphs. The bug keeps every
-        # step's graph: the set of steps still alive grows, keeping all it held (issue 13).
-        if len(kept) >= 2 and before < kept:
+        # Evidence of an accumulator (`total += loss`, `losses.append(loss)`): one line's loss
+        # graphs from two or more earlier steps still alive, so their number grows with the
+        # steps. Losses that live until the next iteration reassigns them (a GAN's
+        # errD = errD_real + errD_fake, with one step per backward) keep one graph per line.
+        by_line: dict[Any, list[tuple[int, Any]]] = {}
+        for s, f in old:
+            by_line.setdefault((getattr(f, "file", None), getattr(f, "line", None)), []).append((s, f))
+        kept = next((v for v in by_line.values() if len({s for s, _ in v}) >= 2), None)
+        if kept is not None:
+            old = kept
             frame = old[0][1]
             self._add(finding("loss_graph_kept", severity=Severity.ERROR, stage=Stage.LOSS, frame=frame, step=step,
                               evidence={"old_loss_graphs_alive": len(old),
