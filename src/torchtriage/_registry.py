@@ -15,9 +15,10 @@ CHECKS: dict[str, str] = {
     "gradients": "torchtriage._gradients:GradientChecker",
     "silent": "torchtriage._silent:SilentChecker",
     "repro": "torchtriage._repro:ReproRecorder",
+    "leakage": "torchtriage._leakage._runtime:LeakageWatch",
 }
 
-DEFAULT_CHECKS: tuple[str, ...] = ("triage", "nonfinite", "gradients", "silent", "repro")
+DEFAULT_CHECKS: tuple[str, ...] = ("triage", "nonfinite", "gradients", "silent", "repro", "leakage")
 
 
 def available() -> list[str]:
