@@ -45,6 +45,10 @@ def _finding(code: str, severity: str, key: str, draw: Draw, evidence: dict[str,
                    evidence={"split": draw.where, "split_call": draw.kind, **evidence})
 
 
+def _on(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return t if t.device == device else t.to(device)
+
+
 def _about(count: float, rate: int) -> int:
     return int(round(count * rate))
 
@@ -62,10 +66,10 @@ def queue_duplicates(watch: LeakageWatch, draw: Draw) -> None:
     if train_keys is None or held_keys is None:
         return
     in_train = torch.zeros(base.m + 1, dtype=torch.bool, device=base.device)
-    in_train.index_fill_(0, base.positions(train_keys.to(base.device)), True)
+    in_train.index_fill_(0, base.positions(_on(train_keys, base.device)), True)
     in_train[base.m] = False
-    hit = in_train[base.positions(held_keys.to(base.device))]
-    values = [hit.sum(), _first_true(hit, held.to(hit.device))]
+    hit = in_train[base.positions(_on(held_keys, base.device))]
+    values = [hit.sum(), _first_true(hit, _on(held, hit.device))]
 
     def judge(v: list[float]) -> None:
         if v[0] <= 0 or draw not in base.draws or watch.session is None:
@@ -110,7 +114,7 @@ def queue_statistics(watch: LeakageWatch, draw: Draw) -> None:
     # A recorded scikit-learn fit over these rows is reported by name at the end instead.
     fitted = torch.zeros((), device=full.device)
     for fit in watch.fits:
-        fitted = fitted + torch.isin(draw.base.uk, fit.all_keys().to(draw.base.device)).sum().to(full.device)
+        fitted = fitted + _on(torch.isin(draw.base.uk, _on(fit.all_keys(), draw.base.device)).sum(), full.device)
 
     def judge(v: list[float]) -> None:
         if v[0] < 1 or v[1] <= TRAIN_TOL or v[2] > 0 or watch.session is None:
@@ -192,13 +196,13 @@ def conclude(watch: LeakageWatch) -> None:
             tr = trained[:base.m].bool()
             ev = base.evaluated.get(model)
             for d, h in zip(draws, only_held):
-                hits = h.to(tr.device) & tr
-                values += [hits.sum(), _first_true(hits, base.first.to(tr.device)),
-                           (h.to(tr.device) & ev[:base.m].bool().to(tr.device)).sum() if ev is not None
+                hits = _on(h, tr.device) & tr
+                values += [hits.sum(), _first_true(hits, _on(base.first, tr.device)),
+                           (_on(h, tr.device) & _on(ev[:base.m].bool(), tr.device)).sum() if ev is not None
                            else torch.zeros((), device=tr.device)]
             plans.append((_trained_verdict(watch, base, draws, model), 3 * len(draws)))
         for fit in watch.fits:
-            keys = fit.all_keys().to(base.device)
+            keys = _on(fit.all_keys(), base.device)
             rate = max(base.rate, fit.rate)
             sampled = (base.uk & (rate - 1)) == 0
             inside = torch.isin(base.uk, keys) & sampled
