@@ -60,6 +60,9 @@ MESSAGES = {
     "leakage.cli.suggest_exists": "--suggest-split {path}: the file exists; give a new path (input files are never overwritten)",
     "leakage.cli.suggest_written": "wrote a suggested group-aware split to {path} ({rows} rows, {groups} groups; column 'split'); your input files were not changed",
     "leakage.cli.scope": "torchtriage splits only reports; it never changes a split",
+    "leakage.id.message": "column {column!r} is unique within each split and disjoint across splits: treated as a row id, not compared as content",
+    "leakage.id.cause": "an id column makes every row unique; comparing the other columns finds rows that are the same under different ids",
+    "leakage.id.next": "if {column!r} is real content, compare it with --content {column} (content=[...]); declare ids yourself with --ignore",
     # runtime checks (issue 14): `watch()` / `torchtriage run`, the "leakage" check
     "leakage.run.duplicate.message": "{count} of {n} held-out rows ({share}) of the split at {where} ({kind}) have an identical row on the training side (e.g. held-out row {example})",
     "leakage.run.duplicate.cause": "the same rows were on both sides when the data was split: oversampling, augmentation or repeated rows before the split",

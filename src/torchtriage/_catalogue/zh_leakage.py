@@ -57,6 +57,9 @@ MESSAGES = {
     "leakage.cli.suggest_exists": "--suggest-split {path}：文件已存在；请给出新路径（从不覆盖输入文件）",
     "leakage.cli.suggest_written": "已把按分组的建议划分写入 {path}（{rows} 行，{groups} 个分组；列 'split'）；你的输入文件没有被修改",
     "leakage.cli.scope": "torchtriage splits 只报告，从不修改任何划分",
+    "leakage.id.message": "列 {column!r} 在每个划分内唯一且各划分之间不相交：视为行 id，不作为内容比较",
+    "leakage.id.cause": "id 列让每一行都不同；比较其余列才能找出 id 不同但内容相同的行",
+    "leakage.id.next": "如果 {column!r} 是真正的内容，用 --content {column}（content=[...]）比较它；也可以用 --ignore 自己声明 id 列",
     # 运行时检查（issue 14）：`watch()` / `torchtriage run` 中的 "leakage" 检查
     "leakage.run.duplicate.message": "{where}（{kind}）处划分的 {n} 个留出行中有 {count} 行（{share}）在训练侧有完全相同的行（例如留出行 {example}）",
     "leakage.run.duplicate.cause": "划分时同样的行出现在两侧：划分前做了过采样、数据增强或存在重复行",
