@@ -17,13 +17,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import math
+
 import numpy as np
 import torch
 
 from .. import _hashing
 
 WIDE = 4096
-_CHUNK = 1 << 22  # cells hashed at once (bounded temporaries: ~5 int64 arrays of this size)
+_CHUNK = 1 << 20  # cells hashed at once: temporaries stay near 5 int64 arrays of this size (40 MiB)
 
 
 def _signed(x: np.uint64) -> int:
@@ -31,6 +33,7 @@ def _signed(x: np.uint64) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
+_NAN = -1.0e-40  # NaN's stand-in: a float32 denormal no real feature holds
 _M1, _M2, _GOLD = _signed(_hashing._M1), _signed(_hashing._M2), _signed(_hashing._GOLD)
 
 
@@ -52,14 +55,27 @@ def _salts(cols: torch.Tensor) -> torch.Tensor:
     return mix((cols + 1) * _GOLD) | 1  # odd: multiplying by it is invertible mod 2**64
 
 
+_salt_cache: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+
+def _column_salts(width: int, device: torch.device) -> torch.Tensor:
+    found = _salt_cache.get((width, device))
+    if found is None:
+        if len(_salt_cache) > 64:
+            _salt_cache.clear()
+        found = _salt_cache[(width, device)] = _salts(torch.arange(width, device=device))
+    return found
+
+
 def words(values: torch.Tensor) -> torch.Tensor:
     """Canonical int64 words of numbers (any dtype), elementwise: float32 bits, 0.0 for -0.0,
     one NaN; 0 stays 0."""
     if values.is_complex():
         values = values.real
-    v = values.to(torch.float32) + 0.0
-    if v.is_floating_point() and values.is_floating_point():
-        v = torch.where(torch.isnan(v), torch.full_like(v, float("nan")), v)
+    v = values.to(torch.float32)
+    if values.is_floating_point():
+        v = torch.nan_to_num(v, nan=_NAN, posinf=math.inf, neginf=-math.inf)
+    v = v + 0.0  # -0.0 -> 0.0 (and a copy: the view below never aliases the user's tensor)
     return v.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
 
 
@@ -72,7 +88,19 @@ def cells(w: torch.Tensor, salt: torch.Tensor) -> torch.Tensor:
 
 
 def _finish(total: torch.Tensor, width: int) -> torch.Tensor:
-    return mix(total ^ mix(torch.full_like(total, width + 7)))
+    return mix(total ^ _width_word(width))
+
+
+def _width_word(width: int) -> int:
+    """mix(width + 7) computed on the host (Python ints), as a signed 64-bit value."""
+    mask = (1 << 64) - 1
+    x = width + 7
+    x ^= x >> 30
+    x = (x * int(_hashing._M1)) & mask
+    x ^= x >> 27
+    x = (x * int(_hashing._M2)) & mask
+    x ^= x >> 31
+    return x - (1 << 64) if x >= 1 << 63 else x
 
 
 def dense_keys(x: torch.Tensor) -> torch.Tensor:
@@ -86,7 +114,7 @@ def dense_keys(x: torch.Tensor) -> torch.Tensor:
             rowsum = flat.to(torch.float64).sum(1, keepdim=True) if flat.is_floating_point() else \
                 flat.to(torch.int64).sum(1, keepdim=True)
             flat = torch.cat([flat.index_select(1, idx).to(rowsum.dtype), rowsum], 1)
-        cols = _salts(torch.arange(flat.shape[1], device=flat.device))
+        cols = _column_salts(flat.shape[1], flat.device)
         step = max(1, _CHUNK // max(flat.shape[1], 1))
         parts = []
         for i in range(0, n, step):
