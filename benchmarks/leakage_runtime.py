@@ -64,8 +64,7 @@ def split_cost(rows: int, cols: int, device: str) -> tuple[float, int, int]:
     if device == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
-    model = torch.nn.Linear(cols, 1)
-    draw.base.mark(draw.base.trained, model, draw.base.positions(row_keys(X[:256])))
+    draw.base.mark(draw.base.trained, 1, draw.base.positions(row_keys(X[:256])))
     return seconds, state_bytes(watch), draw.base.rate
 
 
@@ -96,7 +95,7 @@ def step_ratio(cols: int, device: str, steps: int = 200) -> tuple[float, float]:
             torch.cuda.synchronize()
         t1 = time.perf_counter()
         with torch.no_grad():
-            base.mark(base.trained, model, base.positions(row_keys(xb)))
+            base.mark(base.trained, 1, base.positions(row_keys(xb)))
         if device == "cuda":
             torch.cuda.synchronize()
         t2 = time.perf_counter()
@@ -116,12 +115,12 @@ def batch_cost(rows: int, cols: int, device: str) -> float:
     watch.bases, watch.fits, watch.pending, watch.steps, watch.redraws, watch._families = [], [], [], 0, {}, 0
     perm = torch.randperm(rows)
     draw = watch.observe(TensorDataset(X), X, [perm[: int(0.8 * rows)], perm[int(0.8 * rows):]], None, "random_split")
-    base, model = draw.base, torch.nn.Linear(cols, 1)
+    base = draw.base
     if device == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
     for i in range(0, rows, 256):
-        base.mark(base.trained, model, base.positions(row_keys(X[i:i + 256])))
+        base.mark(base.trained, 1, base.positions(row_keys(X[i:i + 256])))
     if device == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - t0

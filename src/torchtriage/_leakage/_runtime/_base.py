@@ -31,6 +31,7 @@ from ._fingerprint import row_keys
 
 SKETCH_ROWS = 1 << 20
 MAX_DRAWS = 64  # draws kept per base (KFold folds, redraws); the oldest go first
+MAX_MODELS = 64  # models whose marks are kept per base (one per fold, a search); the oldest go first
 TRAIN, HELD = 1, 2
 _ids = itertools.count(1)
 
@@ -91,8 +92,10 @@ class Base:
         # Digests of every row, kept for small bases (to place later draws without rehashing).
         self.keys = keys if self.rate == 1 else None
         self.draws: list[Draw] = []
-        self.trained: weakref.WeakKeyDictionary[Any, torch.Tensor] = weakref.WeakKeyDictionary()
-        self.evaluated: weakref.WeakKeyDictionary[Any, torch.Tensor] = weakref.WeakKeyDictionary()
+        # Marks by model token (not by the model: a model that dies before the session ends, e.g.
+        # one built inside main(), still has its verdict; tokens are never reused, unlike ids).
+        self.trained: dict[int, torch.Tensor] = {}
+        self.evaluated: dict[int, torch.Tensor] = {}
         self.stats_done = False
         self._on: dict[torch.device, torch.Tensor] = {}
 
@@ -127,13 +130,24 @@ class Base:
         rows = self.rows()
         if rows is None:
             return None
-        return row_keys(rows[idx] if isinstance(rows, torch.Tensor) else rows[idx.numpy()])
+        width = max(1, int(torch.tensor(rows.shape[1:]).prod().item()) if len(rows.shape) > 1 else 1)
+        step = max(1, (1 << 22) // width)  # a chunk of rows at a time: never a copy of the split
+        parts = []
+        for i in range(0, idx.numel(), step):
+            j = idx[i:i + step]
+            keys = row_keys(rows[j.to(rows.device)] if isinstance(rows, torch.Tensor) else rows[j.numpy()])
+            if keys is None:
+                return None
+            parts.append(keys)
+        return torch.cat(parts) if parts else None
 
-    def mark(self, table: weakref.WeakKeyDictionary[Any, torch.Tensor], model: Any, pos: torch.Tensor) -> None:
-        arr = table.get(model)
+    def mark(self, table: dict[int, torch.Tensor], token: int, pos: torch.Tensor) -> None:
+        arr = table.get(token)
         if arr is None or arr.device != pos.device:
             arr = torch.zeros(self.m + 1, dtype=torch.uint8, device=pos.device)
-            table[model] = arr
+            table[token] = arr
+            for old in list(table)[:-MAX_MODELS]:
+                del table[old]
         arr.index_fill_(0, pos, 1)
 
     def add_draw(self, draw: Draw) -> None:

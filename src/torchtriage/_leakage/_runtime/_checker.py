@@ -39,10 +39,12 @@ class LeakageWatch(Checker):
         _deferred.ride(session, self.flags)
         self.bases: list[Base] = []
         self.fits: list[_verdicts.Fit] = []
-        self.pending: list[tuple[Any, Base, torch.Tensor]] = []  # train candidates of this step
+        self.pending: list[tuple[int, Base, torch.Tensor]] = []  # train candidates of this step
         self.steps = 0
         self.redraws: dict[int, list[Draw]] = {}  # id(base) -> draws that redrew it
         self._families = 0
+        self.tokens: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+        self.labels: dict[int, str] = {}
         self.patches = _patches.install(session, self)
 
     # ------------------------------------------------------------------ splits
@@ -50,11 +52,11 @@ class LeakageWatch(Checker):
         for b in self.bases:
             if b.alive(obj):
                 return b
+        if not _rows(rows):
+            return None
         n = len(rows) if not hasattr(rows, "shape") else int(rows.shape[0])
         if n < 2:
             return None
-        if isinstance(rows, torch.Tensor) and rows.dim() < 2 or getattr(rows, "ndim", 2) < 2 and not _is_text(rows):
-            return None  # a vector of labels/targets: repeated values are expected, not rows
         with torch.no_grad():
             keys = row_keys(rows)
         if keys is None:
@@ -143,6 +145,10 @@ class LeakageWatch(Checker):
         if not bases:
             return
         evaluating = not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or not model.training
+        token = self.tokens.get(model)
+        if token is None:
+            token = self.tokens[model] = len(self.labels) + 1
+            self.labels[token] = label or type(model).__name__
         with torch.no_grad():
             keys = row_keys(x)
             if keys is None:
@@ -150,15 +156,15 @@ class LeakageWatch(Checker):
             for b in bases:
                 pos = b.positions(keys)
                 if evaluating:
-                    b.mark(b.evaluated, model, pos)
+                    b.mark(b.evaluated, token, pos)
                 else:
-                    self.pending.append((model, b, pos))
+                    self.pending.append((token, b, pos))
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         pending, self.pending = self.pending, []
         with torch.no_grad():
-            for model, b, pos in pending:
-                b.mark(b.trained, model, pos)
+            for token, b, pos in pending:
+                b.mark(b.trained, token, pos)
 
     def on_step_end(self, step: int) -> None:
         self.steps += 1
@@ -172,8 +178,17 @@ class LeakageWatch(Checker):
             _verdicts.conclude(self)
 
 
-def _is_text(rows: Any) -> bool:
-    return isinstance(rows, (list, tuple)) or getattr(getattr(rows, "dtype", None), "kind", "") in "USO"
+def _rows(rows: Any) -> bool:
+    """Rows worth fingerprinting: 2-d or more, or texts. A vector of numbers is labels or
+    targets, whose repeated values are expected (never "duplicates")."""
+    if isinstance(rows, (list, tuple)):
+        return bool(rows) and isinstance(rows[0], (str, bytes))
+    ndim = getattr(rows, "ndim", None)
+    if ndim is None:
+        return False
+    if ndim >= 2:
+        return True
+    return ndim == 1 and getattr(getattr(rows, "dtype", None), "kind", "") in ("U", "S", "O")
 
 
 def _same_parts(a: Draw, b: Draw) -> bool:

@@ -22,6 +22,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from ..._frames import is_user_file, user_frame_from_stack
@@ -38,6 +39,7 @@ PREPROCESSORS: dict[str, tuple[str, ...]] = {
     "sklearn.impute._base": ("SimpleImputer",),
     "sklearn.decomposition._pca": ("PCA",),
 }
+MAX_DATA_CELLS = 1 << 26  # a dataset's `.data` hashed at split time only below this size
 _state = threading.local()
 
 
@@ -108,6 +110,8 @@ class Patches:
             rows = getattr(dataset, "data", None)
             if not hasattr(rows, "shape") or len(rows) != len(dataset):  # type: ignore[arg-type]
                 return
+            if int(np.prod(rows.shape)) > MAX_DATA_CELLS:  # type: ignore[union-attr]
+                return  # e.g. an image folder's raw pixels: the transformed batches never match
         self.watch.extend_subset(dataset, rows, idx, user_frame_from_stack(), kind)
 
     def on_randperm(self, perm: Any) -> None:

@@ -192,15 +192,15 @@ def conclude(watch: LeakageWatch) -> None:
         if not draws:
             continue
         only_held = [(d.side == HELD)[:base.m] for d in draws]
-        for model, trained in list(base.trained.items()):
+        for token, trained in list(base.trained.items()):
             tr = trained[:base.m].bool()
-            ev = base.evaluated.get(model)
+            ev = base.evaluated.get(token)
             for d, h in zip(draws, only_held):
                 hits = _on(h, tr.device) & tr
                 values += [hits.sum(), _first_true(hits, _on(base.first, tr.device)),
                            (_on(h, tr.device) & _on(ev[:base.m].bool(), tr.device)).sum() if ev is not None
                            else torch.zeros((), device=tr.device)]
-            plans.append((_trained_verdict(watch, base, draws, model), 3 * len(draws)))
+            plans.append((_trained_verdict(watch, base, draws, watch.labels.get(token, "model")), 3 * len(draws)))
         for fit in watch.fits:
             keys = _on(fit.all_keys(), base.device)
             rate = max(base.rate, fit.rate)
@@ -221,8 +221,7 @@ def conclude(watch: LeakageWatch) -> None:
             _redraw_verdict(watch, base, redrawn)
 
 
-def _trained_verdict(watch: LeakageWatch, base: Base, draws: list[Draw], model: Any) -> Any:
-    label = watch.session.model_label(model) if watch.session is not None else None
+def _trained_verdict(watch: LeakageWatch, base: Base, draws: list[Draw], label: str) -> Any:
 
     def judge(v: list[float]) -> None:
         rows = [(v[3 * i], v[3 * i + 1], v[3 * i + 2]) for i in range(len(draws))]
@@ -236,9 +235,8 @@ def _trained_verdict(watch: LeakageWatch, base: Base, draws: list[Draw], model: 
         watch.session.add(_finding(
             "heldout_trained", "error", "trained", d,
             {"count": count, "held_out_rows": n, "example_index": int(rows[i][1]), "draws": len(draws),
-             "model": label or type(model).__name__, "estimated": base.rate > 1},
-            count=count, n=n, share=f"{100.0 * count / max(n, 1):.1f}%", example=int(rows[i][1]),
-            model=label or type(model).__name__))
+             "model": label, "estimated": base.rate > 1},
+            count=count, n=n, share=f"{100.0 * count / max(n, 1):.1f}%", example=int(rows[i][1]), model=label))
 
     return judge
 
