@@ -196,7 +196,46 @@ def test_watch_block_with_a_leaky_loop_and_hooks_removed_after():
     assert s.report.findings[0].evidence["count"] == 20
     assert (Subset.__init__, torch.randperm, torch.Tensor.__getitem__, sk_split.BaseShuffleSplit.split,
             list(sys.meta_path)) == saved
+    assert "__getitem__" not in vars(torch.Tensor)  # never patched: torch.tensor([t0, t1]) must keep working
+    assert torch._C._len_torch_function_stack() == 0  # the index watch left with the session
     assert perm.numel() == 100
+
+
+def test_split_redrawn_before_training_is_info_and_the_model_kept_to_one_draw():
+    torch.manual_seed(0)
+    ds = TensorDataset(torch.randn(80, 3), torch.randn(80))
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        random_split(ds, [60, 20])
+        train, test = random_split(ds, [60, 20])  # drawn again before any training: the one used
+        for xb, yb in DataLoader(train, batch_size=20):
+            loss = F.mse_loss(model(xb).squeeze(1), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    assert [(f.code, f.severity) for f in s.report.findings] == [("data.split_redrawn", Severity.INFO)]
+    assert s.report.findings[0].evidence["during_training"] is False
+
+
+def test_randperm_window_changes_nothing_and_respects_other_modes():
+    model = nn.Linear(3, 1)
+    X = torch.randn(20, 3)
+    with torchtriage.watch(model, on_anomaly="record", report=False) as s:
+        ours = len(torch.overrides._get_current_function_mode_stack())  # torchtriage's own modes
+        with torch.device("cpu"):  # another mode's block: not nested into, and left intact
+            inner = torch.randperm(20)
+            assert torch._C._len_torch_function_stack() == ours + 1
+        perm = torch.randperm(20)
+        X_tr, X_te = X[perm[:15]], X[perm[15:]]
+        pair = torch.tensor([X_tr.mean(), X_te.mean()])  # 0-d tensors in a list: still numbers
+        assert torch._C._len_torch_function_stack() == ours + 1  # the index watch, until the next forward
+        with torch.device("cpu"):  # pushed above it and popped again
+            X_tr = X_tr + 0
+        model(X_tr)
+        names = [type(m).__name__ for m in torch.overrides._get_current_function_mode_stack()]
+        assert "_IndexWatch" not in names and "DeviceContext" not in names
+    assert pair.shape == (2,) and inner.numel() == 20 and s.report.findings == ()
 
 
 def test_split_numbers_ride_the_per_step_read():

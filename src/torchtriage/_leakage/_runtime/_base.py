@@ -98,6 +98,7 @@ class Base:
         self.evaluated: dict[int, torch.Tensor] = {}
         self.stats_done = False
         self._on: dict[torch.device, torch.Tensor] = {}
+        self._pinned: torch.Tensor | None = None
 
     @property
     def m(self) -> int:
@@ -114,7 +115,12 @@ class Base:
             return self.uk
         found = self._on.get(device)
         if found is None:  # once per base and device
-            found = self._on[device] = self.uk.to(device)
+            src = self.uk
+            if device.type == "cuda" and src.device.type == "cpu":
+                # Pinned memory, so the copy is queued on the stream instead of making the host
+                # wait (a pageable copy would be a sync inside the first training step).
+                src = self._pinned = src.pin_memory()
+            found = self._on[device] = src.to(device, non_blocking=True)
         return found
 
     def positions(self, keys: torch.Tensor) -> torch.Tensor:

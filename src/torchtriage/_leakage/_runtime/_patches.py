@@ -4,8 +4,11 @@ then record (a recording error warns once and never reaches the user's code).
 
 * ``torch.utils.data.Subset.__init__``: `random_split` and hand-made Subsets;
 * ``torch.randperm`` called from the user's code: while such a permutation is young (until
-  the next forward of a watched model), ``Tensor.__getitem__`` notes tensors indexed with a
-  slice of it — ``perm = torch.randperm(n); X[perm[:k]], X[perm[k:]]`` is a split of X;
+  the next forward of a watched model) a pass-through TorchFunctionMode (`_IndexWatch`, pushed
+  only when no mode but torchtriage's own is active) notes tensors indexed with a slice of it —
+  ``perm = torch.randperm(n); X[perm[:k]], X[perm[k:]]`` is a split of X. (Patching
+  ``Tensor.__getitem__`` instead would give tensors a sequence slot and change what
+  ``torch.tensor([t0, t1])`` does.)
 * scikit-learn (patched when it is imported, by a finder on ``sys.meta_path`` removed at the
   end): every splitter's ``split`` (KFold family, ShuffleSplit family, ``train_test_split``
   through its ShuffleSplit), and ``fit`` / ``fit_transform`` / ``transform`` of the scalers,
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ..._frames import is_user_file, user_frame_from_stack
 
@@ -62,7 +66,22 @@ class Patches:
         self.done: set[str] = set()
         self.finder: _Finder | None = None
         self.perms: dict[int, tuple[Any, Any, dict[int, tuple[Any, list[torch.Tensor]]]]] = {}
-        self.unpatch_getitem: Any = None
+        self.mode: _IndexWatch | None = None
+
+    def leave_mode(self) -> None:
+        """Take the index watch off the torch-function mode stack (modes pushed above it stay)."""
+        mode, self.mode = self.mode, None
+        if mode is None:
+            return
+        mode.active = False
+        above = []
+        while torch._C._len_torch_function_stack() > 0:
+            top = torch._C._pop_torch_function_stack()
+            if top is mode:
+                break
+            above.append(top)
+        for top in reversed(above):
+            torch._C._push_on_torch_function_stack(top)
 
     def guarded(self, where: str, fn: Any, *args: Any, **kwargs: Any) -> None:
         try:
@@ -117,19 +136,13 @@ class Patches:
     def on_randperm(self, perm: Any) -> None:
         if not isinstance(perm, torch.Tensor) or perm.dim() != 1 or perm.numel() < 2:
             return
+        if self.mode is None:
+            if any(not type(m).__module__.startswith("torchtriage.")
+                   for m in torch.overrides._get_current_function_mode_stack()):
+                return  # inside another mode's block (torch.device(...), a user mode): not ours to nest
+            self.mode = _IndexWatch(self)
+            torch._C._push_on_torch_function_stack(self.mode)
         self.perms[id(perm)] = (weakref.ref(perm), user_frame_from_stack(), {})
-        if self.unpatch_getitem is None:
-            original = torch.Tensor.__getitem__
-            patches = self
-
-            @functools.wraps(original)
-            def __getitem__(t: Any, index: Any) -> Any:
-                out = original(t, index)
-                if isinstance(index, torch.Tensor) and patches.perms:
-                    patches.guarded("getitem", patches.on_index, t, index)
-                return out
-
-            self.unpatch_getitem = self.session.patch(torch.Tensor, "__getitem__", __getitem__)
 
     def on_index(self, t: Any, index: torch.Tensor) -> None:
         if index.dim() != 1 or index.dtype != torch.int64 or t.dim() < 2:
@@ -139,7 +152,7 @@ class Patches:
         if rec is None or rec[0]() is not perm or t.shape[0] != perm.numel() or index.numel() == perm.numel():
             return
         parts = rec[2].setdefault(id(t), (weakref.ref(t), []))[1]
-        if not any(p is index for p in parts):  # a TorchFunctionMode calls __getitem__ again
+        if not any(p is index for p in parts):
             parts.append(index)
 
     def settle(self) -> None:
@@ -149,9 +162,7 @@ class Patches:
         if not self.perms:
             return
         perms, self.perms = self.perms, {}
-        if self.unpatch_getitem is not None:
-            self.unpatch_getitem()
-            self.unpatch_getitem = None
+        self.leave_mode()
         for ref, frame, tensors in perms.values():
             for tref, parts in tensors.values():
                 t = tref()
@@ -242,11 +253,32 @@ class Patches:
         return wrapped
 
     def close(self) -> None:
+        self.leave_mode()
         if self.finder is not None:
             if self.finder in sys.meta_path:
                 sys.meta_path.remove(self.finder)
             self.finder = None
         self.perms.clear()
+
+
+class _IndexWatch(TorchFunctionMode):
+    """On the torch-function mode stack only while a permutation from the user's code is young
+    (pushed at `randperm`, popped at the next forward): notes ``t[index]`` where the index is a
+    slice of that permutation. Never changes a result."""
+
+    def __init__(self, patches: Patches) -> None:
+        super().__init__()
+        self.patches = patches
+        self.active = True
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if self.active and func is _GETITEM and len(args) == 2 and isinstance(args[1], torch.Tensor):
+            self.patches.guarded("index", self.patches.on_index, args[0], args[1])
+        return out
+
+
+_GETITEM = torch.Tensor.__getitem__
 
 
 class _Finder(importlib.abc.MetaPathFinder):
