@@ -279,6 +279,11 @@ def test_fingerprints_agree_across_dtypes_and_sparse_rows():
     assert dense64[2] == dense64[4] and len(set(dense64.tolist())) == 5
     assert torch.equal(row_keys(np.array([[3, 1]])), row_keys(torch.tensor([[3.0, 1.0]])))
     assert row_keys(np.array([[3, 1]])) != row_keys(np.array([[1, 3]]))  # column order matters
+    wide = np.zeros((4, 3000))
+    wide[np.arange(4), [5, 700, 1500, 2999]] = [0.5, 2.0, -1.0, 3.0]
+    wide[3] = wide[2]
+    assert torch.equal(row_keys(wide), row_keys(scipy_sparse.csr_matrix(wide)))  # a TF-IDF-wide row
+    assert torch.equal(row_keys(torch.tensor(wide, dtype=torch.float32)), row_keys(wide))
     texts = row_keys(["a b", "c", "a b"])
     assert texts[0] == texts[2] != texts[1]
     assert row_keys(np.zeros((0, 3))) is None

@@ -10,7 +10,7 @@ Canonical words: every number is compared as its float32 value (so a float64 num
 the float32 tensor made from it agree, int 3 = float 3.0; ``-0.0`` is ``0.0``, one NaN; integers
 beyond 2**24 are rounded to float32). Text rows (a list of str)
 are hashed on the host with `_hashing.sample_digest`. Rows wider than `WIDE` values are
-fingerprinted on `WIDE` evenly spaced values plus the row sum (bounded cost per batch).
+fingerprinted on `WIDE` (512) evenly spaced values plus the row sum (bounded cost per batch).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 
 from .. import _hashing
 
-WIDE = 4096
+WIDE = 512  # values fingerprinted per row (plus the row sum) above this width: bounded cost per batch
 _CHUNK = 1 << 20  # cells hashed at once: temporaries stay near 5 int64 arrays of this size (40 MiB)
 
 
@@ -104,34 +104,49 @@ def _width_word(width: int) -> int:
 
 
 def dense_keys(x: torch.Tensor) -> torch.Tensor:
-    """Digests of the rows (dim 0) of a tensor of any rank, on its device."""
+    """Digests of the rows (dim 0) of a tensor of any rank, on its device, in row chunks (the
+    temporaries stay near `_CHUNK` cells whatever the size)."""
     with torch.no_grad():
         n = x.shape[0]
         flat = x.detach().reshape(n, -1)
         width = flat.shape[1]
-        if width > WIDE:
-            idx = torch.linspace(0, width - 1, WIDE, device=flat.device).round().to(torch.int64)
-            rowsum = flat.to(torch.float64).sum(1, keepdim=True) if flat.is_floating_point() else \
-                flat.to(torch.int64).sum(1, keepdim=True)
-            flat = torch.cat([flat.index_select(1, idx).to(rowsum.dtype), rowsum], 1)
-        cols = _column_salts(flat.shape[1], flat.device)
-        step = max(1, _CHUNK // max(flat.shape[1], 1))
+        wide = width > WIDE
+        idx = torch.linspace(0, width - 1, WIDE, device=flat.device).round().to(torch.int64) if wide else None
+        cols = _column_salts(WIDE + 1 if wide else width, flat.device)
+        step = max(1, _CHUNK // max(min(width, WIDE + 1), 1))
         parts = []
         for i in range(0, n, step):
-            parts.append(cells(words(flat[i:i + step]), cols).sum(1))
+            chunk = flat[i:i + step]
+            if idx is not None:
+                # Wide rows (images): evenly spaced values plus the row's sum over all values.
+                total = chunk.sum(1, dtype=torch.float64, keepdim=True) if chunk.is_floating_point() \
+                    else chunk.sum(1, dtype=torch.int64, keepdim=True)
+                chunk = torch.cat([chunk.index_select(1, idx).to(total.dtype), total], 1)
+            parts.append(cells(words(chunk), cols).sum(1))
         total = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=x.device)
         return _finish(total, width)
 
 
 def sparse_keys(matrix: Any) -> torch.Tensor:
     """Digests of the rows of a scipy sparse matrix (CSR/CSC/COO), equal to `dense_keys` of
-    the dense rows (for widths up to `WIDE`)."""
+    the dense rows (wide rows too: the same sampled columns and the row sum)."""
     csr = matrix.tocsr()
     n, width = csr.shape
     counts = np.diff(csr.indptr)
     rows = torch.from_numpy(np.repeat(np.arange(n, dtype=np.int64), counts))
     vals = torch.from_numpy(np.asarray(csr.data))
     cols = torch.from_numpy(np.asarray(csr.indices, dtype=np.int64))
+    if width > WIDE:
+        idx = torch.linspace(0, width - 1, WIDE).round().to(torch.int64)
+        slot = torch.full((width,), -1, dtype=torch.int64)
+        slot[idx] = torch.arange(WIDE)
+        sums = torch.zeros(n, dtype=torch.float64).index_add_(0, rows, vals.to(torch.float64))
+        keep = slot[cols] >= 0
+        salts = _column_salts(WIDE + 1, torch.device("cpu"))
+        h = cells(words(vals[keep]), salts[slot[cols[keep]]])
+        total = torch.zeros(n, dtype=torch.int64).index_add_(0, rows[keep], h)
+        total += cells(words(sums), salts[WIDE])
+        return _finish(total, width)
     h = cells(words(vals), _salts(cols))
     total = torch.zeros(n, dtype=torch.int64).index_add_(0, rows, h)
     return _finish(total, width)
