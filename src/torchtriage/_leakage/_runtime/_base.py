@@ -43,7 +43,7 @@ def _ref(obj: Any) -> Any:
         return None
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # identity: draws are found in lists, and their parts are tensors
 class Draw:
     """One drawing of a split: its parts (base indices, on the host) and their roles."""
 
