@@ -294,12 +294,46 @@ def overhead():
     return True, f"transformer LM step {base * 1e3:.2f} ms, all checks {full * 1e3:.2f} ms, ratio {full / base:.3f}"
 
 
+@check("leakage")
+def leakage():
+    """The runtime leakage check on CUDA: a split of a CPU dataset whose batches move to the GPU,
+    redrawn each epoch (held-out rows trained on), with no synchronizing call in the steps."""
+    from torch.utils.data import DataLoader, TensorDataset, random_split
+
+    torch.manual_seed(0)
+    ds = TensorDataset(torch.randn(512, 16), torch.randint(0, 4, (512,)))
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    syncing = 0
+    with watch(model, opt) as s:
+        for epoch in range(3):
+            train, test = random_split(ds, [0.75, 0.25])
+            batches = [(x.cuda(), y.cuda()) for x, y in DataLoader(train, batch_size=64)]
+            torch.cuda.synchronize()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    for i, (x, y) in enumerate(batches):
+                        loss = F.cross_entropy(model(x), y)
+                        opt.zero_grad()
+                        loss.backward()
+                        opt.step()
+                finally:
+                    torch.cuda.set_sync_debug_mode(0)
+            syncing += sum("synchroniz" in str(w.message).lower() for w in caught)
+    codes = sorted(f.code for f in s.report.findings)
+    steps = 3 * len(batches)
+    ok = codes == ["data.heldout_trained", "data.split_redrawn"] and syncing <= steps
+    return ok, f"findings {codes}; {syncing} synchronizing calls in {steps} steps (allowed: {steps})"
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("SKIP: no CUDA")
         return 0
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}")
-    for fn in (sentinel, bitwise, replay_rng, grad_scaler, syncs, devices, bundle, compiled, overhead):
+    for fn in (sentinel, bitwise, replay_rng, grad_scaler, syncs, devices, bundle, compiled, overhead, leakage):
         fn()
     failed = [name for name, ok, _ in RESULTS if not ok]
     print("FAILED: " + ", ".join(failed) if failed else "ALL PASSED")

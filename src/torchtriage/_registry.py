@@ -15,10 +15,11 @@ CHECKS: dict[str, str] = {
     "gradients": "torchtriage._gradients:GradientChecker",
     "silent": "torchtriage._silent:SilentChecker",
     "repro": "torchtriage._repro:ReproRecorder",
+    "leakage": "torchtriage._leakage._runtime:LeakageWatch",
     "distributed": "torchtriage._distributed._checker:DistributedChecker",
 }
 
-DEFAULT_CHECKS: tuple[str, ...] = ("triage", "nonfinite", "gradients", "silent", "repro")
+DEFAULT_CHECKS: tuple[str, ...] = ("triage", "nonfinite", "gradients", "silent", "repro", "leakage")
 
 
 def available() -> list[str]:

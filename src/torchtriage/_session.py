@@ -231,6 +231,23 @@ class Session(SessionHooks):
         finally:
             self._busy -= 1
 
+    def patch(self, obj: Any, attr: str, new: Any) -> Any:
+        """Replace `obj.attr` by `new` until the session exits (on exceptions too); returns a
+        function that restores it sooner (used by checks that wrap library calls)."""
+        self._patch(obj, attr, new)
+        entry = self._patches[-1]
+
+        def restore() -> None:
+            if entry in self._patches:
+                self._patches.remove(entry)
+                setattr(obj, attr, entry[2])
+
+        return restore
+
+    def internal_error(self, where: str, e: BaseException) -> None:
+        """A check's own bug: warn once (TriageInternalWarning) and stop that check."""
+        self._internal_error(where, e)
+
     def disable_check(self, name: str) -> None:
         """Stop running the check `name` for the rest of the session (one that cannot judge
         what it watches, e.g. the gradient chain of FSDP-sharded parameters)."""

@@ -26,6 +26,8 @@ def register(sub: Any) -> None:
     p.add_argument("--time", metavar="COL", help="time column (numbers or ISO 8601 dates)")
     p.add_argument("--label", metavar="COL", help="label column (for conflicting labels; not compared as content)")
     p.add_argument("--ignore", metavar="COLS", default="", help="comma-separated columns that are not content (ids)")
+    p.add_argument("--content", metavar="COLS", default="",
+                   help="comma-separated columns compared as content even if they look like row ids")
     p.add_argument("--file-column", metavar="COL", help="column of file paths, compared by the files' bytes")
     p.add_argument("--near-threshold", metavar="X", type=float, default=0.9,
                    help="near-duplicate similarity threshold in (0, 1] (default 0.9)")
@@ -76,7 +78,8 @@ def splits_command(args: argparse.Namespace) -> int:
             client = connect(args.scheduler)
         report = check_splits(
             args.train, args.test, val=args.val, groups=args.group, time=args.time, labels=args.label,
-            ignore=[c.strip() for c in args.ignore.split(",") if c.strip()], files=args.file_column,
+            ignore=[c.strip() for c in args.ignore.split(",") if c.strip()],
+            content=[c.strip() for c in args.content.split(",") if c.strip()], files=args.file_column,
             near=not args.no_near, near_threshold=args.near_threshold, engine=args.engine,
             memory_limit=args.memory_limit)
     except (ValueError, TypeError, ImportError, OSError) as e:

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._catalogue import msg
 from .._findings import Finding, Report
-from . import _engines, _preprocess
+from . import _engines, _ids, _preprocess
 from ._compare import MAX_EXAMPLES, _same_dataset, compare, finding
 from ._scan import Options
 from ._sources import Source, make_source, make_spec
@@ -33,6 +33,7 @@ def check_splits(
     labels: Any = None,
     preprocessors: Iterable[Any] | None = None,
     ignore: Sequence[str] = (),
+    content: Sequence[str] = (),
     files: str | None = None,
     near: bool = True,
     near_threshold: float = 0.9,
@@ -54,6 +55,10 @@ def check_splits(
             objects with ``mean_``/``std_``, or ``(mean, std)``) and vocabularies (dict, set,
             or an object with ``vocabulary_`` / ``get_vocab()``) to test for fit-before-split.
         ignore: table columns that are not content (row ids) and must not be compared.
+        content: table columns to compare as content even when they look like row ids (a
+            column unique within each split and disjoint across splits, integers or short
+            strings without spaces, is otherwise treated as an id and reported as info
+            ``data.id_column``).
         files: a table column of file paths, hashed by the files' bytes instead of their names.
         near, near_threshold: look for near duplicates with a similarity at least this
             (texts: shingle Jaccard; numbers: share of equal SimHash bits, 1 - angle/pi).
@@ -100,10 +105,15 @@ def check_splits(
     if files is not None and files not in sources[0].columns:
         raise ValueError(msg("leakage.missing_column", role="files", column=files, name="train",
                              columns=", ".join(sources[0].columns[:20])))
-    opts = Options(groups=make_spec("groups", groups, sources), time=make_spec("time", time, sources),
-                   labels=make_spec("labels", labels, sources), ignore=set(ignore), files=files,
+    specs = {role: make_spec(role, value, sources) for role, value in (("groups", groups), ("time", time),
+                                                                       ("labels", labels))}
+    roles = {sp.column for sp in specs.values() if sp is not None and sp.column}
+    ids = _ids.id_columns(sources, roles | set(ignore) | set(content) | {files}, int(chunk_size))
+    opts = Options(groups=specs["groups"], time=specs["time"],
+                   labels=specs["labels"], ignore=set(ignore) | set(ids), files=files,
                    near=bool(near), tokens=bool(vocabs), stats=bool(norms), chunk=int(chunk_size), progress=progress)
-    findings: list[Finding] = list(_index_overlap(sources))
+    findings: list[Finding] = [finding("id_column", "info", "id", {"column": c}, column=c) for c in ids]
+    findings += _index_overlap(sources)
     order = sorted(sources, key=lambda s: _RANK[s.name])
     store, scans = _engines.scan_all(engine, order, opts, memory_limit=memory_limit)
     try:

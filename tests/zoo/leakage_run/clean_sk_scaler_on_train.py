@@ -1,0 +1,24 @@
+"""train_test_split, a scaler fitted on the training part only, test only transformed."""
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+
+rng = np.random.default_rng(0)
+X = rng.normal(10.0, 4.0, size=(300, 5))
+y = (X[:, 0] > 10).astype(np.int64)
+X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.25, random_state=0)  # SPLIT
+scaler = StandardScaler().fit(X_train)
+Xt = torch.tensor(scaler.transform(X_train), dtype=torch.float32)
+Xv = torch.tensor(scaler.transform(X_test), dtype=torch.float32)
+model = nn.Linear(5, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    loss = F.cross_entropy(model(Xt), torch.tensor(y_train))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    with torch.no_grad():
+        acc = (model(Xv).argmax(1).numpy() == y_test).mean()
