@@ -28,6 +28,8 @@ from ._checker import LossCall, overrides
 from ._errors import AnomalyError
 from ._findings import Stage
 from ._frames import user_frame_from_stack, user_stack_frame
+from ._transparent import install as _install_transparency
+from ._transparent import remove_handle, standing_aside
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -53,6 +55,7 @@ def optimizer_frame(optimizer: Any) -> Any:
 
 
 _RAISED = object()  # marks the forward hook call PyTorch makes when forward raised
+_ABSENT = object()  # a patched class attribute that was inherited, not the class's own
 DISCOVERY_STEPS = 3  # steps a discovering session keeps global module hooks to find models
 
 
@@ -80,6 +83,7 @@ class SessionHooks:
         self._handles.append(_optim_mod.register_optimizer_step_pre_hook(self._opt_pre))
         self._handles.append(_optim_mod.register_optimizer_step_post_hook(self._opt_post))
         self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
+        _install_transparency(self)  # our hooks invisible to copy / pickle / jit.script (issue 10)
         if self.discover:
             self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init(torch.optim.Optimizer.__init__))
         if needs("on_loss"):
@@ -90,14 +94,16 @@ class SessionHooks:
 
     def _uninstall(self) -> None:
         for h in (*self._handles, *getattr(self, "_module_handles", ())):
-            with contextlib.suppress(Exception):
-                h.remove()
+            remove_handle(h)
         self._handles.clear()
         if hasattr(self, "_module_handles"):
             self._module_handles.clear()
             self._root_hooked.clear()
         for obj, attr, original in reversed(self._patches):
-            setattr(obj, attr, original)
+            if original is _ABSENT:
+                delattr(obj, attr)
+            else:
+                setattr(obj, attr, original)
         self._patches.clear()
 
     def _wants_module_events(self) -> bool:
@@ -125,8 +131,7 @@ class SessionHooks:
         if self.discover and (self.step < DISCOVERY_STEPS or self._awaiting_first_step):
             return
         for h in self._module_handles:
-            with contextlib.suppress(Exception):
-                h.remove()
+            remove_handle(h)
         self._module_handles.clear()
         self._global_module_hooks = False
         self._per_module = False
@@ -138,8 +143,7 @@ class SessionHooks:
         if self._global_module_hooks or self._depth:
             return
         for h in self._module_handles:
-            with contextlib.suppress(Exception):
-                h.remove()
+            remove_handle(h)
         self._module_handles.clear()
         self._root_hooked.clear()
         self._module_handles.append(_module_mod.register_module_forward_pre_hook(self._fwd_pre))
@@ -149,11 +153,12 @@ class SessionHooks:
         self._per_module = self._wants_module_events()
 
     def _patch(self, obj: Any, attr: str, new: Any) -> None:
-        self._patches.append((obj, attr, getattr(obj, attr)))
+        inherited = isinstance(obj, type) and attr not in obj.__dict__
+        self._patches.append((obj, attr, _ABSENT if inherited else getattr(obj, attr)))
         setattr(obj, attr, new)
 
     def _fwd_pre(self, module: nn.Module, args: tuple[Any, ...]) -> None:
-        if self._busy or self._in_backward:
+        if self._busy or self._in_backward or standing_aside() or _is_compiled_wrapper(module):
             return
         try:
             if self._depth == 0:
@@ -183,7 +188,7 @@ class SessionHooks:
 
     def _fwd_post(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                   output: Any = _RAISED) -> None:
-        if self._busy or self._in_backward:
+        if self._busy or self._in_backward or standing_aside() or _is_compiled_wrapper(module):
             return
         try:
             self._depth = max(0, self._depth - 1)
@@ -209,7 +214,7 @@ class SessionHooks:
         @functools.wraps(original)
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True  # noqa: F841
-            if session._busy:
+            if session._busy or standing_aside():
                 return original(tensors, *args, **kwargs)
             roots = (tensors,) if isinstance(tensors, torch.Tensor) else tuple(tensors)
             grads = args[0] if args else kwargs.get("grad_tensors")
@@ -238,7 +243,7 @@ class SessionHooks:
         @functools.wraps(original)
         def loss(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True  # noqa: F841
-            if session._busy or session._in_loss:
+            if session._busy or session._in_loss or standing_aside():
                 # _in_loss: a TorchFunctionMode on the stack (a check's tracer, the user's own)
                 # re-dispatches F.<loss> to this wrapper from inside the first call: one call.
                 return original(*args, **kwargs)
@@ -337,6 +342,12 @@ class SessionHooks:
         if clock is optimizer:
             self._end_step()
             self._maybe_narrow_module_hooks()
+
+
+def _is_compiled_wrapper(module: nn.Module) -> bool:
+    # `torch.compile(model)` returns an OptimizedModule whose call global hooks also see; the
+    # model it wraps is called right inside it, and that call is the one that counts.
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
 
 
 def _loss_module_name(session: Session) -> str | None:
