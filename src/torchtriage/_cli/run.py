@@ -32,14 +32,9 @@ def register(sub: Any) -> None:
 
 
 def _check_writable(path: str, flag: str) -> str | None:
-    d = os.path.dirname(os.path.abspath(path)) or "."
-    if not os.path.isdir(d):
-        return f"{flag} {path}: folder {d} does not exist"
-    if os.path.isdir(path):
-        return f"{flag} {path}: is a folder, expected a file path"
-    if not os.access(d, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        return f"{flag} {path}: not writable"
-    return None
+    from .._outputs import check_output
+
+    return check_output(path, flag)
 
 
 def _trim(tb: Any) -> Any:
@@ -134,8 +129,8 @@ def run_command(args: argparse.Namespace) -> int:
     report = type(report)(report.findings, meta=dict(report.meta, exit_code=exit_code), series=report.series)
     try:
         _write_outputs(args, report)
-    except OSError as e:  # checked before the run, but the disk can still refuse
-        print(f"torchtriage: error: cannot write the report: {e}", file=sys.stderr)
+    except OSError as e:  # checked before the run, but the disk can still refuse (/dev/full)
+        fail(str(e))
         exit_code = exit_code or 2
     if not (args.quiet and not report.findings and error is None):
         from ..report import render_text
@@ -180,12 +175,13 @@ def _exit_code(e: SystemExit) -> int:
 
 
 def _write_outputs(args: argparse.Namespace, report: Any) -> None:
-    if args.json:
-        from ..report import dump_json
+    from .._outputs import write_output
 
-        dump_json(report, args.json)
+    if args.json:
+        from ..report import render_json
+
+        write_output(args.json, render_json(report) + "\n", "--json")
     if args.html:
         from ..report import render_html
 
-        with open(args.html, "w", encoding="utf-8") as fh:
-            fh.write(render_html(report))
+        write_output(args.html, render_html(report), "--html")
