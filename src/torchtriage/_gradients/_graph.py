@@ -44,10 +44,13 @@ def reach(roots: Iterable[Any], *, max_nodes: int = MAX_NODES) -> Reach:
     for r in roots:
         if not isinstance(r, torch.Tensor) or not r.requires_grad:
             continue
-        if r.grad_fn is None:
+        fn, known = grad_fn_of(r)
+        if not known:
+            out.complete = False  # torch refuses to name its graph: say nothing about it
+        elif fn is None:
             out.leaves[id(r)] = r
         else:
-            stack.append(r.grad_fn)
+            stack.append(fn)
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen:
@@ -65,6 +68,17 @@ def reach(roots: Iterable[Any], *, max_nodes: int = MAX_NODES) -> Reach:
             if nxt is not None and id(nxt) not in seen:
                 stack.append(nxt)
     return out
+
+
+def grad_fn_of(t: torch.Tensor) -> tuple[Any, bool]:
+    """(t.grad_fn, True), or (None, False) when torch refuses to give it: a view made under
+    `no_grad` whose base was later modified in place with grad mode on raises on `.grad_fn`
+    (packed LSTMs evaluated under `no_grad` make such views; issue 10). Correct code, so the
+    graph is unknown rather than an internal error."""
+    try:
+        return t.grad_fn, True
+    except RuntimeError:
+        return None, False
 
 
 def leaves_of(t: Any) -> set[int]:
