@@ -158,7 +158,8 @@ class SessionHooks:
         setattr(obj, attr, new)
 
     def _fwd_pre(self, module: nn.Module, args: tuple[Any, ...]) -> None:
-        if self._busy or self._in_backward or standing_aside() or _is_compiled_wrapper(module):
+        __tracebackhide__ = True  # noqa: F841
+        if self._busy or self._in_backward or standing_aside():
             return
         try:
             if self._depth == 0:
@@ -188,7 +189,8 @@ class SessionHooks:
 
     def _fwd_post(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                   output: Any = _RAISED) -> None:
-        if self._busy or self._in_backward or standing_aside() or _is_compiled_wrapper(module):
+        __tracebackhide__ = True  # noqa: F841
+        if self._busy or self._in_backward or standing_aside():
             return
         try:
             self._depth = max(0, self._depth - 1)
@@ -274,6 +276,7 @@ class SessionHooks:
 
         @functools.wraps(original)
         def __init__(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+            __tracebackhide__ = True  # noqa: F841
             original(opt, *args, **kwargs)
             if not session._busy:
                 try:
@@ -297,6 +300,7 @@ class SessionHooks:
         return False
 
     def _opt_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        __tracebackhide__ = True  # noqa: F841
         if self._busy or not self._known_optimizer(optimizer):
             return None
         if self._clock is None:
@@ -334,6 +338,7 @@ class SessionHooks:
         return wrapped
 
     def _opt_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        __tracebackhide__ = True  # noqa: F841
         if self._busy or not self._known_optimizer(optimizer):
             return
         self._emit("on_optimizer_step_post", optimizer)
@@ -342,12 +347,6 @@ class SessionHooks:
         if clock is optimizer:
             self._end_step()
             self._maybe_narrow_module_hooks()
-
-
-def _is_compiled_wrapper(module: nn.Module) -> bool:
-    # `torch.compile(model)` returns an OptimizedModule whose call global hooks also see; the
-    # model it wraps is called right inside it, and that call is the one that counts.
-    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
 
 
 def _loss_module_name(session: Session) -> str | None:

@@ -38,26 +38,10 @@ def _check_writable(path: str, flag: str) -> str | None:
 
 
 def _trim(tb: Any) -> Any:
-    """The traceback without torchtriage's and runpy's frames, as `python SCRIPT` would show it.
+    """The traceback without torchtriage's and runpy's frames, as `python SCRIPT` would show it."""
+    from .._frames import without_our_frames
 
-    Our frames can sit anywhere in the chain (a hook or a TorchFunctionMode between the user's
-    line and torch's op), so each one is unlinked, not only the leading ones."""
-    from .._frames import _HERE
-
-    def ours(t: Any) -> bool:
-        fn = os.path.abspath(t.tb_frame.f_code.co_filename)
-        return fn.startswith(_HERE + os.sep) or os.path.basename(fn) == "runpy.py" or "<frozen runpy>" in fn
-
-    kept = []
-    while tb is not None:
-        if not ours(tb):
-            kept.append(tb)
-        tb = tb.tb_next
-    for a, b in zip(kept, kept[1:]):
-        a.tb_next = b
-    if kept:
-        kept[-1].tb_next = None
-    return kept[0] if kept else None
+    return without_our_frames(tb, also=lambda fn: os.path.basename(fn) == "runpy.py" or "<frozen runpy>" in fn)
 
 
 def run_command(args: argparse.Namespace) -> int:
