@@ -163,3 +163,12 @@ def test_splits_json_to_dev_full(tmp_path):
     p = run_cli("splits", "train.csv", "test.csv", "--json", "/dev/full", cwd=tmp_path)
     assert p.returncode == 2
     _one_error_line(p.stderr, "torchtriage: error: --json /dev/full: cannot write the output: No space left on device")
+
+
+def test_run_bundle_folder_is_checked_before_the_script_runs(tmp_path):
+    (tmp_path / "afile").write_text("")
+    p = run_cli("run", "--bundle", "afile", str(_script(tmp_path)), cwd=tmp_path)
+    assert (p.returncode, p.stderr) == (2, "torchtriage: error: --bundle afile: exists and is not a folder\n")
+    p = run_cli("run", "--bundle", "/proc/b", str(_script(tmp_path)), cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.startswith("torchtriage: error: --bundle /proc/b: not writable ("), p.stderr
+    assert not (tmp_path / "ran.txt").exists()

@@ -162,3 +162,21 @@ def _write_atomic(target: str, raw: bytes, st: os.stat_result | None) -> bool:
             os.unlink(tmp)
         raise
     return True
+
+
+def check_folder_output(path: str, flag: str) -> str | None:
+    """The one-line reason the folder `path` (created when missing, with its parents) cannot
+    receive files, or None; for `--bundle DIR`, checked before the script runs."""
+    target = _target(path)
+    if os.path.exists(target) and not os.path.isdir(target):
+        return msg("outputs.not_folder", flag=flag, path=path)
+    existing = target
+    while not os.path.exists(existing):
+        parent = os.path.dirname(existing)
+        if parent == existing:
+            break
+        existing = parent
+    if not os.path.isdir(existing):
+        return msg("outputs.not_folder", flag=flag, path=path)
+    problem = _probe(existing)
+    return None if problem is None else msg("outputs.unwritable", flag=flag, path=path, reason=problem)

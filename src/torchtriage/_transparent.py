@@ -20,12 +20,14 @@ While a session is installed this module keeps them out of sight:
   compiled, exported, traced by `torch.jit.trace` or run under a `torch.func` transform: what
   runs there is not a training step, and tensors seen there must not outlive it.
 
-All three patches go through `session._patch` and are removed on exit.
+All three patches go through `session._patch` and are removed on exit. A forked child process
+(DataLoader workers with the fork start method) finds the session paused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -145,8 +147,23 @@ def _user_global_ids() -> set[int]:
             for i, h in (getattr(_module_mod, name, None) or {}).items() if not is_ours(h)}
 
 
+_fork_guard: list[bool] = []
+
+
+def _pause_sessions_in_child() -> None:
+    # A forked child (a DataLoader worker) inherits the installed session: its hooks would
+    # count steps and queue device flags nobody reads there. Inert in the child.
+    from ._session import _active
+
+    for s in _active:
+        s._busy += 1
+
+
 def install(session: Session) -> None:
     """Patch the three readers above for the session's lifetime (undone by `_uninstall`)."""
+    if not _fork_guard and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_pause_sessions_in_child)  # once per process
+        _fork_guard.append(True)
     session._patch(nn.Module, "__reduce_ex__", _reduce_ex)
     jit_recursive = getattr(torch.jit, "_recursive", None)
     if jit_recursive is not None and hasattr(jit_recursive, "get_hook_stubs"):

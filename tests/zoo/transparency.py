@@ -395,6 +395,27 @@ def dataloader_fork_workers(w: World) -> Any:
     return _loader_batches(w, num_workers=2, multiprocessing_context="fork")
 
 
+class Featurized(Dataset):
+    """A dataset whose items go through a (frozen) module: the module runs in the workers."""
+
+    def __init__(self, data: Squares, encoder: nn.Module) -> None:
+        self.data, self.encoder = data, encoder
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.data[i]
+        with torch.no_grad():
+            return self.encoder(x), y
+
+
+@case
+def dataloader_fork_workers_run_a_module(w: World) -> Any:
+    data = Featurized(w.data, w.model.body)
+    return [b for b in DataLoader(data, batch_size=4, num_workers=2, multiprocessing_context="fork")]
+
+
 @case
 def dataloader_spawn_worker(w: World) -> Any:
     return _loader_batches(w, num_workers=1, multiprocessing_context="spawn")

@@ -73,8 +73,12 @@ def run_command(args: argparse.Namespace) -> int:
         unknown = [c for c in checks if c not in _registry.CHECKS]
         if unknown:
             return fail(f"--checks: unknown check(s) {', '.join(unknown)}; accepted: {', '.join(_registry.CHECKS)}")
-    if args.bundle and os.path.exists(args.bundle) and not os.path.isdir(args.bundle):
-        return fail(f"--bundle {args.bundle}: exists and is not a folder")
+    if args.bundle:
+        from .._outputs import check_folder_output
+
+        problem = check_folder_output(args.bundle, "--bundle")
+        if problem:
+            return fail(problem)
 
     from .._session import Session
 
