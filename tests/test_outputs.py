@@ -172,3 +172,10 @@ def test_run_bundle_folder_is_checked_before_the_script_runs(tmp_path):
     p = run_cli("run", "--bundle", "/proc/b", str(_script(tmp_path)), cwd=tmp_path)
     assert p.returncode == 2 and p.stderr.startswith("torchtriage: error: --bundle /proc/b: not writable ("), p.stderr
     assert not (tmp_path / "ran.txt").exists()
+
+
+@pytest.mark.parametrize("command", ["shrink", "make-test"])
+def test_repro_out_folder_is_checked_first(tmp_path, command):
+    p = run_cli(command, "some-bundle", "--out", "/proc/out", cwd=tmp_path)
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
+    assert p.stderr.startswith("torchtriage: error: --out /proc/out: not writable ("), p.stderr
