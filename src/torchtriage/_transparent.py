@@ -132,19 +132,10 @@ def _wrap_get_hook_stubs(original: Any) -> Any:
 
 
 def _has_any_global_hook_but_ours() -> bool:
-    for name in _GLOBAL_HOOK_DICTS:
-        hooks = getattr(_module_mod, name, None) or {}
-        if name.endswith(("_with_kwargs", "_always_called")):
-            if any(i in _user_global_ids() for i in hooks):
-                return True
-        elif any(not is_ours(h) for h in hooks.values()):
-            return True
-    return False
-
-
-def _user_global_ids() -> set[int]:
-    return {i for name in ("_global_forward_pre_hooks", "_global_forward_hooks")
-            for i, h in (getattr(_module_mod, name, None) or {}).items() if not is_ours(h)}
+    """torch's `_has_any_global_hook()`, as it would answer without torchtriage's hooks."""
+    ours = {i for name in ("_global_forward_pre_hooks", "_global_forward_hooks")
+            for i, h in (getattr(_module_mod, name, None) or {}).items() if is_ours(h)}
+    return any(i not in ours for name in _GLOBAL_HOOK_DICTS for i in (getattr(_module_mod, name, None) or {}))
 
 
 _fork_guard: list[bool] = []
