@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lab bench clean
+.PHONY: demo test lab bench bench-triage clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,6 +24,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
+
+# How much of torch's own error catalogue the triage classifies (tests/data/torch_errors_*.tsv).
+bench-triage: $(STAMP)
+	$(BIN)/python benchmarks/triage_coverage.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
