@@ -14,11 +14,11 @@ import struct
 
 import pytest
 import torch
+from test_repro import _train_with_poison
 
 import torchtriage
 from torchtriage._repro import _safetensors
 from torchtriage._repro._pickle_scan import looks_like_pickle
-from test_repro import _train_with_poison
 
 # Header lengths whose first two bytes collide with pickle's PROTO opcode (0x80, protocol 2..5),
 # with 0, 1 and 2 higher bytes on top: 640, 896, ..., up to 2**17 + 0x580.

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-import torchtriage
 from conftest import run_cli
 from zoo import transparency as T
+
+import torchtriage
 
 CATALOGUE = Path(T.__file__)
 

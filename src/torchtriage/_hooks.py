@@ -11,7 +11,6 @@ a mixin of `Session`: the state it reads and writes is the session's.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import sys
 import weakref

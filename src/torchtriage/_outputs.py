@@ -137,10 +137,10 @@ def _write_atomic(target: str, raw: bytes, st: os.stat_result | None) -> bool:
     folder = os.path.dirname(target) or "."
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
-    except (PermissionError, OSError) as e:
+    except OSError:
         if st is not None and os.access(target, os.W_OK):
             return False
-        raise e
+        raise
     try:
         try:
             view = memoryview(raw)

@@ -238,15 +238,16 @@ class Session(SessionHooks):
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         if self._adopted_by is not None:
             return False
-        if exc is not None:
-            # The user's traceback as Python would show it without torchtriage (issue 10).
-            exc.__traceback__ = without_our_frames(exc.__traceback__)
         try:
             if exc is not None and not isinstance(exc, (AnomalyError, KeyboardInterrupt)):
                 self.handle_exception(exc)
             self.close()
         finally:
             self._uninstall()
+            if exc is not None:
+                # Once the checks have read it: the user's traceback as Python would show it
+                # without torchtriage (issue 10).
+                exc.__traceback__ = without_our_frames(exc.__traceback__)
         self._maybe_print(exc)
         return False  # the user's exception is always re-raised, unchanged
 
