@@ -16,17 +16,20 @@ While a session is installed this module keeps them out of sight:
   sees the module without our hooks.
 - `torch.nn.modules.module._has_any_global_hook` (read by `torch.compile`'d modules to warn
   about global hooks) ignores our global hooks.
+- `torch.export.export` runs with our global module hooks out (strict export cannot trace
+  torch's hooked module call path) and the session paused.
 - `standing_aside()`: the hooks and wrappers do nothing while the user's code is being
   compiled, exported, traced by `torch.jit.trace` or run under a `torch.func` transform: what
   runs there is not a training step, and tensors seen there must not outlive it.
 
-All three patches go through `session._patch` and are removed on exit. A forked child process
+All these patches go through `session._patch` and are removed on exit. A forked child process
 (DataLoader workers with the fork start method) finds the session paused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -101,25 +104,38 @@ def _reduce_ex(self: nn.Module, protocol: int) -> Any:
 
 
 @contextlib.contextmanager
-def hidden_hooks(module: nn.Module) -> Iterator[None]:
-    """Our hooks out of `module`'s hook dictionaries for the block, put back in their order."""
-    saved = {k: v for k in (*_HOOK_DICTS, *_FLAG_DICTS) if isinstance(v := module.__dict__.get(k), dict)}
-    ids = _our_ids(saved)
+def _hidden(dicts: dict[str, dict[int, Any]]) -> Iterator[None]:
+    """Our entries out of these hook dictionaries (name -> dict) for the block, put back after
+    in their order; whatever the block registered stays."""
+    ids = _our_ids(dicts)
     if not ids:
         yield
         return
-    copies = {k: list(v.items()) for k, v in saved.items()}
-    for v in saved.values():
+    copies = {k: list(v.items()) for k, v in dicts.items()}
+    for v in dicts.values():
         for i in ids:
             v.pop(i, None)
     try:
         yield
     finally:
-        for k, v in saved.items():
-            user = dict(v)  # whatever the block added stays
+        for k, v in dicts.items():
+            added = dict(v)
             v.clear()
             v.update(copies[k])
-            v.update((i, h) for i, h in user.items() if i not in v)
+            v.update((i, h) for i, h in added.items() if i not in v)
+
+
+def hidden_hooks(module: nn.Module) -> contextlib.AbstractContextManager[None]:
+    """Our hooks out of `module`'s hook dictionaries for the block."""
+    return _hidden({k: v for k in (*_HOOK_DICTS, *_FLAG_DICTS) if isinstance(v := module.__dict__.get(k), dict)})
+
+
+def hidden_global_hooks() -> contextlib.AbstractContextManager[None]:
+    """Our global module hooks out of torch's global hook dictionaries for the block."""
+    names = {"_forward_pre_hooks": "_global_forward_pre_hooks", "_forward_hooks": "_global_forward_hooks",
+             "_forward_hooks_with_kwargs": "_global_forward_hooks_with_kwargs",
+             "_forward_hooks_always_called": "_global_forward_hooks_always_called"}
+    return _hidden({k: v for k, g in names.items() if isinstance(v := getattr(_module_mod, g, None), dict)})
 
 
 def _wrap_get_hook_stubs(original: Any) -> Any:
@@ -129,6 +145,18 @@ def _wrap_get_hook_stubs(original: Any) -> Any:
 
     get_hook_stubs.__wrapped__ = original  # type: ignore[attr-defined]
     return get_hook_stubs
+
+
+def _wrap_export(original: Any, session: Session) -> Any:
+    # Strict `torch.export` cannot trace through torch's hooked module call path (the one any
+    # global module hook selects): while it traces, our global hooks are out and we are paused.
+    @functools.wraps(original)
+    def export(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841
+        with hidden_global_hooks(), session.paused():
+            return original(*args, **kwargs)
+
+    return export
 
 
 def _has_any_global_hook_but_ours() -> bool:
@@ -151,7 +179,7 @@ def _pause_sessions_in_child() -> None:
 
 
 def install(session: Session) -> None:
-    """Patch the three readers above for the session's lifetime (undone by `_uninstall`)."""
+    """Patch the readers above for the session's lifetime (undone by `_uninstall`)."""
     if not _fork_guard and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_pause_sessions_in_child)  # once per process
         _fork_guard.append(True)
@@ -159,6 +187,9 @@ def install(session: Session) -> None:
     jit_recursive = getattr(torch.jit, "_recursive", None)
     if jit_recursive is not None and hasattr(jit_recursive, "get_hook_stubs"):
         session._patch(jit_recursive, "get_hook_stubs", _wrap_get_hook_stubs(jit_recursive.get_hook_stubs))
+    export_mod = getattr(torch, "export", None)
+    if export_mod is not None and callable(getattr(export_mod, "export", None)):
+        session._patch(export_mod, "export", _wrap_export(export_mod.export, session))
     if hasattr(_module_mod, "_has_any_global_hook"):
         session._patch(_module_mod, "_has_any_global_hook", _has_any_global_hook_but_ours)
 

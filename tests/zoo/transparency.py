@@ -299,6 +299,14 @@ def compile_eager(w: World) -> Any:
 
 
 @case
+def compile_fullgraph_and_export_strict(w: World) -> Any:
+    torch._dynamo.reset()
+    c = torch.compile(w.model, backend="eager", fullgraph=True)
+    ep = torch.export.export(w.model, (w.x,), strict=True)
+    return [out(c, w), out(ep.module(), w), [n.op for n in ep.graph.nodes]]
+
+
+@case
 def func_transforms(w: World) -> Any:
     params = {k: v.detach() for k, v in w.model.named_parameters()}
     y = torch.func.functional_call(w.model, params, (w.x,))
