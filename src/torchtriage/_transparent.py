@@ -2,8 +2,8 @@
 
 The only things torchtriage puts on a user's object are the forward pre/post hooks on each
 watched root module (root-only mode, `_hooks.py`), in the module's own hook dictionaries. Every
-other piece of per-object state lives in the session (weak-keyed maps). Those hooks are bound
-methods of the session, so a copy, a pickle or a script of the module would follow them into
+other piece of per-object state lives in the session (weak-keyed maps). Those hooks were bound
+methods of the session, so a copy, a pickle or a script of the module followed them into
 the session (issue 10: `deepcopy` → "cannot pickle 'module' object", `torch.save` → "cannot
 pickle 'weakref.ReferenceType' object", `jit.script` → "try blocks aren't supported").
 
@@ -11,7 +11,10 @@ While a session is installed this module keeps them out of sight:
 
 - `nn.Module.__reduce_ex__` (what `copy.copy`, `copy.deepcopy`, `pickle` and `torch.save` all
   call, whatever `__getstate__` the user's class defines) hands back the state with our hooks
-  filtered out of the hook dictionaries: the copy carries the user's hooks only.
+  filtered out of the hook dictionaries: the copy carries the user's hooks only, and a saved
+  model loads without torchtriage. (The hooks are `_roothook.RootHook` objects, which hold the
+  session weakly and copy/pickle inert: the fallback for a class with its own `__reduce_ex__`
+  or `__deepcopy__`.)
 - `torch.jit._recursive.get_hook_stubs` (what `torch.jit.script` compiles a module's hooks from)
   sees the module without our hooks.
 - `torch.nn.modules.module._has_any_global_hook` (read by `torch.compile`'d modules to warn
@@ -61,10 +64,11 @@ def standing_aside() -> bool:
 
 
 def is_ours(hook: Any) -> bool:
-    """A hook torchtriage registered: a bound method of a session."""
+    """A hook torchtriage registered: a root's `RootHook`, or a bound method of a session."""
     from ._hooks import SessionHooks
+    from ._roothook import RootHook
 
-    return isinstance(getattr(hook, "__self__", None), SessionHooks)
+    return isinstance(hook, RootHook) or isinstance(getattr(hook, "__self__", None), SessionHooks)
 
 
 def _our_ids(state: dict[str, Any]) -> set[int]:

@@ -46,7 +46,10 @@ def reach(roots: Iterable[Any], *, max_nodes: int = MAX_NODES) -> Reach:
             continue
         fn, known = grad_fn_of(r)
         if not known:
-            out.complete = False  # torch refuses to name its graph: say nothing about it
+            # A view made under no_grad whose base was then modified in place with grad on
+            # (a model's init ties or fills weights that way; packed LSTMs under no_grad):
+            # torch refuses to give its grad_fn. It cannot be backpropagated through either.
+            out.complete = False
         elif fn is None:
             out.leaves[id(r)] = r
         else:
