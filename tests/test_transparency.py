@@ -88,6 +88,7 @@ def test_the_issue_reproduction_under_watch():
         assert len(w.model._forward_hooks) == 1
         c = copy.deepcopy(w.model)
         p = pickle.loads(pickle.dumps(w.model))
+        assert b"torchtriage" not in pickle.dumps(w.model)  # loads where torchtriage is not installed
         torch.save(w.model, io.BytesIO())
         torch.jit.script(w.model)
         assert len(w.model._forward_hooks) == 1  # still watched
