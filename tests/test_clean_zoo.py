@@ -26,6 +26,7 @@ def _watched(name):
     return s.report
 
 
+@pytest.mark.filterwarnings("error::torchtriage.TriageInternalWarning")  # our own bug is an error here
 @pytest.mark.parametrize("name", sorted(z.LOOPS))
 def test_correct_loop_is_quiet(name):
     report = _watched(name)
@@ -61,7 +62,7 @@ print("trained")
 """
 
 
-@pytest.mark.parametrize("name", ["gan_dcgan", "lm_float_mask"])
+@pytest.mark.parametrize("name", ["gan_dcgan", "lm_float_mask", "lstm_packed_sequences"])
 def test_correct_loop_through_run_is_quiet(tmp_path, name):
     script = tmp_path / "train.py"
     script.write_text(CLI_SCRIPT.format(tests=str(Path(__file__).parent), name=name), encoding="utf-8")
@@ -70,6 +71,7 @@ def test_correct_loop_through_run_is_quiet(tmp_path, name):
     assert p.returncode == 0, p.stderr
     assert "trained" in p.stdout
     assert "No finding" in p.stderr, p.stderr
+    assert "TriageInternalWarning" not in p.stderr and "internal error" not in p.stderr, p.stderr
     assert json.loads(out.read_text(encoding="utf-8"))["findings"] == []
 
 

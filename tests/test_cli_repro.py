@@ -267,5 +267,5 @@ def test_the_shipped_nan_example_end_to_end_with_the_default_script(tmp_path, cl
     (bundle / "evil.pkl").write_bytes(b"\x80\x04K\x01.")
     code, _, err = cli("shrink", str(bundle), cwd=moved)
     assert (code, err) == (2, f"torchtriage: error: bundle {bundle}: evil.pkl looks like a pickle payload (by its name "
-                              "or first bytes); a torchtriage bundle never holds pickles, and opening one could run "
+                              "or its structure); a torchtriage bundle never holds pickles, and opening one could run "
                               "code, so the bundle is refused\n")

@@ -263,7 +263,7 @@ def test_truncated_file_is_named(bundle):
 def test_pickle_payload_is_refused(bundle, monkeypatch):
     torch.save({"x": torch.ones(1)}, os.path.join(bundle.path, "state.pt"))
     with pytest.raises(BundleError, match=re.escape(
-            "state.pt looks like a pickle payload (by its name or first bytes); a torchtriage bundle never "
+            "state.pt looks like a pickle payload (by its name or its structure); a torchtriage bundle never "
             "holds pickles, and opening one could run code, so the bundle is refused")):
         torchtriage.load_bundle(bundle.path)
     os.remove(os.path.join(bundle.path, "state.pt"))

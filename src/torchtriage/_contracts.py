@@ -27,6 +27,7 @@ import torch.nn as nn
 from ._catalogue import msg
 from ._errors import ConfigError, ContractError
 from ._findings import Category, Finding, Report, Severity, Stage
+from ._frames import user_stacklevel
 from ._summary import describe
 
 _NAME = re.compile(r"[A-Za-z_]\w*$")
@@ -369,7 +370,7 @@ class ContractHandle:
                 self._record(s, report)
             raise ContractError(text, first, tuple(f.code.split(".")[1] for f in report.findings))
         if self.on_fail == "warn":
-            warnings.warn(text, TriageWarning, stacklevel=3)
+            warnings.warn(text, TriageWarning, stacklevel=user_stacklevel())
         self.findings.extend(report.findings)
         if s is not None and self.on_fail == "record":
             self._record(s, report)

@@ -9,7 +9,7 @@ import os
 import sys
 import sysconfig
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -135,3 +135,45 @@ def user_frame_from_summary(stack: list) -> UserFrame | None:  # type: ignore[ty
         if is_user_file(fs.filename):
             return UserFrame(fs.filename, fs.lineno or 0, fs.name, (fs.line or "").strip())
     return None
+
+
+def is_our_file(filename: str) -> bool:
+    """True for a file of torchtriage itself."""
+    path = os.path.abspath(filename)
+    return path == _HERE or path.startswith(_HERE + os.sep)
+
+
+def without_our_frames(tb: types.TracebackType | None, also: Callable[[str], bool] = lambda fn: False,
+                       ) -> types.TracebackType | None:
+    """`tb` with torchtriage's entries (and those whose file `also` accepts) unlinked, in place.
+
+    Our frames can sit anywhere in the chain (a hook, a wrapper or a TorchFunctionMode between
+    the user's line and torch's op), so each one is unlinked, not only the leading ones. The
+    user then sees the traceback Python would show without torchtriage (issue 10)."""
+    kept = []
+    while tb is not None:
+        fn = tb.tb_frame.f_code.co_filename
+        if not (is_our_file(fn) or also(fn)):
+            kept.append(tb)
+        tb = tb.tb_next
+    for a, b in zip(kept, kept[1:]):
+        a.tb_next = b
+    if kept:
+        kept[-1].tb_next = None
+    return kept[0] if kept else None
+
+
+def user_stacklevel() -> int:
+    """The `stacklevel` that makes a warning issued by our caller name the user's line: the
+    innermost user frame, else the innermost frame outside torchtriage and torch."""
+    f: types.FrameType | None = sys._getframe(1)
+    level, fallback = 1, 0
+    while f is not None:
+        fn = f.f_code.co_filename
+        if is_user_file(fn):
+            return level
+        if not fallback and not is_our_file(fn) and not fn.startswith((_TORCH + os.sep, "<frozen")):
+            fallback = level
+        f = f.f_back
+        level += 1
+    return fallback or 1

@@ -11,7 +11,6 @@ a mixin of `Session`: the state it reads and writes is the session's.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import sys
 import weakref
@@ -29,6 +28,8 @@ from ._errors import AnomalyError
 from ._findings import Stage
 from ._frames import user_frame_from_stack, user_stack_frame
 from ._roothook import RootHook  # pickles and deep-copies inert, with the user's model
+from ._transparent import install as _install_transparency
+from ._transparent import remove_handle, standing_aside
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -54,6 +55,7 @@ def optimizer_frame(optimizer: Any) -> Any:
 
 
 _RAISED = object()  # marks the forward hook call PyTorch makes when forward raised
+_ABSENT = object()  # a patched class attribute that was inherited, not the class's own
 DISCOVERY_STEPS = 3  # steps a discovering session keeps global module hooks to find models
 
 
@@ -81,6 +83,7 @@ class SessionHooks:
         self._handles.append(_optim_mod.register_optimizer_step_pre_hook(self._opt_pre))
         self._handles.append(_optim_mod.register_optimizer_step_post_hook(self._opt_post))
         self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
+        _install_transparency(self)  # our hooks invisible to copy / pickle / jit.script (issue 10)
         if self.discover:
             self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init(torch.optim.Optimizer.__init__))
         if needs("on_loss"):
@@ -91,14 +94,16 @@ class SessionHooks:
 
     def _uninstall(self) -> None:
         for h in (*self._handles, *getattr(self, "_module_handles", ())):
-            with contextlib.suppress(Exception):
-                h.remove()
+            remove_handle(h)
         self._handles.clear()
         if hasattr(self, "_module_handles"):
             self._module_handles.clear()
             self._root_hooked.clear()
         for obj, attr, original in reversed(self._patches):
-            setattr(obj, attr, original)
+            if original is _ABSENT:
+                delattr(obj, attr)
+            else:
+                setattr(obj, attr, original)
         self._patches.clear()
 
     def _wants_module_events(self) -> bool:
@@ -127,8 +132,7 @@ class SessionHooks:
         if self.discover and (self.step < DISCOVERY_STEPS or self._awaiting_first_step):
             return
         for h in self._module_handles:
-            with contextlib.suppress(Exception):
-                h.remove()
+            remove_handle(h)
         self._module_handles.clear()
         self._global_module_hooks = False
         self._per_module = False
@@ -140,8 +144,7 @@ class SessionHooks:
         if self._global_module_hooks or self._depth:
             return
         for h in self._module_handles:
-            with contextlib.suppress(Exception):
-                h.remove()
+            remove_handle(h)
         self._module_handles.clear()
         self._root_hooked.clear()
         self._module_handles.append(_module_mod.register_module_forward_pre_hook(self._fwd_pre))
@@ -151,11 +154,13 @@ class SessionHooks:
         self._per_module = self._wants_module_events()
 
     def _patch(self, obj: Any, attr: str, new: Any) -> None:
-        self._patches.append((obj, attr, getattr(obj, attr)))
+        inherited = isinstance(obj, type) and attr not in obj.__dict__
+        self._patches.append((obj, attr, _ABSENT if inherited else getattr(obj, attr)))
         setattr(obj, attr, new)
 
     def _fwd_pre(self, module: nn.Module, args: tuple[Any, ...]) -> None:
-        if self._busy or self._in_backward:
+        __tracebackhide__ = True  # noqa: F841
+        if self._busy or self._in_backward or standing_aside():
             return
         try:
             if self._depth == 0:
@@ -185,7 +190,8 @@ class SessionHooks:
 
     def _fwd_post(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                   output: Any = _RAISED) -> None:
-        if self._busy or self._in_backward:
+        __tracebackhide__ = True  # noqa: F841
+        if self._busy or self._in_backward or standing_aside():
             return
         try:
             self._depth = max(0, self._depth - 1)
@@ -211,7 +217,7 @@ class SessionHooks:
         @functools.wraps(original)
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True  # noqa: F841
-            if session._busy:
+            if session._busy or standing_aside():
                 return original(tensors, *args, **kwargs)
             roots = (tensors,) if isinstance(tensors, torch.Tensor) else tuple(tensors)
             if session._in_backward:  # a reentrant checkpoint's inner backward (issue 13)
@@ -243,7 +249,7 @@ class SessionHooks:
         @functools.wraps(original)
         def loss(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True  # noqa: F841
-            if session._busy or session._in_loss:
+            if session._busy or session._in_loss or standing_aside():
                 # _in_loss: a TorchFunctionMode on the stack (a check's tracer, the user's own)
                 # re-dispatches F.<loss> to this wrapper from inside the first call: one call.
                 return original(*args, **kwargs)
@@ -274,6 +280,7 @@ class SessionHooks:
 
         @functools.wraps(original)
         def __init__(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+            __tracebackhide__ = True  # noqa: F841
             original(opt, *args, **kwargs)
             if not session._busy:
                 try:
@@ -297,6 +304,7 @@ class SessionHooks:
         return False
 
     def _opt_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        __tracebackhide__ = True  # noqa: F841
         if self._busy or not self._known_optimizer(optimizer):
             return None
         if self._clock is None:
@@ -334,6 +342,7 @@ class SessionHooks:
         return wrapped
 
     def _opt_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        __tracebackhide__ = True  # noqa: F841
         if self._busy or not self._known_optimizer(optimizer):
             return
         self._emit("on_optimizer_step_post", optimizer)

@@ -29,6 +29,7 @@ from ._checker import Checker, overrides
 from ._config import OnAnomaly, parse_on_anomaly
 from ._errors import AnomalyError, TriageInternalWarning
 from ._findings import Finding, Report, Severity, Stage
+from ._frames import user_stacklevel, without_our_frames
 from ._hooks import LOSS_FUNCTIONS as LOSS_FUNCTIONS  # noqa: F401  (re-export)
 from ._hooks import SessionHooks
 
@@ -293,6 +294,10 @@ class Session(SessionHooks):
             self.close()
         finally:
             self._uninstall()
+            if exc is not None:
+                # Once the checks have read it: the user's traceback as Python would show it
+                # without torchtriage (issue 10).
+                exc.__traceback__ = without_our_frames(exc.__traceback__)
         self._maybe_print(exc)
         return False  # the user's exception is always re-raised, unchanged
 
@@ -371,7 +376,7 @@ class Session(SessionHooks):
             return
         self._broken.add(where.split(".")[0])
         warnings.warn(msg("internal.warning", where=where, error=f"{type(e).__name__}: {e}"),
-                      TriageInternalWarning, stacklevel=3)
+                      TriageInternalWarning, stacklevel=user_stacklevel())
 
     def _step_open_or_started(self) -> bool:
         return self._step_open or self.step > 0
@@ -405,7 +410,7 @@ class Session(SessionHooks):
         if policy is OnAnomaly.WARN and finding.key not in self._warned:
             self._warned.add(finding.key)
             where = f" [{finding.module}]" if finding.module else ""
-            warnings.warn(f"torchtriage: {finding.message}{where}", TriageWarning, stacklevel=4)
+            warnings.warn(f"torchtriage: {finding.message}{where}", TriageWarning, stacklevel=user_stacklevel())
 
 
 class TriageWarning(UserWarning):

@@ -1149,6 +1149,42 @@ def loop_correction_seq2seq():
     return model, opt, train
 
 
+class PackedLSTMClassifier(nn.Module):
+    """Variable-length sequences through a packed, bidirectional 2-layer LSTM (issue 10: its
+    evaluation under no_grad made views that the gradient tracer could not read)."""
+
+    def __init__(self, vocab: int = 20, classes: int = 3) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, 8, padding_idx=0)
+        self.lstm = nn.LSTM(8, 16, num_layers=2, bidirectional=True)
+        self.out = nn.Linear(32, classes)
+
+    def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        packed = nn.utils.rnn.pack_padded_sequence(self.emb(ids), lengths)
+        o, _ = self.lstm(packed)
+        o, n = nn.utils.rnn.pad_packed_sequence(o)
+        return self.out(o.sum(0) / n.unsqueeze(1))
+
+
+def loop_lstm_packed_sequences():
+    model = PackedLSTMClassifier()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    lengths = torch.tensor([7, 5, 3, 2])
+    ids = torch.randint(1, 20, (7, 4)) * (torch.arange(7)[:, None] < lengths).long()
+    y = torch.randint(0, 3, (4,))
+
+    def train():
+        for _ in range(STEPS + 1):
+            model.train()
+            opt.zero_grad()
+            F.cross_entropy(model(ids, lengths), y).backward()
+            opt.step()
+            model.eval()
+            with torch.no_grad():
+                model(ids, lengths)
+    return model, opt, train
+
+
 LOOPS = {name[len("loop_"):]: fn for name, fn in sorted(globals().items()) if name.startswith("loop_")}
 
 # loops whose pattern deliberately earns an info: name -> the info codes expected (sorted)

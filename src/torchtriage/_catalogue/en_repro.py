@@ -20,7 +20,7 @@ MESSAGES = {
     "repro.file_missing": "bundle {path}: {file} is missing (the bundle is incomplete)",
     "repro.checksum": ("bundle {path}: {file} does not match its SHA-256 checksum ({size} bytes, "
                        "{expected} recorded): it was truncated or edited after the bundle was written"),
-    "repro.pickle": ("bundle {path}: {file} looks like a pickle payload (by its name or first bytes); "
+    "repro.pickle": ("bundle {path}: {file} looks like a pickle payload (by its name or its structure); "
                      "a torchtriage bundle never holds pickles, and opening one could run code, "
                      "so the bundle is refused"),
     "repro.no_batch": "bundle {path}: holds no batch (it did not fit or the failure came before the model ran)",

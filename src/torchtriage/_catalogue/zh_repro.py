@@ -17,7 +17,7 @@ MESSAGES = {
     "repro.file_missing": "复现包 {path}：缺少 {file}（复现包不完整）",
     "repro.checksum": ("复现包 {path}：{file} 与其 SHA-256 校验和不符（{size} 字节，记录为 {expected}）："
                        "写入后被截断或修改过"),
-    "repro.pickle": ("复现包 {path}：{file} 看起来是 pickle 数据（按文件名或开头字节判断）；"
+    "repro.pickle": ("复现包 {path}：{file} 看起来是 pickle 数据（按文件名或文件结构判断）；"
                      "torchtriage 复现包从不包含 pickle，打开它可能执行代码，因此拒绝该复现包"),
     "repro.no_batch": "复现包 {path}：没有批数据（放不下，或失败发生在模型运行之前）",
     "repro.replay.yes": "已复现：{what}",

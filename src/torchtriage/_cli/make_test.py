@@ -28,6 +28,11 @@ def make_test_command(args: argparse.Namespace) -> int:
     from .._repro import make_test, shrink
     from .._repro._source import source_from_args
 
+    from .._outputs import check_folder_output
+
+    problem = check_folder_output(args.out, "--out") if args.out else None
+    if problem:  # before the replays, which take a while
+        return fail(problem)
     try:
         bundle = open_bundle(args)
         source = source_from_args(args, bundle)
@@ -40,7 +45,7 @@ def make_test_command(args: argparse.Namespace) -> int:
             bundle, replays = shrunk.bundle, shrunk.replays
         made = make_test(bundle, args.out, factory=source.factory, script=source.script, name=args.name,
                          shrunk=shrunk, replays=replays)
-    except (BundleError, ValueError, TypeError) as e:
+    except (BundleError, ValueError, TypeError, OSError) as e:  # OSError: the output folder refused a file
         return fail(str(e).splitlines()[0])
     print(msg("repro.make_test.done", test=made.test, fix=made.fix, bundle=made.bundle))
     return 0

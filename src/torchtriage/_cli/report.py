@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from . import fail
-from .run import _check_writable
+from .._outputs import OutputError, check_output, write_output
 
 
 def register(sub: Any) -> None:
@@ -65,8 +65,8 @@ def report_command(args: argparse.Namespace) -> int:
 
     if args.report_lang:
         set_language(args.report_lang)
-    if args.html and args.html != "-":
-        problem = _check_writable(args.html, "--html")
+    if args.html:
+        problem = check_output(args.html, "--html")
         if problem:
             return fail(problem)
     report, problem = _load(args.path)
@@ -75,12 +75,11 @@ def report_command(args: argparse.Namespace) -> int:
     if args.html:
         from ..report import render_html
 
-        page = render_html(report)
-        if args.html == "-":
-            sys.stdout.write(page)
-        else:
-            with open(args.html, "w", encoding="utf-8") as fh:
-                fh.write(page)
+        try:
+            write_output(args.html, render_html(report), "--html")
+        except OutputError as e:
+            return fail(str(e))
+        if args.html != "-":
             print(msg("cli.report.written", path=args.html), file=sys.stderr)
     if args.text or not args.html:
         from ..report import render_text

@@ -46,37 +46,16 @@ def register(sub: Any) -> None:
 
 
 def _check_writable(path: str, flag: str) -> str | None:
-    d = os.path.dirname(os.path.abspath(path)) or "."
-    if not os.path.isdir(d):
-        return f"{flag} {path}: folder {d} does not exist"
-    if os.path.isdir(path):
-        return f"{flag} {path}: is a folder, expected a file path"
-    if not os.access(d, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        return f"{flag} {path}: not writable"
-    return None
+    from .._outputs import check_output
+
+    return check_output(path, flag)
 
 
 def _trim(tb: Any) -> Any:
-    """The traceback without torchtriage's and runpy's frames, as `python SCRIPT` would show it.
+    """The traceback without torchtriage's and runpy's frames, as `python SCRIPT` would show it."""
+    from .._frames import without_our_frames
 
-    Our frames can sit anywhere in the chain (a hook or a TorchFunctionMode between the user's
-    line and torch's op), so each one is unlinked, not only the leading ones."""
-    from .._frames import _HERE
-
-    def ours(t: Any) -> bool:
-        fn = os.path.abspath(t.tb_frame.f_code.co_filename)
-        return fn.startswith(_HERE + os.sep) or os.path.basename(fn) == "runpy.py" or "<frozen runpy>" in fn
-
-    kept = []
-    while tb is not None:
-        if not ours(tb):
-            kept.append(tb)
-        tb = tb.tb_next
-    for a, b in zip(kept, kept[1:]):
-        a.tb_next = b
-    if kept:
-        kept[-1].tb_next = None
-    return kept[0] if kept else None
+    return without_our_frames(tb, also=lambda fn: os.path.basename(fn) == "runpy.py" or "<frozen runpy>" in fn)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -132,10 +111,12 @@ def _check_options(args: argparse.Namespace) -> tuple[str | None, Any]:
         unknown = [c for c in checks if c not in _registry.CHECKS]
         if unknown:
             return f"--checks: unknown check(s) {', '.join(unknown)}; accepted: {', '.join(_registry.CHECKS)}", None
-    if args.bundle and os.path.exists(args.bundle) and not os.path.isdir(args.bundle):
-        return f"--bundle {args.bundle}: exists and is not a folder", None
-    if args.tensorboard and os.path.exists(args.tensorboard) and not os.path.isdir(args.tensorboard):
-        return f"--tensorboard {args.tensorboard}: exists and is not a folder", None
+    from .._outputs import check_folder_output
+
+    for flag, folder in (("--bundle", args.bundle), ("--tensorboard", args.tensorboard)):
+        problem = check_folder_output(folder, flag) if folder else None
+        if problem:
+            return problem, None
     if args.stall_timeout is not None:
         try:
             seconds = float(args.stall_timeout)
@@ -254,8 +235,8 @@ def _run_and_report(args: argparse.Namespace, session: Any, target: Any, old_arg
 def _emit_report(args: argparse.Namespace, report: Any, error: BaseException | None, exit_code: int = 0) -> int:
     try:
         _write_outputs(args, report)
-    except OSError as e:  # checked before the run, but the disk can still refuse
-        print(f"torchtriage: error: cannot write the report: {e}", file=sys.stderr)
+    except OSError as e:  # checked before the run, but the disk can still refuse (/dev/full)
+        fail(str(e))
         exit_code = exit_code or 2
     if not (args.quiet and not report.findings and error is None):
         from ..report import render_text
@@ -296,22 +277,15 @@ def _exit_code(e: SystemExit) -> int:
 
 
 def _write_outputs(args: argparse.Namespace, report: Any) -> None:
-    # '-' is standard output (after the script's own output, which the script may also print there).
-    if args.json == "-":
+    # As a shell redirection (`_outputs.py`): '-' is standard output (after the script's own
+    # output, which the script may also print there), symlinks followed, devices in place.
+    from .._outputs import write_output
+
+    if args.json:
         from ..report import render_json
 
-        sys.stdout.write(render_json(report) + "\n")
-        sys.stdout.flush()
-    elif args.json:
-        from ..report import dump_json
-
-        dump_json(report, args.json)
+        write_output(args.json, render_json(report) + "\n", "--json")
     if args.html:
         from ..report import render_html
 
-        if args.html == "-":
-            sys.stdout.write(render_html(report))
-            sys.stdout.flush()
-        else:
-            with open(args.html, "w", encoding="utf-8") as fh:
-                fh.write(render_html(report))
+        write_output(args.html, render_html(report), "--html")

@@ -27,6 +27,11 @@ def shrink_command(args: argparse.Namespace) -> int:
     from .._repro import shrink
     from .._repro._source import source_from_args
 
+    from .._outputs import check_folder_output
+
+    problem = check_folder_output(args.out, "--out") if args.out else None
+    if problem:  # before the replays, which take a while
+        return fail(problem)
     try:
         bundle = open_bundle(args)
         source = source_from_args(args, bundle)
@@ -35,7 +40,7 @@ def shrink_command(args: argparse.Namespace) -> int:
             return fail(msg("repro.shrink.not_reproduced", describe=source.run(bundle).describe().splitlines()[0]), 1)
         out = args.out or os.path.normpath(args.bundle) + "-min"
         result.bundle.save(out)
-    except (BundleError, ValueError, TypeError) as e:
+    except (BundleError, ValueError, TypeError, OSError) as e:  # OSError: the output folder refused a file
         return fail(str(e).splitlines()[0])
     print(msg("repro.shrink.done", replays=result.replays, kept=len(result.samples), n=result.batch_size,
               samples=list(result.samples), prefix=result.prefix if result.prefix is not None else "-", out=out))

@@ -44,12 +44,9 @@ def register(sub: Any) -> None:
 
 
 def _writable(path: str, flag: str) -> str | None:
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d):
-        return f"{flag} {path}: folder {d} does not exist"
-    if os.path.isdir(path):
-        return f"{flag} {path}: is a folder, expected a file path"
-    return None
+    from .._outputs import check_output
+
+    return check_output(path, flag)
 
 
 def splits_command(args: argparse.Namespace) -> int:
@@ -88,9 +85,13 @@ def splits_command(args: argparse.Namespace) -> int:
         if client is not None:
             client.close()
     if args.json:
-        from ..report import dump_json
+        from .._outputs import OutputError, write_output
+        from ..report import render_json
 
-        dump_json(report, args.json)
+        try:
+            write_output(args.json, render_json(report) + "\n", "--json")
+        except OutputError as e:
+            return fail(str(e))
     if not (args.quiet and not report.findings):
         from ..report import render_text
 

@@ -44,15 +44,13 @@ def reach(roots: Iterable[Any], *, max_nodes: int = MAX_NODES) -> Reach:
     for r in roots:
         if not isinstance(r, torch.Tensor) or not r.requires_grad:
             continue
-        try:
-            fn = r.grad_fn
-        except RuntimeError:
+        fn, known = grad_fn_of(r)
+        if not known:
             # A view made under no_grad whose base was then modified in place with grad on
-            # (a model's init ties or fills weights that way): torch refuses to give its
-            # grad_fn. It cannot be backpropagated through either, so it leads nowhere.
+            # (a model's init ties or fills weights that way; packed LSTMs under no_grad):
+            # torch refuses to give its grad_fn. It cannot be backpropagated through either.
             out.complete = False
-            continue
-        if fn is None:
+        elif fn is None:
             out.leaves[id(r)] = r
         else:
             stack.append(fn)
@@ -73,6 +71,17 @@ def reach(roots: Iterable[Any], *, max_nodes: int = MAX_NODES) -> Reach:
             if nxt is not None and id(nxt) not in seen:
                 stack.append(nxt)
     return out
+
+
+def grad_fn_of(t: torch.Tensor) -> tuple[Any, bool]:
+    """(t.grad_fn, True), or (None, False) when torch refuses to give it: a view made under
+    `no_grad` whose base was later modified in place with grad mode on raises on `.grad_fn`
+    (packed LSTMs evaluated under `no_grad` make such views; issue 10). Correct code, so the
+    graph is unknown rather than an internal error."""
+    try:
+        return t.grad_fn, True
+    except RuntimeError:
+        return None, False
 
 
 def leaves_of(t: Any) -> set[int]:

@@ -30,7 +30,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .._frames import _HERE, _TORCH, UserFrame, user_frame_from_stack
-from ._graph import leaves_of
+from ._graph import grad_fn_of, leaves_of
 
 _GRAD_DESCRIPTOR = torch._C.TensorBase.grad
 _DATA_DESCRIPTOR = torch._C.TensorBase.data
@@ -122,7 +122,7 @@ class CutTracer(TorchFunctionMode):
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if name == "__get__":  # a property read: only .grad and .data matter
             owner = getattr(func, "__self__", None)
-            if owner is _GRAD_DESCRIPTOR and first is not None and first.grad_fn is not None and not first.retains_grad:
+            if owner is _GRAD_DESCRIPTOR and first is not None and grad_fn_of(first)[0] is not None and not first.retains_grad:
                 self._record("nonleaf_grad", "Tensor.grad", None, shape=tuple(first.shape))
             elif owner is _DATA_DESCRIPTOR and first is not None and first.requires_grad:
                 self._record("detach", "Tensor.data", first)

@@ -11,7 +11,7 @@
     rng.safetensors       CPU (and CUDA) RNG states at the step's start
 
 Opening a bundle runs no code: no pickle, no `torch.load`, no import of anything named in
-it. Files that look like a pickle (by name or by their first bytes) make the whole bundle
+it. Files that look like a pickle (by name or by their structure, `_pickle_scan.py`) make the whole bundle
 refused; a file whose checksum differs from the manifest is named in the error.
 """
 
@@ -36,7 +36,6 @@ TENSOR_FILES = ("batch.safetensors", "model.safetensors", "optimizer.safetensors
 JSON_FILES = ("meta.json", "env.json", "report.json")
 TEXT_FILES = ("env.txt", "traceback.txt")
 KNOWN_FILES = frozenset(TENSOR_FILES + JSON_FILES + TEXT_FILES)
-_PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".bin", ".joblib", ".npy", ".npz", ".dill")
 
 
 def _version() -> str:
@@ -54,16 +53,9 @@ def _sha256(path: str) -> str:
 
 
 def _looks_like_pickle(path: str) -> bool:
-    if path.lower().endswith(_PICKLE_SUFFIXES):
-        return True
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4)
-    except OSError:
-        return False
-    # Pickle protocol 2+ starts with PROTO (0x80) and the protocol number; torch.save's
-    # zip container (PK\x03\x04) holds a pickle too.
-    return (len(head) >= 2 and head[0] == 0x80 and 1 <= head[1] <= 5) or head == b"PK\x03\x04"
+    from ._pickle_scan import looks_like_pickle
+
+    return looks_like_pickle(path)
 
 
 def write_files(path: str | os.PathLike[str], *, jsons: Mapping[str, Any], texts: Mapping[str, str],

@@ -168,7 +168,7 @@ class SessionHolder:
 
             dump_json(report, self.json_path)
         if self.html_path:
+            from .._outputs import write_output
             from ..report import render_html
 
-            with open(self.html_path, "w", encoding="utf-8") as fh:
-                fh.write(render_html(report))
+            write_output(self.html_path, render_html(report), "html_path")

@@ -24,13 +24,12 @@ def render_json(report: Report, *, indent: int | None = 2) -> str:
 
 
 def dump_json(report: Report, path: str | os.PathLike[str]) -> None:
-    """Write the report to `path` (atomically: a partial file never replaces a good one)."""
-    path = os.fspath(path)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(render_json(report))
-        fh.write("\n")
-    os.replace(tmp, path)
+    """Write the report to `path` as `> path` would: atomically for a regular file (a partial
+    file never replaces a good one), in place for a FIFO or device, `-` for stdout; raises
+    `OSError` (`torchtriage._outputs.OutputError`) with a one-line message."""
+    from .._outputs import write_output
+
+    write_output(os.fspath(path), render_json(report) + "\n", "dump_json")
 
 
 def load_json(path: str | os.PathLike[str]) -> Report:
