@@ -107,6 +107,7 @@ class Session(SessionHooks):
         self.series: dict[str, list[float | None]] = {}
         self.meta: dict[str, Any] = {"torch": torch.__version__}
         self._t0 = time.time()
+        self._param_index: Any = None
         self._pending_models = _as_list(models, nn.Module, "models")
         self._pending_optimizers = _as_list(optimizers, torch.optim.Optimizer, "optimizers")
 
@@ -129,6 +130,16 @@ class Session(SessionHooks):
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [o for o in (r() for r in self._optimizers) if o is not None]
+
+    @property
+    def param_index(self) -> Any:
+        """Every parameter of the step (the watched models' and whatever the optimizers hold)
+        with its name, owner and optimizer group: a `torchtriage._params.ParamIndex`."""
+        if self._param_index is None:
+            from ._params import ParamIndex
+
+            self._param_index = ParamIndex(self)
+        return self._param_index
 
     def module_name(self, module: nn.Module) -> str | None:
         """The module's path as `model.named_modules()` names it, or None if not watched."""
@@ -192,6 +203,7 @@ class Session(SessionHooks):
         if any(r() is optimizer for r in self._optimizers):
             return
         self._optimizers.append(weakref.ref(optimizer))
+        self.param_index.note_optimizer(optimizer)
         self._emit("on_optimizer", optimizer)
 
     @contextlib.contextmanager

@@ -263,11 +263,7 @@ def localize_backward(session: Any, state: Any, step: int) -> Finding:
 
 
 def param_names(session: Any) -> dict[int, str]:
-    out: dict[int, str] = {}
-    for m in session.models:
-        for n, p in m.named_parameters():
-            out.setdefault(id(p), n)
-    return out
+    return {pid: info.qualname for pid, info in session.param_index.infos().items()}
 
 
 @torch.no_grad()
@@ -279,10 +275,12 @@ def localize_update(session: Any, step: int, grad_norm: float | None) -> list[Fi
         for group in opt.param_groups:
             for p in group["params"]:
                 name = names.get(id(p), f"{type(opt).__name__} param #{len(found)}")
+                info = session.param_index.info(p)
+                owner = info.module if info is not None and not info.raw else None
                 if not bool(torch.isfinite(p).all()):
                     ev = {"parameter": summarize(p), "lr": group.get("lr"), "grad norm at that step": grad_norm}
                     found.append(_finding("numerical.nonfinite_update", "nonfinite.update", Stage.OPTIMIZER, step,
-                                          module=name.rpartition(".")[0], parameter=name,
+                                          module=owner, parameter=name,
                                           cause=msg("nonfinite.cause.update", lr=group.get("lr")),
                                           next_check=msg("nonfinite.next.update"), evidence=ev,
                                           optimizer=type(opt).__name__))
@@ -290,7 +288,7 @@ def localize_update(session: Any, step: int, grad_norm: float | None) -> list[Fi
                 for key, v in opt.state.get(p, {}).items():
                     if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all()):
                         found.append(_finding("numerical.nonfinite_optimizer_state", "nonfinite.state",
-                                              Stage.OPTIMIZER, step, module=name.rpartition(".")[0],
+                                              Stage.OPTIMIZER, step, module=owner,
                                               parameter=name, cause=msg("nonfinite.cause.state"),
                                               next_check=msg("nonfinite.next.state"),
                                               evidence={key: summarize(v), "lr": group.get("lr")},

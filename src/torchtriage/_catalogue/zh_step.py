@@ -1,0 +1,20 @@
+"""中文：步骤记录与参数索引（issue 11）。"""
+
+MESSAGES = {
+    "gradients.unreached.message.raw":
+        "{parameter} 由优化器持有，但没有从任何损失得到梯度",
+    "gradients.unreached.cause.raw":
+        "{parameter} 没有用在通往损失的计算中，或者它的值被一个没有历史的副本替换了"
+        "（从数据重建的张量、torch.tensor(...)、requires_grad=False 创建的张量）",
+    "gradients.unreached.next.raw":
+        "从优化器到损失跟踪 {parameter}：每次使用都必须是对它本身的张量运算，而不是对副本",
+    "gradients.leaf_not_registered.message.outside":
+        "损失依赖一个 requires_grad=True 的张量 {shape}，但没有优化器持有它（{line}）",
+    "gradients.leaf_not_registered.cause.outside":
+        "每次 backward 它都会得到 .grad，但没有优化器更新它：如果你需要读取输入的梯度"
+        "（显著图、对抗样本）这没有问题，否则是浪费",
+    "gradients.leaf_not_registered.next.outside":
+        "如果它应当被训练，把它交给优化器；否则用 requires_grad=False 创建它",
+    "gradients.cut_no_grad.message.raw":
+        "{count} 个参数（{parameter} 等）没有梯度：它们在 {mode} 下被使用（{line}）",
+}
