@@ -206,6 +206,11 @@ class Session(SessionHooks):
         self.param_index.note_optimizer(optimizer)
         self._emit("on_optimizer", optimizer)
 
+    @property
+    def busy(self) -> bool:
+        """True while the session's hooks ignore the code that runs (a replay, a probe)."""
+        return bool(self._busy)
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Run code (a replay, a probe) without the session's hooks reacting to it."""

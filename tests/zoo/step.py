@@ -57,3 +57,81 @@ def style_transfer(steps: int = 3) -> tuple[nn.Module, torch.optim.Optimizer, to
         loss.backward()
         opt.step()
     return features, opt, image
+
+
+class Embed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def siamese_contrastive(net: nn.Module, opt: torch.optim.Optimizer, steps: int = 2) -> None:
+    """A contrastive loss written by hand, the model called twice per step; half the pairs
+    are the same sample, so their distance is exactly 0."""
+    g = torch.Generator().manual_seed(0)
+    x1 = torch.randn(8, 4, generator=g)
+    x2 = x1.clone()
+    x2[4:] = torch.randn(4, 4, generator=g)
+    same = torch.zeros(8)
+    same[:4] = 1
+    margin = 1.0
+    for _ in range(steps):
+        opt.zero_grad()
+        e1 = net(x1)
+        e2 = net(x2)
+        dist = torch.sqrt(((e1 - e2) ** 2).sum(1))  # BUG: sqrt at distance 0
+        loss = (same * dist ** 2 + (1 - same) * torch.relu(margin - dist) ** 2).mean()
+        loss.backward()
+        opt.step()
+
+
+def sqrt_where_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    z = pred - target
+    return torch.where(z > 0, torch.sqrt(z), z).abs().mean()  # BUG: sqrt of the branch not taken
+
+
+def where_behind_loss(net: nn.Module, opt: torch.optim.Optimizer, steps: int = 2) -> None:
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = sqrt_where_loss(net(x), y)
+        loss.backward()
+        opt.step()
+
+
+def metric_before_backward(net: nn.Module, opt: torch.optim.Optimizer, steps: int = 2) -> None:
+    """An entropy metric computed before backward and folded into the loss with weight 0."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(8, 4, generator=g), torch.randint(0, 3, (8,), generator=g)
+    for _ in range(steps):
+        opt.zero_grad()
+        logits = net(x)
+        loss = F.cross_entropy(logits, y)
+        probs = logits.softmax(-1)
+        entropy = -(probs * torch.log(probs - probs.detach())).sum(1).mean()  # BUG: log(0)
+        (loss + 0.0 * entropy).backward()
+        opt.step()
+
+
+def functional_model(steps: int = 2) -> tuple[torch.optim.Optimizer, dict[str, torch.Tensor]]:
+    """No module is watched: the parameters are a dict of tensors (torch.func.functional_call)."""
+    from torch.func import functional_call
+
+    torch.manual_seed(0)
+    net = nn.Linear(4, 1)
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in net.named_parameters()}
+    opt = torch.optim.SGD(params.values(), lr=0.1)
+    x = torch.randn(8, 4)
+    x[3] = 0
+    for _ in range(steps):
+        opt.zero_grad()
+        out = functional_call(net, params, (x,))
+        scale = x.norm(dim=1, keepdim=True)
+        loss = (out / scale).pow(2).mean()  # BUG: a zero row of the batch divides by 0
+        loss.backward()
+        opt.step()
+    return opt, params

@@ -19,4 +19,11 @@ MESSAGES = {
         "pass it to the optimizer if it should train; otherwise create it with requires_grad=False",
     "gradients.cut_no_grad.message.raw":
         "{count} parameter(s) ({parameter}, ...) get no gradient: they are used under {mode} ({line})",
+    # why a whole-step replay could not run (evidence "why" of a not-reproduced finding)
+    "nonfinite.why.no_record": "no record of this step (no model call, no recorded op)",
+    "nonfinite.why.not_taped": "the ops outside the models were not recorded at this step (the tape is on for the first steps only); it is now on for the next steps",
+    "nonfinite.why.truncated": "the step ran more ops outside the models than the tape keeps",
+    "nonfinite.why.replay_finite": "the whole step was replayed with the same inputs and RNG state and stayed finite: the step is not deterministic, or it read state that was not restored",
+    "nonfinite.backward_code":
+        "The forward pass is finite but the gradient is not: the backward of {op}, written outside the models at {line}, first produced {kind} (step {step})",
 }

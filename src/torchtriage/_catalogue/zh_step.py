@@ -17,4 +17,10 @@ MESSAGES = {
         "如果它应当被训练，把它交给优化器；否则用 requires_grad=False 创建它",
     "gradients.cut_no_grad.message.raw":
         "{count} 个参数（{parameter} 等）没有梯度：它们在 {mode} 下被使用（{line}）",
+    "nonfinite.why.no_record": "没有这一步的记录（没有模型调用，也没有记录的运算）",
+    "nonfinite.why.not_taped": "这一步没有记录模型之外的运算（记录只在最初几步开启）；接下来的几步已开启记录",
+    "nonfinite.why.truncated": "这一步在模型之外运行的运算超过了记录上限",
+    "nonfinite.why.replay_finite": "用相同的输入和随机数状态重放了整个步骤，结果是有限值：这一步不确定，或读取了未能恢复的状态",
+    "nonfinite.backward_code":
+        "前向计算是有限值，但梯度不是：在模型之外 {line} 处写的 {op} 的反向传播首先产生了 {kind}（第 {step} 步）",
 }

@@ -19,6 +19,7 @@ from ._families import base_name, explain, kind_of, kind_text
 from ._replay import (NodeMap, call_model, float_leaves, graph_nodes, node_frame, node_op, replay_loss,
                       replaying, saved_tensors)
 from ._trace import ModuleStack, OpTracer, Origin
+from . import _steplocalize
 
 
 def _finding(code: str, key: str, stage: Stage, step: int, *, module: str | None = None, op: str | None = None,
@@ -50,7 +51,18 @@ def _mod_text(module: str | None) -> str:
     return msg("nonfinite.root") if not module else module
 
 
-def not_reproduced(stage: Stage, step: int, evidence: dict[str, Any] | None = None) -> Finding:
+def not_reproduced(stage: Stage, step: int, evidence: dict[str, Any] | None = None,
+                   session: Any = None) -> Finding:
+    evidence = dict(evidence or {})
+    if session is not None:
+        # Why the whole-step replay could not run; a step that was not taped arms the tape, so
+        # the next occurrence is replayed in full (issue 11).
+        why = _steplocalize.why_not(session)
+        if why is not None:
+            evidence.setdefault("why", msg(why))
+            keeper = session.checker("snapshot")
+            if why == "nonfinite.why.not_taped" and keeper is not None:
+                keeper.arm()
     return _finding(f"numerical.nonfinite_{stage.value}", "nonfinite.not_reproduced", stage, step,
                     cause=msg("nonfinite.cause.not_reproduced"), next_check=msg("nonfinite.next.not_reproduced"),
                     evidence=evidence, severity=Severity.WARNING, stage_name=stage.value)
@@ -91,12 +103,20 @@ def _producer_finding(origin: Origin, stage: Stage, step: int, *, loss: bool = F
 
 
 def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = False) -> Finding:
-    """Replay the model's forward under the op tracer; the producer of the bad output."""
+    """Replay the step (every model call and the ops between them) or, without a record of it,
+    the model's forward, under the op tracer; the producer of the bad output."""
     snap = session.snapshot
+    if _steplocalize.why_not(session) is None:
+        got = _steplocalize.forward(session, state, step, _namer(session), any_kind, _is_bad)
+        if got is not None:
+            tracer, bad, call, extra = got
+            f = _forward_finding(session, tracer, bad, step, call.frame)
+            if f is not None:
+                return f.replace(evidence=dict(f.evidence, **extra))
     if snap is None or not snap.has_batch:
-        return not_reproduced(Stage.FORWARD, step)
+        return not_reproduced(Stage.FORWARD, step, session=session)
     model = _target(snap.model)
-    externals = {id(p): n for n, p in model.named_parameters()}
+    externals = param_names(session)
     mods = ModuleStack(_namer(session))
     tracer = OpTracer(mods, externals)
     tracer.stop_frame = sys._getframe()
@@ -104,22 +124,31 @@ def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = Fa
         out = call_model(model, snap)
     bad = [t for t in float_leaves(out) if _is_bad(t, any_kind)]
     if not bad:
-        return not_reproduced(Stage.FORWARD, step, {"outputs": [summarize(t) for t in float_leaves(out)[:3]]})
-    origin = tracer.origin_of(bad[0])
+        return not_reproduced(Stage.FORWARD, step, {"outputs": [summarize(t) for t in float_leaves(out)[:3]]},
+                              session=session)
+    f = _forward_finding(session, tracer, bad[0], step, getattr(snap, "call_frame", None))
+    if f is None:
+        return not_reproduced(Stage.FORWARD, step, {"output": summarize(bad[0])})
+    return f.replace(evidence=dict(f.evidence, localized_by="model_replay"))
+
+
+def _forward_finding(session: Any, tracer: OpTracer, bad: torch.Tensor, step: int, call_frame: Any) -> Finding | None:
+    origin = tracer.origin_of(bad)
     if origin is not None and origin.kind == "constant" and origin.external not in (None, "input"):
         name = origin.external
-        p = dict(model.named_parameters()).get(name)
+        p = next((t for t, i in session.param_index.tensors() if i.qualname == name), None)
+        info = session.param_index.info(p)
         return _finding("numerical.nonfinite_parameter", "nonfinite.forward_param", Stage.PARAMETER, step,
-                        module=name.rpartition(".")[0], parameter=name,
+                        module=info.module if info is not None else None, parameter=name,
                         cause=msg("nonfinite.cause.param"), next_check=msg("nonfinite.next.param"),
                         evidence={"parameter": summarize(p)})
     if origin is None or origin.kind != "computed":
         origin = tracer.producers[0] if tracer.producers else None
     if origin is None:
-        return not_reproduced(Stage.FORWARD, step, {"output": summarize(bad[0])})
+        return None
     # An op inside a library module (nn.Linear's addmm) has no line of the user's own: the
     # user's line is then the one that called the model in this step.
-    f = _producer_finding(origin, Stage.FORWARD, step, frame=getattr(snap, "call_frame", None))
+    f = _producer_finding(origin, Stage.FORWARD, step, frame=call_frame)
     if origin.propagated_by:
         f = f.replace(evidence=dict(f.evidence, propagated_by=list(origin.propagated_by)))
     if f.code != "numerical.fully_masked_row" and any(src.external == "input" for src in origin.sources):
@@ -133,6 +162,10 @@ def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = Fa
 
 def localize_loss(session: Any, state: Any, step: int) -> Finding:
     """The loss is non-finite while the model's NaN/+Inf check passed."""
+    if _steplocalize.why_not(session) is None:
+        found = _steplocalize.loss(session, state, step, _namer(session), _producer_finding)
+        if found is not None:
+            return found
     calls = [c for c in state.loss_calls if isinstance(c.output, torch.Tensor) and _is_bad(c.output, True)]
     outs = [t for t in state.outputs if _is_bad(t, True)]
     if calls:
@@ -159,7 +192,7 @@ def localize_loss(session: Any, state: Any, step: int) -> Finding:
     if found is not None:
         return found
     return not_reproduced(Stage.LOSS, step, {"loss": state.loss_value, "backward called at":
-                                              _where(state.backward_frame)})
+                                              _where(state.backward_frame)}, session=session)
 
 
 def _where(frame: Any) -> str | None:
@@ -194,8 +227,12 @@ def _walk_loss_graph(state: Any, step: int, frame: Any) -> Finding | None:
 def localize_backward(session: Any, state: Any, step: int) -> Finding:
     """Forward and loss finite, gradients not: the first backward node emitting non-finite grads."""
     snap = session.snapshot
+    if _steplocalize.why_not(session) is None:
+        found = _steplocalize.backward(session, state, step, _namer(session), _finding)
+        if found is not None:
+            return found
     if snap is None or not snap.has_batch:
-        return not_reproduced(Stage.BACKWARD, step)
+        return not_reproduced(Stage.BACKWARD, step, session=session)
     model = _target(snap.model)
     mods = ModuleStack(_namer(session))
     first: list[tuple[Any, tuple[Any, ...], tuple[Any, ...]]] = []
@@ -222,7 +259,7 @@ def localize_backward(session: Any, state: Any, step: int) -> Finding:
         grad_out = None if roots is not floats else [torch.ones_like(t) for t in floats]
         params = [p for p in model.parameters() if p.requires_grad]
         if not roots or not params:
-            return not_reproduced(Stage.BACKWARD, step)
+            return not_reproduced(Stage.BACKWARD, step, session=session)
         nodes = graph_nodes([r.grad_fn for r in roots])
         try:
             for n in nodes:
@@ -233,7 +270,7 @@ def localize_backward(session: Any, state: Any, step: int) -> Finding:
             for h in handles:
                 h.remove()
     if not first:
-        return not_reproduced(Stage.BACKWARD, step, {"loss": state.loss_value})
+        return not_reproduced(Stage.BACKWARD, step, {"loss": state.loss_value}, session=session)
     node, g_in, g_out = first[0]
     entry = nm.nodes.get(id(node))
     module = entry[2] if entry else None

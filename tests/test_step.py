@@ -1,0 +1,124 @@
+"""The step record (issue 11): the first non-finite value in any step code — hand-written
+losses, metrics, several model calls, functional code — with the op, the user's line and
+`localized_by`, from a replay of the whole recorded step."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+import torch.nn as nn
+
+import torchtriage
+from torchtriage import Severity, Stage
+from tests.zoo import step as zoo
+
+
+def _line(obj, marker):
+    src, start = inspect.getsourcelines(obj)
+    for i, text in enumerate(src):
+        if marker in text:
+            return start + i
+    raise AssertionError(f"{marker!r} not in {obj}")
+
+
+def _errors(s):
+    return [f for f in s.report.findings if f.severity is Severity.ERROR]
+
+
+def test_siamese_contrastive_sqrt_at_distance_zero():
+    torch.manual_seed(0)
+    net = zoo.Embed()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with torchtriage.watch(net, opt, on_anomaly="record", report=False) as s:
+        zoo.siamese_contrastive(net, opt)
+    (f,) = _errors(s)
+    assert (f.code, f.stage, f.step, f.op, f.module) == (
+        "numerical.nonfinite_backward", Stage.BACKWARD, 0, "aten::sqrt", None)
+    assert f.line == _line(zoo.siamese_contrastive, "BUG: sqrt at distance 0")
+    assert f.evidence["localized_by"] == "step_replay"
+    assert f.evidence["replayed"] == "2 model call(s), 13 op(s)"
+    assert f.evidence["backward node"] == "SqrtBackward0" and f.evidence["zeros in saved result"] == 4
+    assert f.parameter == "net.0.weight"
+    assert f.evidence["parameters with non-finite gradients"] == [
+        "net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"]
+    assert f.message == ("The forward pass is finite but the gradient is not: the backward of aten::sqrt, written "
+                         f"outside the models at {f.file}:{f.line}, first produced NaN (step 0)")
+    assert not s.report.filter(code="numerical.nonfinite_backward", severity="warning")  # no "not reproduced"
+
+
+def test_sqrt_inside_where_behind_a_hand_written_loss_with_an_outside_target():
+    torch.manual_seed(0)
+    net = nn.Linear(4, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with torchtriage.watch(net, opt, on_anomaly="record", report=False) as s:
+        zoo.where_behind_loss(net, opt)
+    (f,) = _errors(s)
+    assert (f.code, f.stage, f.op) == ("numerical.nonfinite_backward", Stage.BACKWARD, "aten::sqrt")
+    assert f.line == _line(zoo.sqrt_where_loss, "BUG: sqrt of the branch not taken")
+    assert f.evidence["source_line"].startswith("return torch.where(z > 0, torch.sqrt(z), z)")
+    assert f.evidence["recorded op"] == "sqrt" and f.evidence["localized_by"] == "step_replay"
+    assert f.parameter in ("weight", "bias")
+
+
+def test_nan_in_a_metric_computed_before_backward():
+    torch.manual_seed(0)
+    net = nn.Linear(4, 3)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with torchtriage.watch(net, opt, on_anomaly="record", report=False, checks=["nonfinite"]) as s:
+        zoo.metric_before_backward(net, opt)
+    (f,) = _errors(s)
+    assert (f.code, f.stage, f.op, f.module) == ("numerical.nonfinite_loss", Stage.LOSS, "aten::log", None)
+    assert f.line == _line(zoo.metric_before_backward, "BUG: log(0)")
+    assert f.evidence["zeros in input"] == 24 and f.evidence["localized_by"] == "step_replay"
+
+
+def test_functional_model_without_any_module():
+    with torchtriage.watch(on_anomaly="record", report=False, discover=True) as s:
+        opt, params = zoo.functional_model()
+    (f,) = _errors(s)
+    assert (f.code, f.stage, f.op, f.module) == ("numerical.nonfinite_loss", Stage.LOSS, "aten::div", None)
+    assert f.line == _line(zoo.functional_model, "BUG: a zero row of the batch divides by 0")
+    assert f.evidence["localized_by"] == "step_replay"
+    # the parameters are the dict's tensors, named after it; the module is not a model
+    assert s.param_index.name(params["weight"]) == "params['weight']"
+    assert s.models == [] and not s.report.filter(category="gradient")
+
+
+def test_step_record_keeps_every_call_and_the_external_inputs():
+    torch.manual_seed(0)
+    net = zoo.Embed()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    seen = {}
+
+    class Peek(torchtriage.Checker):
+        name = "peek"
+
+        def on_backward(self, roots, grads):
+            rec = self.session.snapshot.record
+            internal = {id(t) for t, _ in self.session.param_index.tensors()}
+            seen["calls"] = [(c.label, c.frame.line) for c in rec.calls]
+            seen["inputs"] = [(tuple(t.shape), where) for t, where, _ in rec.external_inputs(internal)]
+
+    with torchtriage.watch(net, opt, on_anomaly="record", report=False, checks=["nonfinite", Peek()]):
+        zoo.siamese_contrastive(net, opt, steps=1)
+    line = _line(zoo.siamese_contrastive, "e1 = net(x1)")
+    assert seen["calls"] == [("Embed", line), ("Embed", line + 1)]
+    # both inputs of the model and the pair labels the loss captured
+    assert seen["inputs"] == [((8, 4), "Embed"), ((8, 4), "Embed"), ((8,), "mul")]
+
+
+def test_tape_is_off_after_the_warm_up_and_armed_by_an_unlocalized_trip():
+    torch.manual_seed(0)
+    net = zoo.Embed()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    # skip_step: the bad update is not applied, so the next step trips again (not as a consequence)
+    with torchtriage.watch(net, opt, on_anomaly="skip_step", report=False, checks=["nonfinite"],
+                           step_tape_steps=0) as s:
+        zoo.siamese_contrastive(net, opt, steps=3)
+        assert torch.overrides._get_current_function_mode_stack() != []  # armed by step 0's trip
+    assert torch.overrides._get_current_function_mode_stack() == []
+    found = s.report.filter(code="numerical.nonfinite_backward")
+    first = [f for f in found if f.severity is Severity.WARNING]
+    assert first and first[0].evidence["why"].startswith("the ops outside the models were not recorded at this step")
+    assert any(f.severity is Severity.ERROR and f.op == "aten::sqrt" for f in found)
