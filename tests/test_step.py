@@ -103,9 +103,9 @@ def test_step_record_keeps_every_call_and_the_external_inputs():
     with torchtriage.watch(net, opt, on_anomaly="record", report=False, checks=["nonfinite", Peek()]):
         zoo.siamese_contrastive(net, opt, steps=1)
     line = _line(zoo.siamese_contrastive, "e1 = net(x1)")
-    assert seen["calls"] == [("Embed", line), ("Embed", line + 1)]
+    assert seen["calls"] == [("net", line), ("net", line + 1)]  # the model by its variable
     # both inputs of the model and the pair labels the loss captured
-    assert seen["inputs"] == [((8, 4), "Embed"), ((8, 4), "Embed"), ((8,), "mul")]
+    assert seen["inputs"] == [((8, 4), "net"), ((8, 4), "net"), ((8,), "mul")]
 
 
 def test_tape_is_off_after_the_warm_up_and_armed_by_an_unlocalized_trip():

@@ -185,7 +185,16 @@ class Session(SessionHooks):
             raise TypeError(f"watch() takes nn.Module models, got {type(model).__name__}")
         if model in self._roots:
             return
-        label = label or type(model).__name__
+        if label is None:
+            # The user's variable (G, netD, teacher: several models of one step are told
+            # apart by it; issue 11), else the class name; a label already taken gets a suffix.
+            from ._hooks import _label_from_caller
+
+            label = _label_from_caller(model)
+        taken = set(self._roots.values())
+        base, n = label, 2
+        while label in taken:
+            label, n = f"{base}#{n}", n + 1
         self._models.append(weakref.ref(model))
         self._roots[model] = label
         for name, sub in model.named_modules():
