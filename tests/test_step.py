@@ -122,3 +122,27 @@ def test_tape_is_off_after_the_warm_up_and_armed_by_an_unlocalized_trip():
     first = [f for f in found if f.severity is Severity.WARNING]
     assert first and first[0].evidence["why"].startswith("the ops outside the models were not recorded at this step")
     assert any(f.severity is Severity.ERROR and f.op == "aten::sqrt" for f in found)
+
+
+def test_gan_finding_names_the_model_by_its_variable_and_the_page_marks_only_it():
+    torch.manual_seed(0)
+    G = nn.Sequential(nn.Linear(2, 4), nn.Tanh())
+    netD = nn.Sequential(nn.Linear(4, 4), zoo.LogFeatures(), nn.Linear(4, 1))
+    optG = torch.optim.Adam(G.parameters(), 1e-3)
+    optD = torch.optim.Adam(netD.parameters(), 1e-3)
+    with torchtriage.watch([G, netD], [optD, optG], on_anomaly="record", report=False) as s:
+        zoo.gan(G, netD, optG, optD)
+    (f,) = _errors(s)
+    assert (f.code, f.module, f.op, f.evidence["model"]) == ("numerical.nonfinite_forward", "1", "aten::log", "netD")
+    assert f.message == "NaN first produced by aten::log in module 1 of netD during the forward pass (step 0)"
+    assert f.line == _line(zoo.LogFeatures.forward, "BUG: log of negative features")
+    assert list(s.report.meta["models"]) == ["G", "netD"]
+    # one loss series per backward call site: D's loss and G's loss apart
+    g_line = _line(zoo.gan, "g_loss.backward()")
+    assert sorted(s.series) == sorted(["loss", f"loss step.py:{g_line}", "grad_norm"])
+    from torchtriage.report._tree import render_tree
+
+    marked_g = render_tree("G", s.report.meta["models"]["G"], s.report.findings)
+    marked_d = render_tree("netD", s.report.meta["models"]["netD"], s.report.findings)
+    assert marked_d != render_tree("netD", s.report.meta["models"]["netD"], ())
+    assert marked_g == render_tree("G", s.report.meta["models"]["G"], ())

@@ -135,3 +135,25 @@ def functional_model(steps: int = 2) -> tuple[torch.optim.Optimizer, dict[str, t
         loss.backward()
         opt.step()
     return opt, params
+
+
+class LogFeatures(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.log(x)  # BUG: log of negative features
+
+
+def gan(G: nn.Module, netD: nn.Module, optG: torch.optim.Optimizer, optD: torch.optim.Optimizer,
+        steps: int = 2) -> None:
+    """A GAN step: D on real and on detached fake, then G through D; hand-written BCE."""
+    g = torch.Generator().manual_seed(0)
+    real = torch.rand(8, 4, generator=g) + 5
+    for _ in range(steps):
+        fake = G(torch.randn(8, 2, generator=g))
+        optD.zero_grad()
+        d_loss = -(torch.log(torch.sigmoid(netD(real))) + torch.log(1 - torch.sigmoid(netD(fake.detach())))).mean()
+        d_loss.backward()
+        optD.step()
+        optG.zero_grad()
+        g_loss = -torch.log(torch.sigmoid(netD(fake))).mean()
+        g_loss.backward()
+        optG.step()

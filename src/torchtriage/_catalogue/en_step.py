@@ -26,4 +26,5 @@ MESSAGES = {
     "nonfinite.why.replay_finite": "the whole step was replayed with the same inputs and RNG state and stayed finite: the step is not deterministic, or it read state that was not restored",
     "nonfinite.backward_code":
         "The forward pass is finite but the gradient is not: the backward of {op}, written outside the models at {line}, first produced {kind} (step {step})",
+    "nonfinite.module_of": "{module} of {model}",
 }

@@ -23,4 +23,5 @@ MESSAGES = {
     "nonfinite.why.replay_finite": "用相同的输入和随机数状态重放了整个步骤，结果是有限值：这一步不确定，或读取了未能恢复的状态",
     "nonfinite.backward_code":
         "前向计算是有限值，但梯度不是：在模型之外 {line} 处写的 {op} 的反向传播首先产生了 {kind}（第 {step} 步）",
+    "nonfinite.module_of": "{model} 的 {module}",
 }

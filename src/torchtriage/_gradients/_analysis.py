@@ -393,7 +393,7 @@ class Analysis:
             names = [i.qualname for i in infos]
             first = infos[0]
             common = dict(parameters=names[:10], count=len(names), grad=None, requires_grad=True,
-                          in_optimizer=any(pid in opt_of for pid, _ in members))
+                          in_optimizer=any(pid in opt_of for pid, _ in members), **self._model_of(first))
             if isinstance(where, CutRecord):
                 rec = where
                 owners = sorted({i.module for i in infos if i.module is not None})
@@ -429,6 +429,12 @@ class Analysis:
                                         frame=run.frame if run else None, step=step,
                                         variant="" if self.forward_seen else "no_forward", **common))
         return out
+
+    def _model_of(self, info: ParamInfo) -> dict[str, Any]:
+        """{"model": label} when several models are watched (G, netD: issue 11), else {}."""
+        if info.label is None or len(self.models) < 2:
+            return {}
+        return {"model": info.label}
 
     def _zero_ids(self) -> set[int]:
         self.flags.resolve()  # what the step reads did not carry: one read
@@ -473,7 +479,8 @@ class Analysis:
             run = self.runs.get(owner) if isinstance(owner, int) else None
             out.append(make_finding("gradient.zero", Severity.WARNING, Stage.BACKWARD, module=infos[0].module,
                                     parameter=infos[0].qualname, frame=run.frame if run else None, step=step,
-                                    variant="dead_relu" if dead else "", parameters=[i.qualname for i in infos],
+                                    variant="dead_relu" if dead else "", **self._model_of(infos[0]),
+                                    parameters=[i.qualname for i in infos],
                                     grad_max_abs=0.0, output_ever_positive=alive.get(owner)))
         return out
 

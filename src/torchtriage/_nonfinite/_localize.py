@@ -28,8 +28,11 @@ def _finding(code: str, key: str, stage: Stage, step: int, *, module: str | None
     ev = dict(evidence or {})
     if frame is not None and frame.source:
         ev["source_line"] = frame.source
-    fmt = dict(step=step, module=_mod_text(module), op=op or msg("nonfinite.unknown_op"), parameter=parameter)
+    model = fields.pop("model", None)
+    fmt = dict(step=step, module=_mod_text(module, model), op=op or msg("nonfinite.unknown_op"), parameter=parameter)
     fmt.update(fields)
+    if model is not None:
+        ev.setdefault("model", model)
     return Finding(Category.NUMERICAL, code, msg(key, **fmt), severity=severity, stage=stage,
                    step=step, module=module, op=op, parameter=parameter,
                    file=frame.file if frame is not None else None, line=frame.line if frame is not None else None,
@@ -47,8 +50,10 @@ def _namer(session: Any) -> Any:
     return name_of
 
 
-def _mod_text(module: str | None) -> str:
-    return msg("nonfinite.root") if not module else module
+def _mod_text(module: str | None, model: str | None = None) -> str:
+    text = msg("nonfinite.root") if not module else module
+    # several models in the step: say which one (issue 11)
+    return msg("nonfinite.module_of", module=text, model=model) if model is not None else text
 
 
 def not_reproduced(stage: Stage, step: int, evidence: dict[str, Any] | None = None,
@@ -82,7 +87,8 @@ def _target(model: nn.Module) -> nn.Module:
 
 
 def _producer_finding(origin: Origin, stage: Stage, step: int, *, loss: bool = False,
-                      frame: Any = None, module: str | None = None, loss_value: float | None = None) -> Finding:
+                      frame: Any = None, module: str | None = None, loss_value: float | None = None,
+                      model: str | None = None) -> Finding:
     ex = explain(origin.op, origin.inputs, origin.output, scalars=origin.scalars)
     kind = kind_text(kind_of(origin.output))
     frame = origin.frame or frame
@@ -90,7 +96,7 @@ def _producer_finding(origin: Origin, stage: Stage, step: int, *, loss: bool = F
     if ex.family == "masked":
         return _finding("numerical.fully_masked_row", "nonfinite.masked_row", stage, step, module=module,
                         op=origin.op, frame=frame, cause=ex.cause, next_check=ex.next_check,
-                        evidence=ex.evidence)
+                        evidence=ex.evidence, model=model)
     if loss:
         if loss_value is not None:
             kind = kind_text("nan" if loss_value != loss_value else ("posinf" if loss_value > 0 else "neginf"))
@@ -99,7 +105,7 @@ def _producer_finding(origin: Origin, stage: Stage, step: int, *, loss: bool = F
                         kind=kind)
     return _finding("numerical.nonfinite_forward", "nonfinite.forward", stage, step, module=module,
                     op=origin.op, frame=frame, cause=ex.cause, next_check=ex.next_check, evidence=ex.evidence,
-                    kind=kind)
+                    kind=kind, model=model)
 
 
 def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = False) -> Finding:
@@ -110,7 +116,8 @@ def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = Fa
         got = _steplocalize.forward(session, state, step, _namer(session), any_kind, _is_bad)
         if got is not None:
             tracer, bad, call, extra = got
-            f = _forward_finding(session, tracer, bad, step, call.frame)
+            several = len({id(c.model) for c in snap.record.calls}) > 1 or len(session.models) > 1
+            f = _forward_finding(session, tracer, bad, step, call.frame, call.label if several else None)
             if f is not None:
                 return f.replace(evidence=dict(f.evidence, **extra))
     if snap is None or not snap.has_batch:
@@ -132,7 +139,8 @@ def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = Fa
     return f.replace(evidence=dict(f.evidence, localized_by="model_replay"))
 
 
-def _forward_finding(session: Any, tracer: OpTracer, bad: torch.Tensor, step: int, call_frame: Any) -> Finding | None:
+def _forward_finding(session: Any, tracer: OpTracer, bad: torch.Tensor, step: int, call_frame: Any,
+                     model: str | None = None) -> Finding | None:
     origin = tracer.origin_of(bad)
     if origin is not None and origin.kind == "constant" and origin.external not in (None, "input"):
         name = origin.external
@@ -148,7 +156,8 @@ def _forward_finding(session: Any, tracer: OpTracer, bad: torch.Tensor, step: in
         return None
     # An op inside a library module (nn.Linear's addmm) has no line of the user's own: the
     # user's line is then the one that called the model in this step.
-    f = _producer_finding(origin, Stage.FORWARD, step, frame=call_frame)
+    f = _producer_finding(origin, Stage.FORWARD, step, frame=call_frame,
+                          model=model if origin.module is not None else None)
     if origin.propagated_by:
         f = f.replace(evidence=dict(f.evidence, propagated_by=list(origin.propagated_by)))
     if f.code != "numerical.fully_masked_row" and any(src.external == "input" for src in origin.sources):
