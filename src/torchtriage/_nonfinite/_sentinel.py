@@ -338,8 +338,12 @@ class NonFiniteSentinel(Checker):
         first site is "loss", later ones "loss <file>:<line>"."""
         assert self.session is not None
         losses = [v for k, v in zip(keys, values) if k == "loss_value"]
+        done: set[Any] = set()
         for i, v in enumerate(losses):
             site = sites[i] if i < len(sites) else None
+            if site in done:
+                continue  # one value per site and step (a step that skipped its update: the first)
+            done.add(site)
             name = self._loss_series.get(site)
             if name is None:
                 name = "loss" if not self._loss_series else f"loss {os.path.basename(site[0])}:{site[1]}" \
