@@ -27,4 +27,7 @@ MESSAGES = {
     "nonfinite.backward_code":
         "The forward pass is finite but the gradient is not: the backward of {op}, written outside the models at {line}, first produced {kind} (step {step})",
     "nonfinite.module_of": "{module} of {model}",
+    "repro.shrink.invalid": "invalid (the candidate broke the step)",
+    "repro.shrink.unsliced": "every half of the batch broke the step instead of curing it: a tensor of the step was not sliced with the batch: {tensors}; the replay saw: {seen}",
+    "repro.shrink.unrecorded": "one the bundle does not hold (a target or mask built by the script itself)",
 }

@@ -24,4 +24,7 @@ MESSAGES = {
     "nonfinite.backward_code":
         "前向计算是有限值，但梯度不是：在模型之外 {line} 处写的 {op} 的反向传播首先产生了 {kind}（第 {step} 步）",
     "nonfinite.module_of": "{model} 的 {module}",
+    "repro.shrink.invalid": "无效（候选破坏了这一步）",
+    "repro.shrink.unsliced": "批次的每一半都破坏了这一步而不是消除问题：这一步有一个张量没有随批次一起切片：{tensors}；重放看到：{seen}",
+    "repro.shrink.unrecorded": "包中没有的张量（由脚本自己构造的目标或掩码）",
 }
