@@ -173,18 +173,25 @@ class StepTape(TorchFunctionMode):
             return True
         if self.inside:
             return False
-        above = []
-        found = False
-        while torch._C._len_torch_function_stack() > 0:
-            mode = torch._C._pop_torch_function_stack()
-            if mode is self:
-                found = True
-                break
-            above.append(mode)
-        for mode in reversed(above):
-            torch._C._push_on_torch_function_stack(mode)
+        remove_mode(self)
         self.on_stack = False
-        return found
+        return True
+
+
+def remove_mode(target: Any) -> bool:
+    """Take `target` off the TorchFunctionMode stack wherever it sits, keeping the modes above
+    it in order; False (stack unchanged) when it is not there (e.g. inside its own handler)."""
+    above = []
+    found = False
+    while torch._C._len_torch_function_stack() > 0:
+        mode = torch._C._pop_torch_function_stack()
+        if mode is target:
+            found = True
+            break
+        above.append(mode)
+    for mode in reversed(above):
+        torch._C._push_on_torch_function_stack(mode)
+    return found
 
 
 class StepRecord:

@@ -194,4 +194,8 @@ def pop(tracer: CutTracer) -> bool:
     if stack and stack[-1] is tracer:
         tracer.__exit__(None, None, None)
         return True
-    return False
+    # Not innermost (another mode was pushed after it, e.g. the step tape re-armed): take it
+    # out from under the others; not found (we are inside its own call) leaves it passive.
+    from .._step import remove_mode
+
+    return remove_mode(tracer)

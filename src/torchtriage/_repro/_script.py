@@ -38,7 +38,7 @@ from torch.overrides import TorchFunctionMode
 from .._catalogue import msg
 from .._errors import BundleError
 from .._frames import user_frame_from_stack
-from .._step import op_name
+from .._step import op_name, remove_mode
 from ._bundle import Bundle
 from ._replay import ReplayResult, apply_state, make_result, resolve_checks
 
@@ -79,12 +79,12 @@ class _Injector:
         self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
         if self.bundle.meta.get("batch", {}).get("inputs"):
             self._swap = _InputSwap(self)
-            self._swap.__enter__()
+            torch._C._push_on_torch_function_stack(self._swap)
 
     def uninstall(self) -> None:
         swap, self._swap = self._swap, None
         if swap is not None:
-            swap.__exit__(None, None, None)
+            remove_mode(swap)  # by identity: other modes may sit above it by now
         for h in self._handles:
             h.remove()
         for obj, attr, original in reversed(self._patches):
