@@ -146,3 +146,31 @@ def test_gan_finding_names_the_model_by_its_variable_and_the_page_marks_only_it(
     marked_d = render_tree("netD", s.report.meta["models"]["netD"], s.report.findings)
     assert marked_d != render_tree("netD", s.report.meta["models"]["netD"], ())
     assert marked_g == render_tree("G", s.report.meta["models"]["G"], ())
+
+
+def test_seed_questions_answer_from_the_watched_run():
+    from torchtriage._seed import diagnose_none_grad, first_nonfinite_step, locate_failure_zone
+
+    torch.manual_seed(0)
+    net = zoo.Embed()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with torchtriage.watch(net, opt, on_anomaly="record", report=False) as s:
+        zoo.siamese_contrastive(net, opt)
+    got = first_nonfinite_step(s)
+    assert (got["index"], got["source"], got["op"], got["localized_by"]) == (0, "backward", "aten::sqrt", "step_replay")
+    assert got["line"] == _line(zoo.siamese_contrastive, "BUG: sqrt at distance 0")
+    assert locate_failure_zone(s.report)["zone"] == "gradient"
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 1, generator=g)
+    means_coef = torch.rand(2, generator=g, requires_grad=True)
+    log_scales = torch.zeros(2, requires_grad=True)
+    opt = torch.optim.Adam([means_coef, log_scales], lr=0.05)
+    with torchtriage.watch(None, opt, on_anomaly="record", report=False):
+        for _ in range(3):
+            opt.zero_grad()
+            means = torch.tensor([means_coef[0].item(), means_coef[1].item()])
+            ((x - means) / log_scales.exp()).pow(2).mean().backward()
+            opt.step()
+        why = diagnose_none_grad(means_coef)
+    assert why.startswith("Tensor.item turns a tensor into Python numbers")
