@@ -174,3 +174,35 @@ def test_seed_questions_answer_from_the_watched_run():
             opt.step()
         why = diagnose_none_grad(means_coef)
     assert why.startswith("Tensor.item turns a tensor into Python numbers")
+
+
+GMM_SCRIPT = '''
+import torch
+
+g = torch.Generator().manual_seed(0)
+x = torch.randn(64, 1, generator=g)
+means_coef = torch.rand(2, generator=g, requires_grad=True)
+log_scales = torch.zeros(2, requires_grad=True)
+opt = torch.optim.Adam([means_coef, log_scales], lr=0.05)
+for step in range(3):
+    opt.zero_grad()
+    means = torch.tensor([means_coef[0].item(), means_coef[1].item()])
+    d = (x - means) / log_scales.exp()
+    loss = (d ** 2).mean() + log_scales.sum()
+    loss.backward()
+    opt.step()
+'''
+
+
+def test_torchtriage_run_names_the_raw_parameter_and_the_cut(tmp_path):
+    import json
+
+    from conftest import run_cli
+
+    script = tmp_path / "gmm.py"
+    script.write_text(GMM_SCRIPT, encoding="utf-8")
+    out = tmp_path / "r.json"
+    proc = run_cli("run", "--json", str(out), str(script), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (f,) = [d for d in json.loads(out.read_text())["findings"] if d["category"] == "gradient"]
+    assert (f["code"], f["parameter"], f["op"], f["line"]) == ("gradient.cut_to_python", "means_coef", "Tensor.item", 11)
