@@ -160,6 +160,10 @@ def _forward_finding(session: Any, tracer: OpTracer, bad: torch.Tensor, step: in
                           model=model if origin.module is not None else None)
     if origin.propagated_by:
         f = f.replace(evidence=dict(f.evidence, propagated_by=list(origin.propagated_by)))
+    label = session.model_label(snap.model)
+    if label and len(session.models) > 1:
+        # Several models can share module paths ("2"): the HTML tree marks this model's only.
+        f = f.replace(evidence=dict(f.evidence, model=label))
     if f.code != "numerical.fully_masked_row" and any(src.external == "input" for src in origin.sources):
         # The batch's own -Inf (not a mask: it did not go through softmax) became NaN here:
         # the first non-finite value is in the data.
