@@ -133,7 +133,10 @@ def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = Fa
     if not bad:
         return not_reproduced(Stage.FORWARD, step, {"outputs": [summarize(t) for t in float_leaves(out)[:3]]},
                               session=session)
-    f = _forward_finding(session, tracer, bad[0], step, getattr(snap, "call_frame", None))
+    # Several models can share module paths ("2"): the finding names the replayed one (evidence
+    # "model": the HTML tree marks this model's module only).
+    label = session.model_label(snap.model) if len(session.models) > 1 else None
+    f = _forward_finding(session, tracer, bad[0], step, getattr(snap, "call_frame", None), label)
     if f is None:
         return not_reproduced(Stage.FORWARD, step, {"output": summarize(bad[0])})
     return f.replace(evidence=dict(f.evidence, localized_by="model_replay"))
@@ -160,10 +163,6 @@ def _forward_finding(session: Any, tracer: OpTracer, bad: torch.Tensor, step: in
                           model=model if origin.module is not None else None)
     if origin.propagated_by:
         f = f.replace(evidence=dict(f.evidence, propagated_by=list(origin.propagated_by)))
-    label = session.model_label(snap.model)
-    if label and len(session.models) > 1:
-        # Several models can share module paths ("2"): the HTML tree marks this model's only.
-        f = f.replace(evidence=dict(f.evidence, model=label))
     if f.code != "numerical.fully_masked_row" and any(src.external == "input" for src in origin.sources):
         # The batch's own -Inf (not a mask: it did not go through softmax) became NaN here:
         # the first non-finite value is in the data.

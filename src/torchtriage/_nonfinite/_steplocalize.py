@@ -97,7 +97,7 @@ def forward(session: Any, state: Any, step: int, namer: Any, any_kind: bool,
     for call, out in rep.calls:
         bad = [t for t in float_leaves(out) if is_bad(t, any_kind)]
         if bad:
-            return tracer, bad[0], call, _by(record, model=call.label)
+            return tracer, bad[0], call, _by(record)
     return None
 
 
