@@ -206,3 +206,16 @@ def test_torchtriage_run_names_the_raw_parameter_and_the_cut(tmp_path):
     assert proc.returncode == 0, proc.stderr
     (f,) = [d for d in json.loads(out.read_text())["findings"] if d["category"] == "gradient"]
     assert (f["code"], f["parameter"], f["op"], f["line"]) == ("gradient.cut_to_python", "means_coef", "Tensor.item", 11)
+
+
+def test_ops_on_the_batch_before_the_model():
+    torch.manual_seed(0)
+    net = nn.Linear(4, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with torchtriage.watch(net, opt, on_anomaly="record", report=False, checks=["nonfinite"]) as s:
+        zoo.normalize_before_model(net, opt)
+    (f,) = _errors(s)
+    assert (f.code, f.stage, f.op) == ("numerical.nonfinite_data", Stage.DATA, "aten::div")
+    assert f.line == _line(zoo.normalize_before_model, "BUG: a zero sample divides 0 by 0")
+    assert f.evidence["localized_by"] == "step_record" and f.evidence["zeros in divisor"] == 1
+    assert f.cause.startswith("division by zero")

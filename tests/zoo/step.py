@@ -157,3 +157,17 @@ def gan(G: nn.Module, netD: nn.Module, optG: torch.optim.Optimizer, optD: torch.
         g_loss = -torch.log(torch.sigmoid(netD(fake))).mean()
         g_loss.backward()
         optG.step()
+
+
+def normalize_before_model(net: nn.Module, opt: torch.optim.Optimizer, steps: int = 2) -> None:
+    """Each sample divided by its sum before the model; sample 2 is all zeros."""
+    g = torch.Generator().manual_seed(0)
+    raw = torch.rand(8, 4, generator=g)
+    raw[2] = 0
+    y = torch.randn(8, 1, generator=g)
+    for _ in range(steps):
+        opt.zero_grad()
+        x = raw / raw.sum(1, keepdim=True)  # BUG: a zero sample divides 0 by 0
+        loss = ((net(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()

@@ -18,6 +18,8 @@ from .._summary import summarize
 from ._families import base_name, explain, kind_of, kind_text
 from ._replay import (NodeMap, call_model, float_leaves, graph_nodes, node_frame, node_op, replay_loss,
                       replaying, saved_tensors)
+from torch.utils._pytree import tree_leaves
+
 from ._trace import ModuleStack, OpTracer, Origin
 from . import _steplocalize
 
@@ -356,8 +358,57 @@ def localize_data(session: Any, step: int, any_kind: bool = False) -> Finding | 
     for path, t in leaves:
         if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and _is_bad(t, any_kind):
             where = keystr(path)
-            return _finding("numerical.nonfinite_data", "nonfinite.data", Stage.DATA, step,
-                            cause=msg("nonfinite.cause.data"), next_check=msg("nonfinite.next.data"),
-                            evidence={"input": summarize(t), "where": where}, kind=kind_text(kind_of(t)),
-                            input=where)
+            f = _finding("numerical.nonfinite_data", "nonfinite.data", Stage.DATA, step,
+                         cause=msg("nonfinite.cause.data"), next_check=msg("nonfinite.next.data"),
+                         evidence={"input": summarize(t), "where": where}, kind=kind_text(kind_of(t)),
+                         input=where)
+            return _before_model(session, f, t, any_kind)
     return None
+
+
+def _before_model(session: Any, f: Finding, bad: torch.Tensor, any_kind: bool) -> Finding:
+    """The batch was made non-finite by the step's own code before the model (a normalization by
+    a zero sum, a log of the raw input): the recorded op that produced it, re-run alone under the
+    op tracer, gives the op, the family's cause and the user's line (issue 11)."""
+    record = session.snapshot.record
+    ops = [op for op in record.ops if op.before_step]
+    producer = None
+    target = bad
+    for op in reversed(ops):
+        outs = [o for o in tree_leaves(op.output) if isinstance(o, torch.Tensor)]
+        if not any(o is target for o in outs):
+            continue
+        producer = op
+        inputs = [a for a in tree_leaves((op.args, op.kwargs)) if isinstance(a, torch.Tensor)]
+        if any(a is target for a in inputs):
+            break  # in place: its input is gone
+        earlier = next((a for a in inputs if (a.is_floating_point() or a.is_complex()) and _is_bad(a, any_kind)), None)
+        if earlier is None:
+            break  # finite inputs, non-finite output: this op
+        target = earlier
+    if producer is None:
+        return f
+    ev = dict(f.evidence, localized_by="step_record", **{"produced by": producer.name})
+    cause, next_check = f.cause, f.next_check
+    inputs = [a for a in tree_leaves((producer.args, producer.kwargs)) if isinstance(a, torch.Tensor)]
+    if not any(a is target for a in inputs):
+        mods = ModuleStack(_namer(session))
+        tracer = OpTracer(mods)
+        try:
+            with session.paused(), torch.no_grad(), tracer:
+                out = producer.func(*producer.args, **producer.kwargs)
+            origin = tracer.origin_of(next((o for o in tree_leaves(out) if isinstance(o, torch.Tensor)), None))
+            origin = origin if origin is not None and origin.kind == "computed" else (
+                tracer.producers[0] if tracer.producers else None)
+            if origin is not None:
+                ex = explain(origin.op, origin.inputs, origin.output, scalars=origin.scalars)
+                cause, next_check = ex.cause, ex.next_check
+                ev.update(ex.evidence)
+                ev["produced by"] = origin.op
+        except Exception:
+            pass
+    frame = producer.frame
+    if frame is not None and frame.source:
+        ev["source_line"] = frame.source
+    return f.replace(op=ev["produced by"], file=frame.file if frame else None, line=frame.line if frame else None,
+                     cause=cause, next_check=next_check, evidence=ev)
