@@ -127,3 +127,18 @@ def test_leaf_no_optimizer_holds_is_at_most_info():
     found = s.report.filter(code="gradient.leaf_not_registered")
     assert [f.severity for f in found] == [Severity.INFO]
     assert found[0].message.startswith("the loss depends on a tensor [1] with requires_grad=True that no optimizer holds")
+
+
+def test_leaf_no_optimizer_holds_whose_grad_grows_is_a_warning():
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 4)
+    temperature = torch.ones(1, requires_grad=True)  # made once, never optimized, never zeroed
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            opt.zero_grad()
+            (model(x) * temperature).pow(2).mean().backward()
+            opt.step()
+    (f,) = s.report.filter(code="gradient.leaf_not_registered")
+    assert f.severity is Severity.WARNING
+    assert "its .grad keeps growing" in f.message

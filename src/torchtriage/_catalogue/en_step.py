@@ -30,4 +30,10 @@ MESSAGES = {
     "repro.shrink.invalid": "invalid (the candidate broke the step)",
     "repro.shrink.unsliced": "every half of the batch broke the step instead of curing it: a tensor of the step was not sliced with the batch: {tensors}; the replay saw: {seen}",
     "repro.shrink.unrecorded": "one the bundle does not hold (a target or mask built by the script itself)",
+    "gradients.leaf_not_registered.message.grows":
+        "the loss depends on a tensor {shape} with requires_grad=True that no optimizer holds, and its .grad keeps growing ({line})",
+    "gradients.leaf_not_registered.cause.grows":
+        "each backward adds into its .grad and nothing zeroes it or applies it: the values pile up across steps (memory and a wrong gradient if it is read later)",
+    "gradients.leaf_not_registered.next.grows":
+        "pass it to the optimizer if it should train; otherwise create it with requires_grad=False, or zero its .grad each step",
 }

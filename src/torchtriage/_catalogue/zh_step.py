@@ -27,4 +27,10 @@ MESSAGES = {
     "repro.shrink.invalid": "无效（候选破坏了这一步）",
     "repro.shrink.unsliced": "批次的每一半都破坏了这一步而不是消除问题：这一步有一个张量没有随批次一起切片：{tensors}；重放看到：{seen}",
     "repro.shrink.unrecorded": "包中没有的张量（由脚本自己构造的目标或掩码）",
+    "gradients.leaf_not_registered.message.grows":
+        "损失依赖一个 requires_grad=True 的张量 {shape}，没有优化器持有它，而且它的 .grad 不断累积（{line}）",
+    "gradients.leaf_not_registered.cause.grows":
+        "每次 backward 都累加到它的 .grad 上，没有任何地方清零或使用它：数值在各步之间累积（占用内存，之后读取时梯度也是错的）",
+    "gradients.leaf_not_registered.next.grows":
+        "如果它应当被训练，把它交给优化器；否则用 requires_grad=False 创建它，或每步清零它的 .grad",
 }

@@ -123,6 +123,7 @@ class Analysis:
         self.input_leaves: set[int] = set()
         self.versions: dict[int, int] = {}
         self.foreign_leaves: dict[int, tuple[list[int], int | None]] = {}
+        self._leaf_grads: dict[int, list[tuple[Any, int | None, int]]] = {}
         self.lr_zero: dict[tuple[int, int], list[int]] = {}  # (opt index, group) -> [zero steps, steps]
         self.forward_seen = True  # False when only a finished loss tensor is known (no forward records)
         # cut record id -> ids of the parameters of the first optimizer that stepped after it:
@@ -182,6 +183,11 @@ class Analysis:
             # param_recreated says so); only plain tensors created with requires_grad=True count.
             if lid not in self.params and lid not in self.foreign_leaves and not isinstance(t, nn.Parameter):
                 self.foreign_leaves[lid] = (list(t.shape), None)
+            if lid in self.foreign_leaves:
+                # Its .grad before this backward (same object, growing version: accumulating)
+                g = t.grad
+                seen = self._leaf_grads.setdefault(lid, [])
+                seen.append((weakref.ref(t), id(g) if g is not None else None, g._version if g is not None else -1))
 
     def all_params(self) -> list[torch.Tensor]:
         """Every parameter to judge: the session's index when given, else the models'."""
@@ -336,12 +342,27 @@ class Analysis:
             # Re-created inside a watched model's forward: a weight that never trains (error).
             # Made outside any model and held by no optimizer: unusual, not wrong (issue 11).
             inside = rec is not None and rec.module is not None
-            out.append(make_finding("gradient.leaf_not_registered", Severity.ERROR if inside else Severity.INFO,
-                                    Stage.FORWARD, variant="" if inside else "outside",
+            grows = not inside and self._grad_grows(lid)
+            severity = Severity.ERROR if inside else (Severity.WARNING if grows else Severity.INFO)
+            out.append(make_finding("gradient.leaf_not_registered", severity,
+                                    Stage.FORWARD, variant="" if inside else ("grows" if grows else "outside"),
                                     module=rec.module if rec else None, op=rec.op if rec else None,
                                     frame=rec.frame if rec else None, step=step, shape=shape,
                                     is_leaf=True, requires_grad=True))
         return out
+
+    def _grad_grows(self, lid: int) -> bool:
+        """The same leaf went into several backwards while its .grad stayed the same tensor and
+        kept growing: nothing reads it into an update or zeroes it (issue 11)."""
+        seen = self._leaf_grads.get(lid, [])
+        if len(seen) < 2:
+            return False
+        t = seen[-1][0]()
+        g = t.grad if t is not None else None
+        if g is None or any(r() is not t for r, _, _ in seen):
+            return False
+        firsts = [(gid, v) for _, gid, v in seen if gid is not None]
+        return bool(firsts) and all(gid == id(g) for gid, _ in firsts) and g._version > firsts[0][1]
 
     def _cause(self, pid: int, info: ParamInfo, paths: dict[str, nn.Module]) -> tuple[str, Any]:
         if info.raw:
