@@ -15,6 +15,7 @@ CHECKS: dict[str, str] = {
     "gradients": "torchtriage._gradients:GradientChecker",
     "silent": "torchtriage._silent:SilentChecker",
     "repro": "torchtriage._repro:ReproRecorder",
+    "distributed": "torchtriage._distributed._checker:DistributedChecker",
 }
 
 DEFAULT_CHECKS: tuple[str, ...] = ("triage", "nonfinite", "gradients", "silent", "repro")
@@ -44,6 +45,10 @@ def build(checks: object) -> list[Checker]:
     if checks is None or checks == "default":
         names: list[object] = list(DEFAULT_CHECKS)
         tolerant = True
+        from ._distributed._env import active
+
+        if active():  # one rank of several (issue 15); a single process never loads it
+            names.append("distributed")
     elif isinstance(checks, (str, Checker)):
         names, tolerant = [checks], False
     else:
