@@ -215,7 +215,7 @@ def test_ops_on_the_batch_before_the_model():
     with torchtriage.watch(net, opt, on_anomaly="record", report=False, checks=["nonfinite"]) as s:
         zoo.normalize_before_model(net, opt)
     (f,) = _errors(s)
-    assert (f.code, f.stage, f.op) == ("numerical.nonfinite_data", Stage.DATA, "aten::div")
+    assert (f.code, f.stage, f.evidence["produced by"]) == ("numerical.nonfinite_data", Stage.DATA, "aten::div")
     assert f.line == _line(zoo.normalize_before_model, "BUG: a zero sample divides 0 by 0")
     assert f.evidence["localized_by"] == "step_record" and f.evidence["zeros in divisor"] == 1
     assert f.cause.startswith("division by zero")

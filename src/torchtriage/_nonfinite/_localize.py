@@ -385,6 +385,11 @@ def _before_model(session: Any, f: Finding, bad: torch.Tensor, any_kind: bool) -
     target = bad
     for op in reversed(ops):
         outs = [o for o in tree_leaves(op.output) if isinstance(o, torch.Tensor)]
+        name = getattr(op.func, "__name__", "")
+        writes = (name.endswith("_") and not name.startswith("__")) or name == "__setitem__"
+        if writes and op.args and op.args[0] is target:
+            producer = op  # the last in-place write into it (x[i] = nan): its input is gone
+            break
         if not any(o is target for o in outs):
             continue
         producer = op
@@ -399,13 +404,19 @@ def _before_model(session: Any, f: Finding, bad: torch.Tensor, any_kind: bool) -
         return f
     ev = dict(f.evidence, localized_by="step_record", **{"produced by": producer.name})
     cause, next_check = f.cause, f.next_check
-    inputs = [a for a in tree_leaves((producer.args, producer.kwargs)) if isinstance(a, torch.Tensor)]
-    if not any(a is target for a in inputs):
+    leaves = tree_leaves((producer.args, producer.kwargs))
+    inputs = [a for a in leaves if isinstance(a, torch.Tensor)]
+    # never re-run a write, nor an op drawing from the user's generator (it would advance it)
+    if not any(a is target for a in inputs) and not any(isinstance(a, torch.Generator) for a in leaves):
         mods = ModuleStack(_namer(session))
         tracer = OpTracer(mods)
         try:
-            with session.paused(), torch.no_grad(), tracer:
-                out = producer.func(*producer.args, **producer.kwargs)
+            rng = torch.get_rng_state()
+            try:
+                with session.paused(), torch.no_grad(), tracer:
+                    out = producer.func(*producer.args, **producer.kwargs)
+            finally:
+                torch.set_rng_state(rng)  # a random op re-run leaves the run's RNG as it was
             origin = tracer.origin_of(next((o for o in tree_leaves(out) if isinstance(o, torch.Tensor)), None))
             origin = origin if origin is not None and origin.kind == "computed" else (
                 tracer.producers[0] if tracer.producers else None)
@@ -419,5 +430,7 @@ def _before_model(session: Any, f: Finding, bad: torch.Tensor, any_kind: bool) -
     frame = producer.frame
     if frame is not None and frame.source:
         ev["source_line"] = frame.source
-    return f.replace(op=ev["produced by"], file=frame.file if frame else None, line=frame.line if frame else None,
+    # (`op` stays unset: a data finding's signature must not depend on whether the run recorded
+    # the code before the model; a bundle replay feeds the batch directly)
+    return f.replace(file=frame.file if frame else None, line=frame.line if frame else None,
                      cause=cause, next_check=next_check, evidence=ev)
