@@ -210,7 +210,9 @@ def test_a_stranger_leaf_is_still_reported():
             opt.zero_grad()
             F.mse_loss(model(torch.randn(4, 4)) * scale, torch.randn(4, 1)).backward()
             opt.step()
-    assert ("gradient.leaf_not_registered", "error") in _codes(_watch(model, opt, loop))
+    # Issue 11: a leaf no optimizer holds, made outside any model, is at most info (a saliency
+    # input is one); re-created each step, its .grad does not pile up
+    assert ("gradient.leaf_not_registered", "info") in _codes(_watch(model, opt, loop))
 
 
 def test_raw_tensor_held_by_an_optimizer_is_no_stranger_and_no_stale_optimizer():

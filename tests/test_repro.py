@@ -234,7 +234,7 @@ def test_ddmin_is_one_minimal_for_two_culprits():
         return 3 in s and 12 in s
 
     assert ddmin(list(range(16)), fails) == [3, 12]
-    assert len(calls) <= 41  # two culprits cost more than one: ddmin is O(k log n) here
+    assert len(calls) <= 2 * 2 * 4 + 4  # k culprits among n: at most 2·k·log2(n) + 4 tests
 
 
 # ---------------------------------------------------------------- safety

@@ -62,9 +62,9 @@ def test_event_order_and_step_clock():
     with torchtriage.watch(model, opt, checks=[rec], report=False) as s:
         _train(model, opt, steps=2)
     assert rec.events == [
-        ("begin", 0, Stage.DATA), ("root", "Sequential", Stage.LOSS), ("backward", Stage.BACKWARD),
+        ("begin", 0, Stage.DATA), ("root", "model", Stage.LOSS), ("backward", Stage.BACKWARD),
         ("opt", Stage.OPTIMIZER), ("end", 0),
-        ("begin", 1, Stage.DATA), ("root", "Sequential", Stage.LOSS), ("backward", Stage.BACKWARD),
+        ("begin", 1, Stage.DATA), ("root", "model", Stage.LOSS), ("backward", Stage.BACKWARD),
         ("opt", Stage.OPTIMIZER), ("end", 1),
     ]
     assert s.step == 2 and s.report.meta["steps"] == 2

@@ -338,7 +338,7 @@ def test_eval_mode_while_training():
     report = _watch(z.SmallCNN(), z.eval_mode_while_training)
     f = _one(report, "silent.eval_mode_while_training")
     assert (f.step, f.stage, f.module, f.severity) == (0, Stage.FORWARD, "", Severity.WARNING)
-    assert f.message == "SmallCNN is trained while in eval() mode"
+    assert f.message == "model is trained while in eval() mode"
     assert f.evidence["modules_affected"] == ["features.1 (BatchNorm2d)", "drop (Dropout p=0.2)"]
 
 
@@ -372,7 +372,7 @@ def test_train_mode_while_evaluating():
     report = _watch(z.SmallCNN(), z.train_mode_while_evaluating)
     f = _one(report, "silent.train_mode_while_evaluating")
     assert (f.step, f.stage, f.line) == (2, Stage.FORWARD, _line_of("model(x).argmax(1)"))
-    assert f.message == "SmallCNN is evaluated while in train() mode"
+    assert f.message == "model is evaluated while in train() mode"
 
 
 def test_target_leak_and_loss_collapse():

@@ -8,7 +8,7 @@ never sync the host per tensor: accumulate flags on the device and read them at 
 per step (`on_step_end` or `on_optimizer_step_pre`).
 
 Event order within one training step:
-    on_step_begin → (on_forward_pre / on_forward)* → on_root_forward → on_loss*
+    on_step_begin → on_root_forward_pre → (on_forward_pre / on_forward)* → on_root_forward → on_loss*
     → on_backward → on_backward_end → on_optimizer_step_pre → on_optimizer_step_post
     → on_step_end
 `on_model` / `on_optimizer` fire once when a model or optimizer first becomes known,
@@ -70,6 +70,9 @@ class Checker:
     def on_forward(self, module: nn.Module, name: str, args: tuple[Any, ...],
                    kwargs: dict[str, Any], output: Any) -> None:
         pass
+
+    def on_root_forward_pre(self, model: nn.Module, label: str) -> None:
+        """A watched model is called at the top level (before its forward runs)."""
 
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...],
                         kwargs: dict[str, Any], output: Any) -> None:

@@ -27,6 +27,7 @@ from ._checker import LossCall, overrides
 from ._errors import AnomalyError
 from ._findings import Stage
 from ._frames import user_frame_from_stack, user_stack_frame
+from ._step import called_functionally
 from ._roothook import RootHook  # pickles and deep-copies inert, with the user's model
 from ._transparent import install as _install_transparency
 from ._transparent import remove_handle, standing_aside
@@ -171,13 +172,15 @@ class SessionHooks:
                     self._depth += 1
                     return
                 if module not in self._roots:
-                    if self.discover and module not in self._names:
+                    if self.discover and module not in self._names and not called_functionally():
                         self.watch_model(module, _label_from_caller(module))
                     elif module not in self._names:
                         self._depth += 1
                         return
                 self._begin_step_if_needed()
                 self.stage = Stage.FORWARD
+                if module in self._roots:
+                    self._emit("on_root_forward_pre", module, self._roots[module])
             self._depth += 1
             if self._per_module:
                 name = self._names.get(module)

@@ -146,7 +146,10 @@ def first_nonfinite_step(records: Any) -> dict[str, Any] | None:
 
     Arguments:
         records: a list of ``(source, value)`` in execution order; a value is a number or a
-            tensor (a tensor counts as non-finite when any element is).
+            tensor (a tensor counts as non-finite when any element is). Or a `Report` /
+            `Session` of a watched run: the answer is its first non-finite finding, found by
+            replaying the recorded step (issue 11): ``{"index": step, "source": stage, "op",
+            "module", "file", "line", "localized_by", "finding"}``.
 
     Returns:
         ``{"index", "source", "value"}`` (plus ``"evidence"``, a `TensorSummary`, for tensors),
@@ -156,6 +159,16 @@ def first_nonfinite_step(records: Any) -> dict[str, Any] | None:
         >>> first_nonfinite_step([("loss", 1.0), ("gradient", float("nan"))])
         {'index': 1, 'source': 'gradient', 'value': nan}
     """
+    report = _as_run_report(records)
+    if report is not None:
+        found = [f for f in report.findings if f.category.value == "numerical" and f.severity.value != "info"
+                 and f.code != "numerical.amp_skipped_step"]
+        if not found:
+            return None
+        f = min(found, key=lambda f: (f.step if f.step is not None else 1 << 30, f.order))
+        return {"index": f.step, "source": f.stage.value if f.stage is not None else None, "value": f.code,
+                "op": f.op, "module": f.module, "file": f.file, "line": f.line,
+                "localized_by": f.evidence.get("localized_by"), "finding": f}
     if not isinstance(records, list):
         raise TypeError(msg("seed.records_not_list", got=type(records).__name__))
     for idx, record in enumerate(records):
@@ -206,9 +219,35 @@ def diagnose_none_grad(case: Any, *, module: nn.Module | None = None,
         return msg(f"seed.none_grad.{case}")
     if not isinstance(case, torch.Tensor):
         raise TypeError(msg("seed.bad_case", got=type(case).__name__, known=", ".join(NONE_GRAD_CASES)))
+    known = _from_session(case)
+    if known is not None:
+        return known
     if scope is None:
         scope = sys._getframe(1).f_locals
     return msg(f"seed.none_grad.{_live_case(case, module, scope)}")
+
+
+def _as_run_report(obj: Any) -> Report | None:
+    if isinstance(obj, Report):
+        return obj
+    report = getattr(obj, "report", None)  # a Session
+    return report if isinstance(report, Report) and hasattr(obj, "param_index") else None
+
+
+def _from_session(t: torch.Tensor) -> str | None:
+    """Inside a watched run: the cause a gradient finding gave for this parameter (its name in
+    the session's parameter index: a module parameter or a raw tensor an optimizer holds)."""
+    from ._session import current_session
+
+    sess = current_session()
+    name = sess.param_index.name(t) if sess is not None else None
+    if name is None:
+        return None
+    for f in sess.report.findings:
+        names = f.evidence.get("parameters") if isinstance(f.evidence, Mapping) else None
+        if f.category.value == "gradient" and (f.parameter == name or (isinstance(names, list) and name in names)):
+            return f.cause
+    return None
 
 
 def _live_case(t: torch.Tensor, module: nn.Module | None, scope: Mapping[str, Any]) -> str:

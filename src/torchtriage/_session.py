@@ -126,6 +126,7 @@ class Session(SessionHooks):
         self.rank_fields: dict[str, Any] = {}
         self._merged: Report | None = None
         self._t0 = time.time()
+        self._param_index: Any = None
         self._pending_models = _as_list(models, nn.Module, "models")
         self._pending_optimizers = _as_list(optimizers, torch.optim.Optimizer, "optimizers")
 
@@ -156,6 +157,16 @@ class Session(SessionHooks):
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [o for o in (r() for r in self._optimizers) if o is not None]
+
+    @property
+    def param_index(self) -> Any:
+        """Every parameter of the step (the watched models' and whatever the optimizers hold)
+        with its name, owner and optimizer group: a `torchtriage._params.ParamIndex`."""
+        if self._param_index is None:
+            from ._params import ParamIndex
+
+            self._param_index = ParamIndex(self)
+        return self._param_index
 
     def module_name(self, module: nn.Module) -> str | None:
         """The module's path as `model.named_modules()` names it, or None if not watched."""
@@ -203,7 +214,16 @@ class Session(SessionHooks):
             raise TypeError(f"watch() takes nn.Module models, got {type(model).__name__}")
         if model in self._roots:
             return
-        label = label or type(model).__name__
+        if label is None:
+            # The user's variable (G, netD, teacher: several models of one step are told
+            # apart by it; issue 11), else the class name; a label already taken gets a suffix.
+            from ._hooks import _label_from_caller
+
+            label = _label_from_caller(model)
+        taken = set(self._roots.values())
+        base, n = label, 2
+        while label in taken:
+            label, n = f"{base}#{n}", n + 1
         self._models.append(weakref.ref(model))
         self._roots[model] = label
         for name, sub in model.named_modules():
@@ -221,7 +241,13 @@ class Session(SessionHooks):
         if any(r() is optimizer for r in self._optimizers):
             return
         self._optimizers.append(weakref.ref(optimizer))
+        self.param_index.note_optimizer(optimizer)
         self._emit("on_optimizer", optimizer)
+
+    @property
+    def busy(self) -> bool:
+        """True while the session's hooks ignore the code that runs (a replay, a probe)."""
+        return bool(self._busy)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:

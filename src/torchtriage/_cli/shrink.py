@@ -38,6 +38,8 @@ def shrink_command(args: argparse.Namespace) -> int:
         result = shrink(bundle, source.run, prefix=not args.no_prefix, log=lambda line: print(line, flush=True))
         if result is None:
             return fail(msg("repro.shrink.not_reproduced", describe=source.run(bundle).describe().splitlines()[0]), 1)
+        if result.invalid is not None:
+            return fail(result.invalid, 1)  # a tensor of the step was not sliced: nothing to save
         out = args.out or os.path.normpath(args.bundle) + "-min"
         result.bundle.save(out)
     except (BundleError, ValueError, TypeError, OSError) as e:  # OSError: the output folder refused a file

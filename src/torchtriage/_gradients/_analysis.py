@@ -15,6 +15,11 @@ and names one cause per group of parameters, in this order (the first that appli
 
 Parameters that no optimizer holds and that get no gradient are not trained on purpose
 (EMA / teacher / target networks): no finding.
+
+A raw tensor an optimizer holds (`Adam([image])`, a mixture's `means_coef`; issue 11) is a
+parameter like any other: the same causes apply to it, minus the module ones (it has none),
+and it is never a stray leaf. `params()` gives the parameters to judge: the session's index
+(`session.param_index.tensors`), or the models' parameters for a one-off probe.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ class ModuleRun:
 
 def make_finding(code: str, severity: Severity, stage: Stage, *, module: str | None = None,
                  parameter: str | None = None, op: str | None = None, frame: UserFrame | None = None,
-                 step: int | None = None, variant: str = "", **fields: Any) -> Finding:
+                 step: int | None = None, variant: str = "", wording: str = "", **fields: Any) -> Finding:
     key = code.split(".", 1)[1]
     fmt = dict(fields, module=module if module else "<root>", parameter=parameter or "", op=op or "")
     if frame is not None:
@@ -71,10 +76,20 @@ def make_finding(code: str, severity: Severity, stage: Stage, *, module: str | N
         category=Category.GRADIENT, code=code, severity=severity, stage=stage, step=step,
         module=module, parameter=parameter, op=op,
         file=frame.file if frame else None, line=frame.line if frame else None,
-        message=msg(f"gradients.{key}.message", **fmt), cause=msg(cause_key, **fmt),
+        message=_variant_msg(f"gradients.{key}.message", wording or variant, fmt), cause=msg(cause_key, **fmt),
         next_check=msg(f"gradients.{key}.next" + (f".{variant}" if variant else ""), **fmt),
         evidence=fields,
     )
+
+
+def _variant_msg(key: str, variant: str, fmt: dict[str, Any]) -> str:
+    # A variant may reword the message too (a raw tensor has no module to name; issue 11).
+    if variant:
+        try:
+            return msg(f"{key}.{variant}", **fmt)
+        except KeyError:
+            pass
+    return msg(key, **fmt)
 
 
 def _parent(path: str) -> str | None:
@@ -86,8 +101,11 @@ def _parent(path: str) -> str | None:
 class Analysis:
     """Evidence collected over the window; `conclude()` turns it into findings."""
 
-    def __init__(self, models: list[tuple[nn.Module, str]]) -> None:
+    def __init__(self, models: list[tuple[nn.Module, str]],
+                 params: Any = None) -> None:
         self.models = [(weakref.ref(m), label) for m, label in models]
+        # () -> [(tensor, ParamInfo)]: every parameter (module ones and raw optimizer tensors)
+        self.params_fn = params
         self.params: dict[int, ParamInfo] = index_parameters(models)
         self.names0 = {(info.root, info.qualname): pid for pid, info in self.params.items()}
         self.runs: dict[int, ModuleRun] = {}
@@ -105,6 +123,7 @@ class Analysis:
         self.input_leaves: set[int] = set()
         self.versions: dict[int, int] = {}
         self.foreign_leaves: dict[int, tuple[list[int], int | None]] = {}
+        self._leaf_grads: dict[int, list[tuple[Any, int | None, int]]] = {}
         self.lr_zero: dict[tuple[int, int], list[int]] = {}  # (opt index, group) -> [zero steps, steps]
         self.forward_seen = True  # False when only a finished loss tensor is known (no forward records)
         # cut record id -> ids of the parameters of the first optimizer that stepped after it:
@@ -164,20 +183,29 @@ class Analysis:
             # param_recreated says so); only plain tensors created with requires_grad=True count.
             if lid not in self.params and lid not in self.foreign_leaves and not isinstance(t, nn.Parameter):
                 self.foreign_leaves[lid] = (list(t.shape), None)
+            if lid in self.foreign_leaves:
+                # Its .grad before this backward (same object, growing version: accumulating)
+                g = t.grad
+                seen = self._leaf_grads.setdefault(lid, [])
+                seen.append((weakref.ref(t), id(g) if g is not None else None, g._version if g is not None else -1))
+
+    def all_params(self) -> list[torch.Tensor]:
+        """Every parameter to judge: the session's index when given, else the models'."""
+        if self.params_fn is not None:
+            return [t for t, _ in self.params_fn()]
+        return [p for model, _ in self.live_models() for p in model.parameters()]
 
     def grads_after_backward(self) -> None:
         """Max-abs of every reached parameter's grad, on device (read in conclude)."""
         by_device: dict[Any, tuple[list[int], list[torch.Tensor]]] = {}
-        models = self.live_models()
-        for model, _ in models:
-            for p in model.parameters():
-                pid = id(p)
-                if pid not in self.reached or p.grad is None or p.grad.is_sparse:
-                    continue
-                self.versions.setdefault(pid, p._version)
-                ids, grads = by_device.setdefault((p.grad.device, p.grad.dtype), ([], []))
-                ids.append(pid)
-                grads.append(p.grad)
+        for p in self.all_params():
+            pid = id(p)
+            if pid not in self.reached or p.grad is None or p.grad.is_sparse:
+                continue
+            self.versions.setdefault(pid, p._version)
+            ids, grads = by_device.setdefault((p.grad.device, p.grad.dtype), ([], []))
+            ids.append(pid)
+            grads.append(p.grad)
         for ids, grads in by_device.values():
             with torch.no_grad():
                 norms = torch.stack(torch._foreach_norm(grads, float("inf")))
@@ -215,6 +243,13 @@ class Analysis:
         out += self._foreign(current, models, step, held=set(opt_of))
         trainable = {pid: info for model, _ in models for p in model.parameters()
                      if p.requires_grad and (pid := id(p)) in current and (info := current[pid])}
+        if self.params_fn is not None:
+            # raw tensors an optimizer holds: parameters too (issue 11)
+            # (except those of a stale optimizer: the old tensors it holds are that one finding)
+            stale_opts = {f.evidence.get("optimizer") for f in stale}
+            trainable.update({id(t): info for t, info in self.params_fn()
+                              if info.raw and t.requires_grad and id(t) not in trainable
+                              and info.optimizer not in stale_opts})
         zero = self._zero_ids()
         zero -= self._cancelled_biases(zero, trainable, models)
         unreached = [pid for pid in trainable if pid not in self.reached]
@@ -288,7 +323,8 @@ class Analysis:
                  step: int | None, held: set[int] = frozenset()) -> list[Finding]:  # type: ignore[assignment]
         # Said already, with a better location: a parameter re-created in forward is a current
         # parameter (param_recreated), a tensor in a plain attribute or list was reported statically.
-        known = set(current)
+        # A tensor an optimizer holds is a parameter (issue 11), never a stray leaf.
+        known = set(current) | held
         for model, _ in models:
             known |= unregistered_leaf_ids(model)
         out = []
@@ -303,13 +339,40 @@ class Analysis:
             rec = by_line.get(lid)
             if rec is None and not self.params:
                 continue
-            out.append(make_finding("gradient.leaf_not_registered", Severity.ERROR, Stage.FORWARD,
+            # Re-created inside a watched model's forward: a weight that never trains (error).
+            # Made outside any model and held by no optimizer: unusual, not wrong (issue 11).
+            inside = rec is not None and rec.module is not None
+            grows = not inside and self._grad_grows(lid)
+            severity = Severity.ERROR if inside else (Severity.WARNING if grows else Severity.INFO)
+            out.append(make_finding("gradient.leaf_not_registered", severity,
+                                    Stage.FORWARD, variant="" if inside else ("grows" if grows else "outside"),
                                     module=rec.module if rec else None, op=rec.op if rec else None,
                                     frame=rec.frame if rec else None, step=step, shape=shape,
                                     is_leaf=True, requires_grad=True))
         return out
 
+    def _grad_grows(self, lid: int) -> bool:
+        """The same leaf went into several backwards while its .grad stayed the same tensor and
+        kept growing: nothing reads it into an update or zeroes it (issue 11)."""
+        seen = self._leaf_grads.get(lid, [])
+        if len(seen) < 2:
+            return False
+        t = seen[-1][0]()
+        g = t.grad if t is not None else None
+        if g is None or any(r() is not t for r, _, _ in seen):
+            return False
+        firsts = [(gid, v) for _, gid, v in seen if gid is not None]
+        return bool(firsts) and all(gid == id(g) for gid, _ in firsts) and g._version > firsts[0][1]
+
     def _cause(self, pid: int, info: ParamInfo, paths: dict[str, nn.Module]) -> tuple[str, Any]:
+        if info.raw:
+            # A raw tensor: no module to blame; a recorded cut on its path, else unreached.
+            for kind in _CUT_KINDS:
+                candidates = [rec for rec in self.cuts if rec.kind == kind and pid in rec.leaves]
+                relevant = [rec for rec in candidates if pid in self.stepped_after.get(id(rec), (pid,))]
+                for rec in relevant or candidates:
+                    return _CUT_CODES[kind], rec
+            return "unreached_raw", info.qualname
         run = self.runs.get(info.owner)
         if not self.forward_seen:
             return "unreached", info.module
@@ -355,16 +418,17 @@ class Analysis:
             names = [i.qualname for i in infos]
             first = infos[0]
             common = dict(parameters=names[:10], count=len(names), grad=None, requires_grad=True,
-                          in_optimizer=any(pid in opt_of for pid, _ in members))
+                          in_optimizer=any(pid in opt_of for pid, _ in members), **self._model_of(first))
             if isinstance(where, CutRecord):
                 rec = where
-                owners = sorted({i.module for i in infos})
+                owners = sorted({i.module for i in infos if i.module is not None})
                 variant = "inference_mode" if rec.kind == "inference_mode" else ""
                 extra = {"mode": _MODES[variant]} if code == "cut_no_grad" else {}
                 out.append(make_finding(f"gradient.{code}", Severity.ERROR, Stage.FORWARD,
-                                        module=rec.module if rec.module is not None else owners[0],
+                                        module=rec.module if rec.module is not None else (owners[0] if owners else None),
                                         parameter=first.qualname, op=rec.op, frame=rec.frame, step=step,
-                                        variant=variant, affected=owners[:10], **extra, **common))
+                                        variant=variant, wording="" if owners or rec.module else "raw",
+                                        affected=owners[:10], **extra, **common))
             elif code == "cut_no_grad_module":
                 run = self.runs.get(id(paths[where])) if where in paths else None
                 variant = "inference_mode" if run is not None and run.inference else ""
@@ -372,6 +436,9 @@ class Analysis:
                                         parameter=first.qualname, op=_MODES[variant].rstrip("()"),
                                         frame=run.nograd_frame if run else None, step=step, variant=variant,
                                         mode=_MODES[variant], affected=[where], **common))
+            elif code == "unreached_raw":
+                out.append(make_finding("gradient.unreached", Severity.WARNING, Stage.BACKWARD,
+                                        parameter=first.qualname, step=step, variant="raw", **common))
             elif code == "unused":
                 out.append(make_finding("gradient.unused", Severity.WARNING, Stage.FORWARD, module=where,
                                         parameter=first.qualname, step=step, **common))
@@ -387,6 +454,12 @@ class Analysis:
                                         frame=run.frame if run else None, step=step,
                                         variant="" if self.forward_seen else "no_forward", **common))
         return out
+
+    def _model_of(self, info: ParamInfo) -> dict[str, Any]:
+        """{"model": label} when several models are watched (G, netD: issue 11), else {}."""
+        if info.label is None or len(self.models) < 2:
+            return {}
+        return {"model": info.label}
 
     def _zero_ids(self) -> set[int]:
         self.flags.resolve()  # what the step reads did not carry: one read
@@ -415,10 +488,11 @@ class Analysis:
         return out
 
     def _zero(self, zero: set[int], trainable: dict[int, ParamInfo], step: int | None) -> list[Finding]:
-        groups: dict[int, list[ParamInfo]] = {}
+        groups: dict[Any, list[ParamInfo]] = {}
         for pid in zero:
             if pid in trainable:
-                groups.setdefault(trainable[pid].owner, []).append(trainable[pid])
+                info = trainable[pid]
+                groups.setdefault(info.owner or ("raw", pid), []).append(info)
         out: list[Finding] = []
         if not groups:
             return out
@@ -427,10 +501,11 @@ class Analysis:
         alive = {oid: bool(v) for oid, v in zip(flags, read_scalars(list(flags.values())))}
         for owner, infos in groups.items():
             dead = owner in alive and not alive[owner]
-            run = self.runs.get(owner)
+            run = self.runs.get(owner) if isinstance(owner, int) else None
             out.append(make_finding("gradient.zero", Severity.WARNING, Stage.BACKWARD, module=infos[0].module,
                                     parameter=infos[0].qualname, frame=run.frame if run else None, step=step,
-                                    variant="dead_relu" if dead else "", parameters=[i.qualname for i in infos],
+                                    variant="dead_relu" if dead else "", **self._model_of(infos[0]),
+                                    parameters=[i.qualname for i in infos],
                                     grad_max_abs=0.0, output_ever_positive=alive.get(owner)))
         return out
 

@@ -136,7 +136,8 @@ class GradientChecker(Checker):
         if self._first_step is None:
             self._first_step = step
         if self.active and self.analysis is None:
-            self.analysis = Analysis(self._models())
+            sess = self.session
+            self.analysis = Analysis(self._models(), params=lambda: sess.param_index.tensors())
             _deferred.ride(self.session, self.analysis.flags)
             # Cuts recorded before the first step opened (code before the first forward).
             for rec in self._step_cuts:
@@ -208,11 +209,7 @@ class GradientChecker(Checker):
             self._zero_grad_reported = True
             sample = self._samples.get(oid, [])
             p = sample[0][0]() if sample else None
-            name = None
-            for m, _ in self._models():
-                for n, q in m.named_parameters():
-                    if q is p:
-                        name = n
+            name = self.session.param_index.name(p) if self.session is not None else None
             self._add(make_finding("gradient.zero_grad_missing", Severity.WARNING, Stage.BACKWARD,
                                    parameter=name, op=type(optimizer).__name__, frame=user_frame_from_stack(2),
                                    optimizer=self._opt_index(optimizer), grad_same_tensor_as_last_step=True))

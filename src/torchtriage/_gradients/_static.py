@@ -1,5 +1,5 @@
 """What can be read off a module tree without running it: unregistered tensors and modules,
-frozen parameters, and the parameter index (id -> qualified name, owning module).
+frozen parameters. (The parameter index lives in `torchtriage._params`, re-exported here.)
 
 `nn.Module.__setattr__` registers an `nn.Parameter` or `nn.Module` assigned as an attribute.
 It does not register a plain tensor (even one with `requires_grad=True`), nor modules or
@@ -9,7 +9,6 @@ tensors kept in a Python list, tuple or dict: those sit in `vars(module)`, invis
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 
 import torch
@@ -17,31 +16,10 @@ import torch.nn as nn
 
 from .._catalogue import msg
 from .._findings import Category, Finding, Severity, Stage
+from .._params import ParamInfo as ParamInfo  # noqa: F401  (the one index, issue 11)
+from .._params import index_parameters as index_parameters  # noqa: F401
 
 _MAX_ITEMS = 64  # a container's elements inspected (a list of 10k tensors is data, not layers)
-
-
-@dataclasses.dataclass(frozen=True)
-class ParamInfo:
-    """Where a parameter lives: `qualname` as named_parameters() names it, `module` its owner."""
-
-    qualname: str
-    module: str
-    owner: int  # id of the owning module
-    label: str  # the watched model's label
-    root: int = 0  # id of the watched model (labels repeat: two root Linears are both "Linear")
-
-
-def index_parameters(models: list[tuple[nn.Module, str]]) -> dict[int, ParamInfo]:
-    """id(parameter) -> ParamInfo over all watched models (a shared parameter: first name)."""
-    out: dict[int, ParamInfo] = {}
-    for model, label in models:
-        for mname, mod in model.named_modules():
-            for pname, p in mod._parameters.items():
-                if p is not None and id(p) not in out:
-                    out[id(p)] = ParamInfo(f"{mname}.{pname}" if mname else pname, mname, id(mod), label,
-                                          id(model))
-    return out
 
 
 def _finding(code: str, severity: Severity, module: str, key: str, **fields: object) -> Finding:

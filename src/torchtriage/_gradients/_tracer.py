@@ -139,6 +139,8 @@ class CutTracer(TorchFunctionMode):
                 data = args[0] if args else kwargs.get("data")
                 srcs = [t for t in data[:64] if isinstance(t, torch.Tensor) and t.requires_grad] \
                     if isinstance(data, (list, tuple)) else []
+                if isinstance(data, torch.Tensor) and data.requires_grad:
+                    srcs = [data]  # torch.tensor(param): a copy of its values (issue 11)
                 if srcs:
                     self._record("to_python", f"torch.{name}", srcs)
                 self._record("rebuild", f"torch.{name}", None)
@@ -192,4 +194,8 @@ def pop(tracer: CutTracer) -> bool:
     if stack and stack[-1] is tracer:
         tracer.__exit__(None, None, None)
         return True
-    return False
+    # Not innermost (another mode was pushed after it, e.g. the step tape re-armed): take it
+    # out from under the others; not found (we are inside its own call) leaves it passive.
+    from .._step import remove_mode
+
+    return remove_mode(tracer)

@@ -18,7 +18,10 @@ from .._summary import summarize
 from ._families import base_name, explain, kind_of, kind_text
 from ._replay import (NodeMap, call_model, float_leaves, graph_nodes, node_frame, node_op, replay_loss,
                       replaying, saved_tensors)
+from torch.utils._pytree import tree_leaves
+
 from ._trace import ModuleStack, OpTracer, Origin
+from . import _steplocalize
 
 
 def _finding(code: str, key: str, stage: Stage, step: int, *, module: str | None = None, op: str | None = None,
@@ -27,8 +30,11 @@ def _finding(code: str, key: str, stage: Stage, step: int, *, module: str | None
     ev = dict(evidence or {})
     if frame is not None and frame.source:
         ev["source_line"] = frame.source
-    fmt = dict(step=step, module=_mod_text(module), op=op or msg("nonfinite.unknown_op"), parameter=parameter)
+    model = fields.pop("model", None)
+    fmt = dict(step=step, module=_mod_text(module, model), op=op or msg("nonfinite.unknown_op"), parameter=parameter)
     fmt.update(fields)
+    if model is not None:
+        ev.setdefault("model", model)
     return Finding(Category.NUMERICAL, code, msg(key, **fmt), severity=severity, stage=stage,
                    step=step, module=module, op=op, parameter=parameter,
                    file=frame.file if frame is not None else None, line=frame.line if frame is not None else None,
@@ -46,11 +52,24 @@ def _namer(session: Any) -> Any:
     return name_of
 
 
-def _mod_text(module: str | None) -> str:
-    return msg("nonfinite.root") if not module else module
+def _mod_text(module: str | None, model: str | None = None) -> str:
+    text = msg("nonfinite.root") if not module else module
+    # several models in the step: say which one (issue 11)
+    return msg("nonfinite.module_of", module=text, model=model) if model is not None else text
 
 
-def not_reproduced(stage: Stage, step: int, evidence: dict[str, Any] | None = None) -> Finding:
+def not_reproduced(stage: Stage, step: int, evidence: dict[str, Any] | None = None,
+                   session: Any = None) -> Finding:
+    evidence = dict(evidence or {})
+    if session is not None:
+        # Why the whole-step replay could not run; a step that was not taped arms the tape, so
+        # the next occurrence is replayed in full (issue 11).
+        why = _steplocalize.why_not(session)
+        if why is not None:
+            evidence.setdefault("why", msg(why))
+            keeper = session.checker("snapshot")
+            if why == "nonfinite.why.not_taped" and keeper is not None:
+                keeper.arm()
     return _finding(f"numerical.nonfinite_{stage.value}", "nonfinite.not_reproduced", stage, step,
                     cause=msg("nonfinite.cause.not_reproduced"), next_check=msg("nonfinite.next.not_reproduced"),
                     evidence=evidence, severity=Severity.WARNING, stage_name=stage.value)
@@ -79,7 +98,8 @@ def _target(model: nn.Module) -> nn.Module:
 
 
 def _producer_finding(origin: Origin, stage: Stage, step: int, *, loss: bool = False,
-                      frame: Any = None, module: str | None = None, loss_value: float | None = None) -> Finding:
+                      frame: Any = None, module: str | None = None, loss_value: float | None = None,
+                      model: str | None = None) -> Finding:
     ex = explain(origin.op, origin.inputs, origin.output, scalars=origin.scalars)
     kind = kind_text(kind_of(origin.output))
     frame = origin.frame or frame
@@ -87,7 +107,7 @@ def _producer_finding(origin: Origin, stage: Stage, step: int, *, loss: bool = F
     if ex.family == "masked":
         return _finding("numerical.fully_masked_row", "nonfinite.masked_row", stage, step, module=module,
                         op=origin.op, frame=frame, cause=ex.cause, next_check=ex.next_check,
-                        evidence=ex.evidence)
+                        evidence=ex.evidence, model=model)
     if loss:
         if loss_value is not None:
             kind = kind_text("nan" if loss_value != loss_value else ("posinf" if loss_value > 0 else "neginf"))
@@ -96,16 +116,25 @@ def _producer_finding(origin: Origin, stage: Stage, step: int, *, loss: bool = F
                         kind=kind)
     return _finding("numerical.nonfinite_forward", "nonfinite.forward", stage, step, module=module,
                     op=origin.op, frame=frame, cause=ex.cause, next_check=ex.next_check, evidence=ex.evidence,
-                    kind=kind)
+                    kind=kind, model=model)
 
 
 def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = False) -> Finding:
-    """Replay the model's forward under the op tracer; the producer of the bad output."""
+    """Replay the step (every model call and the ops between them) or, without a record of it,
+    the model's forward, under the op tracer; the producer of the bad output."""
     snap = session.snapshot
+    if _steplocalize.why_not(session) is None:
+        got = _steplocalize.forward(session, state, step, _namer(session), any_kind, _is_bad)
+        if got is not None:
+            tracer, bad, call, extra = got
+            several = len({id(c.model) for c in snap.record.calls}) > 1 or len(session.models) > 1
+            f = _forward_finding(session, tracer, bad, step, call.frame, call.label if several else None)
+            if f is not None:
+                return f.replace(evidence=dict(f.evidence, **extra))
     if snap is None or not snap.has_batch:
-        return not_reproduced(Stage.FORWARD, step)
+        return not_reproduced(Stage.FORWARD, step, session=session)
     model = _target(snap.model)
-    externals = {id(p): n for n, p in model.named_parameters()}
+    externals = param_names(session)
     mods = ModuleStack(_namer(session))
     tracer = OpTracer(mods, externals)
     tracer.stop_frame = sys._getframe()
@@ -113,28 +142,38 @@ def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = Fa
         out = call_model(model, snap)
     bad = [t for t in float_leaves(out) if _is_bad(t, any_kind)]
     if not bad:
-        return not_reproduced(Stage.FORWARD, step, {"outputs": [summarize(t) for t in float_leaves(out)[:3]]})
-    origin = tracer.origin_of(bad[0])
+        return not_reproduced(Stage.FORWARD, step, {"outputs": [summarize(t) for t in float_leaves(out)[:3]]},
+                              session=session)
+    # Several models can share module paths ("2"): the finding names the replayed one (evidence
+    # "model": the HTML tree marks this model's module only).
+    label = session.model_label(snap.model) if len(session.models) > 1 else None
+    f = _forward_finding(session, tracer, bad[0], step, getattr(snap, "call_frame", None), label)
+    if f is None:
+        return not_reproduced(Stage.FORWARD, step, {"output": summarize(bad[0])})
+    return f.replace(evidence=dict(f.evidence, localized_by="model_replay"))
+
+
+def _forward_finding(session: Any, tracer: OpTracer, bad: torch.Tensor, step: int, call_frame: Any,
+                     model: str | None = None) -> Finding | None:
+    origin = tracer.origin_of(bad)
     if origin is not None and origin.kind == "constant" and origin.external not in (None, "input"):
         name = origin.external
-        p = dict(model.named_parameters()).get(name)
+        p = next((t for t, i in session.param_index.tensors() if i.qualname == name), None)
+        info = session.param_index.info(p)
         return _finding("numerical.nonfinite_parameter", "nonfinite.forward_param", Stage.PARAMETER, step,
-                        module=name.rpartition(".")[0], parameter=name,
+                        module=info.module if info is not None else None, parameter=name,
                         cause=msg("nonfinite.cause.param"), next_check=msg("nonfinite.next.param"),
                         evidence={"parameter": summarize(p)})
     if origin is None or origin.kind != "computed":
         origin = tracer.producers[0] if tracer.producers else None
     if origin is None:
-        return not_reproduced(Stage.FORWARD, step, {"output": summarize(bad[0])})
+        return None
     # An op inside a library module (nn.Linear's addmm) has no line of the user's own: the
     # user's line is then the one that called the model in this step.
-    f = _producer_finding(origin, Stage.FORWARD, step, frame=getattr(snap, "call_frame", None))
+    f = _producer_finding(origin, Stage.FORWARD, step, frame=call_frame,
+                          model=model if origin.module is not None else None)
     if origin.propagated_by:
         f = f.replace(evidence=dict(f.evidence, propagated_by=list(origin.propagated_by)))
-    label = session.model_label(snap.model)
-    if label and len(session.models) > 1:
-        # Several models can share module paths ("2"): the HTML tree marks this model's only.
-        f = f.replace(evidence=dict(f.evidence, model=label))
     if f.code != "numerical.fully_masked_row" and any(src.external == "input" for src in origin.sources):
         # The batch's own -Inf (not a mask: it did not go through softmax) became NaN here:
         # the first non-finite value is in the data.
@@ -146,6 +185,10 @@ def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = Fa
 
 def localize_loss(session: Any, state: Any, step: int) -> Finding:
     """The loss is non-finite while the model's NaN/+Inf check passed."""
+    if _steplocalize.why_not(session) is None:
+        found = _steplocalize.loss(session, state, step, _namer(session), _producer_finding)
+        if found is not None:
+            return found
     calls = [c for c in state.loss_calls if isinstance(c.output, torch.Tensor) and _is_bad(c.output, True)]
     outs = [t for t in state.outputs if _is_bad(t, True)]
     if calls:
@@ -172,7 +215,7 @@ def localize_loss(session: Any, state: Any, step: int) -> Finding:
     if found is not None:
         return found
     return not_reproduced(Stage.LOSS, step, {"loss": state.loss_value, "backward called at":
-                                              _where(state.backward_frame)})
+                                              _where(state.backward_frame)}, session=session)
 
 
 def _where(frame: Any) -> str | None:
@@ -207,8 +250,12 @@ def _walk_loss_graph(state: Any, step: int, frame: Any) -> Finding | None:
 def localize_backward(session: Any, state: Any, step: int) -> Finding:
     """Forward and loss finite, gradients not: the first backward node emitting non-finite grads."""
     snap = session.snapshot
+    if _steplocalize.why_not(session) is None:
+        found = _steplocalize.backward(session, state, step, _namer(session), _finding)
+        if found is not None:
+            return found
     if snap is None or not snap.has_batch:
-        return not_reproduced(Stage.BACKWARD, step)
+        return not_reproduced(Stage.BACKWARD, step, session=session)
     model = _target(snap.model)
     mods = ModuleStack(_namer(session))
     first: list[tuple[Any, tuple[Any, ...], tuple[Any, ...]]] = []
@@ -235,7 +282,7 @@ def localize_backward(session: Any, state: Any, step: int) -> Finding:
         grad_out = None if roots is not floats else [torch.ones_like(t) for t in floats]
         params = [p for p in model.parameters() if p.requires_grad]
         if not roots or not params:
-            return not_reproduced(Stage.BACKWARD, step)
+            return not_reproduced(Stage.BACKWARD, step, session=session)
         nodes = graph_nodes([r.grad_fn for r in roots])
         try:
             for n in nodes:
@@ -246,7 +293,7 @@ def localize_backward(session: Any, state: Any, step: int) -> Finding:
             for h in handles:
                 h.remove()
     if not first:
-        return not_reproduced(Stage.BACKWARD, step, {"loss": state.loss_value})
+        return not_reproduced(Stage.BACKWARD, step, {"loss": state.loss_value}, session=session)
     node, g_in, g_out = first[0]
     entry = nm.nodes.get(id(node))
     module = entry[2] if entry else None
@@ -276,11 +323,7 @@ def localize_backward(session: Any, state: Any, step: int) -> Finding:
 
 
 def param_names(session: Any) -> dict[int, str]:
-    out: dict[int, str] = {}
-    for m in session.models:
-        for n, p in m.named_parameters():
-            out.setdefault(id(p), n)
-    return out
+    return {pid: info.qualname for pid, info in session.param_index.infos().items()}
 
 
 @torch.no_grad()
@@ -292,10 +335,12 @@ def localize_update(session: Any, step: int, grad_norm: float | None) -> list[Fi
         for group in opt.param_groups:
             for p in group["params"]:
                 name = names.get(id(p), f"{type(opt).__name__} param #{len(found)}")
+                info = session.param_index.info(p)
+                owner = info.module if info is not None and not info.raw else None
                 if not bool(torch.isfinite(p).all()):
                     ev = {"parameter": summarize(p), "lr": group.get("lr"), "grad norm at that step": grad_norm}
                     found.append(_finding("numerical.nonfinite_update", "nonfinite.update", Stage.OPTIMIZER, step,
-                                          module=name.rpartition(".")[0], parameter=name,
+                                          module=owner, parameter=name,
                                           cause=msg("nonfinite.cause.update", lr=group.get("lr")),
                                           next_check=msg("nonfinite.next.update"), evidence=ev,
                                           optimizer=type(opt).__name__))
@@ -303,7 +348,7 @@ def localize_update(session: Any, step: int, grad_norm: float | None) -> list[Fi
                 for key, v in opt.state.get(p, {}).items():
                     if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all()):
                         found.append(_finding("numerical.nonfinite_optimizer_state", "nonfinite.state",
-                                              Stage.OPTIMIZER, step, module=name.rpartition(".")[0],
+                                              Stage.OPTIMIZER, step, module=owner,
                                               parameter=name, cause=msg("nonfinite.cause.state"),
                                               next_check=msg("nonfinite.next.state"),
                                               evidence={key: summarize(v), "lr": group.get("lr")},
@@ -322,8 +367,70 @@ def localize_data(session: Any, step: int, any_kind: bool = False) -> Finding | 
     for path, t in leaves:
         if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and _is_bad(t, any_kind):
             where = keystr(path)
-            return _finding("numerical.nonfinite_data", "nonfinite.data", Stage.DATA, step,
-                            cause=msg("nonfinite.cause.data"), next_check=msg("nonfinite.next.data"),
-                            evidence={"input": summarize(t), "where": where}, kind=kind_text(kind_of(t)),
-                            input=where)
+            f = _finding("numerical.nonfinite_data", "nonfinite.data", Stage.DATA, step,
+                         cause=msg("nonfinite.cause.data"), next_check=msg("nonfinite.next.data"),
+                         evidence={"input": summarize(t), "where": where}, kind=kind_text(kind_of(t)),
+                         input=where)
+            return _before_model(session, f, t, any_kind)
     return None
+
+
+def _before_model(session: Any, f: Finding, bad: torch.Tensor, any_kind: bool) -> Finding:
+    """The batch was made non-finite by the step's own code before the model (a normalization by
+    a zero sum, a log of the raw input): the recorded op that produced it, re-run alone under the
+    op tracer, gives the op, the family's cause and the user's line (issue 11)."""
+    record = session.snapshot.record
+    ops = [op for op in record.ops if op.before_step]
+    producer = None
+    target = bad
+    for op in reversed(ops):
+        outs = [o for o in tree_leaves(op.output) if isinstance(o, torch.Tensor)]
+        name = getattr(op.func, "__name__", "")
+        writes = (name.endswith("_") and not name.startswith("__")) or name == "__setitem__"
+        if writes and op.args and op.args[0] is target:
+            producer = op  # the last in-place write into it (x[i] = nan): its input is gone
+            break
+        if not any(o is target for o in outs):
+            continue
+        producer = op
+        inputs = [a for a in tree_leaves((op.args, op.kwargs)) if isinstance(a, torch.Tensor)]
+        if any(a is target for a in inputs):
+            break  # in place: its input is gone
+        earlier = next((a for a in inputs if (a.is_floating_point() or a.is_complex()) and _is_bad(a, any_kind)), None)
+        if earlier is None:
+            break  # finite inputs, non-finite output: this op
+        target = earlier
+    if producer is None:
+        return f
+    ev = dict(f.evidence, localized_by="step_record", **{"produced by": producer.name})
+    cause, next_check = f.cause, f.next_check
+    leaves = tree_leaves((producer.args, producer.kwargs))
+    inputs = [a for a in leaves if isinstance(a, torch.Tensor)]
+    # never re-run a write, nor an op drawing from the user's generator (it would advance it)
+    if not any(a is target for a in inputs) and not any(isinstance(a, torch.Generator) for a in leaves):
+        mods = ModuleStack(_namer(session))
+        tracer = OpTracer(mods)
+        try:
+            rng = torch.get_rng_state()
+            try:
+                with session.paused(), torch.no_grad(), tracer:
+                    out = producer.func(*producer.args, **producer.kwargs)
+            finally:
+                torch.set_rng_state(rng)  # a random op re-run leaves the run's RNG as it was
+            origin = tracer.origin_of(next((o for o in tree_leaves(out) if isinstance(o, torch.Tensor)), None))
+            origin = origin if origin is not None and origin.kind == "computed" else (
+                tracer.producers[0] if tracer.producers else None)
+            if origin is not None:
+                ex = explain(origin.op, origin.inputs, origin.output, scalars=origin.scalars)
+                cause, next_check = ex.cause, ex.next_check
+                ev.update(ex.evidence)
+                ev["produced by"] = origin.op
+        except Exception:
+            pass
+    frame = producer.frame
+    if frame is not None and frame.source:
+        ev["source_line"] = frame.source
+    # (`op` stays unset: a data finding's signature must not depend on whether the run recorded
+    # the code before the model; a bundle replay feeds the batch directly)
+    return f.replace(file=frame.file if frame else None, line=frame.line if frame else None,
+                     cause=cause, next_check=next_check, evidence=ev)

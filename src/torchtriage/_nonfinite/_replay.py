@@ -24,11 +24,15 @@ from ._trace import ModuleStack
 
 
 @contextlib.contextmanager
-def replaying(session: Any, snap: Any, model: nn.Module, autocast: list[tuple[str, torch.dtype]]) -> Iterator[None]:
-    """Run the body as the step ran (RNG, autocast), then restore RNG and buffers."""
+def replaying(session: Any, snap: Any, model: nn.Module | list[nn.Module],
+              autocast: list[tuple[str, torch.dtype]]) -> Iterator[None]:
+    """Run the body as the step ran (RNG, autocast), then restore RNG and the buffers of
+    `model` (or of every model in a list: a step replay runs all the step's models)."""
     rng = torch.get_rng_state()
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    models = model if isinstance(model, list) else [model]
+    seen: set[int] = set()
+    buffers = [(b, b.detach().clone()) for m in models for b in m.buffers() if id(b) not in seen and not seen.add(id(b))]
     with contextlib.ExitStack() as stack:
         stack.enter_context(session.paused())
         for device_type, dtype in autocast:
@@ -118,6 +122,8 @@ class NodeMap(TorchFunctionMode):
         super().__init__()
         self.modules = modules
         self.nodes: dict[int, tuple[Any, str, str | None]] = {}
+        self.tag: Any = None  # e.g. the model label of the call being replayed
+        self.tags: dict[int, Any] = {}
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
@@ -130,6 +136,7 @@ class NodeMap(TorchFunctionMode):
                     except Exception:
                         name = getattr(func, "__name__", str(func))
                     self.nodes[id(node)] = (node, name, self.modules.top)
+                    self.tags[id(node)] = self.tag
         except Exception:
             pass
         return out

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any
 
 import torch
@@ -47,6 +48,7 @@ class _Step:
     autocast: list[tuple[str, torch.dtype]] = dataclasses.field(default_factory=list)
     backward_frame: UserFrame | None = None
     loss_value: float | None = None
+    loss_sites: list[Any] = dataclasses.field(default_factory=list)  # (file, line) of each loss flag
     seen_forward: bool = False
 
 
@@ -133,6 +135,7 @@ class NonFiniteSentinel(Checker):
         # trip is its consequence (NaN parameters), counted on the first finding, not replayed.
         self._poisoned: Finding | None = None
         self._first: Finding | None = None
+        self._loss_series: dict[Any, str] = {}
         self.amp = _amp.ScalerWatch(self)
 
     # ------------------------------------------------------------------ lifecycle
@@ -174,15 +177,17 @@ class NonFiniteSentinel(Checker):
             return
         root = self.amp.unscaled(floats[0])
         value = _sum(root) if root.numel() == 1 else None
+        st.backward_frame = user_frame_from_stack(3)
         if value is not None:
             st.keys.append("loss_value")
             st.flags.append(value)
+            bf = st.backward_frame
+            st.loss_sites.append((bf.file, bf.line) if bf is not None else None)
         if value is not None and root is floats[0] and len(floats) == 1:
             st.keys.append("loss")  # the same reduction of the same tensor: reuse it
             st.flags.append(value)
         else:
             self._add_sums("loss", floats)
-        st.backward_frame = user_frame_from_stack(3)
         # The loss's own graph (between the model outputs and the loss) cannot be replayed once
         # backward has freed it; keep its few nodes' saved tensors until this step's sync.
         stop = {id(n) for n in st.output_nodes}
@@ -254,6 +259,7 @@ class NonFiniteSentinel(Checker):
         st = self._step
         keys, scalars = st.keys, st.flags
         st.keys, st.flags = [], []
+        sites, st.loss_sites = st.loss_sites, []
         after = self._after
         self._after = None
         upd_step, grad_ok = 0, False
@@ -278,7 +284,7 @@ class NonFiniteSentinel(Checker):
             # below would come to the same; this skips its bookkeeping on the common step.
             if "loss_value" in keys:
                 st.loss_value = values[keys.index("loss_value")]
-                sess.record_series("loss", st.loss_value)
+                self._record_losses(keys, values, sites)
             if gnorms:
                 self._grad_norm = values[-1] if len(gnorms) == 1 else math.hypot(*values[-len(gnorms):])
                 sess.record_series("grad_norm", self._grad_norm)
@@ -292,7 +298,7 @@ class NonFiniteSentinel(Checker):
                 got[k] = [v]
         if "loss_value" in got:
             st.loss_value = got["loss_value"][0]
-            sess.record_series("loss", st.loss_value)
+            self._record_losses(keys, values, sites)
         if "grad" in got:
             got["grad"] = [math.hypot(*got["grad"])]  # one norm over the devices
             self._grad_norm = got["grad"][0]
@@ -334,6 +340,24 @@ class NonFiniteSentinel(Checker):
                 and "grad" in got and not math.isfinite(got["grad"][0]):
             self._poisoned = self._first
         return skip
+
+    def _record_losses(self, keys: list[str], values: list[float], sites: list[Any]) -> None:
+        """One loss series per backward call site (a GAN's D and G losses apart; issue 11): the
+        first site is "loss", later ones "loss <file>:<line>"."""
+        assert self.session is not None
+        losses = [v for k, v in zip(keys, values) if k == "loss_value"]
+        done: set[Any] = set()
+        for i, v in enumerate(losses):
+            site = sites[i] if i < len(sites) else None
+            if site in done:
+                continue  # one value per site and step (a step that skipped its update: the first)
+            done.add(site)
+            name = self._loss_series.get(site)
+            if name is None:
+                name = "loss" if not self._loss_series else f"loss {os.path.basename(site[0])}:{site[1]}" \
+                    if site is not None else f"loss #{len(self._loss_series) + 1}"
+                self._loss_series[site] = name
+            self.session.record_series(name, v)
 
     def _localize(self, trip: str, step: int, grads: list[torch.Tensor]) -> list[Finding]:
         assert self.session is not None

@@ -105,6 +105,9 @@ class OpTracer(TorchDispatchMode):
         # The frame that started the replay: user frames above it (e.g. `opt.step()`, where the
         # sentinel tripped) are not where the op was written, so the search stops there.
         self.stop_frame: Any = None
+        # The user's line of the recorded call being replayed (a step replay runs the tape's ops
+        # from torchtriage's code, where no user frame is on the stack).
+        self.frame_hint: UserFrame | None = None
 
     def origin_of(self, t: Any) -> Origin | None:
         if not isinstance(t, torch.Tensor):
@@ -184,7 +187,7 @@ class OpTracer(TorchDispatchMode):
 
     def _new(self, kind: str, op: str, inputs: list[torch.Tensor], output: torch.Tensor,
              scalars: tuple[Any, ...]) -> Origin:
-        frame = None if self.in_backward else _user_frame_until(self.stop_frame)
+        frame = None if self.in_backward else (_user_frame_until(self.stop_frame) or self.frame_hint)
         o = Origin(kind, op, self.modules.top, frame, [t.detach() for t in inputs[:4]], output.detach(),
                    scalars, backward=self.in_backward)
         if kind == "computed":

@@ -91,6 +91,8 @@ class ReplayBatch:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     losses: list[dict[str, Any]]  # {"name", "target", "args", "kwargs", "input_shape"}
+    # the step's other inputs (targets, masks, weights): {"where", "file", "line", "shape", "tensor"}
+    inputs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def target(self) -> Any:
@@ -142,7 +144,9 @@ class Bundle:
                            "args": dec(lc.get("args", {"t": "tuple", "items": []})),
                            "kwargs": dec(lc.get("kwargs", {"t": "dict", "items": []})),
                            "input_shape": lc.get("input_shape")})
-        return ReplayBatch(tuple(dec(spec["args"])), dict(dec(spec["kwargs"])), losses)
+        inputs = [dict(e, tensor=dec(e["tensor"])) for e in spec.get("inputs", [])
+                  if all(k in t for k in _tree.keys(e["tensor"]))]
+        return ReplayBatch(tuple(dec(spec["args"])), dict(dec(spec["kwargs"])), losses, inputs)
 
     def model_state(self, label: str | None = None) -> dict[str, torch.Tensor] | None:
         """The state_dict of the failing model (or of the model called `label`), or None."""

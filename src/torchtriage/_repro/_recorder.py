@@ -177,7 +177,10 @@ class ReproRecorder(Checker):
         if model is not None:
             batch_spec = {"args": _tree.encode(tuple(args), "args", batch_t, unsupported),
                           "kwargs": _tree.encode(dict(kwargs), "kwargs", batch_t, unsupported),
-                          "losses": [_loss_spec(i, c, batch_t, unsupported) for i, c in enumerate(self._losses)]}
+                          "losses": [_loss_spec(i, c, batch_t, unsupported) for i, c in enumerate(self._losses)],
+                          "inputs": _step_inputs(sess, snap, (args, kwargs, [(c.target, c.args, c.kwargs)
+                                                                              for c in self._losses]),
+                                                 batch_t, unsupported)}
             meta["model"] = {"label": label, "class": type(model).__name__, "training": model.training,
                              "device": _device_of(model)}
         if fits("rng", rng) and rng:
@@ -266,3 +269,28 @@ def _batch_from_traceback(sess: Any, exc: BaseException) -> tuple[Any, Any, tupl
                 return obj, sess.model_label(obj), tuple(f.f_locals.get("args", ())), dict(f.f_locals.get("kwargs", {}))
         tb = tb.tb_next
     return None, None, (), {}
+
+
+def _step_inputs(sess: Any, snap: Any, batch: Any, tensors: dict[str, torch.Tensor],
+                 unsupported: list[str]) -> list[dict[str, Any]]:
+    """The step's other external inputs (targets, masks, weights, second model inputs; issue 11):
+    every tensor that entered the step from outside it, except the first model call's batch and
+    the recorded loss calls' targets (stored already), the parameters, buffers and optimizer state. Stored beside the batch, so `Bundle.select`
+    slices those that share its leading dimension with it."""
+    if snap is None:
+        return []
+    from torch.utils._pytree import tree_leaves
+
+    internal = {id(t) for t, _ in sess.param_index.tensors()}
+    internal |= {id(b) for m in sess.models for b in m.buffers()}
+    for opt in sess.optimizers:
+        for state in opt.state.values():
+            internal |= {id(v) for v in state.values() if isinstance(v, torch.Tensor)}
+    internal |= {id(t) for t in tree_leaves(batch) if isinstance(t, torch.Tensor)}
+    out = []
+    for i, (t, where, frame) in enumerate(snap.record.external_inputs(internal)):
+        out.append({"where": where, "file": frame.file if frame is not None else None,
+                    "line": frame.line if frame is not None else None, "shape": list(t.shape),
+                    "dtype": str(t.dtype), "tensor": _tree.encode(t.detach(), f"step.{i}", tensors, unsupported)})
+    return out
+

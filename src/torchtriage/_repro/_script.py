@@ -9,7 +9,10 @@ into the bundle's step:
      optimizer state and RNG, and its arguments are replaced by the bundle's batch (args and
      kwargs; a forward pre-hook could not replace kwargs).
   2. the `torch.nn.functional` losses: within that step, the i-th loss call of the recorded
-     name gets the recorded target.
+     name gets the recorded target; and every other recorded input of the step (the target of
+     a hand-written loss, a mask, a weight: `batch.inputs`) replaces the script's tensor of the
+     same shape where it entered the step (same op, same line), through a pass-through
+     TorchFunctionMode on for that step only (issue 11).
   3. once the session's step clock moves past that step (after `optimizer.step()`, or after
      backward when no optimizer exists), the script is stopped by a private exception.
 
@@ -30,8 +33,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim import optimizer as _optim_mod
 
+from torch.overrides import TorchFunctionMode
+
 from .._catalogue import msg
 from .._errors import BundleError
+from .._frames import user_frame_from_stack
+from .._step import op_name, remove_mode
 from ._bundle import Bundle
 from ._replay import ReplayResult, apply_state, make_result, resolve_checks
 
@@ -57,6 +64,8 @@ class _Injector:
         self.notes: list[str] = []
         self._patches: list[tuple[Any, str, Any]] = []
         self._handles: list[Any] = []
+        self._swap: Any = None
+        self.inputs: list[dict[str, Any]] = []
 
     # -------------------------------------------------------------- install / remove
     def install(self) -> None:
@@ -68,8 +77,14 @@ class _Injector:
         self._handles.append(_optim_mod.register_optimizer_step_pre_hook(self._opt_pre))
         self._handles.append(_optim_mod.register_optimizer_step_post_hook(self._opt_post))
         self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
+        if self.bundle.meta.get("batch", {}).get("inputs"):
+            self._swap = _InputSwap(self)
+            torch._C._push_on_torch_function_stack(self._swap)
 
     def uninstall(self) -> None:
+        swap, self._swap = self._swap, None
+        if swap is not None:
+            remove_mode(swap)  # by identity: other modes may sit above it by now
         for h in self._handles:
             h.remove()
         for obj, attr, original in reversed(self._patches):
@@ -101,6 +116,7 @@ class _Injector:
                 batch = inj.bundle.batch(device)
                 args, kwargs = batch.args, batch.kwargs
                 inj.targets = batch.losses
+                inj.inputs = batch.inputs
             elif module is inj.model and inj._done():
                 raise _StopReplay
             return original(module, *args, **kwargs)
@@ -216,3 +232,42 @@ def _replay_script(bundle: Bundle, script: str, script_args: list[str], checks: 
         why = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
         raise BundleError(msg("repro.no_model_called", script=script, cls=inj.cls) + why, script)
     return make_result(bundle, session.report, exc, notes + inj.notes)
+
+
+class _InputSwap(TorchFunctionMode):
+    """During the replayed step: a recorded input of the step (e.g. `y` in `pred - y`) replaces
+    the script's tensor where it entered (same op name and user line, same original shape)."""
+
+    def __init__(self, injector: _Injector) -> None:
+        super().__init__()
+        self.inj = injector
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        inj = self.inj
+        if inj.inputs and inj.model is not None and not inj._done():
+            try:
+                args, kwargs = self._swap(func, args, kwargs)
+            except Exception:  # a replay aid: never break the script's op
+                pass
+        return func(*args, **kwargs)
+
+    def _swap(self, func: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        frame = user_frame_from_stack(3)
+        if frame is None:
+            return args, kwargs
+        name = op_name(func)
+        here = [e for e in self.inj.inputs if e["where"] == name and e["line"] == frame.line
+                and e["file"] == frame.file]
+        if not here:
+            return args, kwargs
+
+        def sub(x: Any) -> Any:
+            if isinstance(x, torch.Tensor):
+                for e in here:
+                    if list(x.shape) == e["shape"] and str(x.dtype) == e["dtype"]:
+                        return e["tensor"].to(x.device)
+            return x
+
+        return tuple(sub(a) for a in args), {k: sub(v) for k, v in kwargs.items()}
+

@@ -1,12 +1,19 @@
 """Shrink a bundle's failing batch to the fewest samples (and, for sequences, the shortest
 prefix) that still reproduce the same finding (seed G.7: one sample, one batch, one forward).
 
-Samples are reduced by delta debugging (Zeller's ddmin): split the current set into n
-chunks; keep a chunk that still fails (n back to 2), else a complement that still fails
-(n - 1), else split finer (2n). A single culprit among N samples is found in about
-2·log2(N) replays. The prefix is then found by bisection, assuming a failing prefix stays
-failing when it grows (true for causal models and for a poisoned position).
-Every replay is cached by its (samples, prefix), so no candidate runs twice.
+Samples are reduced by recursive splitting (`ddmin`, the binary-splitting form of delta
+debugging): a failing set is halved; a half that fails alone is kept, else both halves hold a
+culprit, and each half is reduced with the other (then the first's result) kept in. k culprit
+samples among n are found in at most 2·k·log2(n) + 4 replays (1 culprit in 256: 16; figures in
+docs/repro.md, `python benchmarks/shrink.py`). The prefix is then found by bisection, assuming
+a failing prefix stays failing when it grows (true for causal models and for a poisoned
+position). Every replay is cached by its (samples, prefix), so no candidate runs twice.
+
+A replay is *invalid* rather than "gone" when it raises another error than the trigger or adds
+a broadcasting finding: the candidate broke the step (a tensor of the step was not sliced with
+the batch, so `pred - y` now broadcasts or fails), it did not cure it. Invalid candidates are
+not kept; when every candidate of a split is invalid, shrinking stops and says which tensor of
+the step kept the full batch size (issue 11).
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ class ShrinkResult:
         seq_len: the original sequence length (None: not a sequence batch).
         replays: how many replays shrinking ran (the initial check included).
         bundle: the minimal bundle (in memory; `.save(path)` writes it).
+        invalid: when every candidate of the first split broke the step, what was not sliced
+            (then `samples` is the whole batch).
     """
 
     samples: tuple[int, ...]
@@ -39,6 +48,7 @@ class ShrinkResult:
     seq_len: int | None
     replays: int
     bundle: Bundle
+    invalid: str | None = None  # why shrinking stopped: a tensor of the step was not sliced
 
 
 def _fmt(items: list[int], n: int = 12) -> str:
@@ -46,29 +56,29 @@ def _fmt(items: list[int], n: int = 12) -> str:
 
 
 def ddmin(items: list[int], test: Callable[[list[int]], bool]) -> list[int]:
-    """The 1-minimal failing subset of `items` by delta debugging (`test(subset)` is True
-    when the subset still fails)."""
-    n = 2
-    while len(items) >= 2:
-        size = len(items)
-        chunks = [items[i * size // n:(i + 1) * size // n] for i in range(n)]
-        chunks = [c for c in chunks if c]
-        reduced = False
-        for c in chunks:
-            if test(c):
-                items, n, reduced = c, 2, True
-                break
-        if not reduced and len(chunks) > 2:  # with 2 chunks the complements are the chunks
-            for i in range(len(chunks)):
-                comp = [x for j, c in enumerate(chunks) if j != i for x in c]
-                if test(comp):
-                    items, n, reduced = comp, max(n - 1, 2), True
-                    break
-        if not reduced:
-            if n >= len(items):
-                break
-            n = min(len(items), 2 * n)
-    return items
+    """A minimal failing subset of `items` (`test(subset)` is True when the subset still fails;
+    `test(items)` is assumed True). Each culprit costs about 2·log2(len(items)) tests."""
+    items = list(items)
+
+    def find(cands: list[int], fixed: list[int]) -> list[int]:
+        if len(cands) <= 1:
+            return cands
+        half = len(cands) // 2
+        left, right = cands[:half], cands[half:]
+        if test(sorted(fixed + left)):
+            return find(left, fixed)
+        if test(sorted(fixed + right)):
+            return find(right, fixed)
+        # culprits on both sides (they fail only together): reduce each with the other kept in
+        got_left = find(left, fixed + right)
+        got_right = find(right, fixed + got_left)
+        return sorted(got_left + got_right)
+
+    return find(items, [])
+
+
+class _Invalid(Exception):
+    """Every candidate of a split broke the step instead of curing it."""
 
 
 def shrink(bundle: Bundle, run: Callable[[Bundle], ReplayResult], *,
@@ -91,26 +101,47 @@ def shrink(bundle: Bundle, run: Callable[[Bundle], ReplayResult], *,
     """
     say = log or (lambda _line: None)
     n, length = bundle.batch_size, bundle.seq_len
-    cache: dict[tuple[Any, ...], bool] = {}
+    cache: dict[tuple[Any, ...], str] = {}
     count = 0
+    invalid: list[ReplayResult] = []
+    baseline: list[ReplayResult] = []
 
-    def test(samples: list[int] | None, pre: int | None) -> bool:
+    def verdict(samples: list[int] | None, pre: int | None) -> str:
         nonlocal count
         key = (tuple(samples) if samples is not None else None, pre)
         if key not in cache:
             count += 1
             result = run(bundle.select(samples, pre))
-            cache[key] = result.reproduced
+            if baseline and _broke(result, baseline[0]):
+                # broken, even if the finding came back along (a NaN sample seen before the
+                # error): the candidate is not the step any more
+                cache[key] = "invalid"
+                invalid.append(result)
+            elif result.reproduced:
+                cache[key] = "yes"
+            else:
+                cache[key] = "no"
+            if not baseline:
+                baseline.append(result)
             what = _fmt(samples) if samples is not None else "all"
             say(msg("repro.shrink.progress", n=count, size=len(samples) if samples is not None else n,
                     samples=what, prefix=pre if pre is not None else "-",
-                    verdict=msg("repro.shrink.yes" if result.reproduced else "repro.shrink.no")))
+                    verdict=msg(f"repro.shrink.{cache[key]}")))
         return cache[key]
+
+    def test(samples: list[int] | None, pre: int | None) -> bool:
+        return verdict(samples, pre) == "yes"
 
     if not test(list(range(n)) if n else None, None):
         return None
     samples = list(range(n)) if n else []
     if n and n > 1:
+        half = n // 2
+        first, second = verdict(samples[:half], None), verdict(samples[half:], None)
+        if first == "invalid" and second == "invalid":
+            # the whole first split broke the step: a tensor of the step was not sliced
+            return ShrinkResult(samples=tuple(samples), batch_size=int(n), prefix=None, seq_len=length,
+                                replays=count, bundle=bundle, invalid=_unsliced(bundle, invalid[0]))
         samples = ddmin(samples, lambda s: test(s, None))
     best = None
     if prefix and length and length > 1:
@@ -127,3 +158,26 @@ def shrink(bundle: Bundle, run: Callable[[Bundle], ReplayResult], *,
     kept = [original[i] for i in samples] if original else samples
     return ShrinkResult(samples=tuple(kept), batch_size=int(n or 0), prefix=best, seq_len=length,
                         replays=count, bundle=minimal)
+
+
+def _broke(result: ReplayResult, full: ReplayResult) -> bool:
+    """The candidate raised an error the full batch did not, or a new broadcasting finding."""
+    if result.exception is not None and result.exception != full.exception and (
+            full.exception is None or result.exception.split(":")[0] != full.exception.split(":")[0]):
+        return True
+    before = {f.code for f in full.report.findings}
+    return any("broadcast" in f.code and f.code not in before for f in result.report.findings)
+
+
+def _unsliced(bundle: Bundle, result: ReplayResult) -> str:
+    """Which tensor of the step kept its full size: the bundle's tensors whose leading dimension
+    is not the batch's, with where they entered the step, else the replay's error."""
+    n = bundle.batch_size
+    names = []
+    for entry in (bundle.meta.get("batch") or {}).get("inputs", []):
+        shape = entry.get("shape") or []
+        if shape and shape[0] != n:
+            names.append(f"{entry.get('where')} ({entry.get('file')}:{entry.get('line')}, shape {shape})")
+    where = [f"{f.code} at {f.file}:{f.line}" for f in result.report.findings if f.file and f.severity.value != "info"]
+    seen = "; ".join([*([result.exception] if result.exception else []), *where]) or "-"
+    return msg("repro.shrink.unsliced", tensors="; ".join(names) or msg("repro.shrink.unrecorded"), seen=seen)

@@ -291,11 +291,7 @@ class SilentChecker(Checker):
         return self._sites[key]
 
     def _param_name(self, p: torch.Tensor) -> str | None:
-        for m in self.session.models:
-            for name, q in m.named_parameters():
-                if q is p:
-                    return name
-        return None
+        return self.session.param_index.name(p)
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         stale = self.zero.stepping(optimizer)

@@ -84,10 +84,13 @@ class SessionHolder:
         if self._session is not None:
             self.close(None)
         opts = [o for o in (unwrap_optimizer(o) for o in optimizers) if o is not None]
-        session = Session(models, opts, discover=False, **dict(self._kwargs, **overrides))
+        session = Session(None, opts, discover=False, **dict(self._kwargs, **overrides))
         self._session = session
         # Inside `torchtriage run` (or another watch) the outer session adopts our models.
         self._active = session.__enter__()
+        for m in models:
+            # the framework holds the model: no user variable to name it by, its class does
+            self._active.watch_model(m, type(m).__name__)
 
     def close(self, exc: BaseException | None) -> None:
         session, self._session = self._session, None

@@ -1,0 +1,224 @@
+"""Localizing a non-finite value by replaying the whole recorded step (issue 11).
+
+The model-level localizers (`_localize.py`) replay the step's first model call and the
+`torch.nn.functional` loss; they cannot see a hand-written loss, a metric, a second model call
+or functional code. When the step was taped (`StepRecord.taped`), these replay the step as it
+ran (`_stepreplay.replay_step`):
+
+    forward   the first root call whose replayed output is bad → the producer op (op tracer)
+    loss      the replayed backward root → the producer op, in a model or in the tape, with the
+              user's line of the recorded op
+    backward  `torch.autograd.grad` of each replayed backward call with a hook on every node:
+              the first node with finite incoming and non-finite outgoing gradients; its tape op
+              (through the replayed output's `grad_fn`) or its module (forward metadata)
+
+Each finding says `localized_by` ("step_replay"). A record that cannot be replayed gives None
+and the reason; the caller then falls back to the model-level localizers.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+from .._catalogue import msg
+from .._findings import Finding, Stage
+from .._summary import summarize
+from ._families import kind_of, kind_text
+from ._replay import NodeMap, float_leaves, graph_nodes, node_frame, node_op, replaying, saved_tensors
+from ._stepreplay import NotReplayable, Replayed, replay_step, usable
+from ._trace import ModuleStack, OpTracer
+
+BY = "step_replay"
+
+
+def _models(record: Any) -> list[Any]:
+    seen: dict[int, Any] = {}
+    for c in record.calls:
+        seen.setdefault(id(c.model), c.model)
+    return list(seen.values())
+
+
+def _externals(session: Any) -> dict[int, str]:
+    return {pid: info.qualname for pid, info in session.param_index.infos().items()}
+
+
+def _tracer(session: Any, namer: Any) -> tuple[ModuleStack, OpTracer]:
+    mods = ModuleStack(namer)
+    tracer = OpTracer(mods, _externals(session))
+    tracer.stop_frame = sys._getframe(1)
+    return mods, tracer
+
+
+def _by(record: Any, **more: Any) -> dict[str, Any]:
+    ev: dict[str, Any] = {"localized_by": BY, "replayed": (
+        f"{len(record.calls)} model call(s), {sum(1 for o in record.ops if not o.before_step)} op(s)")}
+    ev.update({k: v for k, v in more.items() if v is not None})
+    return ev
+
+
+def _with_by(f: Finding, record: Any, **more: Any) -> Finding:
+    return f.replace(evidence=dict(f.evidence, **_by(record, **more)))
+
+
+def guarded(fn: Any) -> Any:
+    """A whole-step replay that fails (an op that cannot run twice, a custom object in the
+    arguments) gives None: the caller falls back to the model-level localizers."""
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception:
+            return None
+    run.__name__ = fn.__name__
+    run.__wrapped__ = fn  # type: ignore[attr-defined]
+    return run
+
+
+def why_not(session: Any) -> str | None:
+    snap = session.snapshot
+    return usable(snap.record if snap is not None else None)
+
+
+@guarded
+def forward(session: Any, state: Any, step: int, namer: Any, any_kind: bool,
+            is_bad: Any) -> tuple[OpTracer, torch.Tensor, Any, dict[str, Any]] | None:
+    """Replay the step; the first root call whose replayed output is non-finite (the caller
+    reads the producer off the tracer)."""
+    snap = session.snapshot
+    record = snap.record
+    mods, tracer = _tracer(session, namer)
+    try:
+        with replaying(session, snap, _models(record), state.autocast), mods, tracer:
+            rep = replay_step(record, tracer=tracer)
+    except NotReplayable:
+        return None
+    for call, out in rep.calls:
+        bad = [t for t in float_leaves(out) if is_bad(t, any_kind)]
+        if bad:
+            return tracer, bad[0], call, _by(record)
+    return None
+
+
+@guarded
+def loss(session: Any, state: Any, step: int, namer: Any, producer: Any) -> Finding | None:
+    """The loss (a backward root) is non-finite: the op that first made a value reaching it."""
+    snap = session.snapshot
+    record = snap.record
+    mods, tracer = _tracer(session, namer)
+    try:
+        with replaying(session, snap, _models(record), state.autocast), mods, tracer:
+            rep = replay_step(record, tracer=tracer)
+    except NotReplayable:
+        return None
+    for bw, roots, _ in rep.backwards:
+        for r in roots:
+            if not isinstance(r, torch.Tensor) or bool(torch.isfinite(r.detach()).all()):
+                continue
+            origin = tracer.origin_of(r)
+            if origin is None or origin.kind != "computed":
+                origin = tracer.producers[0] if tracer.producers else None
+            if origin is None:
+                return None
+            f = producer(origin, Stage.LOSS, step, loss=True, frame=bw.frame, loss_value=state.loss_value)
+            return _with_by(f, record, **{"backward called at": _where(bw.frame)})
+    return None
+
+
+def _where(frame: Any) -> str | None:
+    return f"{frame.file}:{frame.line}" if frame is not None else None
+
+
+@guarded
+def backward(session: Any, state: Any, step: int, namer: Any, make: Any) -> Finding | None:
+    """The first backward node that turns finite incoming gradients into non-finite ones."""
+    snap = session.snapshot
+    record = snap.record
+    mods = ModuleStack(namer)
+    first: list[tuple[Any, tuple[Any, ...], tuple[Any, ...]]] = []
+
+    def finite(gs: tuple[Any, ...]) -> bool:
+        return all(g is None or bool(torch.isfinite(g).all()) for g in gs)
+
+    def make_hook(node: Any) -> Any:
+        def hook(grad_inputs: Any, grad_outputs: Any) -> None:
+            if not first and finite(grad_outputs) and not finite(grad_inputs):
+                first.append((node, grad_inputs, grad_outputs))
+        return hook
+
+    rep: Replayed | None = None
+    bad_leaves: list[torch.Tensor] = []
+    with replaying(session, snap, _models(record), state.autocast), \
+            torch.autograd.set_detect_anomaly(True, check_nan=False), mods:
+        nm = NodeMap(mods)
+        try:
+            calls: dict[Any, Any] = {}
+
+            def on_call(call: Any) -> None:
+                nm.tag = call.label if call is not None else None
+                if call is not None:
+                    calls[call.label] = call.frame
+
+            with nm:
+                rep = replay_step(record, on_call=on_call)
+        except NotReplayable:
+            return None
+        for bw, roots, grads in rep.backwards:
+            roots = [r for r in roots if isinstance(r, torch.Tensor) and r.requires_grad]
+            if not roots:
+                continue
+            nodes = graph_nodes([r.grad_fn for r in roots])
+            leaves = [n.variable for n in nodes if type(n).__name__ == "AccumulateGrad"]
+            handles = [n.register_hook(make_hook(n)) for n in nodes if type(n).__name__ != "AccumulateGrad"]
+            try:
+                if leaves:
+                    gs = grads if grads is None or isinstance(grads, (list, tuple)) else [grads]
+                    got = torch.autograd.grad(roots, leaves, gs, retain_graph=True, allow_unused=True)
+                    bad_leaves = [t for t, g in zip(leaves, got) if g is not None and not bool(torch.isfinite(g).all())]
+            finally:
+                for h in handles:
+                    h.remove()
+            if first:
+                break
+    if not first or rep is None:
+        return None
+    node, g_in, g_out = first[0]
+    tape = rep.op_of_node.get(id(node))
+    entry = nm.nodes.get(id(node))
+    module = entry[2] if entry is not None and tape is None else None
+    frame = tape[0].frame if tape is not None else node_frame(node)
+    model = nm.tags.get(id(node)) if tape is None else None
+    if tape is None and frame is None:
+        frame = calls.get(model) or next((c.frame for c, _ in rep.calls), None)
+    op = node_op(node)
+    ev: dict[str, Any] = {}
+    if tape is not None:
+        ev["recorded op"] = tape[0].name
+    elif entry is not None:
+        ev["forward call"] = entry[1]
+    ev["backward node"] = type(node).__name__
+    for k, v in saved_tensors(node).items():
+        ev[f"saved {k}"] = summarize(v)
+        if v.is_floating_point():
+            ev[f"zeros in saved {k}"] = int((v == 0).sum())
+    ev["incoming gradient"] = next((summarize(g) for g in g_out if g is not None), None)
+    bad_in = next((g for g in g_in if g is not None and not bool(torch.isfinite(g).all())), None)
+    ev["outgoing gradient"] = summarize(bad_in)
+    order = {pid: i for i, pid in enumerate(session.param_index.infos())}
+    bad_leaves.sort(key=lambda t: order.get(id(t), len(order)))  # the models' order, not the graph's
+    names = [n for n in (session.param_index.name(t) for t in bad_leaves) if n is not None]
+    if names:
+        ev["parameters with non-finite gradients"] = names[:10]
+    kind = kind_text(kind_of(bad_in))
+    key = "nonfinite.backward" if tape is None else "nonfinite.backward_code"
+    several = len({id(c.model) for c in record.calls}) > 1 or len(session.models) > 1
+    if several and module is not None and model is not None:
+        extra_model = {"model": model}
+    else:
+        extra_model = {}
+    f = make("numerical.nonfinite_backward", key, Stage.BACKWARD, step, module=module, **extra_model,
+             op=op, parameter=names[0] if names else None, frame=frame, cause=msg("nonfinite.cause.backward", op=op),
+             next_check=msg("nonfinite.next.backward"), evidence=ev, kind=kind,
+             line=f"{frame.file}:{frame.line}" if frame is not None else "?")
+    return _with_by(f, record)
