@@ -14,10 +14,11 @@ CHECKS: dict[str, str] = {
     "nonfinite": "torchtriage._nonfinite:NonFiniteSentinel",
     "gradients": "torchtriage._gradients:GradientChecker",
     "silent": "torchtriage._silent:SilentChecker",
+    "dynamics": "torchtriage._dynamics:DynamicsChecker",
     "repro": "torchtriage._repro:ReproRecorder",
 }
 
-DEFAULT_CHECKS: tuple[str, ...] = ("triage", "nonfinite", "gradients", "silent", "repro")
+DEFAULT_CHECKS: tuple[str, ...] = ("triage", "nonfinite", "gradients", "silent", "dynamics", "repro")
 
 
 def available() -> list[str]:

@@ -104,7 +104,9 @@ class Session(SessionHooks):
         self._in_backward = 0
         self._in_loss = 0
         self.exception: BaseException | None = None
-        self.series: dict[str, list[float | None]] = {}
+        from ._series import SeriesStore
+
+        self.health = SeriesStore()  # per-step loss, grad norm, lr, ... in bounded memory (issue 19)
         self.meta: dict[str, Any] = {"torch": torch.__version__}
         self._t0 = time.time()
         self._pending_models = _as_list(models, nn.Module, "models")
@@ -115,8 +117,15 @@ class Session(SessionHooks):
     def report(self) -> Report:
         """The findings so far, in priority order (empty when nothing is wrong)."""
         meta = dict(self.meta, steps=self.steps_seen)
-        return Report(tuple(self._findings.values()), meta=meta,
-                      series={k: list(v) for k, v in self.series.items()})
+        thinned = self.health.decimated()
+        if thinned:  # long runs: the kept points' steps, for the charts' x axis
+            meta["series_steps"] = {k: [s for s, _ in self.health.points(k)] for k in thinned}
+        return Report(tuple(self._findings.values()), meta=meta, series=self.series)
+
+    @property
+    def series(self) -> dict[str, list[float | None]]:
+        """The per-step series' kept values, name -> list (a copy; see `health` for the steps)."""
+        return {k: self.health.values(k) for k in self.health}
 
     @property
     def steps_seen(self) -> int:
@@ -166,8 +175,12 @@ class Session(SessionHooks):
         return finding
 
     def record_series(self, name: str, value: float | None) -> None:
-        """Append a per-step measurement (drawn in the HTML report)."""
-        self.series.setdefault(name, []).append(value)
+        """Append a per-step measurement (drawn in the HTML report), kept in bounded memory."""
+        self.health.add(name, self.step, value)
+
+    def patch(self, obj: Any, attr: str, new: Any) -> None:
+        """Replace `obj.attr` with `new` until the session's hooks are removed (exit, exception)."""
+        self._patch(obj, attr, new)
 
     def watch_model(self, model: nn.Module, label: str | None = None) -> None:
         if not isinstance(model, nn.Module):
