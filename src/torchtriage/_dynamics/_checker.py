@@ -124,6 +124,11 @@ class DynamicsChecker(Checker):
         inp, tgt, kw = call.input, call.target, call.kwargs
         if not isinstance(inp, torch.Tensor) or not isinstance(tgt, torch.Tensor):
             return
+        if call.name == "cross_entropy" and inp.dim() >= 2 and inp.shape[1] == 1 and ("ce1", call.frame) not in self.reported:
+            # cross_entropy's own log_softmax over one class: the loss is exactly 0 whatever the model does
+            self.reported.add(("ce1", call.frame))
+            self._add(dim_finding(dict(name="silent.softmax_single_unit", op="cross_entropy", dim=1, shape=list(inp.shape),
+                                       constant="0"), call.frame, self._step))
         with torch.no_grad():
             if call.name == "cross_entropy" and is_index_tensor(tgt) and inp.dim() >= 2:
                 self._queue_classes(inp, tgt, kw)
@@ -165,11 +170,11 @@ class DynamicsChecker(Checker):
         if nums is None:
             return
         self.probed.add(model)
-        ref, args, kwargs, frame = weakref.ref(model), snap.args, dict(snap.kwargs), snap.call_frame
+        ref, args, kwargs, frame, step = weakref.ref(model), snap.args, dict(snap.kwargs), snap.call_frame, self._step
 
         def done(v: list[float]) -> None:
             if v[1] >= 4 and v[0] >= 0.9 * v[1]:
-                self.probe_pending = (ref, args, kwargs, frame)
+                self.probe_pending = (ref, args, kwargs, frame, step)
 
         self.flags.add(nums, done)
 
@@ -279,13 +284,10 @@ class DynamicsChecker(Checker):
     def _grad_norm(self, v: float | None, optimizer: torch.optim.Optimizer | None) -> None:
         grow = self.grad_growth.add(self._step, v)
         factor = self.spikes.add(v)
-        if (grow is None and factor is None) or "exploding" in self.reported:
-            return
-        if grow is not None and (self.loss_growth.done or (self.loss_recent and self.loss_head
-                                                           and self.loss_recent[-1] < self.loss_head[0])):
-            # the loss diverges (reported, with the same cause), or the norm grows from a small
-            # start while the loss falls: training, not exploding
-            return
+        if (grow is None and factor is None) or "exploding" in self.reported or self.loss_growth.done:
+            return  # (a diverging loss is reported, with the same cause)
+        if grow is not None and self.loss_recent and self.loss_head and self.loss_recent[-1] < self.loss_head[0]:
+            return  # the norm grows from a small start while the loss falls: training, not exploding
         self.reported.add("exploding")
         layer, kind = self._largest_layer(optimizer)
         rnn = kind in _RECURRENT and not self.order.clip_seen
@@ -353,9 +355,9 @@ class DynamicsChecker(Checker):
         pending, self.probe_pending = self.probe_pending, None
         if pending is None:
             return
-        ref, args, kwargs, frame = pending
+        ref, args, kwargs, frame, step = pending
         model = ref()
         if model is not None:
             f = _causal.probe(model, args, kwargs, frame)
             if f is not None:
-                self._add(f.replace(step=None))
+                self._add(f.replace(step=step))

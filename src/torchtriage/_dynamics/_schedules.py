@@ -79,6 +79,7 @@ class ScheduleWatch:
         self.fell = False
         self.last_change = 0  # +1 rose, -1 fell
         self.lr_steps = 0
+        self.max_lr = 0.0
         self.was_positive = False
         self.zero_since: int | None = None
         self.lr_opt: weakref.ref[Any] | None = None
@@ -144,6 +145,7 @@ class ScheduleWatch:
                 self.last_change = 1 if up and not down else -1
         self.last_lr = list(now)
         self.lr_steps += 1
+        self.max_lr = max(self.max_lr, *now) if now else self.max_lr
         if all(v == 0 for v in now):
             if self.was_positive and self.zero_since is None:
                 self.zero_since = step
@@ -154,7 +156,7 @@ class ScheduleWatch:
                                    steps=step - self.zero_since + 1, op=type(opt).__name__,
                                    evidence={"lr": 0.0, "first_step_at_lr_0": self.zero_since,
                                              "steps_at_lr_0": step - self.zero_since + 1,
-                                             "lr_before": num(max(self.first_lr or [0.0]))}))
+                                             "lr_before": num(self.max_lr)}))
         else:
             self.zero_since = None
             self.was_positive |= any(v > 0 for v in now)
