@@ -56,7 +56,7 @@ class StepOrder:
         order = self
 
         @functools.wraps(original)
-        def clip_grad_norm_(*args: Any, **kwargs: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:  # (named like the other pass-through wrappers)
             __tracebackhide__ = True  # noqa: F841
             if not order.broken:
                 try:
@@ -68,7 +68,7 @@ class StepOrder:
                                   TriageInternalWarning, stacklevel=2)
             return original(*args, **kwargs)
 
-        return clip_grad_norm_
+        return wrapped
 
     # ------------------------------------------------------------------ events
     def clipped(self, max_norm: float | None) -> None:
