@@ -4,6 +4,7 @@ users write it, gets its exact finding under the default checks."""
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import pytest
@@ -280,3 +281,36 @@ def test_series_store_is_bounded_and_keeps_anomalies_exact():
     assert [(i, float(i)) for i in range(49_995, 50_006)] == [p for p in pts if 49_995 <= p[0] <= 50_005]
     assert [p[0] for p in pts] == sorted(p[0] for p in pts) and store.count("loss") == n
     assert store.decimated() == ["loss"]
+
+
+# ---------------------------------------------------------------------------- pictures
+def test_terminal_report_has_a_loss_sparkline():
+    from torchtriage.report import render_text
+    from torchtriage.report._spark import sparkline
+
+    assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
+    assert sparkline([1.0, None, float("nan"), 1e4]) == "▁ ×█"  # log scale: 1 and 1e4 at the ends
+    s, _ = _watch(z.loop_lr_too_high)
+    lines = render_text(s.report).splitlines()
+    assert lines[-2].startswith("loss ▁▁▁▂▂▂▃▃▃▃▄▄▄▄▅▅▅▆▆▆▆▇▇▇▇██") and lines[-2].endswith(", steps 0–59")
+    assert lines[-2].count("×") == 13  # the buckets holding the NaN steps at the end
+
+
+def test_html_report_draws_loss_grad_norm_and_lr_with_the_anomaly_marked():
+    from torchtriage.report import render_html
+
+    s, _ = _watch(z.loop_epoch_scheduler_stepped_per_batch)
+    page = render_html(s.report)
+    for name in ("loss", "grad_norm", "lr"):
+        assert f'<figcaption class="chart-title">{name}</figcaption>' in page
+    assert page.count('class="mark"') == 3 and page.count(">step 20</text>") == 3  # the primary finding's step
+
+
+def test_html_chart_of_a_decimated_series_uses_the_kept_steps():
+    from torchtriage import Report
+    from torchtriage.report import render_html
+
+    steps = list(range(0, 2000)) + list(range(2000, 100_000, 64))
+    rep = Report((), meta={"series_steps": {"loss": steps}}, series={"loss": [1.0 / (1 + s) for s in steps]})
+    ticks = re.findall(r'class="tick"[^>]*text-anchor="middle">(\d+)<', render_html(rep))
+    assert ticks == ["0", "20000", "40000", "60000", "80000"]  # steps, not the 3,531 kept points' indices

@@ -55,4 +55,6 @@ MESSAGES = {
     "silent.softmax_over_batch.cause": "dim=0 of a (batch, classes) tensor is the sample axis: each probability (or argmax) then depends on the other samples in the batch, not on the classes",
     "silent.softmax_over_batch.next": "use dim=1 (or dim=-1) for the class axis",
     "silent.attention_sees_future.auto": "found by the automatic causal probe: the model is trained on shifted targets (targets = inputs moved by one token)",
+    # the terminal report's trend line
+    "report.sparkline": "{name} {spark}  {first} → {last}, steps {start}–{end}",
 }

@@ -50,4 +50,6 @@ MESSAGES = {
     "silent.softmax_over_batch.cause": "(batch, classes) 张量的第 0 维是样本轴：每个概率（或 argmax）因此取决于批次中的其他样本，而不是类别",
     "silent.softmax_over_batch.next": "类别轴请用 dim=1（或 dim=-1）",
     "silent.attention_sees_future.auto": "由自动因果探测发现：该模型用移位后的目标训练（目标 = 输入向后移一个 token）",
+    # the terminal report's trend line
+    "report.sparkline": "{name} {spark}  {first} → {last}，第 {start}–{end} 步",
 }

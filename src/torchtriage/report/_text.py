@@ -84,8 +84,13 @@ def render_finding(f: Finding, *, index: int | None = None) -> list[str]:
 def render_text(report: Report) -> str:
     """The report as plain text (no colour), stable for golden tests."""
     lines = [f"== {msg('report.title')} =="]
+    from ._spark import trend_line
+
+    trend = trend_line(report.series, report.meta)  # one line: the loss curve (issue 19)
     if not report.findings:
         lines.append(msg("report.empty"))
+        if trend:
+            lines.append(trend)
         return "\n".join(lines)
     primary = report.primary
     issues = [f for f in report.findings if f.severity is not Severity.INFO]
@@ -102,6 +107,8 @@ def render_text(report: Report) -> str:
         lines.append(f"-- {msg('report.infos')} --")
         for f in infos:
             lines.extend(render_finding(f))
+    if trend:
+        lines.append(trend)
     counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
     lines.append(msg("report.summary_line", errors=counts[Severity.ERROR], warnings=counts[Severity.WARNING],
                      infos=counts[Severity.INFO], steps=report.meta.get("steps", 0)))
