@@ -314,3 +314,22 @@ def test_html_chart_of_a_decimated_series_uses_the_kept_steps():
     rep = Report((), meta={"series_steps": {"loss": steps}}, series={"loss": [1.0 / (1 + s) for s in steps]})
     ticks = re.findall(r'class="tick"[^>]*text-anchor="middle">(\d+)<', render_html(rep))
     assert ticks == ["0", "20000", "40000", "60000", "80000"]  # steps, not the 3,531 kept points' indices
+
+
+def test_gpt_without_causal_mask_under_run(tmp_path):
+    import json
+    from pathlib import Path
+
+    from conftest import run_cli
+
+    script = tmp_path / "train.py"
+    script.write_text(f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+                      "from zoo.dynamics import loop_gpt\nmodel, opt, train = loop_gpt(False)\ntrain()\n",
+                      encoding="utf-8")
+    out = tmp_path / "report.json"
+    p = run_cli("run", "--json", str(out), str(script), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    findings = json.loads(out.read_text(encoding="utf-8"))["findings"]
+    assert [(f["code"], f["line"], f["evidence"]["probe"]) for f in findings] == [
+        ("silent.attention_sees_future", _line("# BUG: no causal mask"), "automatic: targets are the inputs shifted by one")]
+    assert re.search(r"\nloss [▁▂▃▄▅▆▇█]{4}  [0-9.]+ → [0-9.]+, steps 0–3\n", p.stderr), p.stderr
