@@ -301,7 +301,7 @@ class DynamicsChecker(Checker):
         self._add(finding("exploding_gradients", category=Category.GRADIENT, stage=Stage.BACKWARD, step=step,
                           module=layer, variant="growth" if grow is not None else None,
                           cause="dynamics.exploding_gradients.cause" + (".rnn" if rnn else ""),
-                          norm=num(v), factor=f"{factor:.3g}" if factor else "", layer=layer or type(optimizer).__name__ if layer is None else (layer or "(root)"),
+                          norm=num(v), factor=f"{factor:.3g}" if factor else "", layer="(root)" if layer == "" else (layer or "?"),
                           start=step, first=num(grow["first"]) if grow else "", steps=grow["steps"] if grow else 0,
                           evidence=ev))
 
