@@ -72,6 +72,7 @@ class DynamicsChecker(Checker):
         self.probe_pending: tuple[Any, ...] | None = None
         self.lr_names: dict[tuple[int, int], str] = {}
         self.opt_index: dict[int, int] = {}
+        self.stepped = False
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -102,6 +103,8 @@ class DynamicsChecker(Checker):
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
         self.order.root_forward()
+        if self.region is None and self._step >= self.warmup and self.eval_regions >= self.eval_passes:
+            return  # the common case after the first steps: nothing to watch here
         self._leave_region()
         out = first_tensor(output)
         batch = out.shape[0] if out is not None and out.dim() >= 1 else None
@@ -186,6 +189,7 @@ class DynamicsChecker(Checker):
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         self._leave_region()
+        self.stepped = True
         step = self._step
         o = self.opt_index.setdefault(id(optimizer), len(self.opt_index))
         lrs = [lr_value(g.get("lr")) for g in optimizer.param_groups]
@@ -219,11 +223,13 @@ class DynamicsChecker(Checker):
 
     def on_step_end(self, step: int) -> None:
         self._leave_region()
-        if not self.session.optimizers:
+        if not self.stepped:  # no optimizer: the step's numbers were read at backward's end
             self._consume(None)
-        for f in self.sched.scheduler_findings():
-            self._add(f)
-        if not self.sentinel or not self.flags.pending():
+        self.stepped = False
+        if self.sched.scheds:
+            for f in self.sched.scheduler_findings():
+                self._add(f)
+        if len(self.flags) and (not self.sentinel or not self.flags.pending()):
             self.flags.resolve()
         self._run_probe()
 
@@ -269,8 +275,8 @@ class DynamicsChecker(Checker):
                               evidence={"series": "loss", "start_step": grow["start"], "value_at_start": num(grow["first"]),
                                         "step_now": grow["end"], "value_now": num(grow["last"]),
                                         "growth_per_step": f"×{grow['rate']:.3g}", "lr": self._lr_text()}))
-        n = len(self.loss_recent)
-        if self.prior is not None and self._step >= _trends.PRIOR_MIN_STEPS and n % 10 == 0 and "prior" not in self.reported:
+        if (self.prior is not None and self._step >= _trends.PRIOR_MIN_STEPS and self._step % 10 == 0
+                and "prior" not in self.reported):
             loss, variant, prior, what = self.prior
             mean = _trends.at_prior(list(self.loss_recent), prior)
             if mean is not None:

@@ -16,6 +16,7 @@ seen. Under `torchtriage run` the script is imported inside the session, so it i
 from __future__ import annotations
 
 import functools
+import sys
 import warnings
 from typing import Any
 
@@ -37,7 +38,8 @@ class StepOrder:
     def __init__(self, session: Any) -> None:
         self.session = session
         self.broken = False
-        self.backwards: list[tuple[bool, str, UserFrame | None]] = []  # (after own forward, node, frame)
+        self.backwards: list[tuple[bool, str, tuple[Any, ...]]] = []  # (after own forward, node, call site)
+        self.frame: UserFrame | None = None  # the user's line of the step's backward calls (from the second)
         self.forward_since_backward = False
         self.clip: tuple[int, bool, float | None, UserFrame | None] | None = None  # (backwards then, after step, max_norm, frame)
         self.clip_seen = False
@@ -83,8 +85,14 @@ class StepOrder:
         root = roots[0] if roots and isinstance(roots[0], torch.Tensor) else None
         node = type(root.grad_fn).__name__ if root is not None and root.grad_fn is not None else ""
         scalar = root is not None and root.numel() == 1
-        frame = user_frame_from_stack(4) if scalar else None
-        self.backwards.append((self.forward_since_backward and scalar, node, frame))
+        # The call site as a cheap key (no search for the user's frame on every step): the two
+        # frames above the session's backward wrapper, i.e. Tensor.backward's caller or
+        # torch.autograd.backward's. The user's line is looked up only from a step's second
+        # backward on, when accumulation is possible.
+        site = _site(4)
+        if self.backwards and scalar and self.frame is None:
+            self.frame = user_frame_from_stack(4)
+        self.backwards.append((self.forward_since_backward and scalar, node, site))
         self.forward_since_backward = False
 
     def optimizer_step(self, opt: torch.optim.Optimizer) -> list[Finding]:
@@ -103,8 +111,8 @@ class StepOrder:
                                        evidence={"max_norm": max_norm, "backward_calls_after_clip": len(self.backwards) - at,
                                                  "steps_seen_like_this": 2}))
         bw = self.backwards
-        if (len(bw) >= 2 and all(own for own, _, _ in bw) and len({f for _, _, f in bw}) == 1 and bw[0][2] is not None
-                and not any(node.startswith(_SCALED) for _, node, _ in bw)):
+        if (len(bw) >= 2 and all(own for own, _, _ in bw) and len({site for _, _, site in bw}) == 1
+                and self.frame is not None and not any(node.startswith(_SCALED) for _, node, _ in bw)):
             self.accum_hits += 1
             if self.accum_hits == 2 and "accum" not in self.reported:
                 self.reported.add("accum")
@@ -112,10 +120,21 @@ class StepOrder:
                 adaptive = kind in ADAPTIVE
                 out.append(finding("accumulation_not_divided", category="gradient", stage=Stage.BACKWARD,
                                    severity=Severity.INFO if adaptive else Severity.WARNING, step=step,
-                                   frame=bw[0][2], op="backward", count=len(bw), optimizer=kind,
+                                   frame=self.frame, op="backward", count=len(bw), optimizer=kind,
                                    cause="dynamics.accumulation_not_divided.cause" + (".adaptive" if adaptive else ""),
                                    evidence={"backward_calls_per_step": len(bw), "loss_node": bw[0][1],
                                              "optimizer": kind}))
         self.backwards = []
         self.clip = None
+        self.frame = None
         return out
+
+
+def _site(depth: int) -> tuple[Any, ...]:
+    """(code, line) of the frames `depth` and `depth + 1` above the caller."""
+    try:
+        f = sys._getframe(depth + 1)
+        g = f.f_back
+        return (f.f_code, f.f_lineno, g.f_code if g else None, g.f_lineno if g else None)
+    except ValueError:
+        return ()

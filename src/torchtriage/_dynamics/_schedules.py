@@ -131,6 +131,9 @@ class ScheduleWatch:
         if self.lr_opt() is not opt or any(v is None for v in lrs_now):
             return []
         now: list[float] = lrs_now  # type: ignore[assignment]
+        if now == self.last_lr and self.zero_since is None and (self.was_positive or not any(now)):
+            self.lr_steps += 1  # the common step: the lr did not change
+            return []
         step = self.session.step
         out: list[Finding] = []
         if self.first_lr is None:

@@ -69,7 +69,7 @@ class Spikes:
             return None
         factor = None
         if len(self.history) >= SPIKE_HISTORY:
-            med = statistics.median(self.history)
+            med = sorted(self.history)[len(self.history) // 2]
             if med > 0 and value >= SPIKE * med:
                 factor = value / med
         self.history.append(value)
