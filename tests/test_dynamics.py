@@ -333,3 +333,20 @@ def test_gpt_without_causal_mask_under_run(tmp_path):
     assert [(f["code"], f["line"], f["evidence"]["probe"]) for f in findings] == [
         ("silent.attention_sees_future", _line("# BUG: no causal mask"), "automatic: targets are the inputs shifted by one")]
     assert re.search(r"\nloss [▁▂▃▄▅▆▇█]{4}  [0-9.]+ → [0-9.]+, steps 0–3\n", p.stderr), p.stderr
+
+
+def test_metric_region_leaves_the_mode_stack_when_backward_runs_through_it():
+    # A submodule called after the root's forward puts the session in the "forward" stage, so the
+    # region passes `loss.backward()` through while torch has it off the stack: leaving from
+    # inside must wait, not search the stack (the region used to stay pushed after the session).
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(4):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y) + F.mse_loss(model[2](torch.relu(model[0](x))), y)
+            loss.backward()
+            opt.step()
+    assert torch._C._len_torch_function_stack() == 0
+    assert s.report.findings == ()

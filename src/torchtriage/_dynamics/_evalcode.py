@@ -102,7 +102,14 @@ class MetricRegion(LossRegion):
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if not self.active or torch.compiler.is_compiling() or self.session.stage is Stage.FORWARD:
-            return func(*args, **kwargs)
+            # Counted as inside too: torch takes this mode off the stack while its handler runs,
+            # and a `loss.backward()` passed through here makes the session leave the region
+            # from within (`leave()` must then wait instead of searching the stack for it).
+            self.inside += 1
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.inside -= 1
         real = self._unwrap.get(func, func)
         self.inside += 1
         try:

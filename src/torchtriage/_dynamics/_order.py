@@ -16,7 +16,6 @@ seen. Under `torchtriage run` the script is imported inside the session, so it i
 from __future__ import annotations
 
 import functools
-import sys
 import warnings
 from typing import Any
 
@@ -27,7 +26,7 @@ from torch.nn.utils import clip_grad as _clip_grad
 from .._catalogue import msg
 from .._errors import TriageInternalWarning
 from .._findings import Finding, Severity, Stage
-from .._frames import UserFrame, user_frame_from_stack
+from .._frames import UserFrame, user_frame_from_stack, user_stack_frame
 from ._common import finding
 
 ADAPTIVE = ("Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "SparseAdam", "Adafactor")
@@ -85,10 +84,8 @@ class StepOrder:
         root = roots[0] if roots and isinstance(roots[0], torch.Tensor) else None
         node = type(root.grad_fn).__name__ if root is not None and root.grad_fn is not None else ""
         scalar = root is not None and root.numel() == 1
-        # The call site as a cheap key (no search for the user's frame on every step): the two
-        # frames above the session's backward wrapper, i.e. Tensor.backward's caller or
-        # torch.autograd.backward's. The user's line is looked up only from a step's second
-        # backward on, when accumulation is possible.
+        # The call site as a cheap key; the user's line (with its source text) is built only from
+        # a step's second backward on, when accumulation is possible.
         site = _site(4)
         if self.backwards and scalar and self.frame is None:
             self.frame = user_frame_from_stack(4)
@@ -130,11 +127,7 @@ class StepOrder:
         return out
 
 
-def _site(depth: int) -> tuple[Any, ...]:
-    """(code, line) of the frames `depth` and `depth + 1` above the caller."""
-    try:
-        f = sys._getframe(depth + 1)
-        g = f.f_back
-        return (f.f_code, f.f_lineno, g.f_code if g else None, g.f_lineno if g else None)
-    except ValueError:
-        return ()
+def _site(skip: int) -> tuple[Any, ...]:
+    """(code, line) of the innermost user frame (a cheap key: no source line is read, no frame kept)."""
+    f = user_stack_frame(skip + 1)
+    return (f.f_code, f.f_lineno) if f is not None else ()
