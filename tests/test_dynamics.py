@@ -219,7 +219,7 @@ def test_cross_entropy_on_one_output_unit():
 def test_softmax_over_the_batch_dimension():
     s, _ = _watch(z.loop_softmax_over_batch)
     f = _one(s.report, "silent.softmax_over_batch")
-    assert (f.severity, f.line, f.step) == (Severity.ERROR, _line("# BUG: dim 0 is the batch"), 0)
+    assert (f.severity, f.line, f.step) == (Severity.WARNING, _line("# BUG: dim 0 is the batch"), 0)
     assert f.message == ("softmax over dim 0, the batch dimension (shape [32, 4]): it works across the samples of "
                          "the batch instead of across classes")
 
@@ -349,4 +349,20 @@ def test_metric_region_leaves_the_mode_stack_when_backward_runs_through_it():
             loss.backward()
             opt.step()
     assert torch._C._len_torch_function_stack() == 0
+    assert s.report.findings == ()
+
+
+def test_a_mask_built_by_broadcasting_is_not_a_metric():
+    # lengths[:, None] > positions, with as many sequences as positions: (N, 1) vs (N,) by chance
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y, lengths = torch.randn(8, 8, 4), torch.randn(8, 8), torch.randint(1, 9, (8,))
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            out = model(x).squeeze(-1)
+            mask = lengths.unsqueeze(1) > torch.arange(8)
+            loss = ((out - y) ** 2).masked_fill(~mask, 0).sum() / mask.sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
     assert s.report.findings == ()

@@ -118,7 +118,7 @@ class DynamicsChecker(Checker):
         if self.region is None and ((evaluation and self.eval_regions < self.eval_passes)
                                     or (grad and self._step < self.warmup)):
             self.eval_regions += evaluation
-            self.region = MetricRegion(self.session, batch, evaluation)
+            self.region = MetricRegion(self.session, batch, evaluation, output)
             self.region.enter()
 
     def on_loss(self, call: LossCall) -> None:

@@ -11,9 +11,11 @@ forward runs (session stage "forward") it passes ops through unchecked; it recor
 ops. It checks, by shapes only (no device read):
 
   * elementwise comparisons (==, !=, <, ...) always, arithmetic only after evaluation forwards
-    (the loss region covers training arithmetic): the outer-broadcast pattern; the metric as
-    computed and with aligned shapes are read when the finding is made (once per line);
-  * softmax / log_softmax over a dimension of size 1 (constant output: constant loss, zero
+    (the loss region covers training arithmetic): the outer-broadcast pattern between a
+    tensor computed from the model's output and one that is not (the labels), reported when a
+    number (a 0-d tensor) was computed from its result — the metric as computed and with aligned
+    shapes are read then (once per line); a mask built by broadcasting is not a metric;
+  * on tensors computed from the model's output: softmax / log_softmax over a dimension of size 1 (constant output: constant loss, zero
     gradients) and softmax / log_softmax / argmax over dim 0 of a (batch, classes) tensor that
     is not square (a square one is a similarity matrix, where dim 0 is legitimate).
 """
@@ -91,9 +93,13 @@ def node_checks(out: Any, batch: int | None) -> dict[str, Any] | None:
 class MetricRegion(LossRegion):
     """Watches the ops after a root forward; changes nothing (see the module docstring)."""
 
-    def __init__(self, session: Any, batch: int | None, evaluation: bool) -> None:
+    def __init__(self, session: Any, batch: int | None, evaluation: bool, outputs: Any = None) -> None:
         super().__init__()
         self.session = session
+        # ids of the model's outputs and of what the region saw computed from them: a metric
+        # compares a prediction with a label; two tensors unrelated to the model (a mask built
+        # from lengths and positions) are not checked
+        self.derived = {id(t) for t in pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor)}
         self.batch = batch
         self.evaluation = evaluation
         self.metric_suspects: list[MetricSuspect] = []
@@ -122,9 +128,14 @@ class MetricRegion(LossRegion):
             if len(self.ops) >= MAX_OPS:
                 self.active = False
                 return out
+            derived = self.derived
+            from_model = [isinstance(a, torch.Tensor) and id(a) in derived for a in args[:2]]
+            if any(from_model) or any(isinstance(v, torch.Tensor) and id(v) in derived for v in kwargs.values()):
+                derived.update(id(t) for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
             if (func in _COMPARE or (self.evaluation and func in _BINARY)) and len(args) >= 2:
-                self._check(func, args[0], args[1], out)
-            elif func in _SOFTMAX or func in _ARGMAX:
+                if from_model[0] != from_model[1]:  # a prediction against something else (the labels)
+                    self._check(func, args[0], args[1], out)
+            elif (func in _SOFTMAX or func in _ARGMAX) and from_model[0]:
                 found = dim_checks(func, args, kwargs, self.batch)
                 if found is not None:
                     self.dims.append((found, user_frame_from_stack(2)))
@@ -172,8 +183,12 @@ class MetricRegion(LossRegion):
             key = ("metric", s.op, s.frame)
             if key in reported:
                 continue
-            reported.add(key)
             computed, aligned = self.outcome(s)
+            if computed is None:
+                # No number was computed from it: an (N, 1) vs (N,) comparison that builds a mask
+                # (lengths[:, None] > positions with N == T by chance) is not a metric.
+                continue
+            reported.add(key)
             found.append(finding("silent.metric_broadcast", severity=Severity.ERROR, step=step, op=s.op, frame=s.frame,
                                  a=list(s.a), b=list(s.b), result=list(s.result_shape),
                                  evidence={"left_shape": s.a, "right_shape": s.b, "broadcast_shape": s.result_shape,
@@ -195,5 +210,8 @@ def dim_finding(fields: dict[str, Any], frame: UserFrame | None, step: int | Non
     ev = {"input_shape": tuple(fields["shape"]), "dim": fields["dim"]}
     if single:
         ev["output_is_always"] = fields["constant"]
-    return finding(name, severity=Severity.ERROR, stage=Stage.FORWARD if module is not None else None, step=step,
+    # over one unit: always wrong; over the batch: wrong for a classifier, deliberate in a few
+    # batch-level normalizations (instance weights), so a warning
+    severity = Severity.ERROR if single else Severity.WARNING
+    return finding(name, severity=severity, stage=Stage.FORWARD if module is not None else None, step=step,
                    frame=frame, module=module, evidence=ev, **fields)
