@@ -366,3 +366,26 @@ def test_a_mask_built_by_broadcasting_is_not_a_metric():
             loss.backward()
             opt.step()
     assert s.report.findings == ()
+
+
+def test_sampling_every_step_keeps_one_read_per_step_and_a_bounded_queue():
+    from tests._syncs import SyncCounter
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = torch.randn(32, 8), torch.randint(0, 4, (32,))
+    per_step, queued = [], []
+    with SyncCounter() as counter:
+        with torchtriage.watch(model, opt, on_anomaly="record", report=False, dynamics_every=1) as s:
+            dyn = s.checker("dynamics")
+            for _ in range(12):
+                n0 = len(counter.calls)
+                loss = F.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                per_step.append(len(counter.calls) - n0)
+                queued.append(len(dyn.flags))
+    assert per_step == [1] * 12
+    assert max(queued) <= 2  # the last step's sample (grad norms, update norms), not the run's
+    assert len(dyn.vanish.previous) == 2 and dyn.ratios[-1][0] == 11  # every step's numbers arrived

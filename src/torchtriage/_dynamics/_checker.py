@@ -3,7 +3,8 @@
 Per step, with no device read of its own: the lr of every param group (Python floats), and the
 loss and global gradient norm the non-finite sentinel read in its one read of the step
 (`session.health`, series "loss", "grad_norm"). At sampled steps (`_layers`): per-layer
-gradient norms and update-to-parameter ratios, riding the next step's read. Warm-up steps and
+gradient norms and update-to-parameter ratios, riding the next step's read (`resolve_read` at a
+step's end runs what was read and keeps the rest queued, so `dynamics_every=1` stays bounded). Warm-up steps and
 the first evaluation forwards: the metric region (`_evalcode`) and the loss's prior and shift
 numbers (riding the step's read). Without the sentinel, the loss is queued here and read at the
 step's end (one read per step).
@@ -229,8 +230,11 @@ class DynamicsChecker(Checker):
         if self.sched.scheds:
             for f in self.sched.scheduler_findings():
                 self._add(f)
-        if len(self.flags) and (not self.sentinel or not self.flags.pending()):
-            self.flags.resolve()
+        if len(self.flags):
+            if self.sentinel:  # what the step's read filled; the rest rides the next read
+                self.flags.resolve_read()
+            else:
+                self.flags.resolve()
         self._run_probe()
 
     def on_end(self) -> None:
