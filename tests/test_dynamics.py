@@ -141,6 +141,21 @@ def test_stagnation_lr_far_too_low():
     assert "lr=1e-07" in f.cause
 
 
+def test_stagnation_gradients_clipped_to_nothing():
+    s, _ = _watch(z.loop_clipped_to_nothing)
+    f = _one(s.report, "dynamics.stagnation")
+    assert f.evidence["clip_grad_norm_seen"] is True and f.evidence["lr"] == "0.1"
+    assert "clipped to almost nothing" in f.cause
+
+
+def test_regression_loss_stuck_at_the_target_variance():
+    s, _ = _watch(z.loop_inputs_centered_per_sample)
+    f = _one(s.report, "dynamics.loss_at_prior")
+    y = 2 * (torch.rand(128, 1, generator=torch.Generator().manual_seed(1)) * 4) + 1
+    assert f.evidence["prior"] == f"{y.var(unbiased=False).item():.4g}"
+    assert f.message.startswith("the mse_loss loss stays at ") and "the targets' variance is" in f.message
+
+
 def test_loss_stuck_at_the_label_prior():
     s, _ = _watch(z.loop_labels_shuffled_apart)
     f = _one(s.report, "dynamics.loss_at_prior")

@@ -172,6 +172,39 @@ def loop_lr_too_low():
     return model, opt, train
 
 
+def loop_clipped_to_nothing():
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = _blobs()
+
+    def train():
+        for i in range(60):
+            b = slice((i * 16) % 256, (i * 16) % 256 + 16)
+            loss = F.cross_entropy(model(x[b]), y[b])
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1e-6)  # BUG: max_norm far too small
+            opt.step()
+    return model, opt, train
+
+
+def loop_inputs_centered_per_sample():
+    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-2)
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(128, 1, generator=g) * 4
+    y = 2 * x + 1
+
+    def train():
+        for _ in range(80):
+            xb = x - x.mean(dim=1, keepdim=True)  # BUG: one feature centered per sample is all zeros
+            loss = F.mse_loss(model(xb), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model, opt, train
+
+
 def loop_labels_shuffled_apart():
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
