@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lab bench clean
+.PHONY: demo test lab bench bench-triage clean browser
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,5 +25,21 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
 
+# How much of torch's own error catalogue the triage classifies (tests/data/torch_errors_*.tsv).
+bench-triage: $(STAMP)
+	$(BIN)/python benchmarks/triage_coverage.py
+
 clean:
 	rm -rf $(VENV) build src/*.egg-info
+
+# The HTML report's browser tests (tests/test_browser.py) drive Debian's chromium; a small CJK
+# font (1.6 MB) lets the Chinese page render. Needs root for apt-get; skipped when installed.
+browser:
+	@if command -v chromium >/dev/null 2>&1 && dpkg -s fonts-wqy-microhei >/dev/null 2>&1; then \
+	  echo "browser: $$(command -v chromium) and fonts-wqy-microhei already installed"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium fonts-wqy-microhei; \
+	else \
+	  echo "make browser: run as root (apt-get install chromium fonts-wqy-microhei)" >&2; exit 1; \
+	fi
+

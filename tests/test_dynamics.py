@@ -404,3 +404,16 @@ def test_sampling_every_step_keeps_one_read_per_step_and_a_bounded_queue():
     assert per_step == [1] * 12
     assert max(queued) <= 2  # the last step's sample (grad norms, update norms), not the run's
     assert len(dyn.vanish.previous) == 2 and dyn.ratios[-1][0] == 11  # every step's numbers arrived
+
+
+def test_series_store_since_gives_a_polling_reader_the_new_points():
+    store = SeriesStore()
+    seen, got = 0, []
+    for i in range(HEAD + TAIL + 500):
+        store.add("loss", i, float(i))
+        if i % 7 == 0:
+            got += store.since("loss", seen)
+            seen = store.count("loss")
+    got += store.since("loss", seen)
+    assert got == [(i, float(i)) for i in range(HEAD + TAIL + 500)]
+    assert store.since("loss", store.count("loss")) == [] and store.since("nope", 0) == []

@@ -1,4 +1,4 @@
-"""`torchtriage lab`: the seed's four faults, diagnosed by torchtriage's own checks."""
+"""`torchtriage lab`: four common faults, diagnosed by torchtriage's own checks."""
 
 from __future__ import annotations
 
@@ -19,14 +19,16 @@ def test_lab_prints_what_the_checks_found():
     proc = run_cli("lab")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0] == "torchtriage lab: the seed's four faults, run in memory and diagnosed by torchtriage's checks"
+    assert lines[0] == ("torchtriage lab: four common faults (a broadcast loss, a cut graph, an exp overflow, a "
+                        "writer in both splits), run in memory and diagnosed by torchtriage's checks")
     assert lines[1] == "  broadcast: shape (3, 3), MSE=1.333333 against aligned MSE=0.000000   [silent.loss_broadcast]"
-    assert lines[2].startswith("  item() rebuild: backward broken: True; kept-graph gradient=4.0   [")
+    assert lines[2].startswith("  cut graph (item() rebuilt as a tensor): backward broken: True; "
+                               "kept-graph gradient=4.0   [")
     assert lines[2].endswith("[autograd]") != _has("diagnose_gradients")
     assert lines[3] == ("  exp overflow: direct exp all finite: False; stable softmax sum=1.000000   "
                         "[silent.exp_overflow]")
     if _has("check_splits"):
-        assert lines[4].startswith("  split leakage: writers shared by both splits: ['writer-a']   [")
+        assert lines[4].startswith("  writer in both splits: writers shared by train and test: ['writer-a']   [")
     else:
         assert lines[4] == "  splits: missing: the check check_splits is not part of this build"
     found = 4 if _has("check_splits") else 3

@@ -7,7 +7,8 @@ import json
 import subprocess
 import sys
 
-OPTIONAL = ("rich", "lightning", "pytorch_lightning", "transformers", "accelerate", "pandas")
+OPTIONAL = ("rich", "lightning", "pytorch_lightning", "transformers", "accelerate", "pandas", "tensorboard",
+            "wandb", "IPython", "torch.utils.tensorboard")
 LAZY = ("torchtriage.integrations", "torchtriage.report._html")
 
 
@@ -34,3 +35,11 @@ def test_the_pytest_plugin_does_not_import_torch():
     code = "import sys, torchtriage, torchtriage._pytest_plugin; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_a_session_without_dashboards_imports_neither_tensorboard_nor_wandb():
+    loaded = _modules_after("import torch, torchtriage\nm = torch.nn.Linear(2, 1)\n"
+                            "with torchtriage.watch(m, report=False):\n    m(torch.ones(1, 2)).sum().backward()\n"
+                            "str(torchtriage.Report())")
+    assert [m for m in OPTIONAL + ("torchtriage._dashboard", "torchtriage._notebook") if m in loaded] == []
+

@@ -178,6 +178,8 @@ def __getattr__(name: str) -> _typing.Any:
             value: _typing.Any = version("torchtriage")
         except PackageNotFoundError:  # running from a source tree
             value = "0+unknown"
+    elif name == "load_ipython_extension":  # `%load_ext torchtriage`; not cached, not public API
+        return _importlib.import_module("._notebook", __name__).load_ipython_extension
     elif name in _EXPORTS:
         value = getattr(_importlib.import_module(_EXPORTS[name], __name__), name)
         if isinstance(value, type) and value.__module__.startswith("torchtriage."):

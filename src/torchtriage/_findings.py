@@ -207,6 +207,16 @@ class Report:
         """True when no finding is an error or a warning."""
         return self.primary is None
 
+    def assert_ok(self) -> None:
+        """Raise `AssertionError` with the rendered report when a finding is an error or a warning
+        (in a test: `triage.assert_ok()` or `session.report.assert_ok()`)."""
+        __tracebackhide__ = True
+        if not self.ok:
+            from ._catalogue import msg
+            from .report._text import render_text
+
+            raise AssertionError(msg("pytest.not_ok") + "\n" + render_text(self))
+
     def __bool__(self) -> bool:
         return bool(self.findings)
 
@@ -269,6 +279,16 @@ class Report:
         from .report._text import render_text
 
         return render_text(self)
+
+    # The text report, also as the repr: a failing `assert report.ok, report` in pytest, the
+    # REPL and a notebook's plain-text fallback show the report, not the dataclass fields.
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the HTML report as a fragment (scoped CSS, no script)."""
+        from .report._fragment import render_fragment
+
+        return render_fragment(self)
 
     def __rich_console__(self, console, options):  # type: ignore[no-untyped-def]
         from .report._text import rich_renderables

@@ -7,11 +7,15 @@ Mark a test `@pytest.mark.torchtriage_off` to leave it alone.
 
 The `triage` fixture works with or without the flag: it yields a `Session` (discover=True,
 on_anomaly="record") that watches the models and optimizers the test builds, for assertions
-such as `assert triage.report.ok`.
+such as `assert triage.report.ok, triage.report` or `triage.assert_ok()`. A failing assertion
+shows the rendered report: `Report`'s repr is the text report, a comparison with a `Report`
+on either side is explained by `pytest_assertrepr_compare`, and a failed test that used the
+fixture gets the whole report as a "torchtriage" section (pytest shortens long reprs).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -55,21 +59,54 @@ def pytest_runtest_call(item: Any) -> Iterator[None]:
     return result
 
 
+_KEY = pytest.StashKey[Any]()
+
+
 @pytest.fixture
-def triage() -> Iterator[Any]:
+def triage(request: Any) -> Iterator[Any]:
     """A `torchtriage.Session` watching what the test builds (discover=True, on_anomaly="record").
 
     Example:
         >>> def test_training_is_clean(triage):
         ...     model = build(); opt = torch.optim.SGD(model.parameters(), lr=0.1)
         ...     train(model, opt, steps=3)
-        ...     assert triage.report.ok, triage.report
+        ...     triage.assert_ok()   # or: assert triage.report.ok, triage.report
     """
     from ._session import Session
 
     session = Session(discover=True, on_anomaly="record", report=False)
     active = session.__enter__()
+    request.node.stash[_KEY] = active
     try:
         yield active
     finally:
         session.__exit__(None, None, None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[Any]:
+    rep = yield
+    session = item.stash.get(_KEY, None)
+    if session is not None and call.when == "call" and rep.failed:
+        from .report import render_text
+
+        report = session.report
+        if report.findings:
+            rep.sections.append(("torchtriage report", render_text(report)))
+    return rep
+
+
+def pytest_assertrepr_compare(config: Any, op: str, left: Any, right: Any) -> list[str] | None:
+    """`assert report == ...` / `assert ... in report` and similar: show the rendered report."""
+    findings = sys.modules.get("torchtriage._findings")
+    if findings is None:  # no Report exists yet: stay out of other projects' assertions
+        return None
+    reports = [x for x in (left, right) if isinstance(x, findings.Report)]
+    if not reports:
+        return None
+    from .report import render_text
+
+    lines = [f"{type(left).__name__} {op} {type(right).__name__} failed; the report:"]
+    for report in reports:
+        lines.extend(render_text(report).splitlines())
+    return lines

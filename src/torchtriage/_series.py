@@ -111,6 +111,20 @@ class SeriesStore:
             return None
         return s.tail[-1][1] if s.tail else s.head[-1][1]
 
+    def since(self, name: str, n: int) -> list[Point]:
+        """The points recorded after the first `n` values (for a reader that polls every step:
+        cheap, the newest points only). Points already dropped from memory are not returned."""
+        s = self._series.get(name)
+        if s is None or s.count <= n:
+            return []
+        new = s.count - n
+        if not s.tail:
+            return s.head[-new:]
+        tail = list(s.tail)[-new:] if new < len(s.tail) else list(s.tail)
+        if new > len(tail) and not s.evicted:
+            return [*s.head[-(new - len(tail)):], *tail]
+        return tail
+
     def count(self, name: str) -> int:
         """How many values were recorded (kept or not)."""
         s = self._series.get(name)

@@ -53,7 +53,9 @@ class Session(SessionHooks):
         report: "auto" prints the report to stderr on exit when something was found or the
             block raised; True always; False never.
         lang: language of messages ("en", "zh").
-        options: extra settings read by individual checks (e.g. bundle_dir).
+        options: extra settings read by individual checks (e.g. bundle_dir); `tensorboard=`
+            (a log folder or a SummaryWriter) and `wandb=` (True or a run) add a dashboard
+            logger (docs/frontends.md).
     """
 
     def __init__(
@@ -77,6 +79,10 @@ class Session(SessionHooks):
         from ._snapshot import SnapshotKeeper, StepSnapshot
 
         self.checkers: list[Checker] = [SnapshotKeeper(), *_registry.build(checks)]
+        if "tensorboard" in options or "wandb" in options:  # issue 18: dashboards, after the checks
+            from ._dashboard import loggers_from_options
+
+            self.checkers += loggers_from_options(options)
         self.snapshot: StepSnapshot | None = None
         for c in self.checkers:
             c.session = self
@@ -126,6 +132,11 @@ class Session(SessionHooks):
     def series(self) -> dict[str, list[float | None]]:
         """The per-step series' kept values, name -> list (a copy; see `health` for the steps)."""
         return {k: self.health.values(k) for k in self.health}
+
+    def assert_ok(self) -> None:
+        """`AssertionError` with the rendered report when something is wrong (see `Report.assert_ok`)."""
+        __tracebackhide__ = True
+        self.report.assert_ok()
 
     @property
     def steps_seen(self) -> int:

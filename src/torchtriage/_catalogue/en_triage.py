@@ -103,7 +103,7 @@ MESSAGES = {
     "triage.gradient.no_graph.next": "check loss.requires_grad and loss.grad_fn; look for no_grad, .detach(), .item() or torch.tensor(...) on the way to the loss",
     "triage.gradient.inplace_saved": "a tensor saved for backward ({tensor}, output {output} of {node}) was modified in place (version {version}, expected {expected})",
     "triage.gradient.inplace_saved.cause": "an in-place op (x += ..., relu_(), x[...] = ...) overwrote a value backward still needs",
-    "triage.gradient.inplace_saved.next": "replace the in-place op after {node} with its out-of-place form (x = x + ..., inplace=False)",
+    "triage.gradient.inplace_saved.next": "replace the in-place op after {node} with its out-of-place form (x = x + ..., inplace=False){producer}",
     "triage.gradient.backward_twice": "backward through a graph whose saved tensors were already freed",
     "triage.gradient.backward_twice.cause": "a second backward() reuses a graph from an earlier one (a tensor kept across steps, e.g. a hidden state)",
     "triage.gradient.backward_twice.next": "detach tensors carried across steps (h = h.detach()); use retain_graph=True only when two backward passes are meant",
@@ -123,6 +123,6 @@ MESSAGES = {
     # other
     "triage.worker": "{error} (in DataLoader worker process {worker})",
     "triage.other.exception": "{error}",
-    "triage.other.exception.cause": "torchtriage does not know this exception; your line is where it surfaced",
+    "triage.other.exception.cause": "not recognized: torchtriage does not know this error, so it names no category; it surfaced{in_module}{in_function} at your line{ops}",
     "triage.other.exception.next": "open your line and the last frames of the traceback below",
 }

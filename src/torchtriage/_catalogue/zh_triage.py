@@ -98,7 +98,7 @@ MESSAGES = {
     "triage.gradient.no_graph.next": "检查 loss.requires_grad 和 loss.grad_fn；沿着到损失的路径查找 no_grad、.detach()、.item() 或 torch.tensor(...)",
     "triage.gradient.inplace_saved": "反向传播需要保存的张量（{tensor}，{node} 的第 {output} 个输出）被原地修改（版本 {version}，应为 {expected}）",
     "triage.gradient.inplace_saved.cause": "原地操作（x += ...、relu_()、x[...] = ...）覆盖了反向传播仍需要的值",
-    "triage.gradient.inplace_saved.next": "把 {node} 之后的原地操作改为非原地形式（x = x + ...、inplace=False）",
+    "triage.gradient.inplace_saved.next": "把 {node} 之后的原地操作改为非原地形式（x = x + ...、inplace=False）{producer}",
     "triage.gradient.backward_twice": "对已释放保存张量的计算图再次反向传播",
     "triage.gradient.backward_twice.cause": "第二次 backward() 复用了之前的计算图（某个张量跨步保留，例如隐藏状态）",
     "triage.gradient.backward_twice.next": "对跨步保留的张量调用 detach（h = h.detach()）；只有确实需要两次反向传播时才用 retain_graph=True",
@@ -115,6 +115,6 @@ MESSAGES = {
     "triage.environment.file_not_found.absent": "脚本旁边也没有同名文件（{candidate}）：检查文件名和数据所在位置",
     "triage.worker": "{error}（发生在 DataLoader 工作进程 {worker} 中）",
     "triage.other.exception": "{error}",
-    "triage.other.exception.cause": "torchtriage 不认识这个异常；你的代码行是它出现的位置",
+    "triage.other.exception.cause": "无法识别：torchtriage 不认识这个错误，因此不给出类别；它出现在你的代码行{in_module}{in_function}{ops}",
     "triage.other.exception.next": "打开你的代码行，并查看下方 traceback 的最后几帧",
 }

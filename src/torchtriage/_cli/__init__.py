@@ -8,6 +8,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 # One module per command; each registers itself.
 COMMANDS = ("run", "env", "lab", "splits", "replay", "shrink", "make_test", "report")
@@ -19,9 +20,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
+def _add_global_options(parser: argparse.ArgumentParser, *, default: Any) -> None:
+    # Global options: accepted before the command (`torchtriage --lang zh run x.py`) and after
+    # it (`torchtriage run --lang zh x.py`). On a command's parser the default is SUPPRESS, so
+    # a value given before the command is not reset by the command's parser (issue 18).
+    if "--lang" not in parser._option_string_actions:
+        parser.add_argument("--lang", choices=("en", "zh"), default=default, help="language of messages")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="torchtriage", description="Find where and why a PyTorch training run went wrong.")
-    parser.add_argument("--lang", choices=("en", "zh"), default=None, help="language of messages")
+    from .._catalogue import msg
+
+    parser = _Parser(prog="torchtriage", description="Find where and why a PyTorch training run went wrong.",
+                     epilog=msg("cli.exit_codes"), formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_global_options(parser, default=None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         try:
@@ -31,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # command not part of this build
             raise
         mod.register(sub)
+    for command in sub.choices.values():
+        _add_global_options(command, default=argparse.SUPPRESS)
     return parser
 
 

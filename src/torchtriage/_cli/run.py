@@ -14,11 +14,22 @@ from . import fail
 
 
 def register(sub: Any) -> None:
+    from .._catalogue import msg
+
     p = sub.add_parser("run", help="run a training script under torchtriage",
-                       description="Run SCRIPT as `python SCRIPT ARGS...` would, instrumented; "
-                                   "print the report to stderr when it ends.")
-    p.add_argument("--json", metavar="PATH", help="write the report as JSON (also when the script fails)")
-    p.add_argument("--html", metavar="PATH", help="write the report as a standalone HTML page")
+                       description="Run SCRIPT as `python SCRIPT ARGS...` would (or MODULE as `python -m "
+                                   "MODULE ARGS...`), instrumented; print the report to stderr when it ends.",
+                       epilog=msg("cli.run_exit_codes"), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", metavar="PATH", help="write the report as JSON (also when the script fails; "
+                                                   "'-' for standard output, after the script's own output)")
+    p.add_argument("--html", metavar="PATH", help="write the report as a standalone HTML page ('-' for standard output)")
+    # REMAINDER: everything after `-m MODULE` is the module's arguments, as with `python -m`.
+    p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
+                   help="run a module as `python -m MODULE ARGS...` does (instead of SCRIPT)")
+    p.add_argument("--tensorboard", metavar="DIR", help="log loss, gradient norm, lr and the findings to "
+                                                      "TensorBoard event files in DIR (extra: tensorboard)")
+    p.add_argument("--wandb", action="store_true", help="log the same to a W&B run (the active one, or a new "
+                                                      "one in project $WANDB_PROJECT; extra: wandb)")
     p.add_argument("--on-anomaly", choices=("warn", "raise", "skip_step", "record"), default="record",
                    help="what to do when a check finds an error (default: record, report at the end)")
     p.add_argument("--checks", metavar="NAMES", help="comma-separated checks to run (default: all)")
@@ -66,9 +77,12 @@ def _trim(tb: Any) -> Any:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    if args.module is not None:
+        return run_module_command(args)
     script = args.script
     if not script:
-        return fail("run: no script given; usage: torchtriage run [--json PATH] SCRIPT [ARGS...]")
+        return fail("run: no script given; usage: torchtriage run [--json PATH] SCRIPT [ARGS...] "
+                    "or torchtriage run [--json PATH] -m MODULE [ARGS...]")
     if not os.path.exists(script):
         return fail(f"script {script!r} not found (working directory: {os.getcwd()})")
     if os.path.isdir(script):
@@ -81,28 +95,13 @@ def run_command(args: argparse.Namespace) -> int:
         return fail(f"{script}:{e.lineno}: syntax error: {e.msg}")
     except (OSError, ValueError) as e:
         return fail(f"cannot read script {script!r}: {e}")
-    for flag, path in (("--json", args.json), ("--html", args.html)):
-        if path:
-            problem = _check_writable(path, flag)
-            if problem:
-                return fail(problem)
-    checks: Any = "default"
-    if args.checks:
-        from .. import _registry
-
-        checks = [c.strip() for c in args.checks.split(",") if c.strip()]
-        unknown = [c for c in checks if c not in _registry.CHECKS]
-        if unknown:
-            return fail(f"--checks: unknown check(s) {', '.join(unknown)}; accepted: {', '.join(_registry.CHECKS)}")
-    if args.bundle and os.path.exists(args.bundle) and not os.path.isdir(args.bundle):
-        return fail(f"--bundle {args.bundle}: exists and is not a folder")
-
-    from .._session import Session
-
+    problem, checks = _check_options(args)
+    if problem:
+        return fail(problem)
     options: dict[str, Any] = {"script": os.path.abspath(script), "argv": [script, *args.args]}
-    if args.bundle:
-        options.update(bundle_dir=args.bundle, max_bundle_mb=args.max_bundle_mb)
-    session = Session(discover=True, on_anomaly=args.on_anomaly, checks=checks, report=False, **options)
+    session, problem = _session(args, checks, options)
+    if problem or session is None:
+        return fail(problem or "")
     session.meta.update(script=script, argv=[script, *args.args])
 
     old_argv, old_path0 = sys.argv[:], sys.path[0] if sys.path else None
@@ -112,12 +111,94 @@ def run_command(args: argparse.Namespace) -> int:
         sys.path[0] = script_dir
     else:
         sys.path.insert(0, script_dir)
+    return _run_and_report(args, session, lambda: _run_main(script, source), old_argv, old_path0)
+
+
+def _check_options(args: argparse.Namespace) -> tuple[str | None, Any]:
+    """The first problem with the options shared by SCRIPT and -m MODULE, and the checks."""
+    for flag, path in (("--json", args.json), ("--html", args.html)):
+        if path and path != "-":
+            problem = _check_writable(path, flag)
+            if problem:
+                return problem, None
+    checks: Any = "default"
+    if args.checks:
+        from .. import _registry
+
+        checks = [c.strip() for c in args.checks.split(",") if c.strip()]
+        unknown = [c for c in checks if c not in _registry.CHECKS]
+        if unknown:
+            return f"--checks: unknown check(s) {', '.join(unknown)}; accepted: {', '.join(_registry.CHECKS)}", None
+    if args.bundle and os.path.exists(args.bundle) and not os.path.isdir(args.bundle):
+        return f"--bundle {args.bundle}: exists and is not a folder", None
+    if args.tensorboard and os.path.exists(args.tensorboard) and not os.path.isdir(args.tensorboard):
+        return f"--tensorboard {args.tensorboard}: exists and is not a folder", None
+    return None, checks
+
+
+def _session(args: argparse.Namespace, checks: Any, options: dict[str, Any]) -> tuple[Any, str | None]:
+    from .._session import Session
+
+    if args.bundle:
+        options.update(bundle_dir=args.bundle, max_bundle_mb=args.max_bundle_mb)
+    if args.tensorboard:
+        options["tensorboard"] = args.tensorboard
+    if args.wandb:
+        options["wandb"] = True
+    try:
+        return Session(discover=True, on_anomaly=args.on_anomaly, checks=checks, report=False, **options), None
+    except ImportError as e:  # a dashboard's package is missing: the message names the extra
+        return None, str(e)
+
+
+def run_module_command(args: argparse.Namespace) -> int:
+    """`torchtriage run -m MODULE [ARGS...]`: as `python -m MODULE ARGS...` (sys.path[0] is the
+    working directory, sys.argv[0] the module's file, `__name__ == "__main__"`)."""
+    import importlib.util
+    import runpy
+
+    if not args.module:
+        return fail("run -m: no module given; usage: torchtriage run [--json PATH] -m MODULE [ARGS...]")
+    module, argv = args.module[0], list(args.module[1:])
+    problem, checks = _check_options(args)
+    if problem:
+        return fail(problem)
+    old_argv, old_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    if sys.path:
+        sys.path[0] = os.getcwd()
+    else:
+        sys.path.insert(0, os.getcwd())
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.submodule_search_locations is not None:  # a package: its __main__
+            spec = importlib.util.find_spec(module + ".__main__")
+    except (ImportError, ValueError) as e:
+        spec, why = None, str(e)
+    else:
+        why = "" if spec is not None else "not found"
+    if spec is None:
+        sys.path[0:1] = [old_path0] if old_path0 is not None else []
+        return fail(f"-m {module}: no module named {module!r} ({why}; working directory: {os.getcwd()})")
+    origin = spec.origin or module
+    options: dict[str, Any] = {"script": origin, "argv": [origin, *argv]}
+    session, problem = _session(args, checks, options)
+    if problem or session is None:
+        sys.path[0:1] = [old_path0] if old_path0 is not None else []
+        return fail(problem or "")
+    session.meta.update(script=origin, module=module, argv=["-m", module, *argv])
+    sys.argv = [origin, *argv]
+    return _run_and_report(args, session, lambda: runpy.run_module(module, run_name="__main__", alter_sys=True),
+                           old_argv, old_path0)
+
+
+def _run_and_report(args: argparse.Namespace, session: Any, target: Any, old_argv: list[str],
+                    old_path0: str | None) -> int:
     exit_code = 0
     error: BaseException | None = None
     try:
         with session:
             try:
-                _run_main(script, source)
+                target()
             except SystemExit as e:
                 exit_code = _exit_code(e)
     except BaseException as e:  # the script's own error; reported, then shown as Python would
@@ -180,12 +261,22 @@ def _exit_code(e: SystemExit) -> int:
 
 
 def _write_outputs(args: argparse.Namespace, report: Any) -> None:
-    if args.json:
+    # '-' is standard output (after the script's own output, which the script may also print there).
+    if args.json == "-":
+        from ..report import render_json
+
+        sys.stdout.write(render_json(report) + "\n")
+        sys.stdout.flush()
+    elif args.json:
         from ..report import dump_json
 
         dump_json(report, args.json)
     if args.html:
         from ..report import render_html
 
-        with open(args.html, "w", encoding="utf-8") as fh:
-            fh.write(render_html(report))
+        if args.html == "-":
+            sys.stdout.write(render_html(report))
+            sys.stdout.flush()
+        else:
+            with open(args.html, "w", encoding="utf-8") as fh:
+                fh.write(render_html(report))

@@ -19,7 +19,7 @@ from . import fail
 def register(sub: Any) -> None:
     p = sub.add_parser("splits", help=msg("leakage.cli.help"), description=msg("leakage.cli.help") + ". "
                        + msg("leakage.cli.scope") + ". Exit code: 0 clean, 1 findings, 2 bad input.")
-    p.add_argument("train", help="train split: .csv, .tsv, .jsonl or .parquet")
+    p.add_argument("train", help="train split: a .csv, .tsv, .jsonl or .parquet file, or a folder or glob of shards")
     p.add_argument("test", help="test split, same format family as train")
     p.add_argument("--val", metavar="VAL", help="validation split")
     p.add_argument("--group", metavar="COL", help="group column (writer, patient, document, user, ...)")
@@ -30,6 +30,10 @@ def register(sub: Any) -> None:
     p.add_argument("--near-threshold", metavar="X", type=float, default=0.9,
                    help="near-duplicate similarity threshold in (0, 1] (default 0.9)")
     p.add_argument("--no-near", action="store_true", help="skip the near-duplicate search")
+    p.add_argument("--engine", default="auto", choices=("auto", "memory", "duckdb", "dask"),
+                   help=msg("leakage.cli.engine"))
+    p.add_argument("--memory-limit", metavar="SIZE", help=msg("leakage.cli.memory_limit"))
+    p.add_argument("--scheduler", metavar="ADDRESS", help=msg("leakage.cli.scheduler"))
     p.add_argument("--json", metavar="PATH", help="write the report as JSON")
     p.add_argument("--suggest-split", metavar="OUT",
                    help="write a group-aware split of all rows to the NEW file OUT (.csv/.jsonl/.parquet)")
@@ -62,16 +66,24 @@ def splits_command(args: argparse.Namespace) -> int:
     inputs = {"train": args.train, "test": args.test}
     if args.val:
         inputs["val"] = args.val
-    for name, path in inputs.items():
-        if os.path.isdir(path):
-            return fail(msg("leakage.unreadable", path=path, error="is a folder, expected a table file"))
+    client = None
     try:
+        if args.scheduler:
+            if args.engine != "dask":
+                return fail(f"--scheduler {args.scheduler}: needs --engine dask (given: --engine {args.engine})")
+            from .._leakage._dask import connect
+
+            client = connect(args.scheduler)
         report = check_splits(
             args.train, args.test, val=args.val, groups=args.group, time=args.time, labels=args.label,
             ignore=[c.strip() for c in args.ignore.split(",") if c.strip()], files=args.file_column,
-            near=not args.no_near, near_threshold=args.near_threshold)
-    except (ValueError, TypeError, ImportError) as e:
-        return fail(str(e))
+            near=not args.no_near, near_threshold=args.near_threshold, engine=args.engine,
+            memory_limit=args.memory_limit)
+    except (ValueError, TypeError, ImportError, OSError) as e:
+        return fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+    finally:
+        if client is not None:
+            client.close()
     if args.json:
         from ..report import dump_json
 

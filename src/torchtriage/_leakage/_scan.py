@@ -14,6 +14,7 @@ import re
 import sys
 import time as _time
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -77,6 +78,20 @@ class Stats:
             return
         self.acc[layout] = [old[0] + part[0], old[1] + part[1], old[2] + part[2],
                             np.fmin(old[3], part[3]), np.fmax(old[4], part[4])]
+
+
+@dataclasses.dataclass
+class Part:
+    """One chunk of one split as every engine stores it: rows ``start .. start + n``."""
+
+    start: int
+    n: int
+    exact: np.ndarray                       # uint64 content digest per row
+    labels: np.ndarray | None = None        # uint64 label word per row
+    groups: list[str] | None = None         # group key per row (display form, `key_of`)
+    times: np.ndarray | None = None         # float64 seconds per row (NaN: missing)
+    sig: np.ndarray | None = None           # near-duplicate signature per row
+    valid: np.ndarray | None = None         # rows whose signature may be compared
 
 
 @dataclasses.dataclass
@@ -155,6 +170,17 @@ def _is_date(value: Any) -> bool:
     return isinstance(value, (_dt.date, np.datetime64)) or hasattr(value, "tzinfo")
 
 
+def group_keys(values: Any) -> list[str]:
+    """`key_of` for every value; whole-number columns and text columns without a call per row."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "biuf" and values.ndim == 1:
+        v = values.astype(np.float64)
+        if np.isfinite(v).all() and (v == np.floor(v)).all() and np.abs(v).max(initial=0) < 2**53:
+            return v.astype(np.int64).astype(str).tolist()
+    if isinstance(values, list) and all(type(x) is str for x in values):
+        return values
+    return [key_of(g) for g in values]
+
+
 def label_word(value: Any) -> int:
     arr = to_numpy(value)
     if arr is not None and arr.size == 1:
@@ -168,6 +194,7 @@ class Scanner:
         self.shared = _Shared()
         self._t0 = _time.monotonic()
         self._last = self._t0
+        self.near_width: tuple[int, Any] = (0, np.uint64)  # signature columns, for engines that need a schema
 
     def _progress(self, name: str, done: int, total: int | None) -> None:
         now = _time.monotonic()
@@ -178,35 +205,60 @@ class Scanner:
         print(msg("leakage.progress", name=name, done=done, of=of, seconds=f"{now - self._t0:.0f}"),
               file=sys.stderr, flush=True)
 
-    def scan(self, src: Source) -> Scan:
-        sc = Scan(src)
-        exact, labels, times, sigs, valid = [], [], [], [], []
-        o = self.opts
-        for block in src.blocks(o.chunk):
+    def parts(self, src: Source, sc: Scan | None = None) -> Iterator[Part]:
+        """One `Part` per chunk of `src`: what every engine stores (digests, keys, signatures).
+
+        `sc` collects what stays in Python whatever the engine: statistics, tokens, labels shown.
+        """
+        sc = sc if sc is not None else Scan(src)
+        for block in src.blocks(self.opts.chunk):
             if block.n == 0:
                 continue
-            ex, near = self._inputs(src, block, sc)
-            exact.append(ex)
-            if near is not None:
-                sigs.append(near[0])
-                valid.append(near[1])
-            if o.labels is not None or block.auto_labels is not None or src.kind == "samples":
-                lw = self._labels(src, block, sc)
-                if lw is not None:
-                    labels.append(lw)
-            if o.groups is not None:
-                sc.groups.update(key_of(g) for g in o.groups.values(src, block))
-            if o.time is not None:
-                tv = o.time.values(src, block)
-                if sc.n == 0 and len(tv) and not isinstance(tv[0], (int, float, np.integer, np.floating)):
-                    sc.times_are_dates = _is_date(tv[0])
-                times.append(np.array([to_seconds(t, src.name) for t in tv], np.float64))
-            sc.n += block.n
+            part = self.part(src, block, sc)
             self._progress(src.name, sc.n, src.n)
-        sc.exact = np.concatenate(exact) if exact else np.zeros(0, np.uint64)
-        if labels and sum(len(x) for x in labels) == sc.n:
-            sc.labels = np.concatenate(labels)
+            yield part
+
+    def part(self, src: Source, block: Block, sc: Scan) -> Part:
+        """One chunk's `Part`; `sc` counts the rows and collects what stays in Python."""
+        o = self.opts
+        ex, near = self._inputs(src, block, sc)
+        part = Part(block.start, block.n, ex)
+        if near is not None:
+            part.sig, part.valid = near[0], near[1]
+        if o.labels is not None or block.auto_labels is not None or src.kind == "samples":
+            part.labels = self._labels(src, block, sc)
+        if o.groups is not None:
+            part.groups = group_keys(o.groups.values(src, block))
         if o.time is not None:
+            tv = o.time.values(src, block)
+            if sc.n == 0 and len(tv) and not isinstance(tv[0], (int, float, np.integer, np.floating)):
+                sc.times_are_dates = _is_date(tv[0])
+            part.times = np.array([to_seconds(t, src.name) for t in tv], np.float64)
+        sc.n += block.n
+        return part
+
+    def scan(self, src: Source) -> Scan:
+        """The in-process scan: every part of `src` kept in numpy arrays."""
+        sc = Scan(src)
+        exact, labels, times, sigs, valid = [], [], [], [], []
+        all_labels = True
+        for part in self.parts(src, sc):
+            exact.append(part.exact)
+            if part.sig is not None:
+                sigs.append(part.sig)
+                valid.append(part.valid)
+            if part.labels is None:
+                all_labels = False
+            else:
+                labels.append(part.labels)
+            if part.groups is not None:
+                sc.groups.update(part.groups)
+            if part.times is not None:
+                times.append(part.times)
+        sc.exact = np.concatenate(exact) if exact else np.zeros(0, np.uint64)
+        if all_labels and labels and sum(len(x) for x in labels) == sc.n:
+            sc.labels = np.concatenate(labels)
+        if self.opts.time is not None:
             sc.times = np.concatenate(times) if times else np.zeros(0)
         if sigs and sum(len(s) for s in sigs) == sc.n:
             sc.near_sig, sc.near_valid = np.concatenate(sigs), np.concatenate(valid)
@@ -352,6 +404,14 @@ class Scanner:
                 return None
         else:
             return None
+        if isinstance(vals, np.ndarray) and vals.dtype.kind in "biuf" and vals.ndim == 1:
+            # A numeric column: the same words as `label_word`, without a Python call per row.
+            words = float_words(vals)
+            if len(sc.label_shown) < MAX_SHOWN_LABELS:
+                _, first = np.unique(words, return_index=True)
+                for i in np.sort(first).tolist():
+                    sc.label_shown.setdefault(int(words[i]), key_of(float(vals[i])))
+            return words
         words = np.fromiter((label_word(v) for v in vals), np.uint64, len(vals))
         if len(sc.label_shown) < MAX_SHOWN_LABELS:
             for w, v in zip(words.tolist(), vals):

@@ -53,11 +53,15 @@ class Source:
     columns: list[str] = dataclasses.field(default_factory=list)
     root: Any = None                           # the dataset indices refer to (Subset, loader)
     indices: np.ndarray | None = None
+    paths: list[str] | None = None             # shards of one split, read in this order
 
     def blocks(self, size: int) -> Iterator[Block]:
         size = self._budget(size)
         if self.kind == "table":
-            it = _tables.iter_file(self.path, size) if self.path else _tables.iter_frame(self.obj, size)
+            if self.paths:
+                it = _tables.iter_files(self.paths, size)
+            else:
+                it = _tables.iter_file(self.path, size) if self.path else _tables.iter_frame(self.obj, size)
             start = 0
             for cols in it:
                 n = len(next(iter(cols.values()))) if cols else 0
@@ -115,6 +119,10 @@ def _describe(obj: Any) -> str:
 
 def make_source(obj: Any, name: str) -> Source:
     """Wrap one split; a TypeError names what was given and what is accepted."""
+    if isinstance(obj, (str, os.PathLike)) and _tables.is_shards(os.fspath(obj)):
+        paths = _tables.shard_paths(os.fspath(obj))
+        cols = _tables.shard_columns(paths)
+        return Source(name, "table", f"{len(paths)} files {os.fspath(obj)}", None, path=None, columns=cols, paths=paths)
     if isinstance(obj, (str, os.PathLike)):
         path = os.fspath(obj)
         _tables.file_format(path)

@@ -67,6 +67,45 @@ def file_columns(path: str) -> list[str]:
         raise ValueError(msg("leakage.unreadable", path=path, error=str(e))) from None
 
 
+def is_shards(spec: str) -> bool:
+    """A folder of table files, or a glob pattern (``data/train-*.parquet``)."""
+    return os.path.isdir(spec) or any(ch in spec for ch in "*?[")
+
+
+def shard_paths(spec: str) -> list[str]:
+    """The table files of a folder or glob, sorted; a ValueError when there are none."""
+    import glob
+
+    if os.path.isdir(spec):
+        paths = sorted(os.path.join(spec, f) for f in os.listdir(spec)
+                       if os.path.splitext(f)[1].lower() in FORMATS and not f.startswith("."))
+    else:
+        paths = sorted(p for p in glob.glob(spec) if os.path.isfile(p))
+    if not paths:
+        raise ValueError(msg("leakage.no_shards", spec=spec, accepted=", ".join(sorted(FORMATS))))
+    for p in paths:
+        file_format(p)
+    return paths
+
+
+def shard_columns(paths: list[str]) -> list[str]:
+    """The shards' common columns; shards with other columns are one clear error."""
+    first = file_columns(paths[0])
+    for p in paths[1:]:
+        cols = file_columns(p)
+        if sorted(cols) != sorted(first):
+            extra = sorted(set(cols) - set(first))
+            missing = sorted(set(first) - set(cols))
+            raise ValueError(msg("leakage.mixed_schema", path=p, first=paths[0],
+                                 extra=", ".join(extra) or "-", missing=", ".join(missing) or "-"))
+    return first
+
+
+def iter_files(paths: list[str], size: int) -> Iterator[Chunk]:
+    for p in paths:
+        yield from iter_file(p, size)
+
+
 def _record(line: str, path: str, i: int) -> dict[str, Any]:
     try:
         rec = json.loads(line)

@@ -122,6 +122,10 @@ def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = Fa
     f = _producer_finding(origin, Stage.FORWARD, step, frame=getattr(snap, "call_frame", None))
     if origin.propagated_by:
         f = f.replace(evidence=dict(f.evidence, propagated_by=list(origin.propagated_by)))
+    label = session.model_label(snap.model)
+    if label and len(session.models) > 1:
+        # Several models can share module paths ("2"): the HTML tree marks this model's only.
+        f = f.replace(evidence=dict(f.evidence, model=label))
     if f.code != "numerical.fully_masked_row" and any(src.external == "input" for src in origin.sources):
         # The batch's own -Inf (not a mask: it did not go through softmax) became NaN here:
         # the first non-finite value is in the data.

@@ -2,9 +2,14 @@
 was running, with which inputs and parameters, on which line of the user's code, and what to
 check next. The original exception is always re-raised unchanged.
 
-    _rules.py    the (exception type, message regex) → category/code table, with refinements
-    _context.py  what the traceback says: innermost module, its inputs/parameters, the stage
-    _explain.py  Finding construction, `triage_exception`, the session check `ExceptionTriage`
+    _rules.py     the (exception type, message regex) → category/code table, with refinements
+    _families.py  the frequent torch error families (issue 12), same Rule shape, tried after _rules
+    _structure.py explanations from the program's structure: empty optimizer, DDP unused parameters,
+                  the line that produced a tensor modified in place
+    _vocab.py     an unknown torch message read by its words and the operands (generic codes)
+    _operands.py  the failing calls and their tensors (name, dtype, shape, device, layout, flags)
+    _context.py   what the traceback says: innermost module, its inputs/parameters, the stage
+    _explain.py   Finding construction, `triage_exception`, the session check `ExceptionTriage`
 """
 
 from ._explain import ExceptionTriage as ExceptionTriage

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import types
+import warnings
 from typing import Any
 
 import torch
@@ -20,6 +21,7 @@ import torch.nn as nn
 
 from .._findings import Stage
 from .._frames import UserFrame, iter_tb, user_frame_from_tb
+from ._operands import Operand, Sites, operands_of, sites_of
 
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
 _AUTOGRAD = (os.path.join(_TORCH, "autograd") + os.sep, os.path.join(_TORCH, "_tensor.py"))
@@ -63,6 +65,31 @@ class Context:
         if stage is None and session is not None:
             stage = session.stage
         self.stage = stage
+        self._sites: Sites | None = None
+        self._operands: list[Operand] | None = None
+
+    # ---------------------------------------------------------------- the failing call
+    @property
+    def sites(self) -> Sites:
+        """The innermost call and the user's failing call (issue 12), read once."""
+        if self._sites is None:
+            try:
+                self._sites = sites_of(self.exc.__traceback__)
+            except Exception as e:  # our bug must not hide the report
+                _internal("triage.sites", e)
+                self._sites = Sites(None, None)
+        return self._sites
+
+    @property
+    def operands(self) -> list[Operand]:
+        """The failing calls' tensors, then the running module's inputs, with their metadata."""
+        if self._operands is None:
+            try:
+                self._operands = operands_of(self.sites, self.inputs())
+            except Exception as e:  # our bug must not hide the report
+                _internal("triage.operands", e)
+                self._operands = []
+        return self._operands
 
     # ---------------------------------------------------------------- naming
     @property
@@ -159,6 +186,14 @@ class Context:
             if t.layout == torch.strided and not t.is_contiguous():
                 return name, t
         return None
+
+
+def _internal(where: str, e: BaseException) -> None:
+    from .._catalogue import msg
+    from .._errors import TriageInternalWarning
+
+    warnings.warn(msg("internal.warning", where=where, error=f"{type(e).__name__}: {e}"),
+                  TriageInternalWarning, stacklevel=3)
 
 
 def _stage_of(path: str, name: str, f: types.FrameType) -> Stage | None:

@@ -7,6 +7,7 @@ is never changed: the session and `torchtriage run` re-raise it after the report
 
 from __future__ import annotations
 
+import linecache
 import os
 import re
 import sys
@@ -20,10 +21,14 @@ from .._catalogue import msg
 from .._checker import Checker
 from .._errors import AnomalyError, TriageError
 from .._findings import Category, Finding, Report, Severity, Stage
+from .._frames import is_user_file
 from .._summary import TensorSummary, summarize
-from ._context import Context
-from ._rules import classify
-from ._worker import read_worker_error
+from ._context import Context, _internal
+from ._families import match_family
+from ._rules import RULES, Rule, classify
+from ._structure import inplace_producer
+from ._vocab import read
+from ._worker import WorkerError, read_worker_error
 
 _CHAIN_DEPTH = 5
 
@@ -57,14 +62,14 @@ def explain(exc: BaseException, session: Any = None) -> Finding:
     # at its line in the dataset / collate_fn, not at the `for batch in loader` line.
     worker = read_worker_error(exc)
     probe = worker.proxy if worker is not None and worker.proxy is not None else exc
-    target, hit = exc, classify(probe)
+    target, hit = exc, _classify(probe)
     link: BaseException | None = exc if worker is None else None
     for _ in range(_CHAIN_DEPTH):
         if hit is not None or link is None:
             break
         link = link.__cause__ or link.__context__
         if link is not None:
-            hit = classify(link)
+            hit = _classify(link)
             if hit is not None:
                 target = link
     ctx = Context(target, session)
@@ -73,19 +78,34 @@ def explain(exc: BaseException, session: Any = None) -> Finding:
     if worker is not None:
         ctx.stage = Stage.DATA
         ctx.user_frame = worker.frame or ctx.user_frame
-    if hit is None:
-        code, category, fields, op = "other.exception", Category.OTHER, {}, None
-    else:
+    known = hit is not None and any(hit[0] is r for r in RULES)
+    reading = None
+    if hit is None and _torch_raised(target, worker):
+        reading = read(str(probe if worker is not None else target), ctx.operands)
+    if hit is not None:
         rule, m = hit
         code, category, op = rule.code, rule.category, rule.op
         fields = {k: v for k, v in m.groupdict().items() if v is not None}
         if rule.refine is not None:
-            refined = rule.refine(m, ctx)
+            refined = _refine(rule, m, ctx)
             if refined is not None:
                 code, extra = refined
                 category = Category(code.split(".")[0])
                 fields.update(extra)
+        fields.setdefault("opname", fields.get("op") or op or "?")
         op = fields.pop("op", None) or op
+    elif reading is not None:
+        code, category, op = reading.code, reading.category, None
+        fields = {"vocabulary": ", ".join(dict.fromkeys(w.strip() for w in reading.words))}
+    else:
+        code, category, fields, op = "other.exception", Category.OTHER, {}, None
+    if code.startswith("gradient.inplace_"):
+        fields.update(inplace_producer(fields, ctx))
+    function = ctx.sites.function
+    if not known:
+        # New families, vocabulary readings and unknown errors name the torch function (issue 12).
+        op = op or function
+    _call_fields(fields, ctx, function)
     if code == "environment.file_not_found":
         fields.update(_file_fields(probe if worker is not None else target, ctx))
     if worker is not None:
@@ -97,6 +117,7 @@ def explain(exc: BaseException, session: Any = None) -> Finding:
     fields["where"] = (msg("triage.where", module=ctx.module_path or type(ctx.module).__name__)
                        if ctx.module is not None else "")
     evidence = _evidence(target, ctx, fields, code)
+    _operand_evidence(evidence, ctx, fields, function)
     uf = ctx.user_frame
     return Finding(
         category=category,
@@ -113,6 +134,70 @@ def explain(exc: BaseException, session: Any = None) -> Finding:
         next_check=msg(f"triage.{code}.next", **fields),
         evidence=evidence,
     )
+
+
+def _classify(exc: BaseException) -> tuple[Rule, re.Match[str]] | None:
+    """The exact rules first (nothing they know changes), then the families of issue 12."""
+    return classify(exc) or match_family(exc)
+
+
+# Types torch raises its own checks with; anything else (KeyError, a user's own class) is not read.
+_TORCH_TYPES = (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError, AssertionError)
+
+
+def _refine(rule: Rule, m: re.Match[str], ctx: Context) -> tuple[str, dict[str, Any]] | None:
+    try:
+        assert rule.refine is not None
+        return rule.refine(m, ctx)
+    except Exception as e:  # a refinement's bug keeps the rule's own reading
+        _internal(f"triage.{rule.code}", e)
+        return None
+
+
+def _torch_raised(exc: BaseException, worker: WorkerError | None) -> bool:
+    """True unless the user's own code raised it (`raise`/`assert` at the innermost frame)."""
+    if type(exc) not in _TORCH_TYPES and not (worker is not None and worker.proxy is not None
+                                               and type(worker.proxy) in _TORCH_TYPES):
+        return False
+    if worker is not None:
+        return not (worker.frame is not None and worker.frame.source.startswith(("raise", "assert")))
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return True  # built by hand (tests, the catalogue): read as torch would raise it
+    code = tb.tb_frame.f_code
+    if not is_user_file(code.co_filename):
+        return True
+    return not linecache.getline(code.co_filename, tb.tb_lineno).strip().startswith(("raise", "assert"))
+
+
+def _call_fields(fields: dict[str, Any], ctx: Context, function: str | None) -> None:
+    """Fields every message may use: the failing function and the operands with metadata."""
+    ops = ctx.operands[:3]
+    fields.setdefault("function", function or "?")
+    fields.setdefault("call", f"{function}: " if function else "")
+    fields.setdefault("ops", " (" + ", ".join(f"{o.name}: {o}" for o in ops) + ")" if ops else "")
+    fields.setdefault("names", ", ".join(o.name for o in ops) if ops else msg("triage.the_operands"))
+    fields.setdefault("in_module", msg("triage.in_module", module=ctx.module_path or type(ctx.module).__name__)
+                      if ctx.module is not None else "")
+    fields.setdefault("in_function", msg("triage.in_function", function=function) if function else "")
+
+
+def _operand_evidence(ev: dict[str, Any], ctx: Context, fields: dict[str, Any], function: str | None) -> None:
+    if function:
+        ev["function"] = function
+    # the running module's inputs and parameters are already there: repeat them only under the
+    # user's own name for them (`h0`, not torch's `input`)
+    shown = {id(t) for _, t in ctx.inputs()} | {id(t) for _, t in ctx.parameters()}
+    for o in ctx.operands:
+        if o.name not in ev and (o.named_by_user or o.ident not in shown):
+            ev[f"operand {o.name}"] = o
+    for key in ("vocabulary", "branch_line"):
+        if fields.get(key):
+            ev[key] = fields[key]
+    if fields.get("producer"):
+        ev["produced_by"] = fields["producer"].strip()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -3,7 +3,10 @@ when it ends or fails, and the report written where the user asked."""
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
+import types
 from typing import Any
 
 import torch
@@ -33,16 +36,35 @@ def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer | None:
     return optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
 
 
+def with_callers(tb: types.TracebackType | None, frame: types.FrameType) -> types.TracebackType | None:
+    """`tb` (which starts at `frame`) preceded by entries for `frame`'s callers, outermost first."""
+    f = frame.f_back
+    while f is not None and tb is not None:
+        tb = types.TracebackType(tb, f, f.f_lasti, f.f_lineno)
+        f = f.f_back
+    return tb
+
+
 class SessionHolder:
-    """Opens and closes a discover=False session around a framework's training run."""
+    """Opens and closes a discover=False session around a framework's training run.
+
+    At the end, on the framework's rank zero only (issue 18): the report is printed to stderr
+    when something was found (`report="auto"`, the default), or one line saying nothing was;
+    `report=True` always prints the whole report, `report=False` prints nothing. The JSON / HTML
+    files are written on rank zero too."""
 
     def __init__(self, *, on_anomaly: str, checks: Any, json: Any, html: Any, report: bool | str,
                  lang: str | None, options: dict[str, Any]) -> None:
         self.json_path = _check_path("json", json)
         self.html_path = _check_path("html", html)
-        self._kwargs = dict(on_anomaly=on_anomaly, checks=checks, report=report, lang=lang, **options)
+        if report not in (True, False, "auto"):
+            raise ValueError(msg("integration.bad_report", value=report))
+        self.print_report = report
+        self._kwargs = dict(on_anomaly=on_anomaly, checks=checks, report=False, lang=lang, **options)
         # Validate the options now, where the user wrote them, not when training starts.
         Session(**self._kwargs)
+        self.rank_zero = True
+        self._restore: list[Any] = []
         self._session: Session | None = None
         self._active: Session | None = None
         self._report: Report | None = None
@@ -58,11 +80,11 @@ class SessionHolder:
     def running(self) -> bool:
         return self._session is not None
 
-    def open(self, models: list[torch.nn.Module], optimizers: list[Any]) -> None:
+    def open(self, models: list[torch.nn.Module], optimizers: list[Any], **overrides: Any) -> None:
         if self._session is not None:
             self.close(None)
         opts = [o for o in (unwrap_optimizer(o) for o in optimizers) if o is not None]
-        session = Session(models, opts, discover=False, **self._kwargs)
+        session = Session(models, opts, discover=False, **dict(self._kwargs, **overrides))
         self._session = session
         # Inside `torchtriage run` (or another watch) the outer session adopts our models.
         self._active = session.__enter__()
@@ -72,11 +94,73 @@ class SessionHolder:
         if session is None:
             return
         active, self._active = self._active, None
+        restore, self._restore = self._restore, []
+        for undo in reversed(restore):
+            undo()
         try:
             session.__exit__(type(exc) if exc is not None else None, exc, exc.__traceback__ if exc else None)
         finally:
             self._report = active.report if active is not None else session.report
-            self._write(self._report)
+            if self.rank_zero:
+                self._write(self._report)
+                if active is None or active is session:  # joined an outer session: its owner prints
+                    self._print(self._report, exc)
+
+    def guard(self, obj: Any, method: str) -> None:
+        """Wrap `obj.method` (an instance attribute, undone at close) so that an exception raised
+        inside the framework's loop is triaged and reported at once, while its frames are live."""
+        original = getattr(obj, method, None)
+        if original is None or not callable(original):
+            return
+        had_own = method in vars(obj)
+        holder = self
+
+        @functools.wraps(original)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            try:
+                return original(*args, **kwargs)
+            except Exception as e:
+                # Triage sees the callers too (the user's `trainer.train()` line when the model
+                # is a library's); the exception propagates with its own traceback, unchanged.
+                tb = e.__traceback__
+                e.__traceback__ = with_callers(tb, sys._getframe())
+                try:
+                    holder.close(e)
+                finally:
+                    e.__traceback__ = tb
+                raise
+
+        setattr(obj, method, guarded)
+        self._restore.append(lambda: setattr(obj, method, original) if had_own else delattr(obj, method))
+
+    def guard_uncaught(self) -> None:
+        """Report an exception that ends the program while the session is still open (one the
+        framework gives no callback for, such as a data error outside the training step)."""
+        previous = sys.excepthook
+        holder = self
+
+        def hook(exc_type: Any, exc: BaseException, tb: Any) -> None:
+            holder.close(exc)
+            previous(exc_type, exc, tb)
+
+        sys.excepthook = hook
+
+        def undo() -> None:
+            if sys.excepthook is hook:
+                sys.excepthook = previous
+
+        self._restore.append(undo)
+
+    def _print(self, report: Report, exc: BaseException | None) -> None:
+        if self.print_report is False:
+            return
+        if self.print_report is True or exc is not None or report.findings:
+            from ..report import render_text
+
+            print(render_text(report), file=sys.stderr)
+        else:
+            print(msg("integration.nothing_found", steps=report.meta.get("steps", 0)), file=sys.stderr)
 
     def _write(self, report: Report) -> None:
         if self.json_path:

@@ -37,8 +37,11 @@ class TriageCallback(pl.Callback):
         checks: "default", or check names / `Checker` instances.
         json: write the final report as JSON to this path.
         html: write the final report as a standalone HTML page to this path.
-        report: print the text report to stderr at the end: "auto" (when something was
-            found), True, or False (default).
+        report: print the text report to stderr at the end of fit, on global rank zero:
+            "auto" (default: the report when something was found, else one line), True, False.
+        tensorboard: a log folder, a `SummaryWriter`, or True (the trainer's TensorBoardLogger):
+            loss, gradient norm, lr and the findings.
+        wandb: True (the active run, e.g. a WandbLogger's) or a wandb run: the same, to W&B.
         lang: language of messages ("en", "zh").
         **options: further `Session` options.
 
@@ -49,8 +52,12 @@ class TriageCallback(pl.Callback):
     """
 
     def __init__(self, *, on_anomaly: str = "record", checks: Any = "default", json: Any = None,
-                 html: Any = None, report: bool | str = False, lang: str | None = None, **options: Any) -> None:
+                 html: Any = None, report: bool | str = "auto", lang: str | None = None, **options: Any) -> None:
         super().__init__()
+        # tensorboard=True means the trainer's own TensorBoard logger, known at fit start.
+        self._tb_from_trainer = options.get("tensorboard") is True
+        if self._tb_from_trainer:
+            options = {k: v for k, v in options.items() if k != "tensorboard"}
         self._holder = SessionHolder(on_anomaly=on_anomaly, checks=checks, json=json, html=html,
                                      report=report, lang=lang, options=options)
 
@@ -60,7 +67,11 @@ class TriageCallback(pl.Callback):
         return self._holder.report
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        self._holder.open([pl_module], list(getattr(trainer, "optimizers", []) or []))
+        self._holder.rank_zero = bool(getattr(trainer, "is_global_zero", True))
+        overrides = {}
+        if self._tb_from_trainer:
+            overrides["tensorboard"] = _trainer_summary_writer(trainer)
+        self._holder.open([pl_module], list(getattr(trainer, "optimizers", []) or []), **overrides)
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
         self._holder.close(None)
@@ -70,3 +81,14 @@ class TriageCallback(pl.Callback):
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self._holder.close(None)
+
+
+def _trainer_summary_writer(trainer: Any) -> Any:
+    """The `SummaryWriter` of the trainer's TensorBoard logger (tensorboard=True)."""
+    for logger in getattr(trainer, "loggers", []) or []:
+        experiment = getattr(logger, "experiment", None)
+        if hasattr(experiment, "add_scalar") and hasattr(experiment, "add_text"):
+            return experiment
+    from .._errors import ConfigError
+
+    raise ConfigError(msg("integration.no_tensorboard_logger"))

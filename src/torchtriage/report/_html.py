@@ -30,13 +30,15 @@ _PAGE = """<!DOCTYPE html>
   --info: #1f5fa8; --info-bg: #e9f1fb; --ok: #1b6e2d; --ok-bg: #e8f5eb; --ink: #1d1f23; --muted: #555b66;
   --line: #d5d9e0; }}
 * {{ box-sizing: border-box; }}
-body {{ font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Noto Sans", "Noto Sans CJK SC", sans-serif;
+body {{ font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Noto Sans", "Noto Sans CJK SC",
+  "Source Han Sans SC", "PingFang SC", "Hiragino Sans GB", "Microsoft YaHei", "WenQuanYi Micro Hei",
+  "WenQuanYi Zen Hei", "Droid Sans Fallback", sans-serif;
   color: var(--ink); background: #f6f7f9; margin: 0; }}
 main {{ max-width: 1120px; margin: 0 auto; padding: 24px 20px 48px; }}
 h1 {{ font-size: 1.5rem; margin: 0 0 4px; }}
 h2 {{ font-size: 1.15rem; margin: 28px 0 10px; }}
-code, pre, .mono {{ font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, "DejaVu Sans Mono", monospace;
-  font-size: 0.9em; }}
+code, pre, .mono {{ font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, "DejaVu Sans Mono",
+  "Noto Sans Mono CJK SC", "WenQuanYi Micro Hei Mono", monospace; font-size: 0.9em; }}
 .summary {{ color: var(--muted); margin: 0 0 8px; }}
 .meta {{ display: flex; flex-wrap: wrap; gap: 4px 18px; margin: 0; color: var(--muted); font-size: 0.9em; }}
 .meta div {{ display: flex; gap: 6px; }} .meta dt {{ font-weight: 600; }} .meta dd {{ margin: 0; }}

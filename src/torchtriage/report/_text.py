@@ -86,12 +86,10 @@ def render_text(report: Report) -> str:
     lines = [f"== {msg('report.title')} =="]
     from ._spark import trend_line
 
-    trend = trend_line(report.series, report.meta)  # one line: the loss curve (issue 19)
     if not report.findings:
         lines.append(msg("report.empty"))
-        if trend:
-            lines.append(trend)
         return "\n".join(lines)
+    trend = trend_line(report.series, report.meta)  # one line: the loss curve beside the findings (issue 19)
     primary = report.primary
     issues = [f for f in report.findings if f.severity is not Severity.INFO]
     infos = [f for f in report.findings if f.severity is Severity.INFO]

@@ -1,0 +1,102 @@
+"""CLI conventions (issue 18): global options before or after the command, `--json -` on
+standard output, `run -m MODULE` like `python -m`, exit codes in `--help`."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import EXAMPLES, run_cli
+
+NAN_SCRIPT = str(EXAMPLES / "nan_in_forward.py")
+
+MODULE = '''\
+import json, sys
+import torch
+import torch.nn as nn
+
+print("argv", json.dumps(sys.argv[1:]), "name", __name__, "file", __file__.endswith("train.py"))
+model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(8, 3)
+for _ in range(2):
+    loss = torch.log(model(x) * 0).mean()  # log(0) = -inf: the fault under test
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+'''
+
+
+def test_lang_after_the_command_is_accepted():
+    # Before issue 18: "unrecognized arguments: --lang zh" (only `torchtriage --lang zh run` worked).
+    after = run_cli("run", "--lang", "zh", NAN_SCRIPT)
+    assert after.returncode == 0, after.stderr
+    assert "== torchtriage 诊断报告 ==\n-- 首要问题 --\n" in after.stderr
+    from torchtriage._cli import build_parser
+
+    for argv in (["run", "--lang", "zh", "x.py"], ["--lang", "zh", "run", "x.py"]):
+        args = build_parser().parse_args(argv)
+        assert (args.lang, args.script, args.args) == ("zh", "x.py", [])
+    args = build_parser().parse_args(["--lang", "zh", "run", "x.py"])
+    assert args.lang == "zh"  # the command's parser does not reset a value given before it
+
+
+def test_lang_after_the_script_belongs_to_the_script(tmp_path):
+    script = tmp_path / "echo.py"
+    script.write_text("import sys; print(sys.argv[1:])\n", encoding="utf-8")
+    proc = run_cli("run", str(script), "--lang", "zh")
+    assert proc.returncode == 0
+    assert proc.stdout == "['--lang', 'zh']\n"
+    assert "== torchtriage report ==" in proc.stderr  # English: the option was the script's
+
+
+def test_json_dash_writes_the_report_to_stdout_after_the_scripts_output():
+    proc = run_cli("run", "--json", "-", NAN_SCRIPT)
+    assert proc.returncode == 0, proc.stderr
+    script_lines, _, rest = proc.stdout.partition("{")
+    assert script_lines.startswith("step 0: loss nan")
+    data = json.loads("{" + rest)
+    assert data["schema"] == "torchtriage.report/1"
+    assert data["findings"][data["primary"]]["code"] == "numerical.nonfinite_forward"
+    assert data["findings"][data["primary"]]["module"] == "encoder.2"
+
+
+def test_run_dash_m_runs_a_module_like_python_dash_m(tmp_path):
+    pkg = tmp_path / "proj"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "train.py").write_text(MODULE, encoding="utf-8")
+    proc = run_cli("run", "--json", "r.json", "-m", "proj.train", "--epochs", "2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == 'argv ["--epochs", "2"] name __main__ file True\n'
+    report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    primary = report["findings"][report["primary"]]
+    assert (primary["code"], primary["step"], primary["op"]) == ("numerical.nonfinite_loss", 0, "aten::log")
+    assert report["meta"]["module"] == "proj.train"
+    assert report["meta"]["argv"] == ["-m", "proj.train", "--epochs", "2"]
+
+
+def test_run_dash_m_unknown_module_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    from torchtriage._cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "-m", "no_such_pkg.train"]) == 2
+    assert capsys.readouterr().err == (f"torchtriage: error: -m no_such_pkg.train: no module named "
+                                       f"'no_such_pkg.train' (No module named 'no_such_pkg'; working directory: "
+                                       f"{tmp_path})\n")
+    assert main(["run", "-m"]) == 2
+    assert capsys.readouterr().err == ("torchtriage: error: run -m: no module given; usage: torchtriage run "
+                                       "[--json PATH] -m MODULE [ARGS...]\n")
+
+
+def test_exit_codes_are_documented_in_help():
+    from torchtriage._cli import build_parser
+
+    parser = build_parser()
+    top = parser.format_help()
+    assert "exit status:" in top
+    for line in ("  0    done;", "  1    the script raised", "  2    bad input", "  130  interrupted"):
+        assert line in top
+    run = parser._subparsers._group_actions[0].choices["run"].format_help()
+    assert "exit status: the script's own" in run
+    assert "run a module as `python -m MODULE ARGS...`" in run
+    assert "--tensorboard DIR" in run and "--wandb" in run

@@ -1,0 +1,208 @@
+"""The split checks give the same findings on every engine (issue 17).
+
+The in-process tests of `test_leakage.py` run again with the comparisons forced onto DuckDB
+(the out-of-core engine) and onto a local Dask cluster of 2 workers; table files with every
+kind of leak are compared finding by finding across the three engines; bad input gives one
+line and exit code 2 on every engine.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import numpy as np
+import pytest
+
+import tests.test_leakage as in_process
+from torchtriage import check_splits
+from torchtriage._leakage import _engines
+
+duckdb = pytest.importorskip("duckdb")
+
+SKIP = {"test_import_leaves_pandas_and_pyarrow_out", "test_progress_lines_on_stderr",
+        "test_bad_inputs_name_what_was_given", "test_splits_of_different_kinds"}
+CASES = [name for name, fn in inspect.getmembers(in_process, inspect.isfunction)
+         if name.startswith("test_") and name not in SKIP]
+
+
+def _forced(monkeypatch, engine):
+    real = _engines.choose
+    monkeypatch.setattr(_engines, "choose", lambda given, sources: engine if given == "auto" else real(given, sources))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_in_process_suite_on_duckdb(name, monkeypatch, request):
+    """Every in-process leakage test passes unchanged with DuckDB doing the comparisons."""
+    _forced(monkeypatch, "duckdb")
+    _run_case(name, request)
+
+@pytest.fixture(scope="module")
+def dask_client():
+    pytest.importorskip("dask.dataframe")
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                       silence_logs=50)
+    client = distributed.Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+DASK_CASES = ["test_seed_writer_overlap_reports_writer_a", "test_exact_duplicates_match_across_dtypes",
+              "test_duplicates_inside_test", "test_conflicting_labels_from_tensor_dataset", "test_near_duplicate_text",
+              "test_near_duplicate_table_rows", "test_time_leakage_with_dates_and_clean_order",
+              "test_shared_indices_and_a_real_content_copy_are_told_apart", "test_scaler_fitted_on_all_data"]
+
+
+@pytest.mark.parametrize("name", DASK_CASES)
+def test_in_process_suite_on_dask(name, monkeypatch, request, dask_client):
+    """Every in-process leakage test passes unchanged on a local Dask cluster of 2 workers."""
+    _forced(monkeypatch, "dask")
+    _run_case(name, request)
+
+
+def _run_case(name, request):
+    fn = getattr(in_process, name)
+    params = inspect.signature(fn).parameters
+    marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "parametrize"]
+    kwargs = {p: request.getfixturevalue(p) for p in params if p in ("tmp_path", "capsys")}
+    if marks:
+        argnames, values = marks[0].args[0], marks[0].args[1]
+        names = [a.strip() for a in argnames.split(",")] if isinstance(argnames, str) else list(argnames)
+        for v in values:
+            v = v if isinstance(v, (tuple, list)) and len(names) > 1 else (v,)
+            fn(**kwargs, **dict(zip(names, v)))
+    else:
+        fn(**kwargs)
+
+
+# --- table files with every kind of leak, on every engine -----------------------------------
+
+def _leaky_tables(tmp_path, fmt="parquet", shards=2):
+    """train/test shards (20 columns) with injected group overlap, time overlap, exact copies,
+    repeats inside test, conflicting labels and near copies; returns (train, test) specs."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    rng = np.random.default_rng(7)
+    n_tr, n_te = 600, 200
+    cols = [f"f{i}" for i in range(20)]
+    tr = pd.DataFrame(rng.standard_normal((n_tr, 20)).round(6), columns=cols)
+    te = pd.DataFrame(rng.standard_normal((n_te, 20)).round(6), columns=cols)
+    tr["user"] = [f"u{i % 150}" for i in range(n_tr)]
+    te["user"] = [f"u{150 + i % 50}" for i in range(n_te)]
+    te.loc[:2, "user"] = ["u3", "u7", "u9"]                           # 3 users in both
+    tr["day"] = np.arange(n_tr, dtype=np.float64)
+    te["day"] = np.arange(n_tr, n_tr + n_te, dtype=np.float64)
+    te.loc[10:13, "day"] = [5.0, 6.0, 7.0, 8.0]                       # 4 test rows before train ends
+    tr["label"] = rng.integers(0, 3, n_tr)
+    te["label"] = rng.integers(0, 3, n_te)
+    te.loc[20:24, cols] = tr.loc[100:104, cols].to_numpy()            # 5 exact copies of train rows
+    te.loc[20:24, "label"] = tr.loc[100:104, "label"].to_numpy()
+    te.loc[21, "label"] = (tr.loc[101, "label"] + 1) % 3             # one of them with another label
+    te.loc[30:31, cols] = te.loc[40:41, cols].to_numpy()              # 2 repeats inside test
+    te.loc[50:53, cols] = (tr.loc[200:203, cols] * 1.001).to_numpy()  # 4 near copies
+    out = []
+    for name, df in (("train", tr), ("test", te)):
+        d = tmp_path / name
+        d.mkdir()
+        for k, part in enumerate(np.array_split(np.arange(len(df)), shards)):
+            piece = df.iloc[part]
+            path = d / f"part-{k}.{fmt}"
+            if fmt == "parquet":
+                piece.to_parquet(path, index=False)
+            else:
+                piece.to_csv(path, index=False)
+        out.append(str(d))
+    return out
+
+
+def _comparable(report):
+    d = report.to_dict()
+    d.pop("meta", None)
+    for f in d["findings"]:
+        f.pop("file", None), f.pop("line", None)
+        f.get("evidence", {}).pop("source_line", None)
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_engines_agree_on_sharded_table_files(tmp_path, fmt, dask_client):
+    train, test = _leaky_tables(tmp_path, fmt)
+    reports = {e: check_splits(train, test, groups="user", time="day", labels="label", engine=e)
+               for e in ("memory", "duckdb", "dask")}
+    mem = reports["memory"]
+    assert [f.code for f in mem.findings] == ["data.group_overlap", "data.time_overlap", "data.exact_duplicate",
+                                              "data.test_duplicate", "data.conflicting_labels", "data.near_duplicate"]
+    ev = {f.code: f.evidence for f in mem.findings}
+    assert ev["data.group_overlap"]["groups"] == ["u3", "u7", "u9"]
+    assert ev["data.time_overlap"]["earlier_rows"] == 4
+    assert ev["data.exact_duplicate"]["duplicated_rows"] == 5
+    assert ev["data.exact_duplicate"]["examples"][0] == {"train": 100, "test": 20}
+    assert ev["data.test_duplicate"]["examples"] == [[30, 40], [31, 41]]
+    assert ev["data.conflicting_labels"]["inputs_with_conflicting_labels"] == 2  # the copy and the repeat
+    assert ev["data.near_duplicate"]["rows_with_near_duplicate"] == 4
+    assert {r.meta["engine"] for r in reports.values()} == {"memory", "duckdb", "dask"}
+    assert _comparable(reports["duckdb"]) == _comparable(mem)
+    assert _comparable(reports["dask"]) == _comparable(mem)
+
+
+def test_duckdb_engine_runs_under_a_memory_cap(tmp_path):
+    train, test = _leaky_tables(tmp_path)
+    r = check_splits(train, test, groups="user", engine="duckdb", memory_limit="64MB")
+    assert r.meta["engine"] == "duckdb" and "data.group_overlap" in [f.code for f in r.findings]
+    with pytest.raises(ValueError, match="memory limit 'lots' was refused by DuckDB"):
+        check_splits(train, test, engine="duckdb", memory_limit="lots")
+
+
+def test_bad_engine_names_the_accepted_ones(tmp_path):
+    train, test = _leaky_tables(tmp_path)
+    with pytest.raises(ValueError, match=r"^engine='spark'; accepted: auto, memory, duckdb, dask$"):
+        check_splits(train, test, engine="spark")
+
+
+@pytest.fixture
+def cli(capsys):
+    from torchtriage._cli import main
+
+    def call(*args):
+        code = main(list(args))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return call
+
+
+@pytest.mark.parametrize("engine", ["memory", "duckdb", "dask"])
+def test_cli_engine_finds_and_bad_input_is_one_line(tmp_path, engine, cli, dask_client):
+    train, test = _leaky_tables(tmp_path)
+    code, out, err = cli("splits", train, test, "--group", "user", "--engine", engine, "--no-near")
+    assert code == 1, err
+    assert "✗ [data] 3 group(s) occur in both train and test (key: user): 'u3', 'u7', 'u9'" in out
+
+    def one_line(*args):
+        code, out, err = cli("splits", *args, "--engine", engine)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+        return lines[0]
+
+    assert one_line(train, test, "--group", "nope").startswith(
+        "torchtriage: error: groups: column 'nope' is not in the train split; its columns: f0, f1")
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    pd = pytest.importorskip("pandas")
+    pd.DataFrame({"a": [1.0], "b": [2.0]}).to_parquet(mixed / "p0.parquet")
+    pd.DataFrame({"a": [1.0], "c": [2.0]}).to_parquet(mixed / "p1.parquet")
+    assert one_line(str(mixed), test) == (
+        f"torchtriage: error: {mixed / 'p1.parquet'} has other columns than {mixed / 'p0.parquet'} "
+        "(extra: c; missing: b); accepted: shards of one split with the same columns")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    pd.DataFrame({"a": [1.0]}).to_parquet(broken / "p0.parquet")
+    (broken / "p1.parquet").write_bytes(b"PAR1 this is not a parquet file")
+    assert one_line(str(broken), test).startswith(f"torchtriage: error: cannot read {broken / 'p1.parquet'}: ")
+    assert one_line(str(tmp_path / "empty-*.parquet"), test) == (
+        f"torchtriage: error: {tmp_path / 'empty-*.parquet'}: no table files there; accepted: a folder or a glob "
+        "pattern of .csv, .jsonl, .ndjson, .parquet, .pq, .tsv files")
