@@ -41,7 +41,7 @@ def test_in_process_suite_on_duckdb(name, monkeypatch, request):
 def dask_client():
     pytest.importorskip("dask.dataframe")
     distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0",
                                        silence_logs=50)
     client = distributed.Client(cluster)
     try:

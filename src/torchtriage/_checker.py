@@ -85,6 +85,11 @@ class Checker:
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         pass
 
+    def on_nested_backward(self, roots: tuple[torch.Tensor, ...]) -> None:
+        """A backward called while another runs: autograd's own work inside the user's backward
+        (a reentrant checkpoint backpropagating through its recomputed block). Not a loss, not a
+        new step; `on_backward` is not called for it."""
+
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         pass
 

@@ -28,6 +28,7 @@ from ._checker import LossCall, overrides
 from ._errors import AnomalyError
 from ._findings import Stage
 from ._frames import user_frame_from_stack, user_stack_frame
+from ._roothook import RootHook  # pickles and deep-copies inert, with the user's model
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -109,8 +110,9 @@ class SessionHooks:
         if getattr(self, "_global_module_hooks", True) or id(model) in self._root_hooked:
             return
         self._root_hooked.add(id(model))
-        self._module_handles.append(model.register_forward_pre_hook(self._fwd_pre))
-        self._module_handles.append(model.register_forward_hook(self._fwd_post, with_kwargs=True, always_call=True))
+        self._module_handles.append(model.register_forward_pre_hook(RootHook(self, "_fwd_pre")))
+        self._module_handles.append(model.register_forward_hook(RootHook(self, "_fwd_post"), with_kwargs=True,
+                                                                always_call=True))
 
     def _maybe_narrow_module_hooks(self) -> None:
         """After a step (never from inside a module hook: PyTorch iterates the hook dicts):
@@ -212,6 +214,9 @@ class SessionHooks:
             if session._busy:
                 return original(tensors, *args, **kwargs)
             roots = (tensors,) if isinstance(tensors, torch.Tensor) else tuple(tensors)
+            if session._in_backward:  # a reentrant checkpoint's inner backward (issue 13)
+                session._emit("on_nested_backward", roots)
+                return original(tensors, *args, **kwargs)
             grads = args[0] if args else kwargs.get("grad_tensors")
             session._begin_step_if_needed()
             session.stage = Stage.BACKWARD

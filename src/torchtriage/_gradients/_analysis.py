@@ -153,9 +153,11 @@ class Analysis:
             if isinstance(a, torch.Tensor) and a.requires_grad and a.is_leaf and id(a) not in self.params:
                 self.input_leaves.add(id(a))
 
-    def backward_roots(self, reach: Any) -> None:
-        self.backwards += 1
+    def backward_roots(self, reach: Any, *, inner: bool = False) -> None:
         self.reached |= reach.leaves.keys()
+        if inner:  # a reentrant checkpoint's backward: more reached leaves, nothing else
+            return
+        self.backwards += 1
         self.reach_complete &= reach.complete
         for lid, t in reach.leaves.items():
             # An nn.Parameter is registered somewhere (another model, or re-created in forward:
@@ -210,7 +212,7 @@ class Analysis:
         out += recreated
         stale = self._stale(optimizers, current, opt_of, step, {f.parameter for f in recreated})
         out += stale
-        out += self._foreign(current, models, step)
+        out += self._foreign(current, models, step, held=set(opt_of))
         trainable = {pid: info for model, _ in models for p in model.parameters()
                      if p.requires_grad and (pid := id(p)) in current and (info := current[pid])}
         zero = self._zero_ids()
@@ -267,7 +269,9 @@ class Analysis:
         out = []
         for oi, opt in enumerate(optimizers):
             held = [p for g in opt.param_groups for p in g["params"]]
-            foreign = [p for p in held if id(p) not in current]
+            # Only parameters count: a raw tensor an optimizer holds (SAC's log_alpha, an image
+            # being optimized) was never a model's, so it is no sign of a stale optimizer.
+            foreign = [p for p in held if id(p) not in current and isinstance(p, nn.Parameter)]
             # Parameters of a model nobody watches are normal (a GAN's other net); stale means the
             # watched model also has trainable parameters that no optimizer holds.
             if foreign and missing:
@@ -281,7 +285,7 @@ class Analysis:
         return out
 
     def _foreign(self, current: dict[int, ParamInfo], models: list[tuple[nn.Module, str]],
-                 step: int | None) -> list[Finding]:
+                 step: int | None, held: set[int] = frozenset()) -> list[Finding]:  # type: ignore[assignment]
         # Said already, with a better location: a parameter re-created in forward is a current
         # parameter (param_recreated), a tensor in a plain attribute or list was reported statically.
         known = set(current)
@@ -294,8 +298,8 @@ class Analysis:
                 for lid in rec.leaves:
                     by_line[lid] = rec
         for lid, (shape, _) in self.foreign_leaves.items():
-            if lid in known or lid in self.input_leaves:
-                continue
+            if lid in known or lid in self.input_leaves or lid in held:
+                continue  # a leaf an optimizer holds is optimized on purpose (an image, a raw weight)
             rec = by_line.get(lid)
             if rec is None and not self.params:
                 continue

@@ -189,6 +189,12 @@ class GradientChecker(Checker):
         if self.active and self.analysis is not None:
             self.analysis.backward_roots(reach(roots))
 
+    def on_nested_backward(self, roots: tuple[torch.Tensor, ...]) -> None:
+        # The parameters inside a reentrant checkpoint are reached through this inner backward;
+        # its roots' leaves are detached copies of the block's inputs, not strangers.
+        if self.active and self.analysis is not None:
+            self.analysis.backward_roots(reach(roots), inner=True)
+
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         if self.active and self.analysis is not None:
             self.analysis.grads_after_backward()

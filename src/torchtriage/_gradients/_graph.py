@@ -44,10 +44,18 @@ def reach(roots: Iterable[Any], *, max_nodes: int = MAX_NODES) -> Reach:
     for r in roots:
         if not isinstance(r, torch.Tensor) or not r.requires_grad:
             continue
-        if r.grad_fn is None:
+        try:
+            fn = r.grad_fn
+        except RuntimeError:
+            # A view made under no_grad whose base was then modified in place with grad on
+            # (a model's init ties or fills weights that way): torch refuses to give its
+            # grad_fn. It cannot be backpropagated through either, so it leads nowhere.
+            out.complete = False
+            continue
+        if fn is None:
             out.leaves[id(r)] = r
         else:
-            stack.append(r.grad_fn)
+            stack.append(fn)
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen:

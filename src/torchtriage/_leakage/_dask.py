@@ -179,7 +179,7 @@ class DaskStore(Store):
             self._own = None
         except ValueError:  # no client yet: a local cluster of 2 worker processes, ours to close
             cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                               dashboard_address=None, silence_logs=50)
+                                               dashboard_address="127.0.0.1:0", silence_logs=50)
             self._own = cluster
             self.client = distributed.Client(cluster)
         self.frames: dict[str, Any] = {}

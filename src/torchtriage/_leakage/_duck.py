@@ -238,7 +238,9 @@ class DuckStore(Store):
     def conflicts(self, splits: list[str]) -> Conflicts:
         union = " UNION ALL ".join(f"SELECT {k} AS k, row, exact, label FROM t_{s}" for k, s in enumerate(splits))
         with_ = (f"WITH u AS ({union}), "
-                 "bad AS (SELECT exact FROM u GROUP BY exact HAVING count(DISTINCT label) > 1) ")
+                 # DISTINCT pairs, then a plain count: both are spilling group-bys (a DISTINCT
+                 # aggregate keeps its own hash tables in memory).
+                 "bad AS (SELECT exact FROM (SELECT DISTINCT exact, label FROM u) GROUP BY exact HAVING count(*) > 1) ")
         count = self._one(with_ + "SELECT count(*) FROM bad")[0]
         if not count:
             return Conflicts(0, [])
@@ -252,8 +254,12 @@ class DuckStore(Store):
         kind = self.near_kind(a)
         if not self._has(f"b_{a}") or not self._has(f"b_{b}"):
             return Near(0, [])
-        sql = (f"WITH ca AS (SELECT row, band, key FROM (SELECT *, row_number() OVER "
-               f"(PARTITION BY band, key ORDER BY row) AS rn FROM b_{a}) WHERE rn <= {BAND_CAP}), "
+        # Only a's band keys that b has too enter the window (a semi join, built on b's keys):
+        # the window then sorts candidates, not every row of a, and stays within the memory cap.
+        sql = (f"WITH kb AS (SELECT DISTINCT band, key FROM b_{b}), "
+               f"ma AS (SELECT ba.row, ba.band, ba.key FROM b_{a} AS ba SEMI JOIN kb USING (band, key)), "
+               f"ca AS (SELECT row, band, key FROM (SELECT *, row_number() OVER "
+               f"(PARTITION BY band, key ORDER BY row) AS rn FROM ma) WHERE rn <= {BAND_CAP}), "
                f"p AS (SELECT DISTINCT ca.row AS ia, bb.row AS ib FROM ca JOIN b_{b} AS bb USING (band, key)) "
                f"SELECT p.ia, p.ib, x.sig AS sa, y.sig AS sb FROM p JOIN t_{a} AS x ON x.row = p.ia "
                f"JOIN t_{b} AS y ON y.row = p.ib WHERE x.exact <> y.exact")

@@ -31,6 +31,7 @@ from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
 from ._overflow import exp_nodes, overflow_verdict
 from ._plans import Plan, verdict_to_finding
 from ._region import LossRegion
+from ._sampling import TrainModeOutputs
 from ._sequence import token_plans
 from ._shapes import aligned, broadcast_finding, grows
 
@@ -50,9 +51,11 @@ class SilentChecker(Checker):
         self.graphs = GraphKeeper()
         self.zero = ZeroGradWatch()
         self.region: LossRegion | None = None
+        self.sampling: TrainModeOutputs | None = None
+        self._leaving: list[TrainModeOutputs] = []  # inactive modes still on the stack
         self._stochastic: weakref.WeakKeyDictionary[nn.Module, list[str]] = weakref.WeakKeyDictionary()
         self._eval_forwards: list[tuple[weakref.ref[nn.Module], str, Any]] = []
-        self._train_in_eval: dict[int, tuple[str, Any, int, list[str]]] = {}
+        self._train_in_eval: dict[int, tuple[str, Any, int, list[str], int]] = {}
         self._losses: list[torch.Tensor] = []
         self._loss_frame: Any = None
         self._reported: set[tuple[Any, ...]] = set()
@@ -89,6 +92,9 @@ class SilentChecker(Checker):
             found = self._stochastic[model] = stochastic_modules(model)
         return found
 
+    def _pop_left_modes(self) -> None:
+        self._leaving = [m for m in self._leaving if not m.leave()]
+
     def _leave_region(self) -> None:
         if self.region is not None and self.region.leave():
             self.region = None
@@ -110,14 +116,20 @@ class SilentChecker(Checker):
         stochastic = self._stochastic_of(model)
         if stochastic and grad and not model.training and out is not None and out.requires_grad:
             self._eval_forwards.append((weakref.ref(model), label, user_frame_from_stack(3)))
+        if grad and self._train_in_eval:
+            self._judge_train_in_eval()  # training resumed: what did those forwards feed?
         if stochastic and not grad and model.training and not in_update_bn():
             key = id(model)
-            _, frame, n, _ = self._train_in_eval.get(key, (label, None, 0, stochastic))
-            self._train_in_eval[key] = (label, frame or user_frame_from_stack(3), n + 1, stochastic)
-            if n + 1 >= 2:
-                self._report_train_in_eval(key)
+            _, frame, n, _, at = self._train_in_eval.get(key, (label, None, 0, stochastic, self._step))
+            self._train_in_eval[key] = (label, frame or user_frame_from_stack(3), n + 1, stochastic, at)
+            if self.sampling is None:
+                self.sampling = TrainModeOutputs()
+                self.sampling.enter()
+            self.sampling.follow(key, output)
         if self.region is not None and not self.region.active:
             self._leave_region()
+        if self._leaving:
+            self._pop_left_modes()
         if self._warm() and grad and self.region is None and out is not None and out.requires_grad:
             self.region = LossRegion()
             self.region.enter()
@@ -188,7 +200,9 @@ class SilentChecker(Checker):
 
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
         self._backward_in_step = True
-        self._train_in_eval.clear()
+        if self._train_in_eval:
+            self._judge_train_in_eval()
+        self._pop_left_modes()
         root = roots[0] if roots and isinstance(roots[0], torch.Tensor) else None
         frame = None
         if self.zero.armed:
@@ -317,17 +331,39 @@ class SilentChecker(Checker):
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         self.zero.after_step(optimizer)
 
-    def _report_train_in_eval(self, key: int) -> None:
-        label, frame, n, modules = self._train_in_eval.pop(key)
-        self._add(finding("train_mode_while_evaluating", severity=Severity.WARNING, stage=Stage.FORWARD, frame=frame,
-                          module="", model=label, evidence={"no_grad_forwards_in_train_mode": n,
-                                                            "modules_affected": modules[:6]}))
+    def _judge_train_in_eval(self) -> None:
+        """No-grad forwards in train() mode are evaluation only when their outputs fed an
+        evaluation loss or a metric (issue 13); a sample grid or a target feeds neither."""
+        pending, self._train_in_eval = self._train_in_eval, {}
+        sampling, self.sampling = self.sampling, None
+        fed = dict(sampling.fed) if sampling is not None else {}
+        if sampling is not None and not sampling.leave():
+            self._leaving.append(sampling)  # popped once torch hands the stack back
+        for key, (label, frame, n, modules, step) in pending.items():
+            if key not in fed:
+                continue
+            kind, _, op = fed[key].partition(":")
+            self._add(finding("train_mode_while_evaluating", severity=Severity.WARNING, stage=Stage.FORWARD,
+                              frame=frame, module="", model=label, step=step,
+                              evidence={"no_grad_forwards_in_train_mode": n, "outputs_fed": f"{kind} {op}",
+                                        "modules_affected": modules[:6]}))
 
     def on_step_end(self, step: int) -> None:
         self._leave_region()
+        if self._leaving:
+            self._pop_left_modes()
         self.flags.resolve()
         old = self.graphs.alive_before(step)
-        if len({s for s, _ in old}) >= 2:
+        # Evidence of an accumulator (`total += loss`, `losses.append(loss)`): one line's loss
+        # graphs from two or more earlier steps still alive, so their number grows with the
+        # steps. Losses that live until the next iteration reassigns them (a GAN's
+        # errD = errD_real + errD_fake, with one step per backward) keep one graph per line.
+        by_line: dict[Any, list[tuple[int, Any]]] = {}
+        for s, f in old:
+            by_line.setdefault((getattr(f, "file", None), getattr(f, "line", None)), []).append((s, f))
+        kept = next((v for v in by_line.values() if len({s for s, _ in v}) >= 2), None)
+        if kept is not None:
+            old = kept
             frame = old[0][1]
             self._add(finding("loss_graph_kept", severity=Severity.ERROR, stage=Stage.LOSS, frame=frame, step=step,
                               evidence={"old_loss_graphs_alive": len(old),
@@ -362,8 +398,10 @@ class SilentChecker(Checker):
             self._queue_collapse()
         self.flags.resolve()
         _deferred.leave(self.session, self.flags)
-        for key in list(self._train_in_eval):
-            self._report_train_in_eval(key)
+        self._judge_train_in_eval()
+        for m in self._leaving:  # at close no call of ours is running: take them off
+            m.inside = 0
+        self._pop_left_modes()
 
 
 def _second_tokens(snap: Any, ids: Any) -> Any:

@@ -5,12 +5,15 @@
                            backward calls), and a backward added into them. Python attribute
                            reads only.
     loss graph kept        a token in each loss node's `metadata` dict lives exactly as long as
-                           the node; tokens from two or more steps back still alive mean the user
-                           holds old graphs (`total += loss`, `losses.append(loss)`).
+                           the node; tokens from two or more steps back still alive, from a set
+                           of steps that grows while keeping the older ones, mean the user holds
+                           every old graph (`total += loss`, `losses.append(loss)`); a loss that
+                           lives until the next iteration reassigns it is normal.
     eval() while training  the stepped model's forward ran with training=False and holds
                            dropout / batch norm.
-    train() while evaluating  repeated no-grad forwards in train mode with dropout / batch norm
-                           and no backward in between.
+    train() while evaluating  no-grad forwards in train mode with dropout / batch norm whose
+                           outputs feed an evaluation loss or a metric (`_sampling.py`); a
+                           sample grid or a target network's output feeds neither.
     loss collapse          the loss of the first steps, kept on the device, read once.
 """
 

@@ -157,15 +157,20 @@ class LossRegion(TorchFunctionMode):
         self.exp_sites.clear()
         if self.inside:
             return False
-        above = []
-        while torch._C._len_torch_function_stack() > 0:
-            mode = torch._C._pop_torch_function_stack()
-            if mode is self:
-                break
-            above.append(mode)
-        for mode in reversed(above):
-            torch._C._push_on_torch_function_stack(mode)
+        take_off_stack(self)
         return True
 
     def enter(self) -> None:
         torch._C._push_on_torch_function_stack(self)
+
+
+def take_off_stack(mode: TorchFunctionMode) -> None:
+    """Remove `mode` from the torch-function mode stack wherever it sits, keeping the others."""
+    above = []
+    while torch._C._len_torch_function_stack() > 0:
+        top = torch._C._pop_torch_function_stack()
+        if top is mode:
+            break
+        above.append(top)
+    for top in reversed(above):
+        torch._C._push_on_torch_function_stack(top)

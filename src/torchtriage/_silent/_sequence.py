@@ -70,6 +70,13 @@ def token_plans(target: Any, ids: Any, *, ignore_index: int = -100, reduction: s
     if is_index_tensor(attention_mask) or (isinstance(attention_mask, torch.Tensor) and attention_mask.dtype == torch.bool):
         if attention_mask.shape == grid.shape and attention_mask.device == grid.device:
             pad = (attention_mask == 0) & (grid != ignore_index)
+            if is_index_tensor(ids) and ids.shape == grid.shape and ids.device == grid.device:
+                # Read the labels, not only the inputs (issue 13): a masked-out position counts
+                # only when its label is the PAD token the input holds there. An MLM collator's
+                # random replacement can put the PAD id into the inputs at a labelled position
+                # (and a mask computed as `ids != pad` then hides it): its label is the original
+                # token, the loss is right.
+                pad &= grid == ids
 
             def judge_mask(v: list[float]) -> Verdict | None:
                 if v[0] < 1:

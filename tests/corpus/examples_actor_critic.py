@@ -1,0 +1,96 @@
+"""Actor-critic (one network, two heads): actions sampled from Categorical(probs), log-probs and
+values kept in Python lists on the module, returns normalised, advantage = R - value.item()
+(a constant for the actor on purpose), smooth_l1 critic loss, one update per episode.
+
+Source: pytorch/examples, reinforcement_learning/actor_critic.py, commit 77f55b912142e11fcfdf5b530231fb9c52f181e8.
+Reduced: hidden 16, a numpy cart-pole cut at 12 steps (_env.py), 3 episodes.
+"""
+
+from collections import namedtuple
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+from torch.distributions import Categorical
+
+from corpus._env import CartPole
+
+SavedAction = namedtuple("SavedAction", ["log_prob", "value"])
+gamma = 0.99
+
+
+class Policy(nn.Module):
+    def __init__(self):
+        super(Policy, self).__init__()
+        self.affine1 = nn.Linear(4, 16)
+        self.action_head = nn.Linear(16, 2)
+        self.value_head = nn.Linear(16, 1)
+        self.saved_actions = []
+        self.rewards = []
+
+    def forward(self, x):
+        x = F.relu(self.affine1(x))
+        action_prob = F.softmax(self.action_head(x), dim=-1)
+        state_values = self.value_head(x)
+        return action_prob, state_values
+
+
+def build():
+    torch.manual_seed(0)
+    env = CartPole()
+    model = Policy()
+    optimizer = optim.Adam(model.parameters(), lr=3e-2)
+    eps = np.finfo(np.float32).eps.item()
+
+    def select_action(state):
+        state = torch.from_numpy(state).float()
+        probs, state_value = model(state)
+        m = Categorical(probs)
+        action = m.sample()
+        model.saved_actions.append(SavedAction(m.log_prob(action), state_value))
+        return action.item()
+
+    def finish_episode():
+        R = 0
+        saved_actions = model.saved_actions
+        policy_losses = []
+        value_losses = []
+        returns = []
+        for r in model.rewards[::-1]:
+            R = r + gamma * R
+            returns.insert(0, R)
+        returns = torch.tensor(returns)
+        returns = (returns - returns.mean()) / (returns.std() + eps)
+        for (log_prob, value), R in zip(saved_actions, returns):
+            advantage = R - value.item()
+            policy_losses.append(-log_prob * advantage)
+            value_losses.append(F.smooth_l1_loss(value, torch.tensor([R])))
+        optimizer.zero_grad()
+        loss = torch.stack(policy_losses).sum() + torch.stack(value_losses).sum()
+        loss.backward()
+        optimizer.step()
+        del model.rewards[:]
+        del model.saved_actions[:]
+
+    def train():
+        running_reward = 10
+        for i_episode in range(1, 4):
+            state, _ = env.reset()
+            ep_reward = 0
+            for t in range(1, 10000):
+                action = select_action(state)
+                state, reward, terminated, truncated, _ = env.step(action)
+                model.rewards.append(reward)
+                ep_reward += reward
+                if terminated or truncated:
+                    break
+            running_reward = 0.05 * ep_reward + (1 - 0.05) * running_reward
+            finish_episode()
+
+    return [model], [optimizer], train
+
+
+if __name__ == "__main__":
+    build()[2]()

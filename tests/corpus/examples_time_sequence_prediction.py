@@ -1,0 +1,77 @@
+"""Sine-wave prediction with two LSTMCells in double precision, LBFGS with a closure, then a
+no-grad prediction of the future whose test loss is printed (the model has no dropout or batch
+norm: train() mode is right there).
+
+Source: pytorch/examples, time_sequence_prediction/train.py, commit 77f55b912142e11fcfdf5b530231fb9c52f181e8.
+Reduced: hidden 8, 5 waves of 20 points, future 10, 3 LBFGS steps (max_iter 4).
+"""
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+
+
+class Sequence(nn.Module):
+    def __init__(self):
+        super(Sequence, self).__init__()
+        self.lstm1 = nn.LSTMCell(1, 8)
+        self.lstm2 = nn.LSTMCell(8, 8)
+        self.linear = nn.Linear(8, 1)
+
+    def forward(self, input, future=0):
+        outputs = []
+        h_t = torch.zeros(input.size(0), 8, dtype=torch.double)
+        c_t = torch.zeros(input.size(0), 8, dtype=torch.double)
+        h_t2 = torch.zeros(input.size(0), 8, dtype=torch.double)
+        c_t2 = torch.zeros(input.size(0), 8, dtype=torch.double)
+        for input_t in input.split(1, dim=1):
+            h_t, c_t = self.lstm1(input_t, (h_t, c_t))
+            h_t2, c_t2 = self.lstm2(h_t, (h_t2, c_t2))
+            output = self.linear(h_t2)
+            outputs += [output]
+        for i in range(future):
+            h_t, c_t = self.lstm1(output, (h_t, c_t))
+            h_t2, c_t2 = self.lstm2(h_t, (h_t2, c_t2))
+            output = self.linear(h_t2)
+            outputs += [output]
+        return torch.cat(outputs, dim=1)
+
+
+def build():
+    np.random.seed(0)
+    torch.manual_seed(0)
+    x = np.array(range(20)) + np.random.randint(-16, 16, 5).reshape(5, 1)
+    data = np.sin(x / 1.0 / 8).astype("float64")
+    input = torch.from_numpy(data[3:, :-1])
+    target = torch.from_numpy(data[3:, 1:])
+    test_input = torch.from_numpy(data[:3, :-1])
+    test_target = torch.from_numpy(data[:3, 1:])
+    seq = Sequence()
+    seq.double()
+    criterion = nn.MSELoss()
+    optimizer = optim.LBFGS(seq.parameters(), lr=0.8, max_iter=4)
+
+    def train():
+        for i in range(3):
+            def closure():
+                optimizer.zero_grad()
+                out = seq(input)
+                loss = criterion(out, target)
+                print("loss:", loss.item())
+                loss.backward()
+                return loss
+            optimizer.step(closure)
+            with torch.no_grad():
+                future = 10
+                pred = seq(test_input, future=future)
+                loss = criterion(pred[:, :-future], test_target)
+                print("test loss:", loss.item())
+                y = pred.detach().numpy()
+        return y
+
+    return [seq], [optimizer], train
+
+
+if __name__ == "__main__":
+    build()[2]()
