@@ -191,6 +191,7 @@ class DynamicsChecker(Checker):
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         self._leave_region()
         self.stepped = True
+        self.order.in_step = True
         step = self._step
         o = self.opt_index.setdefault(id(optimizer), len(self.opt_index))
         lrs = [lr_value(g.get("lr")) for g in optimizer.param_groups]
@@ -214,6 +215,7 @@ class DynamicsChecker(Checker):
                 self.flags.add(sample.grad_norms, lambda v, s=step: self._layer_grads(s, names, v))
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
+        self.order.in_step = False
         self.sched.optimizer_stepped(optimizer)
         sample = self.samples.pop(id(optimizer), None)
         if sample is not None:
@@ -331,7 +333,10 @@ class DynamicsChecker(Checker):
     def _layer_grads(self, step: int, names: list[str], values: list[float]) -> None:
         found = self.vanish.add(step, per_layer(names, values))
         if found is not None:
-            self._add(finding("vanishing_gradients", category=Category.GRADIENT, stage=Stage.BACKWARD, step=found["steps"][0],
+            # info: a layer whose gradient is tiny next to the largest one is a hint, not proof that
+            # the run is wrong (a pretrained transformer's first key projection at step 0 is one)
+            self._add(finding("vanishing_gradients", category=Category.GRADIENT, severity=Severity.INFO,
+                              stage=Stage.BACKWARD, step=found["steps"][0],
                               module=found["layer"], layer=found["layer"], norm=num(found["norm"]),
                               ratio=f"{found['ratio']:.1e}", largest_layer=found["largest_layer"],
                               steps=found["steps"],

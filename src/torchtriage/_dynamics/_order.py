@@ -7,7 +7,8 @@ seen. Under `torchtriage run` the script is imported inside the session, so it i
 
   * clip before backward / after step: at `optimizer.step()`, a backward ran after the step's
     last clip, so the gradients applied were never clipped (reported from the second such step);
-  * an accumulated loss not divided: >= 2 backward calls per optimizer step, each after its own
+  * an accumulated loss not divided (never for a closure-driven optimizer such as LBFGS, whose
+    step() evaluates the closure several times): >= 2 backward calls per optimizer step, each after its own
     forward of a watched model, all from the same line (a micro-batch loop; two different losses
     on two lines, like a DCGAN discriminator's real and fake terms, are a sum on purpose), and
     no root is scaled (its autograd node is not a Div/Mul by a constant, nor a sum).
@@ -44,6 +45,8 @@ class StepOrder:
         self.clip_seen = False
         self.bad_clip: dict[str, int] = {}
         self.accum_hits = 0
+        self.in_step = False
+        self.closure = False  # a closure-driven optimizer (LBFGS) runs forward + backward inside step()
         self.reported: set[str] = set()
 
     def install(self) -> None:
@@ -86,6 +89,8 @@ class StepOrder:
         scalar = root is not None and root.numel() == 1
         # The call site as a cheap key; the user's line (with its source text) is built only from
         # a step's second backward on, when accumulation is possible.
+        if self.in_step:
+            self.closure = True  # several evaluations per step are the optimizer's, not accumulation
         site = _site(4)
         if self.backwards and scalar and self.frame is None:
             self.frame = user_frame_from_stack(4)
@@ -108,7 +113,7 @@ class StepOrder:
                                        evidence={"max_norm": max_norm, "backward_calls_after_clip": len(self.backwards) - at,
                                                  "steps_seen_like_this": 2}))
         bw = self.backwards
-        if (len(bw) >= 2 and all(own for own, _, _ in bw) and len({site for _, _, site in bw}) == 1
+        if (not self.closure and len(bw) >= 2 and all(own for own, _, _ in bw) and len({site for _, _, site in bw}) == 1
                 and self.frame is not None and not any(node.startswith(_SCALED) for _, node, _ in bw)):
             self.accum_hits += 1
             if self.accum_hits == 2 and "accum" not in self.reported:
