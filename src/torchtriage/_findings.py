@@ -4,7 +4,7 @@ A `Finding` is plain frozen data. Renderers (`torchtriage.report`) turn a `Repor
 terminal text, JSON (a public, versioned contract: see `SCHEMA`) and HTML.
 
 Priority (the seed's order, cheapest and widest check first):
-    shape → dtype → device → layout → numerical → gradient → silent → data
+    shape → dtype → device → layout → numerical → gradient → silent → data → distributed
     → memory → environment → other
 A `Report` sorts findings by (informational last, category priority, execution order);
 `primary` is the first finding that is not informational, or None.
@@ -31,6 +31,7 @@ class Category(str, enum.Enum):
     GRADIENT = "gradient"
     SILENT = "silent"
     DATA = "data"
+    DISTRIBUTED = "distributed"
     MEMORY = "memory"
     ENVIRONMENT = "environment"
     OTHER = "other"
@@ -116,6 +117,8 @@ class Finding:
         evidence: name -> value (tensor summaries, numbers, strings, lists).
         order: execution order within a session; ties are broken by it.
         count: how many times the same finding was seen (it is reported once).
+        rank, local_rank, host: the process that made it, in a distributed run (issue 15);
+            None in a single process (and then absent from the JSON).
     """
 
     category: Category
@@ -134,6 +137,9 @@ class Finding:
     evidence: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     order: int = 0
     count: int = 1
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "category", _coerce(Category, self.category, "category"))
@@ -149,7 +155,7 @@ class Finding:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "category": self.category.value,
             "code": self.code,
             "severity": self.severity.value,
@@ -166,6 +172,12 @@ class Finding:
             "evidence": _jsonable(self.evidence),
             "count": self.count,
         }
+        # Optional keys of schema torchtriage.report/1 (issue 15): only in distributed runs.
+        for key in ("rank", "local_rank", "host"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Finding:

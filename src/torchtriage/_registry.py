@@ -16,6 +16,7 @@ CHECKS: dict[str, str] = {
     "silent": "torchtriage._silent:SilentChecker",
     "dynamics": "torchtriage._dynamics:DynamicsChecker",
     "repro": "torchtriage._repro:ReproRecorder",
+    "distributed": "torchtriage._distributed._checker:DistributedChecker",
 }
 
 DEFAULT_CHECKS: tuple[str, ...] = ("triage", "nonfinite", "gradients", "silent", "dynamics", "repro")
@@ -45,6 +46,10 @@ def build(checks: object) -> list[Checker]:
     if checks is None or checks == "default":
         names: list[object] = list(DEFAULT_CHECKS)
         tolerant = True
+        from ._distributed._env import active
+
+        if active():  # one rank of several (issue 15); a single process never loads it
+            names.append("distributed")
     elif isinstance(checks, (str, Checker)):
         names, tolerant = [checks], False
     else:

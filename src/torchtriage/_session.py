@@ -75,6 +75,15 @@ class Session(SessionHooks):
         self.on_anomaly = parse_on_anomaly(on_anomaly)
         self.discover = discover
         self.print_report = report
+        if options.get("stall_timeout") is not None:  # distributed runs (issue 15)
+            from ._distributed._env import parse_stall_timeout
+
+            options["stall_timeout"] = parse_stall_timeout(options["stall_timeout"])
+        if options.get("bundle_dir"):
+            from ._distributed._env import active, rank_bundle_dir
+
+            if active():  # one bundle folder per rank (issue 15)
+                options["bundle_dir"] = rank_bundle_dir(options["bundle_dir"])
         self.options = options
         from ._snapshot import SnapshotKeeper, StepSnapshot
 
@@ -114,6 +123,9 @@ class Session(SessionHooks):
 
         self.health = SeriesStore()  # per-step loss, grad norm, lr, ... in bounded memory (issue 19)
         self.meta: dict[str, Any] = {"torch": torch.__version__}
+        # rank / local_rank stamped on every finding in a distributed run (issue 15)
+        self.rank_fields: dict[str, Any] = {}
+        self._merged: Report | None = None
         self._t0 = time.time()
         self._pending_models = _as_list(models, nn.Module, "models")
         self._pending_optimizers = _as_list(optimizers, torch.optim.Optimizer, "optimizers")
@@ -121,7 +133,10 @@ class Session(SessionHooks):
     # ------------------------------------------------------------------ public surface
     @property
     def report(self) -> Report:
-        """The findings so far, in priority order (empty when nothing is wrong)."""
+        """The findings so far, in priority order (empty when nothing is wrong). On rank 0 of a
+        distributed run, after the block: the report merged from every rank."""
+        if self._merged is not None:
+            return self._merged
         meta = dict(self.meta, steps=self.steps_seen)
         thinned = self.health.decimated()
         if thinned:  # long runs: the kept points' steps, for the charts' x axis
@@ -174,6 +189,8 @@ class Session(SessionHooks):
             # Between steps (after an update, before the next forward) a finding belongs to
             # the step that just closed: e.g. `out.grad` read right after `opt.step()`.
             finding = finding.replace(step=self.step if self._step_open else self.step - 1)
+        if self.rank_fields and finding.rank is None:
+            finding = finding.replace(**self.rank_fields)
         key = finding.key
         old = self._findings.get(key)
         if old is not None:
@@ -226,6 +243,11 @@ class Session(SessionHooks):
             yield
         finally:
             self._busy -= 1
+
+    def disable_check(self, name: str) -> None:
+        """Stop running the check `name` for the rest of the session (one that cannot judge
+        what it watches, e.g. the gradient chain of FSDP-sharded parameters)."""
+        self._broken.add(name)
 
     def checker(self, name: str) -> Checker | None:
         for c in self.checkers:
@@ -297,6 +319,13 @@ class Session(SessionHooks):
         if self.print_report is False:
             return
         report = self.report
+        dist = self.checker("distributed")
+        if dist is not None:
+            # One report for the job, printed once, by rank 0 (issue 15).
+            merged = dist.gather(report)  # type: ignore[attr-defined]
+            if merged is None:
+                return
+            self._merged = report = merged
         if self.print_report is True or exc is not None or not report.ok:
             from .report import render_text
 

@@ -36,6 +36,9 @@ def register(sub: Any) -> None:
     p.add_argument("--bundle", metavar="DIR", help="write a repro bundle of the failing step into DIR")
     p.add_argument("--max-bundle-mb", type=float, default=512.0, metavar="MB", help="size limit of a bundle")
     p.add_argument("--quiet", action="store_true", help="print the report only when something was found")
+    p.add_argument("--stall-timeout", metavar="S", help="distributed runs: seconds a collective may wait "
+                   "without progress on any rank before the job is reported and ended (default: "
+                   "20x the slowest step, at least 300)")
     # Optional here and checked in run_command: argparse would otherwise also list ARGS as missing.
     p.add_argument("script", nargs="?", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
@@ -133,6 +136,13 @@ def _check_options(args: argparse.Namespace) -> tuple[str | None, Any]:
         return f"--bundle {args.bundle}: exists and is not a folder", None
     if args.tensorboard and os.path.exists(args.tensorboard) and not os.path.isdir(args.tensorboard):
         return f"--tensorboard {args.tensorboard}: exists and is not a folder", None
+    if args.stall_timeout is not None:
+        try:
+            seconds = float(args.stall_timeout)
+        except ValueError:
+            seconds = -1.0
+        if not 0 < seconds < float("inf"):
+            return f"--stall-timeout {args.stall_timeout}: expected a number of seconds > 0", None
     return None, checks
 
 
@@ -145,6 +155,19 @@ def _session(args: argparse.Namespace, checks: Any, options: dict[str, Any]) -> 
         options["tensorboard"] = args.tensorboard
     if args.wandb:
         options["wandb"] = True
+    from .._distributed import active
+
+    if active():
+        # One rank of several (issue 15): the stall watchdog writes the merged report itself.
+        from .._distributed._watchdog import STALL_EXIT_CODE
+
+        def stall_writer(report: Any) -> None:
+            report = type(report)(report.findings, meta=dict(report.meta, exit_code=STALL_EXIT_CODE),
+                                  series=report.series)
+            _emit_report(args, report, None)
+
+        stall = float(args.stall_timeout) if args.stall_timeout is not None else None
+        options.update(stall_timeout=stall, report_writer=stall_writer)
     try:
         return Session(discover=True, on_anomaly=args.on_anomaly, checks=checks, report=False, **options), None
     except ImportError as e:  # a dashboard's package is missing: the message names the extra
@@ -213,6 +236,22 @@ def _run_and_report(args: argparse.Namespace, session: Any, target: Any, old_arg
     report = session.report
     session.meta["exit_code"] = exit_code
     report = type(report)(report.findings, meta=dict(report.meta, exit_code=exit_code), series=report.series)
+    dist = session.checker("distributed")
+    if dist is not None:
+        # every rank hands in its report; rank 0 writes and prints the merged one, once (issue 15)
+        merged = dist.gather(report)  # type: ignore[attr-defined]
+        if merged is not None:
+            exit_code = _emit_report(args, merged, error, exit_code)
+    else:
+        exit_code = _emit_report(args, report, error, exit_code)
+    if error is not None:
+        # Re-raise semantics of `python SCRIPT`: the original traceback (from the script's
+        # first frame on), exit code 1.
+        traceback.print_exception(type(error), error, _trim(error.__traceback__), file=sys.stderr)
+    return exit_code
+
+
+def _emit_report(args: argparse.Namespace, report: Any, error: BaseException | None, exit_code: int = 0) -> int:
     try:
         _write_outputs(args, report)
     except OSError as e:  # checked before the run, but the disk can still refuse
@@ -222,10 +261,6 @@ def _run_and_report(args: argparse.Namespace, session: Any, target: Any, old_arg
         from ..report import render_text
 
         print(render_text(report), file=sys.stderr)
-    if error is not None:
-        # Re-raise semantics of `python SCRIPT`: the original traceback (from the script's
-        # first frame on), exit code 1.
-        traceback.print_exception(type(error), error, _trim(error.__traceback__), file=sys.stderr)
     return exit_code
 
 

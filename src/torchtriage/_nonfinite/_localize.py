@@ -66,7 +66,16 @@ def _is_bad(t: torch.Tensor, any_kind: bool) -> bool:
 def _target(model: nn.Module) -> nn.Module:
     # torch.compile wraps the model; replay the original module eagerly (op-level tracing
     # cannot see inside a compiled graph).
-    return getattr(model, "_orig_mod", model)
+    model = getattr(model, "_orig_mod", model)
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        from .._distributed._ddp import replayable
+
+        if not replayable(model):
+            return model  # (the distributed check reports such a step without a replay)
+        # DDP's forward and backward run collectives; one rank replaying alone would wait for
+        # the others forever. The wrapped module computes the same local values (issue 15).
+        model = model.module
+    return model
 
 
 def _producer_finding(origin: Origin, stage: Stage, step: int, *, loss: bool = False,

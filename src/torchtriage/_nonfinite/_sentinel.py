@@ -229,6 +229,10 @@ class NonFiniteSentinel(Checker):
             # read: no global norm, which finite but huge values could overflow. no_grad: the
             # post-hook runs in the caller's grad mode, and norms of parameters would build graph.
             grad_ok = self._grad_norm is None or math.isfinite(self._grad_norm)
+            if self.session.rank_fields:  # (issue 15, as in _sync)
+                from .._distributed._shards import local_shards
+
+                tensors = local_shards(tensors)
             with torch.no_grad():
                 norms = foreach_norm(tensors)
             self._after = (norms, n_params, self.session.step, grad_ok)
@@ -257,6 +261,10 @@ class NonFiniteSentinel(Checker):
             norms, n_params, upd_step, grad_ok = after
             keys += ["update"] * n_params + ["state"] * (len(norms) - n_params)
             scalars += norms
+        if self.session.rank_fields:  # a distributed session: FSDP's DTensors -> local shards
+            from .._distributed._shards import local_shards
+
+            grads = local_shards(grads)
         gnorms = _norms(grads)
         keys += ["grad"] * len(gnorms)
         scalars += gnorms
@@ -330,6 +338,12 @@ class NonFiniteSentinel(Checker):
     def _localize(self, trip: str, step: int, grads: list[torch.Tensor]) -> list[Finding]:
         assert self.session is not None
         sess, st = self.session, self._step
+        dist = sess.checker("distributed") if trip != "data" else None
+        if dist is not None:
+            # FSDP: a sharded model cannot be replayed by one rank (issue 15)
+            sharded = dist.sharded_nonfinite(trip, step, st.loss_value)  # type: ignore[attr-defined]
+            if sharded is not None:
+                return [sharded]
         if trip == "data":
             f = _localize.localize_data(sess, step)
             return [f] if f is not None else []
@@ -337,6 +351,12 @@ class NonFiniteSentinel(Checker):
             return [_localize.localize_forward(sess, st, step)]
         if trip == "loss":
             return [_localize.localize_loss(sess, st, step)]
+        dist = sess.checker("distributed")
+        if dist is not None:
+            # DDP: this rank's own gradients finite, the reduced ones not -> received (issue 15)
+            received = dist.received_nonfinite(step)  # type: ignore[attr-defined]
+            if received is not None:
+                return [received]
         if all(bool(torch.isfinite(g).all()) for g in grads):
             return [_grad_overflow(step, self._grad_norm)]
         return [_localize.localize_backward(sess, st, step)]
@@ -349,7 +369,8 @@ class NonFiniteSentinel(Checker):
         self._replays += 1
         for f in localize():
             self._by_stage[stage] = self.session.add(f)
-            if self._first is None and f.severity is not Severity.INFO:
+            if self._first is None and (f.severity is not Severity.INFO
+                                        or f.code == "distributed.nonfinite_received"):
                 self._first = self._by_stage[stage]
 
     def _release(self) -> None:

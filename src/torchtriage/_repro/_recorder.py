@@ -164,6 +164,8 @@ class ReproRecorder(Checker):
             "custom_checks": [type(c).__name__ for c in sess.checkers
                               if c.name not in _registry.CHECKS and c.name != "snapshot"],
         }
+        if sess.meta.get("distributed"):  # one rank of several (issue 15)
+            meta["distributed"] = sess.meta["distributed"]
         # RNG and batch first: without them nothing can be replayed.
         rng: dict[str, torch.Tensor] = {}
         if snap is not None:

@@ -172,7 +172,18 @@ def replay_script(bundle: Bundle, script: str, script_args: list[str] | None, ch
     if script_args is None:
         recorded = bundle.meta.get("command", {}).get("argv") or []
         script_args = list(recorded[1:])
+    from .._distributed._replay import single_process
+
     checks, notes = resolve_checks(bundle, checks)
+    with single_process(bundle) as dist_notes:  # a rank's bundle: a one-rank process group
+        result = _replay_script(bundle, script, script_args, checks, notes + dist_notes)
+    return result
+
+
+def _replay_script(bundle: Bundle, script: str, script_args: list[str], checks: Any,
+                   notes: list[str]) -> ReplayResult:
+    from .._session import Session
+
     session = Session(discover=True, on_anomaly="record", checks=checks, report=False,
                       script=os.path.abspath(script))
     inj = _Injector(bundle, session)

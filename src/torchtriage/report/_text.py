@@ -20,6 +20,8 @@ def _where(f: Finding) -> list[str]:
         ("report.module", (f.module or msg("report.root_module")) if f.module is not None else None),
         ("report.op", f.op),
         ("report.parameter", f.parameter),
+        ("report.rank", f.rank),
+        ("report.host", f.host),
     ):
         if value is not None:
             out.append(f"{msg(key)}={value}")

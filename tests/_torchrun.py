@@ -1,0 +1,82 @@
+"""Launch a script under `python -m torch.distributed.run` (gloo, CPU) for the distributed tests:
+a free port, a bounded time, and no process left behind (the agent starts each worker in its own
+session, so the workers are found through /proc and ended by pid)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tagged(token: str) -> list[int]:
+    """Live processes whose environment holds TORCHTRIAGE_TEST_TOKEN=token (the agent and its
+    workers: they inherit it, even once reparented)."""
+    needle = f"TORCHTRIAGE_TEST_TOKEN={token}".encode()
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as fh:
+                if needle not in fh.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{d}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        found.append(int(d))
+    return found
+
+
+def torchrun(args: list[str], *, cwd: Path, nproc: int = 2, timeout: float = 120.0,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m torch.distributed.run --nproc-per-node N ARGS`, its output and exit code."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--monitor-interval", "0.2", *args]
+    token = uuid.uuid4().hex
+    full_env = dict(os.environ, TORCHTRIAGE_TEST_TOKEN=token, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                    OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **(env or {}))
+    proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill(token)
+        out, err = proc.communicate()
+        raise AssertionError(f"torchrun did not finish in {timeout} s\n{out}\n{err}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    # Nothing may stay behind (a worker left hanging in a collective would be found here).
+    deadline = time.monotonic() + 5.0
+    left = tagged(token)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = tagged(token)
+    _kill(token)
+    assert not left, f"processes left behind: {left}"
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _kill(token: str) -> None:
+    for pid in tagged(token):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
