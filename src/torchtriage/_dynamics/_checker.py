@@ -29,7 +29,7 @@ from .._silent._common import first_tensor, is_index_tensor
 from . import _causal, _trends
 from ._common import finding, num
 from ._evalcode import MetricRegion, dim_finding, node_checks
-from ._layers import LayerIndex, Sample, Vanishing, grad_params, per_layer, update_ratio
+from ._layers import LayerIndex, Sample, Vanishing, _local, grad_params, per_layer, update_ratio
 from ._order import StepOrder
 from ._schedules import ScheduleWatch, lr_value
 
@@ -325,7 +325,7 @@ class DynamicsChecker(Checker):
         if not params:
             return None, ""
         with torch.no_grad():
-            norms = _deferred.read_scalars(foreach_norm([p.grad for p in params]))  # type: ignore[misc]
+            norms = _deferred.read_scalars(foreach_norm([_local(p.grad) for p in params]))  # type: ignore[arg-type]
         layers = per_layer([self.index.layer(p) for p in params], norms)
         top = max(layers, key=lambda k: layers[k])
         return top, self.index.kind(top)

@@ -61,9 +61,9 @@ class Sample:
         self.step = step
         self.names = [index.layer(p) for p in params]
         with torch.no_grad():
-            self.grad_norms = foreach_norm([p.grad for p in params])  # type: ignore[misc]
+            self.grad_norms = foreach_norm([_local(p.grad) for p in params])  # type: ignore[arg-type]
             self.params = params
-            self.before = [p.detach().view(-1)[:SLICE].clone() if p.is_contiguous() else None for p in params]
+            self.before = [None if (f := _flat(p)) is None else f[:SLICE].clone() for p in params]
 
     def update_norms(self) -> tuple[list[str], list[torch.Tensor]]:
         """After the update: per-parameter (|Δ slice|, |slice before|), interleaved, and their layers."""
@@ -72,11 +72,25 @@ class Sample:
             return [], []
         with torch.no_grad():
             before = [self.before[i] for i in keep]  # type: ignore[misc]
-            after = [self.params[i].detach().view(-1)[:SLICE] for i in keep]
+            after = [_flat(self.params[i])[:SLICE] for i in keep]  # type: ignore[index]
             delta = torch._foreach_sub(after, before)
             norms = foreach_norm(delta) + foreach_norm(before)
         self.before, self.params = [], []
         return [self.names[i] for i in keep], norms
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor (FSDP2): plain tensors ride the step's read, DTensors cannot."""
+    t = t.detach()
+    local = getattr(t, "to_local", None)
+    return local() if callable(local) else t
+
+
+def _flat(p: torch.Tensor) -> torch.Tensor | None:
+    """The parameter's elements as a flat view (this rank's shard for a DTensor), None when not
+    contiguous."""
+    t = _local(p)
+    return t.view(-1) if t.is_contiguous() else None
 
 
 def update_ratio(names: list[str], values: list[float]) -> tuple[float | None, dict[str, float]]:
