@@ -189,5 +189,5 @@ for step in range(3):
     assert student.locator(".mod.named + .cls").inner_text() == "LogFeatures"
     assert student.locator(".mod.propagated").evaluate_all("els => els.map(e => e.title)") == ["3"]
     assert teacher.locator(".mod.named, .mod.propagated").count() == 0  # teacher's "2" is another Linear
-    assert view.page.locator("figure.chart svg line.mark").count() == 2
+    assert view.page.locator("figure.chart svg line.mark").count() == 3  # loss, grad_norm, lr (issue 19)
     assert view.problems == []

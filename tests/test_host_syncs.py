@@ -152,7 +152,31 @@ def grad_accumulation():
     return [model], [opt], step
 
 
-LOOPS = {"transformer_lm": lm, "cnn": cnn, "gan": gan, "amp_bf16": amp_bf16, "grad_scaler": grad_scaler,
+def scheduled_with_eval():
+    # issue 19: per-batch schedule, clipping, sampled per-layer numbers and evaluation passes
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=20)
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    calls = [0]
+
+    def step(forward):
+        loss = F.cross_entropy(forward(model, x), y)
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        calls[0] += 1
+        if calls[0] % 3 == 0:
+            model.eval()
+            with torch.no_grad():
+                (forward(model, x).argmax(dim=1) == y).float().mean()
+            model.train()
+    return [model], [opt], step
+
+
+LOOPS = {"scheduled_with_eval": scheduled_with_eval, "transformer_lm": lm, "cnn": cnn, "gan": gan, "amp_bf16": amp_bf16, "grad_scaler": grad_scaler,
          "grad_accumulation": grad_accumulation}
 
 
@@ -184,7 +208,7 @@ def _is_sentinel_read(call) -> bool:
 
 
 # Short periods so that the periodic reads (loss collapse, exp walk) fall inside the loop.
-OPTIONS = {"silent_collapse_steps": 5, "silent_exp_every": 4}
+OPTIONS = {"silent_collapse_steps": 5, "silent_exp_every": 4, "dynamics_every": 4}
 
 
 @pytest.mark.parametrize("loop", list(LOOPS))

@@ -98,6 +98,15 @@ class DeferredFlags:
                 entry[2] = values[at:at + n]
                 at += n
 
+    def resolve_read(self) -> None:
+        """Run the callbacks whose numbers were already read (`fill`), in order; keep the unread
+        ones queued. Never reads (a queue that rides the next step's read resolves this way)."""
+        done = [e for e in self._queue if e[2] is not None]
+        if done:
+            self._queue = [e for e in self._queue if e[2] is None]
+            for _, callback, read in done:
+                callback(read)
+
     def resolve(self) -> None:
         """Read whatever no one read yet (one sync at most) and run the callbacks in order."""
         queue, self._queue = self._queue, []

@@ -14,12 +14,13 @@ CHECKS: dict[str, str] = {
     "nonfinite": "torchtriage._nonfinite:NonFiniteSentinel",
     "gradients": "torchtriage._gradients:GradientChecker",
     "silent": "torchtriage._silent:SilentChecker",
+    "dynamics": "torchtriage._dynamics:DynamicsChecker",
     "repro": "torchtriage._repro:ReproRecorder",
     "leakage": "torchtriage._leakage._runtime:LeakageWatch",
     "distributed": "torchtriage._distributed._checker:DistributedChecker",
 }
 
-DEFAULT_CHECKS: tuple[str, ...] = ("triage", "nonfinite", "gradients", "silent", "repro", "leakage")
+DEFAULT_CHECKS: tuple[str, ...] = ("triage", "nonfinite", "gradients", "silent", "dynamics", "repro", "leakage")
 
 
 def available() -> list[str]:

@@ -120,7 +120,9 @@ class Session(SessionHooks):
         self._in_backward = 0
         self._in_loss = 0
         self.exception: BaseException | None = None
-        self.series: dict[str, list[float | None]] = {}
+        from ._series import SeriesStore
+
+        self.health = SeriesStore()  # per-step loss, grad norm, lr, ... in bounded memory (issue 19)
         self.meta: dict[str, Any] = {"torch": torch.__version__}
         # rank / local_rank stamped on every finding in a distributed run (issue 15)
         self.rank_fields: dict[str, Any] = {}
@@ -138,8 +140,15 @@ class Session(SessionHooks):
         if self._merged is not None:
             return self._merged
         meta = dict(self.meta, steps=self.steps_seen)
-        return Report(tuple(self._findings.values()), meta=meta,
-                      series={k: list(v) for k, v in self.series.items()})
+        thinned = self.health.decimated()
+        if thinned:  # long runs: the kept points' steps, for the charts' x axis
+            meta["series_steps"] = {k: [s for s, _ in self.health.points(k)] for k in thinned}
+        return Report(tuple(self._findings.values()), meta=meta, series=self.series)
+
+    @property
+    def series(self) -> dict[str, list[float | None]]:
+        """The per-step series' kept values, name -> list (a copy; see `health` for the steps)."""
+        return {k: self.health.values(k) for k in self.health}
 
     def assert_ok(self) -> None:
         """`AssertionError` with the rendered report when something is wrong (see `Report.assert_ok`)."""
@@ -206,8 +215,12 @@ class Session(SessionHooks):
         return finding
 
     def record_series(self, name: str, value: float | None) -> None:
-        """Append a per-step measurement (drawn in the HTML report)."""
-        self.series.setdefault(name, []).append(value)
+        """Append a per-step measurement (drawn in the HTML report), kept in bounded memory."""
+        self.health.add(name, self.step, value)
+
+    def patch(self, obj: Any, attr: str, new: Any) -> None:
+        """Replace `obj.attr` with `new` until the session's hooks are removed (exit, exception)."""
+        self._patch(obj, attr, new)
 
     def watch_model(self, model: nn.Module, label: str | None = None) -> None:
         if not isinstance(model, nn.Module):

@@ -1185,6 +1185,151 @@ def loop_lstm_packed_sequences():
     return model, opt, train
 
 
+# ---------------------------------------------------------------------------- schedules over many steps (issue 19)
+def _learnable(n: int = 256):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(n, 8, generator=g)
+    return x, (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()
+
+
+def _mlp():
+    return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+
+
+def _batches(x, y, size=16):
+    return [(x[i:i + size], y[i:i + size]) for i in range(0, len(x), size)]
+
+
+def _fit(model, opt, batches, epochs, per_batch=None, per_epoch=None, evaluate=None):
+    def train():
+        for _ in range(epochs):
+            model.train()
+            for xb, yb in batches:
+                loss = F.cross_entropy(model(xb), yb)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                if per_batch is not None:
+                    per_batch()
+            if evaluate is not None:
+                evaluate()
+            if per_epoch is not None:
+                per_epoch()
+    return train
+
+
+def loop_warmup_then_cosine_per_batch():
+    model = _mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    x, y = _learnable()
+    batches = _batches(x, y)
+    epochs, warmup = 8, 16
+    total = epochs * len(batches)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: s / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * (s - warmup) / (total - warmup))))
+    return model, opt, _fit(model, opt, batches, epochs, per_batch=sched.step)
+
+
+def loop_linear_schedule_with_warmup_per_batch():
+    model = _mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    x, y = _learnable()
+    batches = _batches(x, y)
+    epochs, warmup = 8, 10
+    total = epochs * len(batches)  # num_training_steps counts batches: the scheduler steps per batch
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: s / warmup if s < warmup else max(0.0, (total - s) / (total - warmup)))
+    return model, opt, _fit(model, opt, batches, epochs, per_batch=sched.step)
+
+
+def loop_one_cycle_per_batch():
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x, y = _learnable()
+    batches = _batches(x, y)
+    epochs = 8
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, epochs=epochs, steps_per_epoch=len(batches))
+    return model, opt, _fit(model, opt, batches, epochs, per_batch=sched.step)
+
+
+def loop_cosine_annealing_per_batch_total_steps():
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x, y = _learnable()
+    batches = _batches(x, y)
+    epochs = 8
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * len(batches))
+    return model, opt, _fit(model, opt, batches, epochs, per_batch=sched.step)
+
+
+def loop_epoch_schedulers_per_epoch():
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x, y = _learnable()
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+    cos_model = _mlp()
+    cos_opt = torch.optim.Adam(cos_model.parameters(), lr=3e-3)
+    cos = torch.optim.lr_scheduler.CosineAnnealingLR(cos_opt, T_max=8)
+    batches = _batches(x, y)
+
+    def train():
+        for _ in range(8):
+            for xb, yb in batches:
+                for m, o in ((model, opt), (cos_model, cos_opt)):
+                    loss = F.cross_entropy(m(xb), yb)
+                    o.zero_grad()
+                    loss.backward()
+                    o.step()
+            sched.step()
+            cos.step()
+    return [model, cos_model], [opt, cos_opt], train
+
+
+def loop_reduce_on_plateau_with_validation():
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, 4))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=1)
+    x, y = _learnable(320)
+    batches = _batches(x[:256], y[:256])
+    xv, yv = x[256:], y[256:]
+    accs = []
+
+    def evaluate():
+        model.eval()
+        with torch.no_grad():
+            logits = model(xv)
+            accs.append((logits.argmax(dim=1) == yv).float().mean().item())
+            sched.step(F.cross_entropy(logits, yv).item())
+        model.train()
+    return model, opt, _fit(model, opt, batches, 8, evaluate=evaluate)
+
+
+def loop_exponential_decay_per_batch_gentle():
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x, y = _learnable()
+    sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.995)  # tuned for per-batch stepping
+    return model, opt, _fit(model, opt, _batches(x, y), 8, per_batch=sched.step)
+
+
+def loop_accumulation_divided_with_clipping():
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x, y = _learnable()
+    batches = _batches(x, y, 8)
+    accum = 4
+
+    def train():
+        for i, (xb, yb) in enumerate(batches * 2):
+            loss = F.cross_entropy(model(xb), yb) / accum
+            loss.backward()
+            if (i + 1) % accum == 0:
+                nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad()
+    return model, opt, train
+
+
 LOOPS = {name[len("loop_"):]: fn for name, fn in sorted(globals().items()) if name.startswith("loop_")}
 
 # loops whose pattern deliberately earns an info: name -> the info codes expected (sorted)

@@ -100,16 +100,18 @@ class DashboardLogger(Checker):
             self._lr[step] = lrs
 
     def _flush(self) -> None:
-        series = self.session.series  # type: ignore[union-attr]
+        health = self.session.health  # type: ignore[union-attr]
         rows: dict[int, dict[str, float]] = {}
-        for name, values in series.items():
-            start = self._written.get(name, 0)
-            for step in range(start, len(values)):
-                v = values[step]
+        for name in health.names():
+            if name == "lr" or name.startswith("lr["):
+                continue  # the dynamics check's lr series: the learning rates are written below
+            # Only the points recorded since the last flush (issue 19: the store is bounded and
+            # each point carries its step).
+            for step, v in health.since(name, self._written.get(name, 0)):
                 # Non-finite values are written too: the NaN step is what the user looks for.
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     rows.setdefault(step, {})[PREFIX + name] = float(v)
-            self._written[name] = len(values)
+            self._written[name] = health.count(name)
         for step, lrs in self._lr.items():
             rows.setdefault(step, {}).update({PREFIX + k: v for k, v in lrs.items()})
         self._lr.clear()

@@ -254,9 +254,11 @@ def _charts_html(report: Report) -> str:
     primary = report.primary
     mark = primary.step if primary is not None else None
     charts = []
+    steps = report.meta.get("series_steps") if isinstance(report.meta, Mapping) else None
+    steps = steps if isinstance(steps, Mapping) else {}
     for i, (name, values) in enumerate(series.items()):
         if isinstance(values, (list, tuple)) and values:
-            chart = line_chart(str(name), values, mark_step=mark, chart_id=f"chart{i}")
+            chart = line_chart(str(name), values, mark_step=mark, chart_id=f"chart{i}", steps=steps.get(name))
             if chart:
                 charts.append(chart)
     if not charts:

@@ -79,7 +79,7 @@ def _extremes(bucket: list[tuple[int, float]]) -> list[tuple[int, float]]:
 
 
 def line_chart(name: str, values: Sequence[Any], *, mark_step: int | None = None,
-               log: bool | None = None, chart_id: str = "c0") -> str:
+               log: bool | None = None, chart_id: str = "c0", steps: Sequence[int] | None = None) -> str:
     """One `<figure>` holding an SVG line chart of `values` (index = step) and a text caption.
 
     Arguments:
@@ -89,6 +89,8 @@ def line_chart(name: str, values: Sequence[Any], *, mark_step: int | None = None
         log: force a log or linear y axis; None chooses log when positive values span
             two decades or more.
         chart_id: a document-unique id for the SVG's accessible title.
+        steps: the step of each value, when they are not 0, 1, 2, ... (a long run's series kept
+            in bounded memory: `Report.meta["series_steps"]`).
 
     Returns:
         The HTML, or "" when the series has no value at all.
@@ -118,10 +120,15 @@ def line_chart(name: str, values: Sequence[Any], *, mark_step: int | None = None
         pad = (hi - lo) * 0.05
         lo, hi = lo - pad, hi + pad
     pw, ph = WIDTH - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
-    x_hi = max(n - 1, 1)
+    if steps is not None and len(steps) != n:
+        steps = None
+    x_hi = max(steps[-1] if steps else n - 1, 1)
 
     def x(i: float) -> float:
         return _LEFT + pw * i / x_hi
+
+    def at(i: int) -> int:  # the step of the i-th value
+        return steps[i] if steps else i
 
     def y(v: float) -> float:
         return _TOP + ph * (1 - (tf(v) - lo) / (hi - lo))
@@ -141,7 +148,7 @@ def line_chart(name: str, values: Sequence[Any], *, mark_step: int | None = None
                      f'<text class="tick" x="{_LEFT - 6}" y="{ty + 4:.1f}" text-anchor="end">{label}</text>')
     # x ticks: integer steps
     for t in _nice_ticks(0, x_hi, 6):
-        if t != int(t) or t > n - 1:
+        if t != int(t) or t > x_hi:
             continue
         tx = x(t)
         parts.append(f'<line class="axis" x1="{tx:.1f}" x2="{tx:.1f}" y1="{_TOP + ph}" y2="{_TOP + ph + 4}"/>'
@@ -164,9 +171,9 @@ def line_chart(name: str, values: Sequence[Any], *, mark_step: int | None = None
     for run in runs:
         if len(run) == 1:
             i, v = run[0]
-            parts.append(f'<circle class="dot" cx="{x(i):.1f}" cy="{y(v):.1f}" r="2.5"/>')
+            parts.append(f'<circle class="dot" cx="{x(at(i)):.1f}" cy="{y(v):.1f}" r="2.5"/>')
         else:
-            pts = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in run)
+            pts = " ".join(f"{x(at(i)):.1f},{y(v):.1f}" for i, v in run)
             parts.append(f'<polyline class="line" points="{pts}"/>')
     # the primary finding's step
     if mark_step is not None and 0 <= mark_step <= x_hi:
@@ -176,16 +183,16 @@ def line_chart(name: str, values: Sequence[Any], *, mark_step: int | None = None
                      f'text-anchor="{"start" if mx + 60 < _LEFT + pw else "end"}">'
                      f'{escape(msg("html.chart_step"))} {mark_step}</text>')
     for i, v in bad[:MAX_MARKS]:
-        cx, cy = x(i), (_TOP + ph - 6 if v < 0 else _TOP + 6)
+        cx, cy = x(at(i)), (_TOP + ph - 6 if v < 0 else _TOP + 6)
         parts.append(f'<path class="bad" d="M{cx - 4:.1f},{cy - 4:.1f}L{cx + 4:.1f},{cy + 4:.1f}'
                      f'M{cx - 4:.1f},{cy + 4:.1f}L{cx + 4:.1f},{cy - 4:.1f}">'
-                     f'<title>{escape(msg("html.chart_step"))} {i}: {fmt(v)}</title></path>')
+                     f'<title>{escape(msg("html.chart_step"))} {at(i)}: {fmt(v)}</title></path>')
     present = [v for v in vals if v is not None]
     desc = msg("html.chart_desc", name=name, n=n, first=fmt(present[0]), last=fmt(present[-1]),
                lo=fmt(min(ys)) if ys else "–", hi=fmt(max(ys)) if ys else "–")
     notes = [desc]
     if bad:
-        notes.append(msg("html.chart_nonfinite", count=len(bad), step=bad[0][0], value=fmt(bad[0][1])))
+        notes.append(msg("html.chart_nonfinite", count=len(bad), step=at(bad[0][0]), value=fmt(bad[0][1])))
     if missing:
         notes.append(msg("html.chart_gap", count=missing))
     if mark_step is not None and 0 <= mark_step <= x_hi:

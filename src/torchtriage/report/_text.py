@@ -86,9 +86,12 @@ def render_finding(f: Finding, *, index: int | None = None) -> list[str]:
 def render_text(report: Report) -> str:
     """The report as plain text (no colour), stable for golden tests."""
     lines = [f"== {msg('report.title')} =="]
+    from ._spark import trend_line
+
     if not report.findings:
         lines.append(msg("report.empty"))
         return "\n".join(lines)
+    trend = trend_line(report.series, report.meta)  # one line: the loss curve beside the findings (issue 19)
     primary = report.primary
     issues = [f for f in report.findings if f.severity is not Severity.INFO]
     infos = [f for f in report.findings if f.severity is Severity.INFO]
@@ -104,6 +107,8 @@ def render_text(report: Report) -> str:
         lines.append(f"-- {msg('report.infos')} --")
         for f in infos:
             lines.extend(render_finding(f))
+    if trend:
+        lines.append(trend)
     counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
     lines.append(msg("report.summary_line", errors=counts[Severity.ERROR], warnings=counts[Severity.WARNING],
                      infos=counts[Severity.INFO], steps=report.meta.get("steps", 0)))

@@ -1,0 +1,378 @@
+"""`DynamicsChecker` (check "dynamics"): per-step health and the detectors fed by it.
+
+Per step, with no device read of its own: the lr of every param group (Python floats), and the
+loss and global gradient norm the non-finite sentinel read in its one read of the step
+(`session.health`, series "loss", "grad_norm"). At sampled steps (`_layers`): per-layer
+gradient norms and update-to-parameter ratios, riding the next step's read (`resolve_read` at a
+step's end runs what was read and keeps the rest queued, so `dynamics_every=1` stays bounded). Warm-up steps and
+the first evaluation forwards: the metric region (`_evalcode`) and the loss's prior and shift
+numbers (riding the step's read). Without the sentinel, the loss is queued here and read at the
+step's end (one read per step).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import weakref
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .. import _deferred
+from .._checker import Checker, LossCall
+from .._findings import Category, Finding, Severity, Stage
+from .._frames import user_frame_from_stack
+from .._nonfinite._sentinel import foreach_norm
+from .._silent._common import first_tensor, is_index_tensor
+from . import _causal, _trends
+from ._common import finding, num
+from ._evalcode import MetricRegion, dim_finding, node_checks
+from ._layers import LayerIndex, Sample, Vanishing, _local, grad_params, per_layer, update_ratio
+from ._order import StepOrder
+from ._schedules import ScheduleWatch, lr_value
+
+MAX_LR_SERIES = 8
+_RECURRENT = ("RNN", "LSTM", "GRU")
+
+
+class DynamicsChecker(Checker):
+    """Runs that neither crash nor learn: divergence, stagnation, the loss at the prior, LR
+    schedule misuse, exploding / vanishing gradients, clipping and accumulation order, metric
+    code that broadcasts, softmax over the wrong dimension, attention that sees the future."""
+
+    name = "dynamics"
+
+    def on_start(self, session: Any) -> None:
+        opts = session.options
+        self.every = max(1, int(opts.get("dynamics_every", 25)))
+        self.eval_passes = int(opts.get("dynamics_eval_passes", 3))
+        self.warmup = int(opts.get("silent_warmup", 3))
+        self.flags = _deferred.DeferredFlags()
+        _deferred.ride(session, self.flags)
+        self.sentinel = session.checker("nonfinite") is not None
+        self.index = LayerIndex()
+        self.sched = ScheduleWatch(session)
+        self.sched.install()
+        self.order = StepOrder(session)
+        self.order.install()
+        self.loss_growth, self.grad_growth = _trends.Growth(), _trends.Growth()
+        self.spikes, self.vanish = _trends.Spikes(), Vanishing()
+        self.loss_head: list[float] = []
+        self.loss_recent: collections.deque[float] = collections.deque(maxlen=200)
+        self.seen = {"loss": 0, "grad_norm": 0}
+        self.samples: dict[int, Sample] = {}
+        self.ratios: list[tuple[int, float]] = []
+        self.prior: tuple[str, str, float, str] | None = None  # (loss, variant, value, what)
+        self.class_counts: list[float] | None = None
+        self.region: MetricRegion | None = None
+        self.eval_regions = 0
+        self.reported: set[Any] = set()
+        self.probed: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+        self.probe_pending: tuple[Any, ...] | None = None
+        self.lr_names: dict[tuple[int, int], str] = {}
+        self.opt_index: dict[int, int] = {}
+        self.stepped = False
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def _step(self) -> int:
+        return self.session.step
+
+    def _add(self, f: Finding | None) -> None:
+        if f is not None:
+            self.session.add(f)
+
+    def _leave_region(self) -> None:
+        region = self.region
+        if region is None:
+            return
+        if region.active or region.metric_suspects or region.dims:
+            region.active = False  # (its replay must not be watched by itself)
+            found = region.findings(self._step, self.reported)
+            region.metric_suspects, region.dims = [], []
+            for f in found:
+                self._add(f)
+        if region.leave():
+            self.region = None
+
+    # ------------------------------------------------------------------ events
+    def on_model(self, model: nn.Module, label: str) -> None:
+        self.index.add_model(model)
+
+    def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                        output: Any) -> None:
+        self.order.root_forward()
+        if self.region is None and self._step >= self.warmup and self.eval_regions >= self.eval_passes:
+            return  # the common case after the first steps: nothing to watch here
+        self._leave_region()
+        out = first_tensor(output)
+        batch = out.shape[0] if out is not None and out.dim() >= 1 else None
+        grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+        if grad and self._step < self.warmup and out is not None and ("node", id(model)) not in self.reported:
+            found = node_checks(out, batch)
+            if found is not None:
+                self.reported.add(("node", id(model)))
+                self._add(dim_finding(found, user_frame_from_stack(3), self._step, module=""))
+        evaluation = not grad
+        if self.region is None and ((evaluation and self.eval_regions < self.eval_passes)
+                                    or (grad and self._step < self.warmup)):
+            self.eval_regions += evaluation
+            self.region = MetricRegion(self.session, batch, evaluation, output)
+            self.region.enter()
+
+    def on_loss(self, call: LossCall) -> None:
+        if self._step >= self.warmup:
+            return
+        inp, tgt, kw = call.input, call.target, call.kwargs
+        if not isinstance(inp, torch.Tensor) or not isinstance(tgt, torch.Tensor):
+            return
+        if call.name == "cross_entropy" and inp.dim() >= 2 and inp.shape[1] == 1 and ("ce1", call.frame) not in self.reported:
+            # cross_entropy's own log_softmax over one class: the loss is exactly 0 whatever the model does
+            self.reported.add(("ce1", call.frame))
+            self._add(dim_finding(dict(name="silent.softmax_single_unit", op="cross_entropy", dim=1, shape=list(inp.shape),
+                                       constant="0"), call.frame, self._step))
+        with torch.no_grad():
+            if call.name == "cross_entropy" and is_index_tensor(tgt) and inp.dim() >= 2:
+                self._queue_classes(inp, tgt, kw)
+                self._queue_shift(tgt, kw.get("ignore_index", -100))
+            elif call.name == "mse_loss" and tgt.is_floating_point() and tgt.numel() > 1 and tgt.shape == inp.shape:
+                if kw.get("reduction", "mean") == "mean" and self.prior is None:
+                    var = tgt.detach().float().reshape(tgt.shape[0], -1).var(dim=0, unbiased=False).mean()
+                    self.flags.add([var], lambda v: self._set_prior("mse_loss", "mse", v[0], "target variance"))
+
+    def _queue_classes(self, inp: torch.Tensor, tgt: torch.Tensor, kw: dict[str, Any]) -> None:
+        if kw.get("weight") is not None or kw.get("label_smoothing", 0.0) or kw.get("reduction", "mean") != "mean":
+            return
+        c = inp.shape[1]
+        ignore = kw.get("ignore_index", -100)
+        t = tgt.detach().reshape(-1)
+        valid = (t != ignore) & (t >= 0) & (t < c)
+        counts = torch.zeros(c, device=t.device).scatter_add_(0, t.clamp(0, c - 1), valid.float())
+
+        def done(v: list[float]) -> None:
+            if self.class_counts is None:
+                self.class_counts = v
+            elif len(self.class_counts) == len(v):
+                self.class_counts = [a + b for a, b in zip(self.class_counts, v)]
+            h = _trends.label_entropy(self.class_counts)
+            self._set_prior("cross_entropy", "", h, f"entropy of the labels; log({c}) = {math.log(c):.4f}")
+
+        self.flags.add([counts], done)
+
+    def _set_prior(self, loss: str, variant: str, value: float, what: str) -> None:
+        if value > 0 and math.isfinite(value):
+            self.prior = (loss, variant, value, what)
+
+    def _queue_shift(self, tgt: torch.Tensor, ignore: int) -> None:
+        snap = self.session.snapshot
+        model = snap.model if snap is not None else None
+        if model is None or model in self.probed or not snap.args:
+            return
+        nums = _causal.shift_share(tgt, snap.args[0], ignore)
+        if nums is None:
+            return
+        self.probed.add(model)
+        ref, args, kwargs, frame, step = weakref.ref(model), snap.args, dict(snap.kwargs), snap.call_frame, self._step
+
+        def done(v: list[float]) -> None:
+            if v[1] >= 4 and v[0] >= 0.9 * v[1]:
+                self.probe_pending = (ref, args, kwargs, frame, step)
+
+        self.flags.add(nums, done)
+
+    def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
+        self._leave_region()
+        self.order.backward(roots)
+        if not self.sentinel and roots and isinstance(roots[0], torch.Tensor) and roots[0].numel() == 1:
+            self.flags.add([roots[0].detach().float()], lambda v: self.session.record_series("loss", v[0]))
+
+    def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        self._leave_region()
+        self.stepped = True
+        self.order.in_step = True
+        step = self._step
+        o = self.opt_index.setdefault(id(optimizer), len(self.opt_index))
+        lrs = [lr_value(g.get("lr")) for g in optimizer.param_groups]
+        for g, lr in enumerate(lrs):
+            name = self.lr_names.get((o, g))
+            if name is None and len(self.lr_names) < MAX_LR_SERIES:
+                name = self.lr_names[(o, g)] = "lr" if (o, g) == (0, 0) else f"lr[{o}.{g}]"
+            if name is not None:
+                self.session.record_series(name, lr)
+        for f in self.sched.observe(optimizer, lrs):
+            self._add(f)
+        self._consume(optimizer)
+        for f in self.order.optimizer_step(optimizer):
+            self._add(f)
+        if step < 2 or step % self.every == 0:
+            params = grad_params(optimizer)
+            if params:
+                sample = Sample(step, params, self.index)
+                self.samples[id(optimizer)] = sample
+                names = sample.names
+                self.flags.add(sample.grad_norms, lambda v, s=step: self._layer_grads(s, names, v))
+
+    def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
+        self.order.in_step = False
+        self.sched.optimizer_stepped(optimizer)
+        sample = self.samples.pop(id(optimizer), None)
+        if sample is not None:
+            names, norms = sample.update_norms()
+            if norms:
+                self.flags.add(norms, lambda v, s=sample.step, n=names, lr=optimizer.param_groups[0].get("lr"):
+                               self._updates(s, n, v, lr))
+
+    def on_step_end(self, step: int) -> None:
+        self._leave_region()
+        if not self.stepped:  # no optimizer: the step's numbers were read at backward's end
+            self._consume(None)
+        self.stepped = False
+        if self.sched.scheds:
+            for f in self.sched.scheduler_findings():
+                self._add(f)
+        if len(self.flags):
+            if self.sentinel:  # what the step's read filled; the rest rides the next read
+                self.flags.resolve_read()
+            else:
+                self.flags.resolve()
+        self._run_probe()
+
+    def on_end(self) -> None:
+        self._leave_region()
+        if self.region is not None:  # inside one of our own calls: cannot happen at close, be safe
+            self.region.inside = 0
+            self._leave_region()
+        self.flags.resolve()
+        _deferred.leave(self.session, self.flags)
+        self._consume(None)
+        for f in self.sched.end_findings():
+            self._add(f)
+        self._run_probe()
+
+    # ------------------------------------------------------------------ per-step numbers
+    def _consume(self, optimizer: torch.optim.Optimizer | None) -> None:
+        """The loss and grad norm the step's read produced (if new since the last call)."""
+        h = self.session.health
+        for name in ("loss", "grad_norm"):
+            n = h.count(name)
+            if n == self.seen[name]:
+                continue
+            self.seen[name] = n
+            v = h.last(name)
+            if name == "loss":
+                self._loss(v)
+            else:
+                self._grad_norm(v, optimizer)
+
+    def _loss(self, v: float | None) -> None:
+        if v is None or not math.isfinite(v):
+            return
+        if len(self.loss_head) < 10:
+            self.loss_head.append(v)
+        self.loss_recent.append(v)
+        grow = self.loss_growth.add(self._step, v)
+        if grow is not None:
+            self.session.health.pin(grow["start"])
+            self._add(finding("divergence", category=Category.NUMERICAL, stage=Stage.LOSS, step=grow["start"],
+                              series="loss", start=grow["start"], first=num(grow["first"]), last=num(grow["last"]),
+                              steps=grow["steps"], rate=f"{grow['rate']:.3g}",
+                              evidence={"series": "loss", "start_step": grow["start"], "value_at_start": num(grow["first"]),
+                                        "step_now": grow["end"], "value_now": num(grow["last"]),
+                                        "growth_per_step": f"×{grow['rate']:.3g}", "lr": self._lr_text()}))
+        if (self.prior is not None and self._step >= _trends.PRIOR_MIN_STEPS and self._step % 10 == 0
+                and "prior" not in self.reported):
+            loss, variant, prior, what = self.prior
+            mean = _trends.at_prior(list(self.loss_recent), prior)
+            if mean is not None:
+                self.reported.add("prior")
+                steps = self._step + 1
+                self._add(finding("loss_at_prior", variant=variant or None, stage=Stage.LOSS, step=self._step,
+                                  loss=loss, value=num(mean), steps=steps, prior=num(prior), what=what,
+                                  evidence={"mean_of_last_20_losses": num(mean), "prior": num(prior), "prior_is": what,
+                                            "first_loss": num(self.loss_head[0]), "steps": steps}))
+
+    def _grad_norm(self, v: float | None, optimizer: torch.optim.Optimizer | None) -> None:
+        grow = self.grad_growth.add(self._step, v)
+        factor = self.spikes.add(v)
+        if (grow is None and factor is None) or "exploding" in self.reported or self.loss_growth.done:
+            return  # (a diverging loss is reported, with the same cause)
+        if grow is not None and self.loss_recent and self.loss_head and self.loss_recent[-1] < self.loss_head[0]:
+            return  # the norm grows from a small start while the loss falls: training, not exploding
+        self.reported.add("exploding")
+        layer, kind = self._largest_layer(optimizer)
+        rnn = kind in _RECURRENT and not self.order.clip_seen
+        step = grow["start"] if grow is not None else self._step
+        self.session.health.pin(step)
+        ev = {"grad_norm": num(v), "largest_layer": layer, "layer_type": kind, "clipping_seen": self.order.clip_seen}
+        if grow is not None:
+            ev.update(start_step=grow["start"], norm_at_start=num(grow["first"]), growth_per_step=f"×{grow['rate']:.3g}")
+        else:
+            ev.update(spike_factor=f"×{factor:.3g}")
+        self._add(finding("exploding_gradients", category=Category.GRADIENT, stage=Stage.BACKWARD, step=step,
+                          module=layer, variant="growth" if grow is not None else None,
+                          cause="dynamics.exploding_gradients.cause" + (".rnn" if rnn else ""),
+                          norm=num(v), factor=f"{factor:.3g}" if factor else "", layer="(root)" if layer == "" else (layer or "?"),
+                          start=step, first=num(grow["first"]) if grow else "", steps=grow["steps"] if grow else 0,
+                          evidence=ev))
+
+    def _largest_layer(self, optimizer: torch.optim.Optimizer | None) -> tuple[str | None, str]:
+        """The layer with the largest gradient norm now (an anomaly: one read, off the hot path)."""
+        if optimizer is None:
+            return None, ""
+        params = grad_params(optimizer)
+        if not params:
+            return None, ""
+        with torch.no_grad():
+            norms = _deferred.read_scalars(foreach_norm([_local(p.grad) for p in params]))  # type: ignore[arg-type]
+        layers = per_layer([self.index.layer(p) for p in params], norms)
+        top = max(layers, key=lambda k: layers[k])
+        return top, self.index.kind(top)
+
+    def _layer_grads(self, step: int, names: list[str], values: list[float]) -> None:
+        found = self.vanish.add(step, per_layer(names, values))
+        if found is not None:
+            # info: a layer whose gradient is tiny next to the largest one is a hint, not proof that
+            # the run is wrong (a pretrained transformer's first key projection at step 0 is one)
+            self._add(finding("vanishing_gradients", category=Category.GRADIENT, severity=Severity.INFO,
+                              stage=Stage.BACKWARD, step=found["steps"][0],
+                              module=found["layer"], layer=found["layer"], norm=num(found["norm"]),
+                              ratio=f"{found['ratio']:.1e}", largest_layer=found["largest_layer"],
+                              steps=found["steps"],
+                              evidence={"layer_grad_norm": num(found["norm"]), "largest_layer": found["largest_layer"],
+                                        "largest_grad_norm": num(found["largest"]), "ratio": f"{found['ratio']:.1e}",
+                                        "sampled_steps": found["steps"]}))
+
+    def _updates(self, step: int, names: list[str], values: list[float], lr: Any) -> None:
+        ratio, _ = update_ratio(names, values)
+        if ratio is None:
+            return
+        self.ratios.append((step, ratio))
+        del self.ratios[:-8]
+        last = self.ratios[-2:]
+        losses = self.loss_head + list(self.loss_recent)
+        if (len(last) == 2 and all(r < _trends.TINY_UPDATE for _, r in last) and self._step >= 20
+                and _trends.loss_not_lower(losses) and "stagnation" not in self.reported):
+            self.reported.add("stagnation")
+            self._add(finding("stagnation", stage=Stage.OPTIMIZER, step=last[0][0], first=num(losses[0]),
+                              last=num(losses[-1]), steps=self._step, ratio=f"{last[-1][1]:.1e}", lr=num(lr_value(lr)),
+                              evidence={"update_to_parameter_ratio": [f"{r:.1e}" for _, r in last],
+                                        "sampled_steps": [s for s, _ in last], "healthy_ratio": "~1e-3",
+                                        "loss_first": num(losses[0]), "loss_last": num(losses[-1]),
+                                        "lr": num(lr_value(lr)), "clip_grad_norm_seen": self.order.clip_seen}))
+
+    def _lr_text(self) -> str | None:
+        lr = self.session.health.last("lr")
+        return num(lr) if lr is not None else None
+
+    def _run_probe(self) -> None:
+        pending, self.probe_pending = self.probe_pending, None
+        if pending is None:
+            return
+        ref, args, kwargs, frame, step = pending
+        model = ref()
+        if model is not None:
+            f = _causal.probe(model, args, kwargs, frame)
+            if f is not None:
+                self._add(f.replace(step=step))

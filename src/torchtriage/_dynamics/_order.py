@@ -1,0 +1,138 @@
+"""The order of a step's calls: gradient clipping and accumulation.
+
+`clip_grad_norm_` is observed by wrapping `torch.nn.utils.clip_grad_norm_` (and its home
+module's name) for the session; a name imported before the session started
+(`from torch.nn.utils import clip_grad_norm_` at the top of a module run under `watch`) is not
+seen. Under `torchtriage run` the script is imported inside the session, so it is.
+
+  * clip before backward / after step: at `optimizer.step()`, a backward ran after the step's
+    last clip, so the gradients applied were never clipped (reported from the second such step);
+  * an accumulated loss not divided (never for a closure-driven optimizer such as LBFGS, whose
+    step() evaluates the closure several times): >= 2 backward calls per optimizer step, each after its own
+    forward of a watched model, all from the same line (a micro-batch loop; two different losses
+    on two lines, like a DCGAN discriminator's real and fake terms, are a sum on purpose), and
+    no root is scaled (its autograd node is not a Div/Mul by a constant, nor a sum).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any
+
+import torch
+import torch.nn.utils as nn_utils
+from torch.nn.utils import clip_grad as _clip_grad
+
+from .._catalogue import msg
+from .._errors import TriageInternalWarning
+from .._findings import Finding, Severity, Stage
+from .._frames import UserFrame, user_frame_from_stack, user_stack_frame
+from ._common import finding
+
+ADAPTIVE = ("Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "SparseAdam", "Adafactor")
+_SCALED = ("DivBackward", "MulBackward", "SumBackward")
+
+
+class StepOrder:
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.broken = False
+        self.backwards: list[tuple[bool, str, tuple[Any, ...]]] = []  # (after own forward, node, call site)
+        self.frame: UserFrame | None = None  # the user's line of the step's backward calls (from the second)
+        self.forward_since_backward = False
+        self.clip: tuple[int, bool, float | None, UserFrame | None] | None = None  # (backwards then, after step, max_norm, frame)
+        self.clip_seen = False
+        self.bad_clip: dict[str, int] = {}
+        self.accum_hits = 0
+        self.in_step = False
+        self.closure = False  # a closure-driven optimizer (LBFGS) runs forward + backward inside step()
+        self.reported: set[str] = set()
+
+    def install(self) -> None:
+        original = _clip_grad.clip_grad_norm_
+        wrapped = self._wrap(original)
+        self.session.patch(_clip_grad, "clip_grad_norm_", wrapped)
+        if getattr(nn_utils, "clip_grad_norm_", None) is original:
+            self.session.patch(nn_utils, "clip_grad_norm_", wrapped)
+
+    def _wrap(self, original: Any) -> Any:
+        order = self
+
+        @functools.wraps(original)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:  # (named like the other pass-through wrappers)
+            __tracebackhide__ = True  # noqa: F841
+            if not order.broken:
+                try:
+                    max_norm = args[1] if len(args) > 1 else kwargs.get("max_norm")
+                    order.clipped(float(max_norm) if isinstance(max_norm, (int, float)) else None)
+                except Exception as e:
+                    order.broken = True
+                    warnings.warn(msg("internal.warning", where="dynamics.clip", error=f"{type(e).__name__}: {e}"),
+                                  TriageInternalWarning, stacklevel=2)
+            return original(*args, **kwargs)
+
+        return wrapped
+
+    # ------------------------------------------------------------------ events
+    def clipped(self, max_norm: float | None) -> None:
+        self.clip_seen = True
+        after_step = not self.backwards and self.session.stage is Stage.PARAMETER
+        self.clip = (len(self.backwards), after_step, max_norm, user_frame_from_stack(3))
+
+    def root_forward(self) -> None:
+        self.forward_since_backward = True
+
+    def backward(self, roots: tuple[Any, ...]) -> None:
+        root = roots[0] if roots and isinstance(roots[0], torch.Tensor) else None
+        node = type(root.grad_fn).__name__ if root is not None and root.grad_fn is not None else ""
+        scalar = root is not None and root.numel() == 1
+        # The call site as a cheap key; the user's line (with its source text) is built only from
+        # a step's second backward on, when accumulation is possible.
+        if self.in_step:
+            self.closure = True  # several evaluations per step are the optimizer's, not accumulation
+        site = _site(4)
+        if self.backwards and scalar and self.frame is None:
+            self.frame = user_frame_from_stack(4)
+        self.backwards.append((self.forward_since_backward and scalar, node, site))
+        self.forward_since_backward = False
+
+    def optimizer_step(self, opt: torch.optim.Optimizer) -> list[Finding]:
+        out: list[Finding] = []
+        step = self.session.step
+        if self.clip is not None:
+            at, after_step, max_norm, frame = self.clip
+            if len(self.backwards) > at:
+                kind = "clip_after_step" if after_step else "clip_before_backward"
+                self.bad_clip[kind] = self.bad_clip.get(kind, 0) + 1
+                if self.bad_clip[kind] == 2 and kind not in self.reported:
+                    self.reported.add(kind)
+                    out.append(finding(kind, category="gradient", stage=Stage.BACKWARD, step=step, frame=frame,
+                                       op="clip_grad_norm_", cause="dynamics.clip_order.cause",
+                                       next_key="dynamics.clip_order.next",
+                                       evidence={"max_norm": max_norm, "backward_calls_after_clip": len(self.backwards) - at,
+                                                 "steps_seen_like_this": 2}))
+        bw = self.backwards
+        if (not self.closure and len(bw) >= 2 and all(own for own, _, _ in bw) and len({site for _, _, site in bw}) == 1
+                and self.frame is not None and not any(node.startswith(_SCALED) for _, node, _ in bw)):
+            self.accum_hits += 1
+            if self.accum_hits == 2 and "accum" not in self.reported:
+                self.reported.add("accum")
+                kind = type(opt).__name__
+                adaptive = kind in ADAPTIVE
+                out.append(finding("accumulation_not_divided", category="gradient", stage=Stage.BACKWARD,
+                                   severity=Severity.INFO if adaptive else Severity.WARNING, step=step,
+                                   frame=self.frame, op="backward", count=len(bw), optimizer=kind,
+                                   cause="dynamics.accumulation_not_divided.cause" + (".adaptive" if adaptive else ""),
+                                   evidence={"backward_calls_per_step": len(bw), "loss_node": bw[0][1],
+                                             "optimizer": kind}))
+        self.backwards = []
+        self.clip = None
+        self.frame = None
+        return out
+
+
+def _site(skip: int) -> tuple[Any, ...]:
+    """(code, line) of the innermost user frame (a cheap key: no source line is read, no frame kept)."""
+    f = user_stack_frame(skip + 1)
+    return (f.f_code, f.f_lineno) if f is not None else ()

@@ -1,0 +1,104 @@
+"""Detectors over per-step numbers (plain floats, already read): pure functions and small
+streaming state, so each rule is testable without a training loop.
+
+Thresholds, chosen to be quiet on correct runs (tests/zoo/clean.py) and loud on the failures:
+  * divergence: >= `GROWTH_STEPS` consecutive increases multiplying the value by >= `GROWTH`
+    (or >= 3 increases by >= GROWTH**2: a blow-up that reaches Inf in a few steps);
+  * gradient spike: >= `SPIKE` × the median of the previous >= `SPIKE_HISTORY` norms;
+  * stagnation: updates < `TINY_UPDATE` of the parameters' norm at two samples, and the loss
+    not lower than at the start;
+  * loss at the prior: the mean of the last `PRIOR_WINDOW` losses within `PRIOR_TOL` of the
+    prior, after >= `PRIOR_MIN_STEPS` steps.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import statistics
+from typing import Any
+
+GROWTH = 100.0
+GROWTH_STEPS = 5
+SPIKE = 100.0
+SPIKE_HISTORY = 10
+TINY_UPDATE = 1e-5
+PRIOR_WINDOW = 20
+PRIOR_TOL = 0.03
+PRIOR_MIN_STEPS = 50
+
+
+def _ok(v: float | None) -> bool:
+    return v is not None and math.isfinite(v) and v > 0
+
+
+class Growth:
+    """Geometric growth of one positive series; reports the run's start step once."""
+
+    def __init__(self) -> None:
+        self.points: collections.deque[tuple[int, float | None]] = collections.deque(maxlen=128)
+        self.done = False
+
+    def add(self, step: int, value: float | None) -> dict[str, Any] | None:
+        self.points.append((step, value))
+        if self.done or not _ok(value):
+            return None
+        pts = self.points
+        i = len(pts) - 1
+        while i > 0 and _ok(pts[i - 1][1]) and pts[i][1] > pts[i - 1][1]:  # type: ignore[operator]
+            i -= 1
+        n = len(pts) - 1 - i
+        first, last = pts[i][1], value
+        assert first is not None
+        if not ((n >= GROWTH_STEPS and last / first >= GROWTH) or (n >= 3 and last / first >= GROWTH ** 2)):
+            return None
+        self.done = True
+        return {"start": pts[i][0], "end": step, "first": first, "last": last, "steps": n,
+                "rate": (last / first) ** (1.0 / n)}
+
+
+class Spikes:
+    """A gradient norm far above its recent median (one step, not a trend)."""
+
+    def __init__(self) -> None:
+        self.history: collections.deque[float] = collections.deque(maxlen=50)
+
+    def add(self, value: float | None) -> float | None:
+        """The spike factor when `value` is a spike, else None."""
+        if value is None or not math.isfinite(value):
+            return None
+        factor = None
+        if len(self.history) >= SPIKE_HISTORY:
+            med = sorted(self.history)[len(self.history) // 2]
+            if med > 0 and value >= SPIKE * med:
+                factor = value / med
+        self.history.append(value)
+        return factor
+
+
+def loss_not_lower(losses: list[float]) -> bool:
+    """The loss did not go down: the mean of the last tenth is not below the first tenth's."""
+    n = max(3, len(losses) // 10)
+    if len(losses) < 2 * n:
+        return False
+    head, tail = losses[:n], losses[-n:]
+    return statistics.fmean(tail) >= 0.99 * statistics.fmean(head)
+
+
+def at_prior(losses: list[float], prior: float) -> float | None:
+    """The recent mean loss when it sits at `prior`, else None."""
+    if prior <= 0 or len(losses) < PRIOR_WINDOW:
+        return None
+    recent = losses[-PRIOR_WINDOW:]
+    if not all(math.isfinite(v) for v in recent):
+        return None
+    mean = statistics.fmean(recent)
+    return mean if abs(mean - prior) <= PRIOR_TOL * prior else None
+
+
+def label_entropy(counts: list[float]) -> float:
+    """The cross-entropy of always predicting the label frequencies (nats)."""
+    total = sum(counts)
+    if total <= 0:
+        return 0.0
+    return -sum(c / total * math.log(c / total) for c in counts if c > 0)
