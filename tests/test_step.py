@@ -139,7 +139,8 @@ def test_gan_finding_names_the_model_by_its_variable_and_the_page_marks_only_it(
     assert list(s.report.meta["models"]) == ["G", "netD"]
     # one loss series per backward call site: D's loss and G's loss apart
     g_line = _line(zoo.gan, "g_loss.backward()")
-    assert sorted(s.series) == sorted(["loss", f"loss step.py:{g_line}", "grad_norm"])
+    assert sorted(k for k in s.series if not k.startswith("lr")) == sorted(["loss", f"loss step.py:{g_line}", "grad_norm"])
+    assert {"lr", "lr[1.0]"} <= set(s.series)  # optimizer 0 (optD) and optimizer 1 (optG), group 0 each
     from torchtriage.report._tree import render_tree
 
     marked_g = render_tree("G", s.report.meta["models"]["G"], s.report.findings)
