@@ -27,15 +27,25 @@ CASES = [name for name, fn in inspect.getmembers(in_process, inspect.isfunction)
 
 
 def _forced(monkeypatch, engine):
+    """Route check_splits' "auto" to `engine`; returns the list of engines actually chosen."""
     real = _engines.choose
-    monkeypatch.setattr(_engines, "choose", lambda given, sources: engine if given == "auto" else real(given, sources))
+    used: list[str] = []
+
+    def choose(given, sources):
+        name = engine if given == "auto" else real(given, sources)
+        used.append(name)
+        return name
+
+    monkeypatch.setattr(_engines, "choose", choose)
+    return used
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_in_process_suite_on_duckdb(name, monkeypatch, request):
     """Every in-process leakage test passes unchanged with DuckDB doing the comparisons."""
-    _forced(monkeypatch, "duckdb")
-    _run_case(name, request)
+    used = _forced(monkeypatch, "duckdb")
+    _run_case(name, request)  # the in-process test's own assertions, on DuckDB's answers
+    assert used and set(used) == {"duckdb"}, used
 
 @pytest.fixture(scope="module")
 def dask_client():
@@ -60,8 +70,9 @@ DASK_CASES = ["test_seed_writer_overlap_reports_writer_a", "test_exact_duplicate
 @pytest.mark.parametrize("name", DASK_CASES)
 def test_in_process_suite_on_dask(name, monkeypatch, request, dask_client):
     """Every in-process leakage test passes unchanged on a local Dask cluster of 2 workers."""
-    _forced(monkeypatch, "dask")
-    _run_case(name, request)
+    used = _forced(monkeypatch, "dask")
+    _run_case(name, request)  # the in-process test's own assertions, on the cluster's answers
+    assert used and set(used) == {"dask"}, used
 
 
 def _run_case(name, request):
