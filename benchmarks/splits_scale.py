@@ -94,7 +94,7 @@ def run_engine(root: str, engine: str, memory_limit: str | None, near: bool) -> 
     _, err = proc.communicate()
     th.join()
     wall = time.perf_counter() - t0
-    if proc.returncode not in (0, 1):
+    if proc.returncode not in (0, 1) or not os.path.exists(out):  # exit 1 is "findings", unless no report came
         return {"engine": engine, "error": err.strip().splitlines()[-1] if err.strip() else proc.returncode}
     with open(out) as fh:
         report = json.load(fh)
