@@ -217,3 +217,13 @@ def test_cli_engine_finds_and_bad_input_is_one_line(tmp_path, engine, cli, dask_
     assert one_line(str(tmp_path / "empty-*.parquet"), test) == (
         f"torchtriage: error: {tmp_path / 'empty-*.parquet'}: no table files there; accepted: a folder or a glob "
         "pattern of .csv, .jsonl, .ndjson, .parquet, .pq, .tsv files")
+
+
+def test_duckdb_out_of_memory_is_one_line(tmp_path, cli):
+    """A query that does not fit DuckDB's cap gives one line and exit code 2, never a traceback."""
+    train, test = _leaky_tables(tmp_path)
+    code, out, err = cli("splits", train, test, "--group", "user", "--engine", "duckdb", "--memory-limit", "1MB")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("torchtriage: error: the duckdb engine failed: ")
+    assert lines[0].endswith("a larger --memory-limit (or memory_limit=) or more free disk for its spill folder may help")

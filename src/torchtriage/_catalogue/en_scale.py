@@ -1,6 +1,7 @@
 """Split checks past one machine's memory: engines, shards, memory caps (issue 17)."""
 
 MESSAGES = {
+    "leakage.duckdb_failed": "the duckdb engine failed: {error}; a larger --memory-limit (or memory_limit=) or more free disk for its spill folder may help",
     "leakage.bad_engine": "engine={given!r}; accepted: {accepted}",
     "leakage.bad_memory_limit": "memory limit {given!r} was refused by DuckDB ({error}); accepted: a size such as 512MB, 4GB or 75%",
     "leakage.no_shards": "{spec}: no table files there; accepted: a folder or a glob pattern of {accepted} files",

@@ -1,6 +1,7 @@
 """超出单机内存的划分检查：引擎、分片、内存上限（issue 17）。"""
 
 MESSAGES = {
+    "leakage.duckdb_failed": "duckdb 引擎失败：{error}；增大 --memory-limit（或 memory_limit=）或为溢写目录留出更多磁盘空间可能有帮助",
     "leakage.bad_engine": "engine={given!r}；可接受：{accepted}",
     "leakage.bad_memory_limit": "DuckDB 拒绝了内存上限 {given!r}（{error}）；可接受：如 512MB、4GB 或 75% 的大小",
     "leakage.no_shards": "{spec}：其中没有表格文件；可接受：由 {accepted} 文件组成的文件夹或通配模式",

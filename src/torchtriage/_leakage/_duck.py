@@ -83,7 +83,7 @@ class DuckStore(Store):
         limit = memory_limit or _memory_default()
         try:
             if limit:
-                self._run(f"SET memory_limit = '{limit}'")
+                self.con.execute(f"SET memory_limit = '{limit}'").fetchall()
         except duckdb.Error as e:
             self.close()
             raise ValueError(msg("leakage.bad_memory_limit", given=limit, error=str(e).splitlines()[0])) from None
@@ -161,14 +161,19 @@ class DuckStore(Store):
 
     # --- answers ----------------------------------------------------------------------------
     def _run(self, sql: str) -> None:
-        self.con.execute(sql).fetchall()
+        self._all(sql)
 
     def _one(self, sql: str, params: list[Any] | None = None) -> Any:
-        rows = self.con.execute(sql, params or []).fetchall()  # fetch to the end: frees the connection
+        rows = self._all(sql, params)
         return rows[0] if rows else None
 
     def _all(self, sql: str, params: list[Any] | None = None) -> list[Any]:
-        return self.con.execute(sql, params or []).fetchall()
+        import duckdb
+
+        try:
+            return self.con.execute(sql, params or []).fetchall()  # fetch to the end: frees the connection
+        except duckdb.Error as e:  # out of memory or disk: one line naming the cap, not a traceback
+            raise ValueError(msg("leakage.duckdb_failed", error=str(e).splitlines()[0])) from None
 
     def rows(self, split: str) -> int:
         return self._n.get(split, 0)
@@ -250,6 +255,9 @@ class DuckStore(Store):
         examples = [[(int(it["k"]), int(it["r"]), int(it["l"])) for it in items[:6]] for _, items in rows]
         return Conflicts(int(count), examples)
 
+    def _pairs(self, sql: str) -> Any:
+        yield from self.con.sql(sql).to_arrow_reader(_PAIR_BATCH)
+
     def near(self, a: str, b: str, threshold: float) -> Near:
         kind = self.near_kind(a)
         if not self._has(f"b_{a}") or not self._has(f"b_{b}"):
@@ -265,18 +273,22 @@ class DuckStore(Store):
                f"JOIN t_{b} AS y ON y.row = p.ib WHERE x.exact <> y.exact")
         dtype, width = (np.uint32, _near.NUM_PERM) if kind == "text" else (np.uint64, _near.SIM_BITS // 64)
         keep_a, keep_b, keep_s = [], [], []
-        reader = self.con.sql(sql).to_arrow_reader(_PAIR_BATCH)
-        for batch in reader:
-            if not batch.num_rows:
-                continue
-            ia = batch.column(0).to_numpy()
-            ib = batch.column(1).to_numpy()
-            sim = _near.similarity(kind or "num", _rows_of(batch.column(2), dtype, width),
-                                   _rows_of(batch.column(3), dtype, width))
-            ok = sim >= threshold
-            keep_a.append(ia[ok])
-            keep_b.append(ib[ok])
-            keep_s.append(sim[ok])
+        import duckdb
+
+        try:
+            for batch in self._pairs(sql):  # streamed: only pairs at or above the threshold are kept
+                if not batch.num_rows:
+                    continue
+                ia = batch.column(0).to_numpy()
+                ib = batch.column(1).to_numpy()
+                sim = _near.similarity(kind or "num", _rows_of(batch.column(2), dtype, width),
+                                       _rows_of(batch.column(3), dtype, width))
+                ok = sim >= threshold
+                keep_a.append(ia[ok])
+                keep_b.append(ib[ok])
+                keep_s.append(sim[ok])
+        except duckdb.Error as e:  # out of memory or disk: one line naming the cap, not a traceback
+            raise ValueError(msg("leakage.duckdb_failed", error=str(e).splitlines()[0])) from None
         if not keep_a:
             return Near(0, [])
         ia, ib, sim = np.concatenate(keep_a), np.concatenate(keep_b), np.concatenate(keep_s)
