@@ -16,7 +16,7 @@ from .._catalogue import msg
 from .._findings import Category, Finding, Severity, Stage
 from .._summary import summarize
 from ._families import base_name, explain, kind_of, kind_text
-from ._replay import (NodeMap, call_model, float_leaves, graph_nodes, node_frame, node_op, replay_loss,
+from ._replay import (FirstNonFiniteNode, NodeMap, call_model, float_leaves, graph_nodes, node_frame, node_op, replay_loss,
                       replaying, saved_tensors)
 from torch.utils._pytree import tree_leaves
 
@@ -258,16 +258,8 @@ def localize_backward(session: Any, state: Any, step: int) -> Finding:
         return not_reproduced(Stage.BACKWARD, step, session=session)
     model = _target(snap.model)
     mods = ModuleStack(_namer(session))
-    first: list[tuple[Any, tuple[Any, ...], tuple[Any, ...]]] = []
-
-    def finite(gs: tuple[Any, ...]) -> bool:
-        return all(g is None or bool(torch.isfinite(g).all()) for g in gs)
-
-    def make_hook(node: Any) -> Any:
-        def hook(grad_inputs: Any, grad_outputs: Any) -> None:
-            if not first and finite(grad_outputs) and not finite(grad_inputs):
-                first.append((node, grad_inputs, grad_outputs))
-        return hook
+    watch = FirstNonFiniteNode()
+    first, make_hook = watch.first, watch.hook_for
 
     handles: list[Any] = []
     call = next((c for c in reversed(state.loss_calls) if isinstance(c.output, torch.Tensor)), None)

@@ -202,3 +202,21 @@ def node_frame(node: Any) -> UserFrame | None:
         if m and is_user_file(m.group("file")):
             return UserFrame(m.group("file"), int(m.group("line")), m.group("fn"), m.group("src").strip())
     return None
+
+
+class FirstNonFiniteNode:
+    """Node hooks that keep the first backward node whose finite incoming gradients (its
+    grad_outputs) became non-finite outgoing ones: the node that made the non-finite value."""
+
+    def __init__(self) -> None:
+        self.first: list[tuple[Any, tuple[Any, ...], tuple[Any, ...]]] = []
+
+    @staticmethod
+    def _finite(gs: tuple[Any, ...]) -> bool:
+        return all(g is None or bool(torch.isfinite(g).all()) for g in gs)
+
+    def hook_for(self, node: Any) -> Any:
+        def hook(grad_inputs: Any, grad_outputs: Any) -> None:
+            if not self.first and self._finite(grad_outputs) and not self._finite(grad_inputs):
+                self.first.append((node, grad_inputs, grad_outputs))
+        return hook

@@ -27,7 +27,7 @@ from .._catalogue import msg
 from .._findings import Finding, Stage
 from .._summary import summarize
 from ._families import kind_of, kind_text
-from ._replay import NodeMap, float_leaves, graph_nodes, node_frame, node_op, replaying, saved_tensors
+from ._replay import FirstNonFiniteNode, NodeMap, float_leaves, graph_nodes, node_frame, node_op, replaying, saved_tensors
 from ._stepreplay import NotReplayable, Replayed, replay_step, usable
 from ._trace import ModuleStack, OpTracer
 
@@ -136,16 +136,8 @@ def backward(session: Any, state: Any, step: int, namer: Any, make: Any) -> Find
     snap = session.snapshot
     record = snap.record
     mods = ModuleStack(namer)
-    first: list[tuple[Any, tuple[Any, ...], tuple[Any, ...]]] = []
-
-    def finite(gs: tuple[Any, ...]) -> bool:
-        return all(g is None or bool(torch.isfinite(g).all()) for g in gs)
-
-    def make_hook(node: Any) -> Any:
-        def hook(grad_inputs: Any, grad_outputs: Any) -> None:
-            if not first and finite(grad_outputs) and not finite(grad_inputs):
-                first.append((node, grad_inputs, grad_outputs))
-        return hook
+    watch = FirstNonFiniteNode()
+    first, make_hook = watch.first, watch.hook_for
 
     rep: Replayed | None = None
     bad_leaves: list[torch.Tensor] = []
