@@ -319,3 +319,19 @@ def test_bad_stall_timeout_in_watch_is_a_config_error():
 
     with pytest.raises(ConfigError, match=r"stall_timeout='soon' is not valid; expected a number of seconds > 0"):
         torchtriage.watch(torch.nn.Linear(1, 1), stall_timeout="soon")
+
+
+def test_a_faulthandler_dump_read_while_it_is_written_leaves_out_the_partial_line(tmp_path):
+    # the leader may read a blocked rank's dump while faulthandler is still writing it
+    from torchtriage._distributed._rundir import RunDir
+    from torchtriage._distributed._watchdog import _fh_stack
+
+    script = str(tmp_path / "train.py")
+    rd = RunDir(str(tmp_path / "run"), 0, 2)
+    complete = (f'Current thread 0x00007f (most recent call first):\n'
+                f'  File "/usr/lib/python3.11/re/__init__.py", line 166 in match\n'
+                f'  File "{script}", line 11 in <module>\n')
+    with open(rd.file("fh-1.txt"), "w", encoding="utf-8") as fh:
+        fh.write(complete + '  File "/opt/site-packages/torchtriage/_cli/ru')
+    assert _fh_stack(rd, 1) == ['File "/usr/lib/python3.11/re/__init__.py", line 166 in match',
+                                f'File "{script}", line 11 in <module>']

@@ -42,6 +42,7 @@ HEARTBEAT_EVERY = 0.5
 FROZEN_AFTER = 3.0  # a heartbeat older than this: that rank's watchdog cannot run
 MERGE_WAIT = 8.0  # the leader waits this long for the other ranks' dumps
 DONE_WAIT = 20.0  # other ranks wait this long for the leader's merged report before exiting
+FH_SETTLE = 0.3  # a faulthandler dump is complete once its size held still this long
 DUMP_SIGNAL = getattr(signal, "SIGUSR2", None)
 
 
@@ -206,6 +207,20 @@ class Watchdog(threading.Thread):
                 except (OSError, ValueError, KeyError):
                     pass
         records: dict[int, dict[str, Any]] = {}
+        sizes: dict[int, tuple[int, float]] = {}
+
+        def settled(r: int) -> bool:
+            # faulthandler writes the dump line by line: read it once its size has held still
+            try:
+                size = os.path.getsize(rd.file(f"fh-{r}.txt"))
+            except OSError:
+                return False
+            now = time.monotonic()
+            if size == 0 or sizes.get(r, (-1, now))[0] != size:
+                sizes[r] = (size, now)
+                return False
+            return now - sizes[r][1] >= FH_SETTLE and bool(_fh_stack(rd, r))
+
         deadline = time.monotonic() + MERGE_WAIT
         while time.monotonic() < deadline:
             for r in alive:
@@ -213,7 +228,7 @@ class Watchdog(threading.Thread):
                     data = rd.read(f"dump-{r}.json") or rd.read(f"report-{r}.json")
                     if data is not None:
                         records[r] = data
-            if len(records) == len(alive) and all(_fh_stack(rd, r) for r in frozen
+            if len(records) == len(alive) and all(settled(r) for r in frozen
                                                   if beats[r].get("dump_signal")):
                 break
             time.sleep(0.05)
@@ -247,6 +262,8 @@ def _fh_stack(rd: Any, rank: int) -> list[str]:
             text = fh.read()
     except OSError:
         return []
+    if not text.endswith("\n"):
+        text = text[:text.rfind("\n") + 1]  # a line still being written is left out
     blocks: list[list[str]] = []
     for line in text.splitlines():
         if line.startswith(("Thread ", "Current thread ")):
