@@ -4,15 +4,22 @@ Hot path (every step, no per-tensor sync): one on-device reduction per boundary 
     data       sum of each floating batch tensor  (NaN or +Inf trips; -Inf masks do not)
     forward    sum of each floating root output   (same rule)
     loss       the backward roots                 (any non-finite value trips)
-    backward   global L2 norm of the gradients, `torch._foreach_norm` (also the "grad_norm" series)
-    optimizer  L2 norm of each parameter and optimizer state tensor after the update, one
-               `torch._foreach_norm` call (read at the next sync)
+    backward   L2 norm of each gradient, one `torch._foreach_norm` call; the host combines them
+               (in float64, with float32's overflow kept) into the "grad_norm" series
+    optimizer  nothing on most steps: a parameter the update made non-finite shows in the next
+               step's forward or gradient flags, and that trip first looks at the last update
+               (`_localize.localize_update`, only on the anomaly path). Every SAMPLE_EVERY-th
+               update and the last one of the session get the full check: the L2 norm of each
+               parameter and optimizer state tensor, one `torch._foreach_norm` call (read at the
+               next sync) — optimizer state that overflows while the parameters stay finite is
+               seen there only.
 Every flag is a 0-dim tensor kept as is (no per-flag conversion or pre-reduction: on a small
 step each extra op costs as much as the reduction itself). All flags of a step are stacked once
 and read with ONE host transfer, at `optimizer.step()`'s pre-hook
 (before the update: a non-finite update can still be skipped), or at backward's end without an
-optimizer. Intermediate modules are not checked: NaN/Inf propagate to one of these boundaries,
-and the replay (`_localize`) finds where they were born.
+optimizer. With `late_read=True` (and no `skip_step`) that transfer is started there and read at
+the next step (`_late`): an accelerator keeps its queue. Intermediate modules are not checked:
+NaN/Inf propagate to one of these boundaries, and the replay (`_localize`) finds where they were born.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import weakref
 from typing import Any
 
 import torch
@@ -35,6 +43,8 @@ from . import _amp, _localize
 from ._replay import float_leaves, graph_nodes, saved_tensors
 
 MAX_REPLAYS = 3  # a run that stays NaN would otherwise replay every step
+SAMPLE_EVERY = 64  # updates whose parameters and optimizer state are all checked (and the last)
+_F32_MAX = 3.4028234663852886e38  # a float32 norm above this reads +Inf
 
 
 @dataclasses.dataclass
@@ -86,23 +96,20 @@ def foreach_norm(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The L2 norm over all tensors, one device scalar per device holding some (foreach groups
-    them per device and dtype). Combining devices on the device would need a copy to one of
-    them, and a blocking CPU→CUDA copy syncs: the host combines them after the step's read."""
-    tensors = [t for t in tensors if t.numel() and not t.is_sparse]
-    if not tensors:
-        return []
-    norms = foreach_norm(tensors)
-    try:
-        stacked = torch.stack(norms)  # all float32 on one device: as is
-    except RuntimeError:  # several devices
-        by_dev: dict[torch.device, list[torch.Tensor]] = {}
-        for n in norms:
-            by_dev.setdefault(n.device, []).append(n.to(torch.float32))
-        return [torch.linalg.vector_norm(torch.stack(ns)) for ns in by_dev.values()]
-    if stacked.dtype != torch.float32:
-        stacked = stacked.to(torch.float32)
-    return [torch.linalg.vector_norm(stacked)]
+    """Each gradient's L2 norm, one foreach call (it groups them per device and dtype). They
+    join the step's one read as they are: combining them on the device (stack, norm) costs
+    two more ops per step, and across devices a copy; the host combines them (`_global_norm`)."""
+    if any(t.is_sparse or not t.numel() for t in tensors):
+        tensors = [t for t in tensors if t.numel() and not t.is_sparse]
+    return foreach_norm(tensors) if tensors else []
+
+
+def _global_norm(values: list[float], wide: bool) -> float:
+    """The global L2 norm of per-tensor norms, as the float32 norm on the device read it: one
+    above float32's range is +Inf (the overflow the grad_overflow finding reports), unless a
+    gradient is float64 (`wide`)."""
+    n = values[0] if len(values) == 1 else math.hypot(*values)
+    return math.inf if n > _F32_MAX and not wide else n
 
 
 class NonFiniteSentinel(Checker):
@@ -127,6 +134,10 @@ class NonFiniteSentinel(Checker):
         # Per-tensor norms of the last update's parameters and optimizer state (0-dim tensors,
         # read at the next sync), how many of them are parameters, its step, grads finite then.
         self._after: tuple[list[torch.Tensor], int, int, bool] | None = None
+        # The last update not checked in full: (its step, grads finite then, grad norm then,
+        # each parameter's version right after it). A trip at the next read looks at it first.
+        self._updated: list[tuple[int, bool, float | None, dict[int, int]]] = []
+        self._params: weakref.WeakKeyDictionary[Any, tuple[Any, list[torch.Tensor]]] = weakref.WeakKeyDictionary()
         self._replays = 0
         self._by_stage: dict[str, Finding] = {}
         self._stashed: dict[int, list[tuple[torch.Tensor, torch.Tensor | None]]] = {}
@@ -204,9 +215,21 @@ class NonFiniteSentinel(Checker):
             params = [p for m in self.session.models for p in m.parameters()]
             self._sync(grads=[p.grad for p in params if p.grad is not None], optimizer=None)
 
+    def params_of(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+        """The optimizer's parameters, cached; rebuilt when a group is added or its list changes."""
+        groups = optimizer.param_groups
+        key = tuple((id(g["params"]), len(g["params"])) for g in groups) if len(groups) > 1 \
+            else (id(groups[0]["params"]), len(groups[0]["params"]))
+        hit = self._params.get(optimizer)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        params = [p for g in groups for p in g["params"]]
+        self._params[optimizer] = (key, params)
+        return params
+
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         self.amp.stepped(optimizer)
-        params = [p for g in optimizer.param_groups for p in g["params"]]
+        params = self.params_of(optimizer)
         skip = self._sync(grads=[p.grad for p in params if p.grad is not None], optimizer=optimizer)
         if skip:
             # skip_step: the optimizer skips parameters whose .grad is None, so hiding the grads
@@ -222,9 +245,23 @@ class NonFiniteSentinel(Checker):
                 p.grad = g
             return
         assert self.session is not None
-        params = [p for g in optimizer.param_groups for p in g["params"] if p.numel() and not p.is_sparse]
+        step = self.session.step
+        grad_ok = self._grad_norm is None or math.isfinite(self._grad_norm)
+        if step % SAMPLE_EVERY:
+            # Most updates: nothing on the device. Each parameter's version after the update
+            # tells, at a later trip, whether anything wrote to it since (a checkpoint load).
+            self._updated.append((step, grad_ok, self._grad_norm,
+                                  {id(p): p._version for p in self.params_of(optimizer)}))
+        else:
+            self._check_update([optimizer], step, grad_ok)
+
+    def _check_update(self, optimizers: list[torch.optim.Optimizer], step: int, grad_ok: bool) -> None:
+        """The full check of an update: every parameter's and state tensor's norm, read at the
+        next sync (a sampled update, the session's last one)."""
+        assert self.session is not None
+        params = [p for o in optimizers for p in self.params_of(o) if p.numel() and not p.is_sparse]
         n_params = len(params)
-        states = optimizer.state
+        states = {p: s for o in optimizers for p, s in o.state.items()}
         tensors = params + [v for p in params if p in states for v in states[p].values()
                             if isinstance(v, torch.Tensor) and v.dim() > 0 and v.is_floating_point()
                             and v.numel() and not v.is_sparse]
@@ -233,20 +270,25 @@ class NonFiniteSentinel(Checker):
             # Python loop of per-tensor sums measured no faster on CPU), each tensor's own norm
             # read: no global norm, which finite but huge values could overflow. no_grad: the
             # post-hook runs in the caller's grad mode, and norms of parameters would build graph.
-            grad_ok = self._grad_norm is None or math.isfinite(self._grad_norm)
             if self.session.rank_fields:  # (issue 15, as in _sync)
                 from .._distributed._shards import local_shards
 
                 tensors = local_shards(tensors)
             with torch.no_grad():
                 norms = foreach_norm(tensors)
-            self._after = (norms, n_params, self.session.step, grad_ok)
+            self._after = (norms, n_params, step, grad_ok)
 
     def on_step_end(self, step: int) -> None:
         if self._step.flags:
             self._sync(grads=[], optimizer=None)
 
     def on_end(self) -> None:
+        assert self.session is not None
+        if self._updated and self._after is None:
+            # The session's last update gets the full check (it has no next step to show it).
+            step, grad_ok, _, _ = self._updated[-1]
+            self._updated = []
+            self._check_update(list(self.session.optimizers), step, grad_ok)
         if self._step.flags or self._after is not None:
             self._sync(grads=[], optimizer=None)
         self.amp.finish()
@@ -262,6 +304,7 @@ class NonFiniteSentinel(Checker):
         sites, st.loss_sites = st.loss_sites, []
         after = self._after
         self._after = None
+        updated, self._updated = self._updated, []
         upd_step, grad_ok = 0, False
         if after is not None:
             norms, n_params, upd_step, grad_ok = after
@@ -274,6 +317,7 @@ class NonFiniteSentinel(Checker):
         gnorms = _norms(grads)
         keys += ["grad"] * len(gnorms)
         scalars += gnorms
+        wide = bool(gnorms) and any(g.dtype is torch.float64 for g in gnorms)
         if not scalars:
             return False
         sess = self.session
@@ -286,7 +330,7 @@ class NonFiniteSentinel(Checker):
                 st.loss_value = values[keys.index("loss_value")]
                 self._record_losses(keys, values, sites)
             if gnorms:
-                self._grad_norm = values[-1] if len(gnorms) == 1 else math.hypot(*values[-len(gnorms):])
+                self._grad_norm = _global_norm(values[-len(gnorms):], wide)
                 sess.record_series("grad_norm", self._grad_norm)
             self._release()
             return False
@@ -300,7 +344,7 @@ class NonFiniteSentinel(Checker):
             st.loss_value = got["loss_value"][0]
             self._record_losses(keys, values, sites)
         if "grad" in got:
-            got["grad"] = [math.hypot(*got["grad"])]  # one norm over the devices
+            got["grad"] = [_global_norm(got["grad"], wide)]  # one norm over the tensors
             self._grad_norm = got["grad"][0]
             sess.record_series("grad_norm", self._grad_norm)
         step = sess.step
@@ -331,6 +375,17 @@ class NonFiniteSentinel(Checker):
         if trip is None:
             self._release()
             return False
+        if updated and updated[-1][1]:
+            # A trip after an update that was not checked in full (with finite gradients): a
+            # parameter or state that update made non-finite is said so, as the full check
+            # would have; a parameter written since (its version moved) is left to the replay.
+            # Only on the anomaly path: a read per tensor.
+            upd_step, _, upd_norm, versions = updated[-1]
+            found = _localize.localize_update(sess, upd_step, upd_norm, versions)
+            if found:
+                self._report("optimizer", lambda: found)
+                self._release()
+                return False
         skip = sess.on_anomaly is OnAnomaly.SKIP_STEP and optimizer is not None
         try:
             self._report(trip, lambda: self._localize(trip, step, grads))
