@@ -39,7 +39,7 @@ from .._config import OnAnomaly
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack
 from .. import _deferred
-from . import _amp, _localize
+from . import _amp, _late, _localize
 from ._replay import float_leaves, graph_nodes, saved_tensors
 
 MAX_REPLAYS = 3  # a run that stays NaN would otherwise replay every step
@@ -60,6 +60,20 @@ class _Step:
     loss_value: float | None = None
     loss_sites: list[Any] = dataclasses.field(default_factory=list)  # (file, line) of each loss flag
     seen_forward: bool = False
+
+
+@dataclasses.dataclass
+class _Read:
+    """One read's flags and what is needed to judge them (now, or one step late)."""
+    keys: list[str]
+    scalars: list[torch.Tensor]
+    sites: list[Any]
+    step: int
+    after: tuple[list[torch.Tensor], int, int, bool] | None
+    updated: list[tuple[int, bool, float | None, dict[int, int]]]
+    n_grads: int = 0
+    wide: bool = False
+    pending: _late.PendingRead | None = None
 
 
 def _sum(t: torch.Tensor) -> torch.Tensor:
@@ -148,10 +162,15 @@ class NonFiniteSentinel(Checker):
         self._first: Finding | None = None
         self._loss_series: dict[Any, str] = {}
         self.amp = _amp.ScalerWatch(self)
+        # late_read: this step's flags are read at the next step (`_late`), not before the update
+        self.late_read = False
+        self._pending: _Read | None = None
+        self._pinned: dict[Any, torch.Tensor] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def on_start(self, session: Any) -> None:
         self.amp.install(session)
+        self.late_read = bool(session.options.get("late_read", False))  # (validated by the session)
 
     def on_step_begin(self, step: int) -> None:
         self._step = _Step()
@@ -291,6 +310,8 @@ class NonFiniteSentinel(Checker):
             self._check_update(list(self.session.optimizers), step, grad_ok)
         if self._step.flags or self._after is not None:
             self._sync(grads=[], optimizer=None)
+        elif self._pending is not None:
+            self._read_late()
         self.amp.finish()
 
     # ------------------------------------------------------------------ the one sync
@@ -298,41 +319,81 @@ class NonFiniteSentinel(Checker):
               scaled_overflow_ok: bool = False) -> bool:
         """Read every flag of the step at once; localize what tripped. True = skip this update."""
         assert self.session is not None
-        st = self._step
-        keys, scalars = st.keys, st.flags
-        st.keys, st.flags = [], []
-        sites, st.loss_sites = st.loss_sites, []
-        after = self._after
-        self._after = None
-        updated, self._updated = self._updated, []
-        upd_step, grad_ok = 0, False
-        if after is not None:
-            norms, n_params, upd_step, grad_ok = after
-            keys += ["update"] * n_params + ["state"] * (len(norms) - n_params)
-            scalars += norms
+        if self._pending is not None:
+            self._read_late()  # the previous step's flags come first
         if self.session.rank_fields:  # a distributed session: FSDP's DTensors -> local shards
             from .._distributed._shards import local_shards
 
             grads = local_shards(grads)
-        gnorms = _norms(grads)
-        keys += ["grad"] * len(gnorms)
-        scalars += gnorms
-        wide = bool(gnorms) and any(g.dtype is torch.float64 for g in gnorms)
-        if not scalars:
+        r = self._gather(grads)
+        if not r.scalars:
             return False
         sess = self.session
         # The other checks' numbers of this step (silent, gradients) are read along: one sync.
-        values = _read(scalars, _deferred.riders(sess))
+        riders = _deferred.riders(sess)
+        if (self.late_read and optimizer is not None and not riders and self._poisoned is None
+                and sess.on_anomaly is not OnAnomaly.SKIP_STEP):
+            pending = _late.start(r.scalars, self._pinned)
+            if pending is not None:
+                # (nothing of this step will be replayed: its state goes now)
+                r.pending, r.scalars = pending, []
+                self._pending = r
+                self._release()
+                return False
+        values = _read(r.scalars, riders)
+        return self._judge(r, values, grads, optimizer, scaled_overflow_ok)
+
+    def _gather(self, grads: list[torch.Tensor]) -> _Read:
+        """This step's flags (and the last update's, when it was checked in full), in order."""
+        assert self.session is not None
+        st = self._step
+        r = _Read(keys=st.keys, scalars=st.flags, sites=st.loss_sites, step=self.session.step,
+                  after=self._after, updated=self._updated)
+        st.keys, st.flags, st.loss_sites = [], [], []
+        self._after, self._updated = None, []
+        if r.after is not None:
+            norms, n_params, _, _ = r.after
+            r.keys += ["update"] * n_params + ["state"] * (len(norms) - n_params)
+            r.scalars += norms
+        gnorms = _norms(grads)
+        r.keys += ["grad"] * len(gnorms)
+        r.scalars += gnorms
+        r.n_grads = len(gnorms)
+        r.wide = bool(gnorms) and any(g.dtype is torch.float64 for g in gnorms)
+        return r
+
+    def _read_late(self) -> None:
+        """Judge the previous step's flags, read one step late (`late_read`)."""
+        r, self._pending = self._pending, None
+        assert r is not None and r.pending is not None
+        values = r.pending.values()
+        self._judge(r, values, [], None, False, late=True)
+        if self._grad_norm is not None and (r.after is not None or r.updated):
+            # The update that followed that step was recorded before its gradients were read.
+            ok = math.isfinite(self._grad_norm)
+            if self._after is not None and self._after[2] == r.step:
+                self._after = (*self._after[:3], ok)
+            self._updated = [(u[0], ok if u[0] == r.step else u[1], self._grad_norm if u[0] == r.step else u[2], u[3])
+                             for u in self._updated]
+
+    def _judge(self, r: _Read, values: list[float], grads: list[torch.Tensor],
+               optimizer: torch.optim.Optimizer | None, scaled_overflow_ok: bool, late: bool = False) -> bool:
+        """What the flags of step `r.step` say; localize what tripped. True = skip this update."""
+        assert self.session is not None
+        sess, st, keys = self.session, self._step, r.keys
+        record = sess.record_series if not late else (lambda name, v: sess.health.add(name, r.step, v))
         if self._poisoned is None and all(v - v == 0 for v in values):
             # Every flag finite (x - x is NaN for NaN and ±Inf): nothing can trip. The full path
             # below would come to the same; this skips its bookkeeping on the common step.
             if "loss_value" in keys:
-                st.loss_value = values[keys.index("loss_value")]
-                self._record_losses(keys, values, sites)
-            if gnorms:
-                self._grad_norm = _global_norm(values[-len(gnorms):], wide)
-                sess.record_series("grad_norm", self._grad_norm)
-            self._release()
+                if not late:
+                    st.loss_value = values[keys.index("loss_value")]
+                self._record_losses(keys, values, r.sites, record)
+            if r.n_grads:
+                self._grad_norm = _global_norm(values[-r.n_grads:], r.wide)
+                record("grad_norm", self._grad_norm)
+            if not late:
+                self._release()
             return False
         got: dict[str, list[float]] = {}
         for k, v in zip(keys, values):
@@ -341,27 +402,31 @@ class NonFiniteSentinel(Checker):
             else:
                 got[k] = [v]
         if "loss_value" in got:
-            st.loss_value = got["loss_value"][0]
-            self._record_losses(keys, values, sites)
+            if not late:
+                st.loss_value = got["loss_value"][0]
+            self._record_losses(keys, values, r.sites, record)
         if "grad" in got:
-            got["grad"] = [_global_norm(got["grad"], wide)]  # one norm over the tensors
+            got["grad"] = [_global_norm(got["grad"], r.wide)]  # one norm over the tensors
             self._grad_norm = got["grad"][0]
-            sess.record_series("grad_norm", self._grad_norm)
-        step = sess.step
+            record("grad_norm", self._grad_norm)
+        release = self._release if not late else (lambda: None)
+        step = r.step
         if self._poisoned is not None:
             if any(not math.isfinite(v) for k, vs in got.items() if k not in ("update", "state") for v in vs):
                 sess.add(self._poisoned)
-            self._release()
+            release()
             return False
         # Execution order: the previous update, then data → forward → loss → backward.
-        for kind in ("update", "state"):
-            if kind in got and grad_ok and not all(math.isfinite(v) for v in got[kind]):
-                # (with non-finite gradients the bad update is a consequence, reported already)
-                found = _localize.localize_update(sess, upd_step, self._grad_norm)
-                if found:  # else: finite but huge parameters overflowed the norm; the forward shows it
-                    self._report("optimizer", lambda: found)
-                    self._release()
-                    return False
+        if r.after is not None:
+            _, _, upd_step, grad_ok = r.after
+            for kind in ("update", "state"):
+                if kind in got and grad_ok and not all(math.isfinite(v) for v in got[kind]):
+                    # (with non-finite gradients the bad update is a consequence, reported already)
+                    found = _localize.localize_update(sess, upd_step, self._grad_norm)
+                    if found:  # else: finite but huge parameters overflowed the norm; the forward shows it
+                        self._report("optimizer", lambda: found)
+                        release()
+                        return False
         trip = None
         if any(_nan_or_posinf(v) for v in got.get("data", [])):
             trip = "data"
@@ -373,30 +438,39 @@ class NonFiniteSentinel(Checker):
         elif "grad" in got and not math.isfinite(got["grad"][0]):
             trip = "backward"
         if trip is None:
-            self._release()
+            release()
             return False
-        if updated and updated[-1][1]:
+        if r.updated and r.updated[-1][1]:
             # A trip after an update that was not checked in full (with finite gradients): a
             # parameter or state that update made non-finite is said so, as the full check
             # would have; a parameter written since (its version moved) is left to the replay.
             # Only on the anomaly path: a read per tensor.
-            upd_step, _, upd_norm, versions = updated[-1]
+            upd_step, _, upd_norm, versions = r.updated[-1]
             found = _localize.localize_update(sess, upd_step, upd_norm, versions)
             if found:
                 self._report("optimizer", lambda: found)
-                self._release()
+                release()
                 return False
+        grads_bad = "grad" in got and not math.isfinite(got["grad"][0])
+        if late:
+            # Seen one step late: the update ran and the step cannot be replayed. Say what
+            # tripped where, and read every later step at once (localized as usual).
+            ev = {"loss": st_loss(got), "global grad norm": self._grad_norm}
+            self._report(trip, lambda: [_late.finding(trip, step, ev)])
+            self.late_read = False
+            if self._first is not None and trip != "data" and grads_bad:
+                self._poisoned = self._first
+            return False
         skip = sess.on_anomaly is OnAnomaly.SKIP_STEP and optimizer is not None
         try:
             self._report(trip, lambda: self._localize(trip, step, grads))
         finally:
             self._release()
-        if not skip and optimizer is not None and self._first is not None and trip != "data" \
-                and "grad" in got and not math.isfinite(got["grad"][0]):
+        if not skip and optimizer is not None and self._first is not None and trip != "data" and grads_bad:
             self._poisoned = self._first
         return skip
 
-    def _record_losses(self, keys: list[str], values: list[float], sites: list[Any]) -> None:
+    def _record_losses(self, keys: list[str], values: list[float], sites: list[Any], record: Any) -> None:
         """One loss series per backward call site (a GAN's D and G losses apart; issue 11): the
         first site is "loss", later ones "loss <file>:<line>"."""
         assert self.session is not None
@@ -412,7 +486,7 @@ class NonFiniteSentinel(Checker):
                 name = "loss" if not self._loss_series else f"loss {os.path.basename(site[0])}:{site[1]}" \
                     if site is not None else f"loss #{len(self._loss_series) + 1}"
                 self._loss_series[site] = name
-            self.session.record_series(name, v)
+            record(name, v)
 
     def _localize(self, trip: str, step: int, grads: list[torch.Tensor]) -> list[Finding]:
         assert self.session is not None
@@ -456,6 +530,11 @@ class NonFiniteSentinel(Checker):
         # Nothing of the step may outlive its sync (memory stays flat over long runs).
         st = self._step
         st.outputs, st.output_nodes, st.loss_calls, st.loss_nodes = [], [], [], []
+
+
+def st_loss(got: dict[str, list[float]]) -> float | None:
+    vals = got.get("loss_value")
+    return vals[0] if vals else None
 
 
 def _nan_or_posinf(v: float) -> bool:
