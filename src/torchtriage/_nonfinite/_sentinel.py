@@ -38,6 +38,7 @@ from .._checker import Checker, LossCall
 from .._config import OnAnomaly
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack
+from .._modes import own_modes_off
 from .. import _deferred
 from . import _amp, _late, _localize
 from ._replay import float_leaves, graph_nodes, saved_tensors
@@ -179,10 +180,11 @@ class NonFiniteSentinel(Checker):
         # One flag per tensor: a NaN or +Inf in any of them is one in their sum too, so summing
         # the sums on the device would only add ops (the host reads them all at once anyway).
         keys, flags = self._step.keys, self._step.flags
-        for t in tensors:
-            if t.numel():
-                keys.append(kind)
-                flags.append(_sum(t))
+        with own_modes_off():
+            for t in tensors:
+                if t.numel():
+                    keys.append(kind)
+                    flags.append(_sum(t))
 
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...],
                         kwargs: dict[str, Any], output: Any) -> None:
@@ -325,22 +327,23 @@ class NonFiniteSentinel(Checker):
             from .._distributed._shards import local_shards
 
             grads = local_shards(grads)
-        r = self._gather(grads)
-        if not r.scalars:
-            return False
         sess = self.session
-        # The other checks' numbers of this step (silent, gradients) are read along: one sync.
-        riders = _deferred.riders(sess)
-        if (self.late_read and optimizer is not None and not riders and self._poisoned is None
-                and sess.on_anomaly is not OnAnomaly.SKIP_STEP):
-            pending = _late.start(r.scalars, self._pinned)
-            if pending is not None:
-                # (nothing of this step will be replayed: its state goes now)
-                r.pending, r.scalars = pending, []
-                self._pending = r
-                self._release()
+        with own_modes_off():  # (the first steps' tracing modes need not see our flags)
+            r = self._gather(grads)
+            if not r.scalars:
                 return False
-        values = _read(r.scalars, riders)
+            # The other checks' numbers of this step (silent, gradients) are read along: one sync.
+            riders = _deferred.riders(sess)
+            if (self.late_read and optimizer is not None and not riders and self._poisoned is None
+                    and sess.on_anomaly is not OnAnomaly.SKIP_STEP):
+                pending = _late.start(r.scalars, self._pinned)
+                if pending is not None:
+                    # (nothing of this step will be replayed: its state goes now)
+                    r.pending, r.scalars = pending, []
+                    self._pending = r
+                    self._release()
+                    return False
+            values = _read(r.scalars, riders)
         return self._judge(r, values, grads, optimizer, scaled_overflow_ok)
 
     def _gather(self, grads: list[torch.Tensor]) -> _Read:
