@@ -71,7 +71,7 @@ class _Read:
     sites: list[Any]
     step: int
     after: tuple[list[torch.Tensor], int, int, bool] | None
-    updated: list[tuple[int, bool, float | None, dict[int, int]]]
+    updated: list[tuple[int, bool, float | None, tuple[list[torch.Tensor], list[int]]]]
     n_grads: int = 0
     wide: bool = False
     pending: _late.PendingRead | None = None
@@ -151,7 +151,7 @@ class NonFiniteSentinel(Checker):
         self._after: tuple[list[torch.Tensor], int, int, bool] | None = None
         # The last update not checked in full: (its step, grads finite then, grad norm then,
         # each parameter's version right after it). A trip at the next read looks at it first.
-        self._updated: list[tuple[int, bool, float | None, dict[int, int]]] = []
+        self._updated: list[tuple[int, bool, float | None, tuple[list[torch.Tensor], list[int]]]] = []
         self._params: weakref.WeakKeyDictionary[Any, tuple[Any, list[torch.Tensor]]] = weakref.WeakKeyDictionary()
         self._replays = 0
         self._by_stage: dict[str, Finding] = {}
@@ -271,8 +271,8 @@ class NonFiniteSentinel(Checker):
         if step % SAMPLE_EVERY:
             # Most updates: nothing on the device. Each parameter's version after the update
             # tells, at a later trip, whether anything wrote to it since (a checkpoint load).
-            self._updated.append((step, grad_ok, self._grad_norm,
-                                  {id(p): p._version for p in self.params_of(optimizer)}))
+            params = self.params_of(optimizer)
+            self._updated.append((step, grad_ok, self._grad_norm, (params, [p._version for p in params])))
         else:
             self._check_update([optimizer], step, grad_ok)
 
@@ -448,8 +448,9 @@ class NonFiniteSentinel(Checker):
             # parameter or state that update made non-finite is said so, as the full check
             # would have; a parameter written since (its version moved) is left to the replay.
             # Only on the anomaly path: a read per tensor.
-            upd_step, _, upd_norm, versions = r.updated[-1]
-            found = _localize.localize_update(sess, upd_step, upd_norm, versions)
+            upd_step, _, upd_norm, (params, versions) = r.updated[-1]
+            found = _localize.localize_update(sess, upd_step, upd_norm,
+                                              {id(p): v for p, v in zip(params, versions)})
             if found:
                 self._report("optimizer", lambda: found)
                 release()
