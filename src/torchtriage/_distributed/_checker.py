@@ -315,9 +315,3 @@ def _print_report(report: Report) -> None:
     from ..report import render_text
 
     print(render_text(report), file=sys.stderr)
-
-
-def stall_exit_code() -> int:
-    return STALL_EXIT_CODE
-
-

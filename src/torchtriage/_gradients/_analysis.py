@@ -52,7 +52,6 @@ class ModuleRun:
 
     name: str
     grad_calls: int = 0
-    nograd_calls: int = 0
     frame: UserFrame | None = None
     nograd_frame: UserFrame | None = None
     inference: bool = False  # its no-grad calls ran under inference_mode
@@ -150,7 +149,6 @@ class Analysis:
             if run.frame is None:
                 run.frame = frame_fn()
         else:
-            run.nograd_calls += 1
             if run.nograd_frame is None:
                 run.nograd_frame = frame_fn()
                 run.inference = torch.is_inference_mode_enabled()
