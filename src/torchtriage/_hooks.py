@@ -26,7 +26,7 @@ from torch.optim import optimizer as _optim_mod
 from ._checker import LossCall, overrides
 from ._errors import AnomalyError
 from ._findings import Stage
-from ._frames import user_frame_from_stack, user_stack_frame
+from ._frames import find_frame, user_frame_from_stack, user_stack_frame
 from ._step import called_functionally
 from ._roothook import RootHook  # pickles and deep-copies inert, with the user's model
 from ._transparent import install as _install_transparency
@@ -358,15 +358,11 @@ class SessionHooks:
 
 def _loss_module_name(session: Session) -> str | None:
     # Called from a loss module's forward? Look one level up for `self`.
-    f = sys._getframe(2)
-    for _ in range(4):
-        if f is None:
-            break
-        obj = f.f_locals.get("self")
-        if isinstance(obj, nn.Module):
-            return session._names.get(obj) if obj in session._names else type(obj).__name__
-        f = f.f_back
-    return None
+    f = find_frame(lambda f: isinstance(f.f_locals.get("self"), nn.Module), sys._getframe(2), depth=4)
+    if f is None:
+        return None
+    obj = f.f_locals["self"]
+    return session._names.get(obj) if obj in session._names else type(obj).__name__
 
 
 def _label_from_caller(module: nn.Module) -> str:
