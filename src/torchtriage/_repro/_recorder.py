@@ -33,6 +33,7 @@ from .._catalogue import msg
 from .._checker import Checker, LossCall
 from .._findings import Finding, Severity
 from .._frames import user_frame_from_tb
+from .._params import model_device
 from . import _bundle, _safetensors, _tree
 
 _RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
@@ -182,7 +183,7 @@ class ReproRecorder(Checker):
                                                                               for c in self._losses]),
                                                  batch_t, unsupported)}
             meta["model"] = {"label": label, "class": type(model).__name__, "training": model.training,
-                             "device": _device_of(model)}
+                             "device": str(model_device(model))}
         if fits("rng", rng) and rng:
             groups["rng.safetensors"] = rng
         if batch_spec and fits("batch", batch_t):
@@ -247,12 +248,6 @@ def _loss_spec(i: int, c: LossCall, tensors: dict[str, torch.Tensor], unsupporte
             "args": _tree.encode(tuple(c.args[2:]), f"loss{i}.args", tensors, unsupported),
             "kwargs": _tree.encode({k: v for k, v in c.kwargs.items() if k not in ("input", "target")},
                                    f"loss{i}.kwargs", tensors, unsupported)}
-
-
-def _device_of(model: nn.Module) -> str:
-    for p in model.parameters():
-        return str(p.device)
-    return "cpu"
 
 
 def _batch_from_traceback(sess: Any, exc: BaseException) -> tuple[Any, Any, tuple[Any, ...], dict[str, Any]]:

@@ -38,6 +38,7 @@ from torch.overrides import TorchFunctionMode
 from .._catalogue import msg
 from .._errors import BundleError
 from .._frames import user_frame_from_stack
+from .._params import model_device
 from .._step import op_name, remove_mode
 from ._bundle import Bundle
 from ._replay import ReplayResult, apply_state, make_result, resolve_checks
@@ -112,8 +113,7 @@ class _Injector:
         def __call__(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
             if inj.model is None and inj._matches(module):
                 inj._inject(module)
-                device = next((p.device for p in module.parameters()), torch.device("cpu"))
-                batch = inj.bundle.batch(device)
+                batch = inj.bundle.batch(model_device(module))
                 args, kwargs = batch.args, batch.kwargs
                 inj.targets = batch.losses
                 inj.inputs = batch.inputs
