@@ -33,6 +33,7 @@ from .._frames import UserFrame, user_frame_from_stack
 from .. import _deferred
 from . import _amp, _localize
 from ._replay import float_leaves, graph_nodes, saved_tensors
+from ._trace import nonfinite
 
 MAX_REPLAYS = 3  # a run that stays NaN would otherwise replay every step
 
@@ -381,7 +382,7 @@ class NonFiniteSentinel(Checker):
             received = dist.received_nonfinite(step)  # type: ignore[attr-defined]
             if received is not None:
                 return [received]
-        if all(bool(torch.isfinite(g).all()) for g in grads):
+        if not any(nonfinite(g) for g in grads):
             return [_grad_overflow(step, self._grad_norm)]
         return [_localize.localize_backward(sess, st, step)]
 

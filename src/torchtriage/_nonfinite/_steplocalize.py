@@ -27,9 +27,10 @@ from .._catalogue import msg
 from .._findings import Finding, Stage
 from .._summary import summarize
 from ._families import kind_of, kind_text
-from ._replay import FirstNonFiniteNode, NodeMap, float_leaves, graph_nodes, node_frame, node_op, replaying, saved_tensors
+from ._replay import (FirstNonFiniteNode, NodeMap, float_leaves, graph_nodes, node_evidence, node_frame, node_op,
+                      replaying)
 from ._stepreplay import NotReplayable, Replayed, replay_step, usable
-from ._trace import ModuleStack, OpTracer
+from ._trace import ModuleStack, OpTracer, nonfinite
 
 BY = "step_replay"
 
@@ -41,13 +42,9 @@ def _models(record: Any) -> list[Any]:
     return list(seen.values())
 
 
-def _externals(session: Any) -> dict[int, str]:
-    return {pid: info.qualname for pid, info in session.param_index.infos().items()}
-
-
 def _tracer(session: Any, namer: Any) -> tuple[ModuleStack, OpTracer]:
     mods = ModuleStack(namer)
-    tracer = OpTracer(mods, _externals(session))
+    tracer = OpTracer(mods, session.param_index.names())
     tracer.stop_frame = sys._getframe(1)
     return mods, tracer
 
@@ -82,8 +79,8 @@ def why_not(session: Any) -> str | None:
 
 
 @guarded
-def forward(session: Any, state: Any, step: int, namer: Any, any_kind: bool,
-            is_bad: Any) -> tuple[OpTracer, torch.Tensor, Any, dict[str, Any]] | None:
+def forward(session: Any, state: Any, step: int, namer: Any,
+            any_kind: bool) -> tuple[OpTracer, torch.Tensor, Any, dict[str, Any]] | None:
     """Replay the step; the first root call whose replayed output is non-finite (the caller
     reads the producer off the tracer)."""
     snap = session.snapshot
@@ -95,7 +92,7 @@ def forward(session: Any, state: Any, step: int, namer: Any, any_kind: bool,
     except NotReplayable:
         return None
     for call, out in rep.calls:
-        bad = [t for t in float_leaves(out) if is_bad(t, any_kind)]
+        bad = [t for t in float_leaves(out) if nonfinite(t, any_kind)]
         if bad:
             return tracer, bad[0], call, _by(record)
     return None
@@ -114,7 +111,7 @@ def loss(session: Any, state: Any, step: int, namer: Any, producer: Any) -> Find
         return None
     for bw, roots, _ in rep.backwards:
         for r in roots:
-            if not isinstance(r, torch.Tensor) or bool(torch.isfinite(r.detach()).all()):
+            if not isinstance(r, torch.Tensor) or not nonfinite(r.detach()):
                 continue
             origin = tracer.origin_of(r)
             if origin is None or origin.kind != "computed":
@@ -167,7 +164,7 @@ def backward(session: Any, state: Any, step: int, namer: Any, make: Any) -> Find
                 if leaves:
                     gs = grads if grads is None or isinstance(grads, (list, tuple)) else [grads]
                     got = torch.autograd.grad(roots, leaves, gs, retain_graph=True, allow_unused=True)
-                    bad_leaves = [t for t, g in zip(leaves, got) if g is not None and not bool(torch.isfinite(g).all())]
+                    bad_leaves = [t for t, g in zip(leaves, got) if g is not None and nonfinite(g)]
             finally:
                 for h in handles:
                     h.remove()
@@ -189,14 +186,7 @@ def backward(session: Any, state: Any, step: int, namer: Any, make: Any) -> Find
         ev["recorded op"] = tape[0].name
     elif entry is not None:
         ev["forward call"] = entry[1]
-    ev["backward node"] = type(node).__name__
-    for k, v in saved_tensors(node).items():
-        ev[f"saved {k}"] = summarize(v)
-        if v.is_floating_point():
-            ev[f"zeros in saved {k}"] = int((v == 0).sum())
-    ev["incoming gradient"] = next((summarize(g) for g in g_out if g is not None), None)
-    bad_in = next((g for g in g_in if g is not None and not bool(torch.isfinite(g).all())), None)
-    ev["outgoing gradient"] = summarize(bad_in)
+    bad_in = node_evidence(node, g_in, g_out, ev)
     order = {pid: i for i, pid in enumerate(session.param_index.infos())}
     bad_leaves.sort(key=lambda t: order.get(id(t), len(order)))  # the models' order, not the graph's
     names = [n for n in (session.param_index.name(t) for t in bad_leaves) if n is not None]
