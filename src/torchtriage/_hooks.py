@@ -56,7 +56,6 @@ def optimizer_frame(optimizer: Any) -> Any:
 
 
 _RAISED = object()  # marks the forward hook call PyTorch makes when forward raised
-_ABSENT = object()  # a patched class attribute that was inherited, not the class's own
 DISCOVERY_STEPS = 3  # steps a discovering session keeps global module hooks to find models
 
 
@@ -100,12 +99,7 @@ class SessionHooks:
         if hasattr(self, "_module_handles"):
             self._module_handles.clear()
             self._root_hooked.clear()
-        for obj, attr, original in reversed(self._patches):
-            if original is _ABSENT:
-                delattr(obj, attr)
-            else:
-                setattr(obj, attr, original)
-        self._patches.clear()
+        self._patches.restore_all()
 
     def _wants_module_events(self) -> bool:
         return any(c.wants_module_events() for c in self.checkers
@@ -155,9 +149,7 @@ class SessionHooks:
         self._per_module = self._wants_module_events()
 
     def _patch(self, obj: Any, attr: str, new: Any) -> None:
-        inherited = isinstance(obj, type) and attr not in obj.__dict__
-        self._patches.append((obj, attr, _ABSENT if inherited else getattr(obj, attr)))
-        setattr(obj, attr, new)
+        self._patches.patch(obj, attr, new)
 
     def _fwd_pre(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         __tracebackhide__ = True  # noqa: F841

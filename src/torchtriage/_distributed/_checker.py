@@ -21,6 +21,7 @@ from .._checker import Checker
 from .._findings import Finding, Report
 from .._frames import user_frame_from_stack
 from . import _ddp, _env, _merge, _shards
+from .._patching import Patches
 from ._collectives import Tracker, wrap_collectives
 from ._rundir import RunDir, open_rundir
 from ._watchdog import ENDED_GRACE, MERGE_WAIT, STALL_EXIT_CODE, Watchdog
@@ -39,7 +40,7 @@ class DistributedChecker(Checker):
         self.tracker = Tracker()
         self.rundir: RunDir | None = None
         self.watchdog: Watchdog | None = None
-        self._patches: list[tuple[Any, str, Any]] = []
+        self._patches = Patches()
         self._ddp: list[_ddp.DDPWatch] = []
         self._flags = _deferred.DeferredFlags()
         self._local: list[float] = []
@@ -66,7 +67,7 @@ class DistributedChecker(Checker):
         session.meta["distributed"] = {"rank": self.info.rank, "world_size": self.info.world_size,
                                        "ddp": False, "step_collectives": self.tracker.step_ops}
         self.rundir = open_rundir(_env.run_dir(), self.info.rank, self.info.world_size)
-        self._patches = wrap_collectives(self.tracker, torch.distributed)
+        wrap_collectives(self.tracker, torch.distributed, self._patches)
         timeout = session.options.get("stall_timeout")
         self.writer = session.options.get("report_writer")
         self.watchdog = Watchdog(self, timeout=timeout)
@@ -143,9 +144,7 @@ class DistributedChecker(Checker):
         self._ddp.clear()
         self._flags.clear()
         _deferred.leave(self.session, self._flags)
-        for obj, attr, original in reversed(self._patches):
-            setattr(obj, attr, original)
-        self._patches.clear()
+        self._patches.restore_all()
         if self.watchdog is not None:
             # The watchdog keeps running until the merged report is out: a peer may still
             # stall against this rank, which has ended.
