@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from .._catalogue import msg
-from .._findings import Category, Finding, Severity, Stage
+from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._summary import summarize
 from ._families import base_name, explain, kind_of, kind_text
 from ._replay import (FirstNonFiniteNode, NodeMap, call_model, float_leaves, graph_nodes, node_frame, node_evidence, node_op,
@@ -34,11 +34,10 @@ def _finding(code: str, key: str, stage: Stage, step: int, *, module: str | None
     fmt = dict(step=step, module=_mod_text(module, model), op=op or msg("nonfinite.unknown_op"), parameter=parameter)
     fmt.update(fields)
     if model is not None:
-        ev.setdefault("model", model)
-    return Finding(Category.NUMERICAL, code, msg(key, **fmt), severity=severity, stage=stage,
-                   step=step, module=module, op=op, parameter=parameter,
-                   file=frame.file if frame is not None else None, line=frame.line if frame is not None else None,
-                   cause=cause, next_check=next_check, evidence=ev)
+        ev.setdefault("model", model)  # (after the source line: the evidence keeps its order)
+    return from_catalogue(Category.NUMERICAL, code, key, fields=fmt, frame=frame, evidence=ev, severity=severity,
+                          stage=stage, step=step, module=module, op=op, parameter=parameter, cause=cause,
+                          next_check=next_check)
 
 
 def _namer(session: Any) -> Any:

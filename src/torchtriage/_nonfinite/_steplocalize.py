@@ -25,7 +25,6 @@ import torch
 
 from .._catalogue import msg
 from .._findings import Finding, Stage
-from .._summary import summarize
 from ._families import kind_of, kind_text
 from ._replay import (FirstNonFiniteNode, NodeMap, float_leaves, graph_nodes, node_evidence, node_frame, node_op,
                       replaying)

@@ -26,7 +26,6 @@ import types
 from typing import Any
 
 import torch
-import torch.nn as nn
 
 from .. import _registry
 from .._catalogue import msg
