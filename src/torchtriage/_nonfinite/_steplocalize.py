@@ -41,11 +41,18 @@ def _models(record: Any) -> list[Any]:
     return list(seen.values())
 
 
-def _tracer(session: Any, namer: Any) -> tuple[ModuleStack, OpTracer]:
+def _traced_replay(session: Any, state: Any, namer: Any) -> tuple[OpTracer, Replayed] | None:
+    """The recorded step replayed under the op tracer (None: it cannot be replayed). The
+    tracer's user lines stop at the caller's frame."""
+    snap = session.snapshot
     mods = ModuleStack(namer)
     tracer = OpTracer(mods, session.param_index.names())
     tracer.stop_frame = sys._getframe(1)
-    return mods, tracer
+    try:
+        with replaying(session, snap, _models(snap.record), state.autocast), mods, tracer:
+            return tracer, replay_step(snap.record, tracer=tracer)
+    except NotReplayable:
+        return None
 
 
 def _by(record: Any, **more: Any) -> dict[str, Any]:
@@ -82,32 +89,25 @@ def forward(session: Any, state: Any, step: int, namer: Any,
             any_kind: bool) -> tuple[OpTracer, torch.Tensor, Any, dict[str, Any]] | None:
     """Replay the step; the first root call whose replayed output is non-finite (the caller
     reads the producer off the tracer)."""
-    snap = session.snapshot
-    record = snap.record
-    mods, tracer = _tracer(session, namer)
-    try:
-        with replaying(session, snap, _models(record), state.autocast), mods, tracer:
-            rep = replay_step(record, tracer=tracer)
-    except NotReplayable:
+    replayed = _traced_replay(session, state, namer)
+    if replayed is None:
         return None
+    tracer, rep = replayed
     for call, out in rep.calls:
         bad = [t for t in float_leaves(out) if nonfinite(t, any_kind)]
         if bad:
-            return tracer, bad[0], call, _by(record)
+            return tracer, bad[0], call, _by(session.snapshot.record)
     return None
 
 
 @guarded
 def loss(session: Any, state: Any, step: int, namer: Any, producer: Any) -> Finding | None:
     """The loss (a backward root) is non-finite: the op that first made a value reaching it."""
-    snap = session.snapshot
-    record = snap.record
-    mods, tracer = _tracer(session, namer)
-    try:
-        with replaying(session, snap, _models(record), state.autocast), mods, tracer:
-            rep = replay_step(record, tracer=tracer)
-    except NotReplayable:
+    replayed = _traced_replay(session, state, namer)
+    if replayed is None:
         return None
+    tracer, rep = replayed
+    record = session.snapshot.record
     for bw, roots, _ in rep.backwards:
         for r in roots:
             if not isinstance(r, torch.Tensor) or not nonfinite(r.detach()):
@@ -133,10 +133,9 @@ def backward(session: Any, state: Any, step: int, namer: Any, make: Any) -> Find
     record = snap.record
     mods = ModuleStack(namer)
     watch = FirstNonFiniteNode()
-    first, make_hook = watch.first, watch.hook_for
+    first = watch.first
 
     rep: Replayed | None = None
-    bad_leaves: list[torch.Tensor] = []
     with replaying(session, snap, _models(record), state.autocast), \
             torch.autograd.set_detect_anomaly(True, check_nan=False), mods:
         nm = NodeMap(mods)
@@ -152,23 +151,7 @@ def backward(session: Any, state: Any, step: int, namer: Any, make: Any) -> Find
                 rep = replay_step(record, on_call=on_call)
         except NotReplayable:
             return None
-        for bw, roots, grads in rep.backwards:
-            roots = [r for r in roots if isinstance(r, torch.Tensor) and r.requires_grad]
-            if not roots:
-                continue
-            nodes = graph_nodes([r.grad_fn for r in roots])
-            leaves = [n.variable for n in nodes if type(n).__name__ == "AccumulateGrad"]
-            handles = [n.register_hook(make_hook(n)) for n in nodes if type(n).__name__ != "AccumulateGrad"]
-            try:
-                if leaves:
-                    gs = grads if grads is None or isinstance(grads, (list, tuple)) else [grads]
-                    got = torch.autograd.grad(roots, leaves, gs, retain_graph=True, allow_unused=True)
-                    bad_leaves = [t for t, g in zip(leaves, got) if g is not None and nonfinite(g)]
-            finally:
-                for h in handles:
-                    h.remove()
-            if first:
-                break
+        bad_leaves = _backward_watched(rep.backwards, watch)
     if not first or rep is None:
         return None
     node, g_in, g_out = first[0]
@@ -186,9 +169,7 @@ def backward(session: Any, state: Any, step: int, namer: Any, make: Any) -> Find
     elif entry is not None:
         ev["forward call"] = entry[1]
     bad_in = node_evidence(node, g_in, g_out, ev)
-    order = {pid: i for i, pid in enumerate(session.param_index.infos())}
-    bad_leaves.sort(key=lambda t: order.get(id(t), len(order)))  # the models' order, not the graph's
-    names = [n for n in (session.param_index.name(t) for t in bad_leaves) if n is not None]
+    names = _parameter_names(session, bad_leaves)
     if names:
         ev["parameters with non-finite gradients"] = names[:10]
     kind = kind_text(kind_of(bad_in))
@@ -203,3 +184,35 @@ def backward(session: Any, state: Any, step: int, namer: Any, make: Any) -> Find
              next_check=msg("nonfinite.next.backward"), evidence=ev, kind=kind,
              line=f"{frame.file}:{frame.line}" if frame is not None else "?")
     return _with_by(f, record)
+
+
+def _backward_watched(backwards: list[Any], watch: FirstNonFiniteNode) -> list[torch.Tensor]:
+    """Run the replayed step's backward calls (`torch.autograd.grad`, `.grad` untouched) with
+    `watch`'s hook on every node, until one call meets the first non-finite node; returns the
+    leaves whose gradient came out non-finite in the last call run."""
+    bad_leaves: list[torch.Tensor] = []
+    for bw, roots, grads in backwards:
+        roots = [r for r in roots if isinstance(r, torch.Tensor) and r.requires_grad]
+        if not roots:
+            continue
+        nodes = graph_nodes([r.grad_fn for r in roots])
+        leaves = [n.variable for n in nodes if type(n).__name__ == "AccumulateGrad"]
+        handles = [n.register_hook(watch.hook_for(n)) for n in nodes if type(n).__name__ != "AccumulateGrad"]
+        try:
+            if leaves:
+                gs = grads if grads is None or isinstance(grads, (list, tuple)) else [grads]
+                got = torch.autograd.grad(roots, leaves, gs, retain_graph=True, allow_unused=True)
+                bad_leaves = [t for t, g in zip(leaves, got) if g is not None and nonfinite(g)]
+        finally:
+            for h in handles:
+                h.remove()
+        if watch.first:
+            break
+    return bad_leaves
+
+
+def _parameter_names(session: Any, leaves: list[torch.Tensor]) -> list[str]:
+    """The parameters among `leaves`, named, in the models' order (not the graph's)."""
+    order = {pid: i for i, pid in enumerate(session.param_index.infos())}
+    leaves = sorted(leaves, key=lambda t: order.get(id(t), len(order)))
+    return [n for n in (session.param_index.name(t) for t in leaves) if n is not None]
