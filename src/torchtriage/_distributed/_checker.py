@@ -18,7 +18,7 @@ import torch.nn as nn
 
 from .. import _deferred
 from .._checker import Checker
-from .._findings import Finding, Report
+from .._findings import Category, Finding, Report, Severity, Stage, from_catalogue
 from .._frames import user_frame_from_stack
 from . import _ddp, _env, _merge, _shards
 from .._patching import Patches
@@ -175,9 +175,6 @@ class DistributedChecker(Checker):
         model on one rank would wait for the others' all-gathers). None without FSDP."""
         if not (self._fsdp or self._no_replay):
             return None
-        from .._catalogue import msg
-        from .._findings import Category, Severity, Stage
-
         if trip == "backward" and self._ddp:
             received = self.received_nonfinite(step)
             if received is not None:
@@ -187,10 +184,10 @@ class DistributedChecker(Checker):
             # (the merged report names the rank whose own loss or forward was not finite)
             f = _ddp.received_finding(step, [])
             return f.replace(evidence={"this rank's loss": loss})
-        return Finding(Category.NUMERICAL, "distributed.nonfinite_sharded",
-                       msg("dist.sharded", stage=trip, step=step), severity=Severity.ERROR,
-                       stage=Stage(trip), step=step, cause=msg("dist.cause.sharded", stage=trip),
-                       next_check=msg("dist.next.sharded"), evidence={"loss": loss})
+        return from_catalogue(Category.NUMERICAL, "distributed.nonfinite_sharded", "dist.sharded",
+                              fields={"stage": trip, "step": step}, cause_key="dist.cause.sharded",
+                              next_key="dist.next.sharded", evidence={"loss": loss}, severity=Severity.ERROR,
+                              stage=Stage(trip), step=step)
 
     # ------------------------------------------------------------------ evidence at the start
     def _fingerprint(self, model: nn.Module, label: str) -> None:
@@ -303,11 +300,8 @@ class DistributedChecker(Checker):
 
 
 def _fsdp_info(label: str) -> Finding:
-    from .._catalogue import msg
-    from .._findings import Category, Severity
-
-    return Finding(Category.DISTRIBUTED, "distributed.fsdp_limits", msg("dist.fsdp", model=label),
-                   severity=Severity.INFO, cause=msg("dist.cause.fsdp"), next_check=msg("dist.next.fsdp"))
+    return from_catalogue(Category.DISTRIBUTED, "distributed.fsdp_limits", "dist.fsdp", fields={"model": label},
+                          cause_key="dist.cause.fsdp", next_key="dist.next.fsdp", severity=Severity.INFO)
 
 
 def _print_report(report: Report) -> None:
