@@ -237,13 +237,6 @@ class StepRecord:
         """Root calls, ops and backward calls in execution order."""
         return sorted([*self.calls, *self.ops, *self.backwards], key=lambda e: e.seq)
 
-    def release(self) -> None:
-        """Drop references to the step's tensors (after its update: nothing replays it then)."""
-        for c in self.calls:
-            c.output = None
-        self.ops.clear()
-        self.backwards.clear()
-
     def external_inputs(self, internal: set[int]) -> list[tuple[torch.Tensor, str, UserFrame | None]]:
         """Tensors entering the step that it did not produce and that are no parameter, buffer or
         optimizer state (`internal`: their ids): model inputs, targets, masks, weights, second

@@ -155,8 +155,7 @@ def _forward_finding(session: Any, tracer: OpTracer, bad: torch.Tensor, step: in
                         module=info.module if info is not None else None, parameter=name,
                         cause=msg("nonfinite.cause.param"), next_check=msg("nonfinite.next.param"),
                         evidence={"parameter": summarize(p)})
-    if origin is None or origin.kind != "computed":
-        origin = tracer.producers[0] if tracer.producers else None
+    origin = tracer.producer_of(bad)
     if origin is None:
         return None
     # An op inside a library module (nn.Linear's addmm) has no line of the user's own: the
@@ -192,9 +191,7 @@ def localize_loss(session: Any, state: Any, step: int) -> Finding:
             tracer.stop_frame = sys._getframe()
             with session.paused(), torch.no_grad(), mods, tracer:
                 out = replay_loss(call, [], [])
-            origin = tracer.origin_of(out)
-            if origin is None or origin.kind != "computed":
-                origin = tracer.producers[0] if tracer.producers else None
+            origin = tracer.producer_of(out)
             if origin is not None:
                 return _producer_finding(origin, Stage.LOSS, step, loss=True, frame=call.frame, module=call.module,
                                          loss_value=state.loss_value)

@@ -112,9 +112,7 @@ def loss(session: Any, state: Any, step: int, namer: Any, producer: Any) -> Find
         for r in roots:
             if not isinstance(r, torch.Tensor) or not nonfinite(r.detach()):
                 continue
-            origin = tracer.origin_of(r)
-            if origin is None or origin.kind != "computed":
-                origin = tracer.producers[0] if tracer.producers else None
+            origin = tracer.producer_of(r)
             if origin is None:
                 return None
             f = producer(origin, Stage.LOSS, step, loss=True, frame=bw.frame, loss_value=state.loss_value)

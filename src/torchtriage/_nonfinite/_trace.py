@@ -118,6 +118,14 @@ class OpTracer(TorchDispatchMode):
         entry = self.status.get(id(t))
         return entry[1] if entry is not None and entry[0]() is t else None
 
+    def producer_of(self, t: Any) -> Origin | None:
+        """The op that made `t` non-finite: its origin when computed there, else the first
+        producer seen (a constant origin is a mask or an input, not where the value was born)."""
+        origin = self.origin_of(t)
+        if origin is None or origin.kind != "computed":
+            origin = self.producers[0] if self.producers else None
+        return origin
+
     def _known(self, t: torch.Tensor) -> bool:
         entry = self.status.get(id(t))
         return entry is not None and entry[0]() is t
