@@ -114,10 +114,11 @@ def user_frame_from_tb(tb: types.TracebackType | None) -> UserFrame | None:
 
 def user_stack_frame(skip: int = 0) -> types.FrameType | None:
     """The innermost frame object of the user's code on the current call stack, searched from
-    `skip` frames above the caller."""
+    `skip` frames above the caller. A torch-function mode's handler (the user's own mode, which
+    our modes sit under) only forwards the op: the line is where the op was called."""
     f: types.FrameType | None = sys._getframe(skip + 1)
     while f is not None:
-        if is_user_file(f.f_code.co_filename):
+        if is_user_file(f.f_code.co_filename) and f.f_code.co_name != "__torch_function__":
             return f
         f = f.f_back
     return None
