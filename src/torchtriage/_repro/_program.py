@@ -27,12 +27,12 @@ was off or overflowed has no program; the replay then runs the recorded function
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils import _pytree as pytree
 
 from . import _safetensors
 
@@ -45,6 +45,20 @@ MAX_EVENTS = 4096
 
 class _NotData(Exception):
     pass
+
+
+def _leaves(obj: Any, depth: int = 0) -> list[Any]:
+    """The values of an output in a fixed order: tensors inside tuples, lists, mappings (a
+    `ModelOutput`) and plain objects' attributes; the same walk on the run and on the replay."""
+    if isinstance(obj, torch.Tensor) or depth > 4:
+        return [obj]
+    if isinstance(obj, Mapping):
+        return [x for v in obj.values() for x in _leaves(v, depth + 1)]
+    if isinstance(obj, (list, tuple)):
+        return [x for v in obj for x in _leaves(v, depth + 1)]
+    if hasattr(obj, "__dict__") and not isinstance(obj, (nn.Module, type)):
+        return [x for v in vars(obj).values() for x in _leaves(v, depth + 1)]
+    return [obj]
 
 
 # ---------------------------------------------------------------------------- names
@@ -147,7 +161,7 @@ class _Encoder:
 
     def outputs(self, out: Any) -> list[int | None]:
         refs: list[int | None] = []
-        for t in pytree.tree_leaves(out):
+        for t in _leaves(out):
             if isinstance(t, torch.Tensor):
                 if id(t) not in self.produced:
                     self.produced[id(t)] = len(self.produced) + 1
@@ -225,7 +239,7 @@ def _at_line(file: str | None, line: Any, function: Any) -> Any:
     if stub is None:
         code = "\n" * (line - 2) + f"def {name}(fn, a, k):\n    return fn(*a, **k)\n"
         scope: dict[str, Any] = {}
-        exec(compile(code, file, "exec"), scope)  # our own two-line template, placed at (file, line)
+        exec(compile(code, file, "exec"), scope)  # noqa: S102 (our own two-line template, placed at file:line)
         stub = _STUBS[key] = scope[name]
     return stub
 
@@ -281,7 +295,7 @@ class StepReplay:
         raise ValueError(f"unknown entry {spec!r}")
 
     def _bind(self, refs: list[Any], out: Any) -> None:
-        for ref, t in zip(refs, pytree.tree_leaves(out)):
+        for ref, t in zip(refs, _leaves(out)):
             if ref is not None and isinstance(t, torch.Tensor):
                 self.env[ref] = t
 
