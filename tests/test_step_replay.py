@@ -99,3 +99,32 @@ def test_gan_step_replays_both_models_from_a_factory_and_names_the_line(tmp_path
     # shrink: the NaN needs a negative feature, which most samples give: one sample is enough
     small = torchtriage.shrink(bundle, lambda b: torchtriage.replay(b, factory=factory), log=None)
     assert len(small.samples) == 1 and small.invalid is None
+
+
+def test_an_op_that_is_not_plain_data_is_stored_as_its_result_and_named(tmp_path):
+    torch.manual_seed(0)
+    net = zoo.Embed()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(8, 4, generator=g)
+    with torchtriage.watch(net, opt, on_anomaly="record", report=False, bundle_dir=tmp_path / "b"):
+        opt.zero_grad()
+        e = net(x)
+        keep = torch.rand(8, generator=g) > 2.0  # a Generator argument: not plain data
+        loss = torch.sqrt((e * keep[:, None]).pow(2).sum(1)).mean()  # sqrt at 0: NaN in the backward
+        loss.backward()
+        opt.step()
+    bundle = torchtriage.load_bundle(tmp_path / "b")
+    (left,) = bundle.meta["batch"]["step"]["left_out"]
+    assert left == f"rand at line {_line(test_an_op_that_is_not_plain_data_is_stored_as_its_result_and_named, 'keep = torch.rand')} (Generator): its result is stored"
+
+    def factory():
+        torch.manual_seed(0)
+        net = zoo.Embed()
+        return net, torch.optim.SGD(net.parameters(), lr=0.1)
+
+    result = torchtriage.replay(bundle, factory=factory)
+    assert result.reproduced, result.describe()
+    assert (result.matched.op, result.matched.file, result.matched.line) == (
+        "aten::sqrt", __file__, _line(test_an_op_that_is_not_plain_data_is_stored_as_its_result_and_named, "loss = torch.sqrt"))
+    assert result.notes[-1].startswith("note: ops not stored in the bundle (their results were stored instead): rand at line")
