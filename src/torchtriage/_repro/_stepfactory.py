@@ -16,11 +16,11 @@ import torch.nn as nn
 
 from .._catalogue import msg
 from .._errors import BundleError
+from .._params import model_device
 from ._bundle import Bundle
 from ._program import StepReplay
 from ._replay import (
     ReplayResult,
-    _model_device,
     apply_optimizer_state,
     apply_state,
     make_result,
@@ -65,7 +65,7 @@ def replay_program(bundle: Bundle, program: dict[str, Any], model: nn.Module | N
 
     session = Session(None, optimizers, on_anomaly="record", checks=checks, report=False)
     runner = StepReplay(program, models, optimizers, bundle.tensors.get("batch.safetensors", {}),
-                        _model_device(next(iter(models.values()))))
+                        model_device(next(iter(models.values()))))
     exc: BaseException | None = None
     try:
         with session:
