@@ -142,3 +142,21 @@ def test_leaf_no_optimizer_holds_whose_grad_grows_is_a_warning():
     (f,) = s.report.filter(code="gradient.leaf_not_registered")
     assert f.severity is Severity.WARNING
     assert "its .grad keeps growing" in f.message
+
+
+def test_leaf_whose_grad_the_user_reads_each_step_is_not_a_warning():
+    # a saliency map accumulated on purpose over the steps: .grad read, never zeroed
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 4)
+    temperature = torch.ones(1, requires_grad=True)
+    seen = []
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            opt.zero_grad()
+            (model(x) * temperature).pow(2).mean().backward()
+            opt.step()
+            seen.append(temperature.grad.clone())  # read after the update: accumulated on purpose
+    (f,) = s.report.filter(code="gradient.leaf_not_registered")
+    assert f.severity is Severity.INFO
+    assert f.message.startswith("the loss depends on a tensor [1] with requires_grad=True that no optimizer holds")

@@ -134,8 +134,13 @@ def in_user_file(f: types.FrameType) -> bool:
 
 def user_stack_frame(skip: int = 0) -> types.FrameType | None:
     """The innermost frame object of the user's code on the current call stack, searched from
-    `skip` frames above the caller."""
-    return find_frame(in_user_file, sys._getframe(skip + 1))
+    `skip` frames above the caller. A torch-function mode's handler (the user's own mode, which
+    our modes sit under) only forwards the op: the line is where the op was called."""
+    return find_frame(_user_code, sys._getframe(skip + 1))
+
+
+def _user_code(f: types.FrameType) -> bool:
+    return is_user_file(f.f_code.co_filename) and f.f_code.co_name != "__torch_function__"
 
 
 def user_frame_of(f: types.FrameType, lineno: int | None = None) -> UserFrame:

@@ -89,6 +89,8 @@ class SnapshotKeeper(Checker):
         self.mode = "warmup"
         self.tape_steps = 3
         self._armed_until = -1
+        self._held_until = -1  # a check reads the tape on the steps before this one
+        self._failed = False
         self._early = StepRecord()  # ops before the step's first model call
         self._open = False
         self._in_root = 0
@@ -105,11 +107,25 @@ class SnapshotKeeper(Checker):
     def wants_tape(self, step: int) -> bool:
         if self.tape is None:
             return False
-        return self.mode == "always" or step < self.tape_steps or step <= self._armed_until
+        if step < self._held_until:
+            return True
+        return self.mode == "always" or (self.mode != "off" and step < self.tape_steps) or step <= self._armed_until
+
+    def hold_tape(self, until_step: int) -> None:
+        """Keep the tape on for the steps before `until_step`, whatever `step_tape` says: a check
+        reads the step's ops off it (the silent check's loss region on its warm-up steps). One
+        tape serves the step record and the checks."""
+        if self._failed or until_step <= self._held_until:
+            return
+        self._held_until = until_step
+        if self.tape is None:
+            self.tape = StepTape(self)
+        if self.session is not None:
+            self._sync_tape(self.session.step)
 
     def arm(self, steps: int = 3) -> None:
         """Keep the tape on for the next `steps` steps (a step that could not be replayed without it)."""
-        if self.tape is not None and self.session is not None:
+        if self.tape is not None and self.session is not None and self.mode != "off":
             self._armed_until = self.session.step + steps
 
     def _sync_tape(self, step: int) -> None:
@@ -122,7 +138,8 @@ class SnapshotKeeper(Checker):
 
     def tape_failed(self) -> None:
         self.mode = "off"
-        self._armed_until = -1
+        self._failed = True
+        self._armed_until = self._held_until = -1
         if self.tape is not None and self.tape.pop():
             self.tape = None
 
@@ -177,6 +194,14 @@ class SnapshotKeeper(Checker):
         if snap is not None and snap.record.taped:
             snap.record.add_backward(roots, grads, user_frame_from_stack(3))
         self._in_backward = True
+
+    def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        sess = self.session
+        snap = sess.snapshot if sess is not None else None
+        if sess is not None and snap is not None and snap.record.taped:
+            index = next((i for i, o in enumerate(sess.optimizers) if o is optimizer), None)
+            if index is not None:
+                snap.record.add_update(index, user_frame_from_stack(3))
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         self._in_backward = False

@@ -33,6 +33,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from ._frames import _HERE, _TORCH, UserFrame, find_frame, user_frame_from_stack
+from ._modestack import push_mode, remove_mode
 
 MAX_OPS = 4096  # ops recorded per step; past this the tape stops (and says so)
 # calls that compute nothing a replay needs (backward is recorded by its own event)
@@ -76,6 +77,15 @@ class BackwardCall:
     seq: int
     roots: tuple[torch.Tensor, ...]
     grads: Any
+    frame: UserFrame | None
+
+
+@dataclasses.dataclass
+class UpdateCall:
+    """An `optimizer.step()` inside the step (a GAN steps D before G's backward)."""
+
+    seq: int
+    index: int  # the optimizer's position in the session's optimizers
     frame: UserFrame | None
 
 
@@ -157,7 +167,7 @@ class StepTape(TorchFunctionMode):
 
     def push(self) -> None:
         if not self.on_stack:
-            torch._C._push_on_torch_function_stack(self)
+            push_mode(self)  # under the user's modes: their blocks pop their own
             self.on_stack = True
 
     def pop(self) -> bool:
@@ -172,22 +182,6 @@ class StepTape(TorchFunctionMode):
         return True
 
 
-def remove_mode(target: Any) -> bool:
-    """Take `target` off the TorchFunctionMode stack wherever it sits, keeping the modes above
-    it in order; False (stack unchanged) when it is not there (e.g. inside its own handler)."""
-    above = []
-    found = False
-    while torch._C._len_torch_function_stack() > 0:
-        mode = torch._C._pop_torch_function_stack()
-        if mode is target:
-            found = True
-            break
-        above.append(mode)
-    for mode in reversed(above):
-        torch._C._push_on_torch_function_stack(mode)
-    return found
-
-
 class StepRecord:
     """Everything one step ran, in order: root calls, depth-0 ops, backward calls."""
 
@@ -195,6 +189,7 @@ class StepRecord:
         self.calls: list[RootCall] = []
         self.ops: list[TapeOp] = []
         self.backwards: list[BackwardCall] = []
+        self.updates: list[UpdateCall] = []
         self.taped = False  # the tape was on for this whole step (from its first root call)
         self.truncated = False
         # RNG state before the first recorded op: a step with no model call (functional code)
@@ -225,6 +220,9 @@ class StepRecord:
     def add_backward(self, roots: tuple[torch.Tensor, ...], grads: Any, frame: UserFrame | None) -> None:
         self.backwards.append(BackwardCall(self._next(), tuple(roots), grads, frame))
 
+    def add_update(self, index: int, frame: UserFrame | None) -> None:
+        self.updates.append(UpdateCall(self._next(), index, frame))
+
     def adopt(self, earlier: StepRecord) -> None:
         """Ops that ran before the step opened belong to it: on the batch before the model, or
         (with no model call in the step) its whole forward."""
@@ -234,8 +232,8 @@ class StepRecord:
             self.early_rng = earlier.early_rng
 
     def events(self) -> list[Any]:
-        """Root calls, ops and backward calls in execution order."""
-        return sorted([*self.calls, *self.ops, *self.backwards], key=lambda e: e.seq)
+        """Root calls, ops, backward calls and optimizer updates in execution order."""
+        return sorted([*self.calls, *self.ops, *self.backwards, *self.updates], key=lambda e: e.seq)
 
     def external_inputs(self, internal: set[int]) -> list[tuple[torch.Tensor, str, UserFrame | None]]:
         """Tensors entering the step that it did not produce and that are no parameter, buffer or

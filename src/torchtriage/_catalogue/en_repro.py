@@ -42,7 +42,8 @@ MESSAGES = {
     "repro.mismatch.optimizer": ("the optimizer does not match the bundle's optimizer state "
                                  "(optimizer {got}, bundle recorded {expected}): {error}"),
     "repro.factory_result": ("{where}() returned a {got}; a factory returns a model, (model, optimizer), "
-                             "or a dict with 'model' and optionally 'optimizer', 'step_fn', 'checks'"),
+                             "or a dict with 'model' and optionally 'optimizer', 'step_fn', 'checks' "
+                             "(several models: 'models' {{label: model}} and 'optimizers' [...])"),
     "repro.need_model": "replay() needs model=, factory= or script=; got model of type {got}",
     "repro.no_script": "script {script!r} not found",
     "repro.no_model_called": ("the script {script} never called a model of class {cls} with the bundle's "

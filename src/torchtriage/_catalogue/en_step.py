@@ -36,4 +36,12 @@ MESSAGES = {
         "each backward adds into its .grad and nothing zeroes it or applies it: the values pile up across steps (memory and a wrong gradient if it is read later)",
     "gradients.leaf_not_registered.next.grows":
         "pass it to the optimizer if it should train; otherwise create it with requires_grad=False, or zero its .grad each step",
+    # factory replay of the whole step (the bundle's step program)
+    "repro.step.models":
+        "the failing step called several models ({labels}): the factory must return them all, "
+        "as {{'models': {{label: model, ...}}, 'optimizers': [...]}} with the labels the bundle names",
+    "repro.step.missing_models":
+        "the bundle's step calls {labels}; the factory gave {given} (missing: {missing})",
+    "repro.note.step_left_out":
+        "note: ops not stored in the bundle (their results were stored instead): {ops}",
 }

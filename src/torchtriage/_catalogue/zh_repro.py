@@ -34,7 +34,8 @@ MESSAGES = {
     "repro.mismatch.shape": "形状不同：{keys}",
     "repro.mismatch.optimizer": "优化器与复现包的优化器状态不匹配（优化器 {got}，复现包记录 {expected}）：{error}",
     "repro.factory_result": ("{where}() 返回了 {got}；工厂函数应返回模型、(模型, 优化器)，"
-                             "或包含 'model'（可选 'optimizer'、'step_fn'、'checks'）的字典"),
+                             "或包含 'model'（可选 'optimizer'、'step_fn'、'checks'）的字典"
+                             "（多个模型时：'models' {{标签: 模型}} 与 'optimizers' [...]）"),
     "repro.need_model": "replay() 需要 model=、factory= 或 script=；收到的 model 类型为 {got}",
     "repro.no_script": "脚本 {script!r} 不存在",
     "repro.no_model_called": "脚本 {script} 从未调用类为 {cls}、参数与复现包一致的模型，无法重放失败的那一步",

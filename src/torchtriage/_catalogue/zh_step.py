@@ -33,4 +33,12 @@ MESSAGES = {
         "每次 backward 都累加到它的 .grad 上，没有任何地方清零或使用它：数值在各步之间累积（占用内存，之后读取时梯度也是错的）",
     "gradients.leaf_not_registered.next.grows":
         "如果它应当被训练，把它交给优化器；否则用 requires_grad=False 创建它，或每步清零它的 .grad",
+    # factory replay of the whole step (the bundle's step program)
+    "repro.step.models":
+        "失败的这一步调用了多个模型（{labels}）：工厂函数必须全部返回，"
+        "形如 {{'models': {{标签: 模型, ...}}, 'optimizers': [...]}}，标签与 bundle 中的名称一致",
+    "repro.step.missing_models":
+        "bundle 中的这一步调用了 {labels}；工厂函数给出的是 {given}（缺少：{missing}）",
+    "repro.note.step_left_out":
+        "注意：以下运算未存入 bundle（改为存储其结果）：{ops}",
 }

@@ -17,7 +17,7 @@ def add_source_flags(p: Any) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--factory", metavar="MODULE:FUNCTION",
                    help="a function of yours returning a model, (model, optimizer) or a dict "
-                        "with model / optimizer / step_fn / checks")
+                        "with model / optimizer / step_fn / checks (several models: models / optimizers)")
     g.add_argument("--script", metavar="SCRIPT",
                    help="your training script: its first step is replayed with the bundle's "
                         "state and batch, then it is stopped (default: the recorded script)")

@@ -31,7 +31,7 @@ from torch.utils import _pytree as pytree
 
 from .._findings import Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack
-from .._silent._region import _BINARY, LossRegion, _op_name
+from .._silent._region import _BINARY, RegionMode, _op_name
 from .._silent._shapes import outer_sample_broadcast
 from ._common import finding, num
 
@@ -90,7 +90,7 @@ def node_checks(out: Any, batch: int | None) -> dict[str, Any] | None:
     return dim_checks(func, (out, dim), {}, batch)
 
 
-class MetricRegion(LossRegion):
+class MetricRegion(RegionMode):
     """Watches the ops after a root forward; changes nothing (see the module docstring)."""
 
     def __init__(self, session: Any, batch: int | None, evaluation: bool, outputs: Any = None) -> None:

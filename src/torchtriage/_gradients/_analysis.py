@@ -115,6 +115,7 @@ class Analysis:
         self.versions: dict[int, int] = {}
         self.foreign_leaves: dict[int, tuple[list[int], int | None]] = {}
         self._leaf_grads: dict[int, list[tuple[Any, int | None, int]]] = {}
+        self.grad_reads: set[int] = set()  # leaves whose .grad the user's code read (the op tracer's)
         self.lr_zero: dict[tuple[int, int], list[int]] = {}  # (opt index, group) -> [zero steps, steps]
         self.forward_seen = True  # False when only a finished loss tensor is known (no forward records)
         # cut record id -> ids of the parameters of the first optimizer that stepped after it:
@@ -349,10 +350,11 @@ class Analysis:
 
     def _grad_grows(self, lid: int) -> bool:
         """The same leaf went into several backwards while its .grad stayed the same tensor and
-        kept growing: nothing reads it into an update or zeroes it (issue 11)."""
+        kept growing, and the user's code never read it (`x.grad`, seen by the op tracer on the
+        steps it watches): nothing reads it into an update or zeroes it (issue 11)."""
         seen = self._leaf_grads.get(lid, [])
-        if len(seen) < 2:
-            return False
+        if len(seen) < 2 or lid in self.grad_reads:
+            return False  # (a .grad the user reads is accumulated on purpose)
         t = seen[-1][0]()
         g = t.grad if t is not None else None
         if g is None or any(r() is not t for r, _, _ in seen):

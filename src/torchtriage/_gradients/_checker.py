@@ -47,6 +47,7 @@ class GradientChecker(Checker):
         self.window = 2
         self.analysis: Analysis | None = None
         self.tracer: CutTracer | None = None
+        self._grad_reads: set[int] = set()
         self._concluded = False
         self._stack: list[str] = []
         self._step_cuts: list[CutRecord] = []
@@ -121,6 +122,7 @@ class GradientChecker(Checker):
         self.window = int(session.options.get("gradients_window", 2))
         if session.options.get("gradients_trace_ops", True):
             self.tracer = CutTracer(self._on_cut, self._context, self._ignore)
+            self._grad_reads = self.tracer.grad_reads
             push(self.tracer)
 
     def on_model(self, model: nn.Module, label: str) -> None:
@@ -138,6 +140,7 @@ class GradientChecker(Checker):
         if self.active and self.analysis is None:
             sess = self.session
             self.analysis = Analysis(self._models(), params=lambda: sess.param_index.tensors())
+            self.analysis.grad_reads = self._grad_reads  # one set, filled by the tracer
             _deferred.ride(self.session, self.analysis.flags)
             # Cuts recorded before the first step opened (code before the first forward).
             for rec in self._step_cuts:

@@ -30,6 +30,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .._frames import _HERE, _TORCH, UserFrame, user_frame_from_stack
+from .._modestack import push_mode, remove_mode
 from ._graph import grad_fn_of, leaves_of
 
 _GRAD_DESCRIPTOR = torch._C.TensorBase.grad
@@ -100,6 +101,8 @@ class CutTracer(TorchFunctionMode):
         self.seen: dict[tuple[Any, ...], tuple[CutRecord, int]] = {}
         self.records = 0
         self.failed: BaseException | None = None
+        # ids of leaves whose `.grad` the user's code read: a gradient read on purpose (issue 11)
+        self.grad_reads: set[int] = set()
 
     def new_step(self) -> None:
         self.seen.clear()
@@ -109,6 +112,8 @@ class CutTracer(TorchFunctionMode):
         __tracebackhide__ = True  # noqa: F841
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if getattr(func, "__self__", None) is _GRAD_DESCRIPTOR and self.failed is None:
+            self._grad_read(args)  # (at any stage: a `.grad` read after optimizer.step() counts)
         if self.enabled and self.failed is None and self.records < MAX_RECORDS_PER_STEP:
             try:
                 if not self.ignore() and not _called_by_torchtriage():
@@ -117,12 +122,22 @@ class CutTracer(TorchFunctionMode):
                 self.failed = e
         return out
 
+    def _grad_read(self, args: tuple[Any, ...]) -> None:
+        first = args[0] if args else None
+        try:
+            if isinstance(first, torch.Tensor) and first.requires_grad and first.grad_fn is None \
+                    and len(self.grad_reads) < 4096 and not _called_by_torchtriage():
+                self.grad_reads.add(id(first))  # an id-set insert: no device read
+        except Exception as e:  # our bookkeeping must never break the user's op
+            self.failed = e
+
     def _observe(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         name = getattr(func, "__name__", "")
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if name == "__get__":  # a property read: only .grad and .data matter
             owner = getattr(func, "__self__", None)
-            if owner is _GRAD_DESCRIPTOR and first is not None and grad_fn_of(first)[0] is not None and not first.retains_grad:
+            if owner is _GRAD_DESCRIPTOR and first is not None and grad_fn_of(first)[0] is not None \
+                    and not first.retains_grad:
                 self._record("nonleaf_grad", "Tensor.grad", None, shape=tuple(first.shape))
             elif owner is _DATA_DESCRIPTOR and first is not None and first.requires_grad:
                 self._record("detach", "Tensor.data", first)
@@ -184,18 +199,11 @@ def _leaves(src: Any) -> set[int]:
 
 
 def push(tracer: CutTracer) -> None:
-    tracer.__enter__()
+    push_mode(tracer)  # under the user's modes: a `with torch.device(...)` block pops its own
 
 
 def pop(tracer: CutTracer) -> bool:
-    """Pop `tracer` if it is the innermost mode; otherwise leave it, passive. True if popped."""
+    """Take `tracer` off the stack wherever it sits (modes pushed after it stay); not found (we
+    are inside its own call) leaves it passive. True if taken off."""
     tracer.enabled = False
-    stack = torch.overrides._get_current_function_mode_stack()
-    if stack and stack[-1] is tracer:
-        tracer.__exit__(None, None, None)
-        return True
-    # Not innermost (another mode was pushed after it, e.g. the step tape re-armed): take it
-    # out from under the others; not found (we are inside its own call) leaves it passive.
-    from .._step import remove_mode
-
     return remove_mode(tracer)

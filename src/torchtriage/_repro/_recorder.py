@@ -62,6 +62,9 @@ class ReproRecorder(Checker):
         self._dir = os.path.abspath(os.fspath(opts["bundle_dir"]))
         self._limit = int(float(opts.get("max_bundle_mb", 512)) * _MB)
         self._threshold = _RANK[Severity(opts.get("bundle_severity", "error"))]
+        keeper = session.checker("snapshot")
+        if keeper is not None:  # the step tape on at every step: the bundle stores the whole step
+            keeper.hold_tape(1 << 62)
 
     def on_step_begin(self, step: int) -> None:
         if self.active:
@@ -152,6 +155,11 @@ class ReproRecorder(Checker):
             batch_spec = self._batch_spec(sess, snap, args, kwargs, batch_t, unsupported)
             meta["model"] = {"label": label, "class": type(model).__name__, "training": model.training,
                              "device": str(model_device(model))}
+            from ._program import encode_step
+
+            program = encode_step(sess, snap, batch_t)  # every model call, the loss code, backward
+            if program is not None:
+                batch_spec["step"] = program
         if budget.fits("rng", rng) and rng:
             groups["rng.safetensors"] = rng
         if batch_spec and budget.fits("batch", batch_t):

@@ -99,11 +99,16 @@ def resolve_checks(bundle: Bundle, checks: Any) -> tuple[Any, list[str]]:
     return names, notes
 
 
-def apply_state(bundle: Bundle, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> list[str]:
-    """Load the bundle's pre-step state into `model` / `optimizer`; BundleError on mismatch."""
+def apply_state(bundle: Bundle, model: nn.Module, optimizer: torch.optim.Optimizer | None,
+                *, label: str | None = None, opt_index: int = 0) -> list[str]:
+    """Load the bundle's pre-step state into `model` / `optimizer` (the model recorded as
+    `label`, default the failing one; the optimizer at `opt_index`); BundleError on mismatch."""
     notes: list[str] = []
     expected_cls = bundle.meta.get("model", {}).get("class")
-    state = bundle.model_state()
+    if label is not None:
+        expected_cls = next((m.get("class") for m in bundle.meta.get("models", []) if m["label"] == label),
+                            expected_cls)
+    state = bundle.model_state(label)
     if state is None:
         notes.append(msg("repro.note.no_model_state"))
     else:
@@ -125,23 +130,30 @@ def apply_state(bundle: Bundle, model: nn.Module, optimizer: torch.optim.Optimiz
                                   details="; ".join(parts)), path)
         with torch.no_grad():
             model.load_state_dict({k: v.to(device=own[k].device, dtype=own[k].dtype) for k, v in state.items()})
-    if "training" in bundle.meta.get("model", {}):
+    if "training" in bundle.meta.get("model", {}) and label is None:
         model.train(bool(bundle.meta["model"]["training"]))
     if optimizer is not None:
-        ostate = bundle.optimizer_state(0)
-        if ostate is None:
-            notes.append(msg("repro.note.no_optimizer_state"))
-        else:
-            want = (bundle.meta.get("optimizers") or [{}])[0].get("class")
-            path = os.path.join(bundle.path, "optimizer.safetensors")
-            if want and want != type(optimizer).__name__:
-                raise BundleError(msg("repro.mismatch.optimizer", got=type(optimizer).__name__,
-                                      expected=want, error="class differs"), path)
-            try:
-                optimizer.load_state_dict(ostate)
-            except (ValueError, KeyError, RuntimeError) as e:
-                raise BundleError(msg("repro.mismatch.optimizer", got=type(optimizer).__name__,
-                                      expected=want, error=str(e)), path) from None
+        notes += apply_optimizer_state(bundle, optimizer, opt_index)
+    return notes
+
+
+def apply_optimizer_state(bundle: Bundle, optimizer: torch.optim.Optimizer, opt_index: int = 0) -> list[str]:
+    """Load the state of the bundle's optimizer at `opt_index` (the recorded order) into `optimizer`."""
+    notes: list[str] = []
+    ostate = bundle.optimizer_state(opt_index)
+    if ostate is None:
+        notes.append(msg("repro.note.no_optimizer_state"))
+    else:
+        want = ((bundle.meta.get("optimizers") or [])[opt_index:opt_index + 1] or [{}])[0].get("class")
+        path = os.path.join(bundle.path, "optimizer.safetensors")
+        if want and want != type(optimizer).__name__:
+            raise BundleError(msg("repro.mismatch.optimizer", got=type(optimizer).__name__,
+                                  expected=want, error="class differs"), path)
+        try:
+            optimizer.load_state_dict(ostate)
+        except (ValueError, KeyError, RuntimeError) as e:
+            raise BundleError(msg("repro.mismatch.optimizer", got=type(optimizer).__name__,
+                                  expected=want, error=str(e)), path) from None
     return notes
 
 
@@ -176,9 +188,13 @@ def unpack_factory_result(obj: Any, where: str) -> dict[str, Any]:
         return {"model": obj}
     if isinstance(obj, (tuple, list)) and obj and isinstance(obj[0], nn.Module):
         return {"model": obj[0], "optimizer": obj[1] if len(obj) > 1 else None}
-    if isinstance(obj, dict) and isinstance(obj.get("model"), nn.Module):
+    if isinstance(obj, dict) and (isinstance(obj.get("model"), nn.Module) or _models_dict(obj.get("models"))):
         return dict(obj)
     raise TypeError(msg("repro.factory_result", where=where, got=type(obj).__name__))
+
+
+def _models_dict(obj: Any) -> bool:
+    return isinstance(obj, dict) and bool(obj) and all(isinstance(m, nn.Module) for m in obj.values())
 
 
 def replay(
@@ -220,11 +236,22 @@ def replay(
         from ._script import replay_script
 
         return replay_script(bundle, os.fspath(script), script_args, checks)
+    models: dict[str, nn.Module] | None = None
+    optimizers: list[Any] | None = None
     if factory is not None:
         got = unpack_factory_result(factory(), getattr(factory, "__name__", "factory"))
-        model, optimizer = got["model"], got.get("optimizer")
+        model, optimizer = got.get("model"), got.get("optimizer")
+        models, optimizers = got.get("models"), got.get("optimizers")
         step_fn = step_fn or got.get("step_fn")
         checks = checks if checks is not None else got.get("checks")
+    program = (bundle.meta.get("batch") or {}).get("step")
+    if step_fn is None and program and program.get("events"):
+        from ._stepfactory import replay_program
+
+        return replay_program(bundle, program, model, optimizer, models, optimizers, checks)
+    if model is None and models:
+        model = next(iter(models.values()))
+        optimizer = optimizer or (optimizers[0] if optimizers else None)
     if not isinstance(model, nn.Module):
         raise TypeError(msg("repro.need_model", got=type(model).__name__))
     notes = apply_state(bundle, model, optimizer)

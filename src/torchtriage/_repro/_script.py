@@ -38,9 +38,10 @@ from torch.overrides import TorchFunctionMode
 from .._catalogue import msg
 from .._errors import BundleError
 from .._frames import user_frame_from_stack
+from .._modestack import push_mode, remove_mode
 from .._params import model_device
 from .._patching import Patches, wrapper
-from .._step import op_name, remove_mode
+from .._step import op_name
 from ._bundle import Bundle
 from ._replay import ReplayResult, apply_state, make_result, resolve_checks
 
@@ -82,7 +83,7 @@ class _Injector:
         patch(torch.autograd, "backward", wrapper(torch.autograd.backward, self._backward))
         if self.bundle.meta.get("batch", {}).get("inputs"):
             self._swap = _InputSwap(self)
-            torch._C._push_on_torch_function_stack(self._swap)
+            push_mode(self._swap)
 
     def uninstall(self) -> None:
         swap, self._swap = self._swap, None

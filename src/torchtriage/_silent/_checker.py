@@ -2,8 +2,9 @@
 
 Costs, by design (see ARCHITECTURE.md, `_silent/`):
   * warm-up steps only (`silent_warmup`, default 3): loss-input semantics, token shift / PAD,
-    target-in-input, built-in loss broadcasting, and the loss region (a TorchFunctionMode
-    between the root forward's end and backward) for hand-written losses;
+    target-in-input, built-in loss broadcasting, and the loss region (the step tape's ops
+    between the root forward's end and backward; the frame keeps the tape on for these steps)
+    for hand-written losses;
   * every step, Python attribute reads only: zero_grad, kept loss graphs, train/eval mode;
   * the first `silent_collapse_steps` losses, kept on the device and read once;
   * the exp walk on warm-up steps and then every `silent_exp_every` steps.
@@ -62,6 +63,9 @@ class SilentChecker(Checker):
         self._backward_in_step = False
         self._sites: dict[tuple[Any, ...], tuple[Any, str | None]] = {}
         self._autocast: list[tuple[str, torch.dtype]] = []
+        keeper = session.checker("snapshot")
+        if keeper is not None and self.warmup > 0:
+            keeper.hold_tape(self.warmup)  # the loss region reads the step tape on the warm-up steps
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -96,8 +100,7 @@ class SilentChecker(Checker):
         self._leaving = [m for m in self._leaving if not m.leave()]
 
     def _leave_region(self) -> None:
-        if self.region is not None and self.region.leave():
-            self.region = None
+        self.region = None
 
     # ------------------------------------------------------------------ events
     def on_model(self, model: nn.Module, label: str) -> None:
@@ -126,13 +129,12 @@ class SilentChecker(Checker):
                 self.sampling = TrainModeOutputs()
                 self.sampling.enter()
             self.sampling.follow(key, output)
-        if self.region is not None and not self.region.active:
-            self._leave_region()
         if self._leaving:
             self._pop_left_modes()
-        if self._warm() and grad and self.region is None and out is not None and out.requires_grad:
-            self.region = LossRegion()
-            self.region.enter()
+        snap = self.session.snapshot
+        if self._warm() and grad and self.region is None and out is not None and out.requires_grad \
+                and snap is not None and snap.record.taped:
+            self.region = LossRegion(snap.record)  # the loss code: the tape's ops from here to backward
 
     def on_loss(self, call: LossCall) -> None:
         out = call.output
@@ -387,9 +389,6 @@ class SilentChecker(Checker):
 
     def on_end(self) -> None:
         self._leave_region()
-        if self.region is not None:  # still inside one of our calls: cannot happen at close, be safe
-            self.region.inside = 0
-            self._leave_region()
         if self._losses:
             self._queue_collapse()
         self.flags.resolve()

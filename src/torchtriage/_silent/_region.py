@@ -1,13 +1,18 @@
-"""The loss region: a `TorchFunctionMode` alive only between the root model's forward end and
-`backward`, i.e. around the user's own loss code, and only on the first steps.
+"""The loss region: the ops of the user's loss code on the first steps, read off the step tape.
 
 Hand-written losses (`((pred - y) ** 2).mean()`) call no loss function the session could wrap,
 and after backward starts the operands' shapes are gone (a constant target leaves no trace in
-the autograd graph). So for a few steps the region sees the loss code's ops as they run: the
-elementwise binary ops are checked for the `(N, 1)` vs `(N,)` outer broadcast (shape arithmetic
-only, no tensor is read), and every op is recorded so that a suspect can be replayed with its
-operands aligned, which gives "the loss you would have had". The mode passes everything through
-unchanged; after the warm-up steps it is never entered again.
+the autograd graph). The frame's step record (`_step.py`) already keeps the depth-0 tape: every
+torch call the user's code makes outside the watched models, with its operands, result and
+line. A `LossRegion` is a window on that tape, from a root model's forward end to `backward`,
+on the silent check's warm-up steps (the check asks the frame to keep the tape on for them:
+`SnapshotKeeper.hold_tape`). At backward the window's elementwise binary ops are checked for
+the `(N, 1)` vs `(N,)` outer broadcast (shape arithmetic only, no tensor is read), and a suspect
+is replayed from the tape with its operands aligned, which gives "the loss you would have had".
+There is no mode of its own on the torch-function stack and no second op list.
+
+`RegionMode` is the pass-through `TorchFunctionMode` base of the dynamics check's metric region
+(which also watches evaluation code outside any step, where there is no step tape).
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from .._frames import _HERE, UserFrame, user_frame_from_stack
-from .._step import remove_mode
+from .._frames import _HERE, UserFrame
+from .._modestack import push_mode, remove_mode
 from ._exp_site import EXP_FUNCS, storage_of
 from ._shapes import outer_sample_broadcast
 
@@ -31,12 +36,12 @@ _BINARY = frozenset({
     torch.mul, torch.multiply, torch.Tensor.mul, torch.Tensor.__mul__, torch.Tensor.__rmul__,
     torch.div, torch.true_divide, torch.Tensor.div, torch.Tensor.__truediv__, torch.Tensor.__rtruediv__,
 })
-_MAX_OPS = 512  # the loss code is a handful of ops; past this we stop recording, not checking
+_MAX_OPS = 512  # the loss code is a handful of ops; past this we stop checking
 
 
 @dataclasses.dataclass
 class Suspect:
-    index: int  # position in the recorded ops
+    index: int  # position in the region's ops
     op: str
     lo: torch.Tensor  # the lower-rank operand (the one broadcasting by accident)
     hi: torch.Tensor
@@ -51,58 +56,48 @@ def _op_name(func: Any) -> str:
             "__rmul__": "mul", "__truediv__": "div", "__rtruediv__": "div"}.get(name, name)
 
 
-class LossRegion(TorchFunctionMode):
-    """Watches the ops between the end of forward and backward; changes nothing."""
+def _in_place(func: Any) -> bool:
+    name = getattr(func, "__name__", "")
+    return name.endswith("_") and not name.endswith("__") or name.startswith("__i")
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.active = True
-        self.inside = 0
-        self.ops: list[tuple[Any, tuple[Any, ...], dict[str, Any], Any]] = []
-        self.suspects: list[Suspect] = []
-        self.exp_sites: list[tuple[int, UserFrame | None]] = []
-        # The session's loss wrappers dispatch back here through `handle_torch_function`;
-        # calling the function they wrap avoids running (and reporting) the loss twice.
-        self._unwrap = {}
-        for name in dir(F):
-            fn = getattr(F, name, None)
-            inner = getattr(fn, "__wrapped__", None)
-            code = getattr(fn, "__code__", None)
-            if inner is not None and code is not None and code.co_filename.startswith(_HERE):
-                self._unwrap[fn] = inner
 
-    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if not self.active or torch.compiler.is_compiling():
-            return func(*args, **kwargs)
-        real = self._unwrap.get(func, func)
-        self.inside += 1
-        try:
-            out = real(*args, **kwargs)
-        finally:
-            self.inside -= 1
-        if not self.active:  # backward ran inside this call
-            return out
-        try:
-            if func in EXP_FUNCS and isinstance(out, torch.Tensor):
-                # (where a hand-written softmax's exp was written, for the overflow check)
-                self.exp_sites.append((storage_of(out), user_frame_from_stack(2)))
-            if func in _BINARY and len(args) >= 2:
-                self._check(func, args[0], args[1], out)
-            if len(self.ops) < _MAX_OPS:
-                self.ops.append((real, args, kwargs, out))
-        except Exception:  # bookkeeping must never break the user's op
-            self.active = False
-        return out
+def outer_broadcast_suspect(index: int, func: Any, a: Any, b: Any, out: Any,
+                            frame: UserFrame | None) -> Suspect | None:
+    """An elementwise binary op whose operands broadcast `(N, 1)` against `(N,)`, or None."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and isinstance(out, torch.Tensor)):
+        return None
+    r = outer_sample_broadcast(tuple(a.shape), tuple(b.shape))
+    if r is None:
+        return None
+    lo, hi = (a, b) if a.dim() < b.dim() else (b, a)
+    return Suspect(index, _op_name(func), lo, hi, out, r, frame)
 
-    def _check(self, func: Any, a: Any, b: Any, out: Any) -> None:
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and isinstance(out, torch.Tensor)):
-            return
-        r = outer_sample_broadcast(tuple(a.shape), tuple(b.shape))
-        if r is None or len(self.ops) >= _MAX_OPS:
-            return
-        lo, hi = (a, b) if a.dim() < b.dim() else (b, a)
-        self.suspects.append(Suspect(len(self.ops), _op_name(func), lo, hi, out, r, user_frame_from_stack(3)))
+
+class LossRegion:
+    """A window on the step tape, from a root forward's end to backward; reads, changes nothing."""
+
+    def __init__(self, record: Any) -> None:
+        self.record = record  # the step's StepRecord
+        self.start = len(record.ops)
+
+    def ops(self) -> list[Any]:
+        return self.record.ops[self.start:self.start + _MAX_OPS]
+
+    @property
+    def suspects(self) -> list[Suspect]:
+        found = []
+        for i, op in enumerate(self.ops()):
+            if op.func in _BINARY and len(op.args) >= 2:
+                s = outer_broadcast_suspect(i, op.func, op.args[0], op.args[1], op.output, op.frame)
+                if s is not None:
+                    found.append(s)
+        return found
+
+    @property
+    def exp_sites(self) -> list[tuple[int, UserFrame | None]]:
+        """Where a hand-written softmax's exp was written (for the overflow check), by storage."""
+        return [(storage_of(op.output), op.frame) for op in self.ops()
+                if op.func in EXP_FUNCS and isinstance(op.output, torch.Tensor)]
 
     # ------------------------------------------------------------------ analysis
     def reaches(self, suspect: Suspect, root: torch.Tensor, depth: int = 16, limit: int = 400) -> bool:
@@ -128,19 +123,19 @@ class LossRegion(TorchFunctionMode):
 
     @torch.no_grad()
     def replay(self, suspect: Suspect, root: torch.Tensor) -> float | None:
-        """The root loss recomputed with the suspect's operands aligned; None when not replayable."""
+        """The root loss recomputed with the suspect's operands aligned; None when not replayable.
+        Run with the session paused (its loss wrappers then call the function they wrap)."""
         env: dict[int, Any] = {id(suspect.lo): suspect.lo.reshape(suspect.hi.shape)}
-        for func, args, kwargs, out in self.ops[suspect.index:]:
-            leaves = pytree.tree_leaves((args, kwargs))
+        for op in self.ops()[suspect.index:]:
+            leaves = pytree.tree_leaves((op.args, op.kwargs))
             if not any(isinstance(x, torch.Tensor) and id(x) in env for x in leaves):
                 continue
-            name = getattr(func, "__name__", "")
-            if name.endswith("_") and not name.endswith("__") or name.startswith("__i"):
+            if _in_place(op.func):
                 return None  # an in-place op would touch the user's tensors
             a2, k2 = pytree.tree_map(lambda x: env.get(id(x), x) if isinstance(x, torch.Tensor) else x,
-                                     (args, kwargs))
-            new = func(*a2, **k2)
-            for old_t, new_t in zip(pytree.tree_leaves(out), pytree.tree_leaves(new)):
+                                     (op.args, op.kwargs))
+            new = op.func(*a2, **k2)
+            for old_t, new_t in zip(pytree.tree_leaves(op.output), pytree.tree_leaves(new)):
                 if isinstance(old_t, torch.Tensor):
                     env[id(old_t)] = new_t
         value = env.get(id(root))
@@ -148,23 +143,36 @@ class LossRegion(TorchFunctionMode):
             return None
         return float(value)
 
-    # ------------------------------------------------------------------ leaving
+
+class RegionMode(TorchFunctionMode):
+    """A pass-through mode that records the ops it sees (`ops`) while `active`; subclasses check
+    them. Pushed under the user's modes (`_modestack`), taken off by identity."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.active = True
+        self.inside = 0
+        self.ops: list[tuple[Any, tuple[Any, ...], dict[str, Any], Any]] = []
+        # The session's loss wrappers dispatch back here through `handle_torch_function`;
+        # calling the function they wrap avoids running (and reporting) the loss twice.
+        self._unwrap = {}
+        for name in dir(F):
+            fn = getattr(F, name, None)
+            inner = getattr(fn, "__wrapped__", None)
+            code = getattr(fn, "__code__", None)
+            if inner is not None and code is not None and code.co_filename.startswith(_HERE):
+                self._unwrap[fn] = inner
+
     def leave(self) -> bool:
         """Stop watching and take the mode off the stack; False when that must wait (we are inside
         one of our own calls, where torch has popped us and will push us back)."""
         self.active = False
         self.ops.clear()
-        self.suspects.clear()
-        self.exp_sites.clear()
         if self.inside:
             return False
-        take_off_stack(self)
+        remove_mode(self)
         return True
 
     def enter(self) -> None:
-        torch._C._push_on_torch_function_stack(self)
+        push_mode(self)
 
-
-def take_off_stack(mode: TorchFunctionMode) -> None:
-    """Remove `mode` from the torch-function mode stack wherever it sits, keeping the others."""
-    remove_mode(mode)

@@ -25,7 +25,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .._hooks import LOSS_FUNCTIONS
-from ._region import take_off_stack
+from .._modestack import push_mode, remove_mode
 
 _METRICS = frozenset({
     "argmax", "argmin", "topk", "sort", "argsort", "eq", "ne", "gt", "lt", "ge", "le",
@@ -119,7 +119,7 @@ class TrainModeOutputs(TorchFunctionMode):
 
     # ------------------------------------------------------------------ stack
     def enter(self) -> None:
-        torch._C._push_on_torch_function_stack(self)
+        push_mode(self)
 
     def leave(self) -> bool:
         """Stop following and take the mode off the stack; False when that must wait (we are
@@ -128,5 +128,5 @@ class TrainModeOutputs(TorchFunctionMode):
         self._tainted.clear()
         if self.inside:
             return False
-        take_off_stack(self)
+        remove_mode(self)
         return True

@@ -30,7 +30,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..._frames import is_user_file, user_frame_from_stack
-from ..._step import remove_mode
+from ..._modestack import push_mode, remove_mode
 
 if TYPE_CHECKING:
     from ._checker import LeakageWatch
@@ -135,7 +135,7 @@ class Patches:
                    for m in torch.overrides._get_current_function_mode_stack()):
                 return  # inside another mode's block (torch.device(...), a user mode): not ours to nest
             self.mode = _IndexWatch(self)
-            torch._C._push_on_torch_function_stack(self.mode)
+            push_mode(self.mode)
         self.perms[id(perm)] = (weakref.ref(perm), user_frame_from_stack(), {})
 
     def on_index(self, t: Any, index: torch.Tensor) -> None:

@@ -1,0 +1,53 @@
+"""Our torch-function modes on the mode stack: pushed under the user's, taken off by identity.
+
+Checks push pass-through `TorchFunctionMode`s (the step tape, the cut tracer, the metric
+region, ...) at moments the user does not see: a hook that fires inside the user's own
+`with torch.device("cuda"):` or `with MyMode():` block. Pushed on top, such a mode would be
+what the user's block pops at its exit (`TorchFunctionMode.__exit__` and `torch.device`'s
+`__exit__` pop the top of the stack), leaving the user's mode on the stack for the rest of the
+process and ours lost. So `push_mode` slides ours *under* every mode already there, except a
+`DeviceContext` entered through Python (`torch.set_default_device`, which keeps itself at the
+bottom and checks it is there when it leaves); `remove_mode` takes ours out wherever it sits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def _pinned_bottom(mode: Any) -> bool:
+    # a Python-entered DeviceContext has `old_device` (set by its __enter__); the one a
+    # `with torch.device(...)` block pushes from C++ has not, and is popped from the top
+    return type(mode).__name__ == "DeviceContext" and hasattr(mode, "old_device")
+
+
+def push_mode(mode: Any) -> None:
+    """Put `mode` on the torch-function mode stack under the modes already there (above a
+    default-device context at the bottom), so that every user's block pops its own mode."""
+    stack = []
+    while torch._C._len_torch_function_stack() > 0:
+        stack.append(torch._C._pop_torch_function_stack())
+    stack.reverse()  # bottom first
+    at = 0
+    while at < len(stack) and _pinned_bottom(stack[at]):
+        at += 1
+    for m in [*stack[:at], mode, *stack[at:]]:
+        torch._C._push_on_torch_function_stack(m)
+
+
+def remove_mode(target: Any) -> bool:
+    """Take `target` off the TorchFunctionMode stack wherever it sits, keeping the modes above
+    it in order; False (stack unchanged) when it is not there (e.g. inside its own handler)."""
+    above = []
+    found = False
+    while torch._C._len_torch_function_stack() > 0:
+        mode = torch._C._pop_torch_function_stack()
+        if mode is target:
+            found = True
+            break
+        above.append(mode)
+    for mode in reversed(above):
+        torch._C._push_on_torch_function_stack(mode)
+    return found
