@@ -95,6 +95,7 @@ EXPECT: dict[str, Expect] = {
     "resnet_lr_floor_division": Expect(
         "gradient.lr_zero", W, mode="discover",
         gap="no line: gradient.lr_zero does not name the line that built the optimizer"),
+    "resnet_eval_left_on": Expect("silent.eval_mode_while_training", W, module=""),
     "ner_num_labels_too_small": Expect("data.target_range", E, module="CrossEntropyLoss"),
     "lightning_ae_zero_std": Expect(
         "numerical.nonfinite_data", E,
@@ -103,6 +104,17 @@ EXPECT: dict[str, Expect] = {
         "silent.attention_sees_future", E, module="transformer.h.0.attn",
         gap="missed: the causal probe reads the step snapshot's ids, which are empty or belong to "
             "the previous root call when the model computes the loss inside forward"),
+}
+
+
+# The same case in the other mode, where the answer differs from the case's own mode.
+OTHER_MODE: dict[str, str | None] = {
+    "transfer_frozen_head": "discover mode: cause and line blame torch.no_grad() at `nn.Conv2d(...)` in the "
+                            "model's __init__ (_nets.py:34, parameter init under no_grad seen by the cut tracer) "
+                            "instead of requires_grad=False on every parameter",
+    "mnist_test_in_train": "watch mode: the random_split ran before watch(), so no split is known",
+    "cifar10_stale_optimizer": "watch mode: no line (the optimizer was built before watch())",
+    "glue_param_group_missing": "watch mode: no line (the optimizer was built before watch())",
 }
 
 
@@ -119,8 +131,13 @@ def _loud(report):
     return [f for f in report if f.severity is not Severity.INFO]
 
 
+def _other(mode: str) -> str:
+    return "discover" if mode == "watch" else "watch"
+
+
 @functools.cache
-def _run(name: str):
+def _run(name: str, mode: str | None = None):
+    mode = mode or EXPECT[name].mode
     mod = bugs.load(name)
     for need in getattr(mod, "NEEDS", ()):
         pytest.importorskip(need)
@@ -129,7 +146,7 @@ def _run(name: str):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            if EXPECT[name].mode == "watch":
+            if mode == "watch":
                 models, optimizers, train = mod.build()
                 with torchtriage.watch(models, optimizers, on_anomaly="record", report=False) as s:
                     train()
@@ -137,7 +154,7 @@ def _run(name: str):
                 with Session(discover=True, on_anomaly="record", report=False) as s:
                     mod.build()[2]()
         except Exception as e:  # the user's own error, re-raised after the report
-            raised = e
+            raised = (type(e), str(e))  # not the exception: its traceback would keep the frames alive
     internal = [str(w.message) for w in caught if issubclass(w.category, TriageInternalWarning)]
     return s.report, raised, internal
 
@@ -145,6 +162,14 @@ def _run(name: str):
 def _mark(name: str, field: str):
     reason = getattr(EXPECT[name], field)
     return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason)) if reason else name
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=r)) if r else n
+                                  for n, r in OTHER_MODE.items()])
+def test_bug_in_the_other_mode(name):
+    report, _, internal = _run(name, _other(EXPECT[name].mode))
+    assert not internal, internal
+    _primary_matches(name, report.primary)
 
 
 def _primary_matches(name: str, f) -> None:
@@ -181,7 +206,7 @@ def test_one_bug_one_loud_finding(name):
 def test_the_users_error_is_reraised():
     """Cases whose bug raises: the user's exception still propagates after the report."""
     _, raised, _ = _run("mnist_rnn_bn_batch_of_one")
-    assert isinstance(raised, ValueError) and "Expected more than 1 value per channel" in str(raised)
+    assert raised is not None and raised[0] is ValueError and "Expected more than 1 value per channel" in raised[1]
 
 
 CLI_SCRIPT = """\
@@ -192,10 +217,18 @@ from bugs import {name}
 """
 
 
-@pytest.mark.parametrize("name", ["dqn_mse_broadcast", "cifar10_stale_optimizer", "mnist_rnn_bn_batch_of_one"])
+CLI_NOISE = {
+    "vae_log_of_negative": "after the NaN, the step tape of steps 0 and 1 (_step.py TapeOp outputs) keeps their "
+                           "loss graphs alive, reported as the user's silent.loss_graph_kept at the test pass",
+}
+
+
+@pytest.mark.parametrize("name", ["dqn_mse_broadcast", "cifar10_stale_optimizer", "mnist_rnn_bn_batch_of_one",
+                                  pytest.param("vae_log_of_negative", marks=pytest.mark.xfail(
+                                      strict=True, reason=CLI_NOISE["vae_log_of_negative"]))])
 def test_bug_through_the_cli(tmp_path, name):
-    """`torchtriage run` on the unchanged loop: the same primary finding in the JSON report,
-    the script's exit status (1 when it raised) and the report's primary line on stderr."""
+    """`torchtriage run` on the unchanged loop: the same primary finding in the JSON report and
+    nothing else loud, the script's exit status (1 when it raised), the primary on stderr."""
     script = tmp_path / "train.py"
     script.write_text(CLI_SCRIPT.format(tests=str(Path(__file__).parent), name=name), encoding="utf-8")
     out = tmp_path / "report.json"
@@ -206,3 +239,5 @@ def test_bug_through_the_cli(tmp_path, name):
     assert (first["code"], first["severity"]) == (EXPECT[name].code, EXPECT[name].severity), first
     assert (Path(first["file"]).resolve(), first["line"]) == (bugs.bug_file(name).resolve(), bugs.bug_line(name))
     assert "-- Primary --" in p.stderr and first["code"].split(".")[0] in p.stderr
+    loud = [f["code"] for f in data["findings"] if f["severity"] != "info"]
+    assert loud == [EXPECT[name].code], loud

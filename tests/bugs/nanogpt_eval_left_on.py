@@ -6,7 +6,7 @@ backward is pending, GradScaler(enabled=False) + unscale_ + clip_grad_norm_, bf1
 zero_grad(set_to_none=True), the logged loss read once every log_interval.
 
 Source: karpathy/nanoGPT, train.py, commit 3adf61e154c3fe3fca428ad6bc3818b27a3b8291.
-Reduced: the model of _nanogpt.py (2 layers, n_embd 16, block 16, dropout 0.1), 4 iterations,
+Reduced: the model of _nanogpt.py (2 layers, n_embd 16, block 16, dropout 0.1), 4 iterations (this copy: max_iters 2),
 2 micro-steps, eval_iters 2, a random uint16 token array for train.bin / val.bin.
 
 Mutation: `model.train()` dropped from the end of `estimate_loss()`: every step after the first evaluation trains with dropout off.
@@ -21,7 +21,7 @@ import torch
 from corpus._nanogpt import GPT, GPTConfig
 
 block_size, batch_size, gradient_accumulation_steps = 16, 4, 2
-learning_rate, min_lr, warmup_iters, lr_decay_iters, max_iters = 6e-4, 6e-5, 2, 4, 4
+learning_rate, min_lr, warmup_iters, lr_decay_iters, max_iters = 6e-4, 6e-5, 2, 4, 2
 eval_interval, eval_iters, log_interval, grad_clip = 2, 2, 1, 1.0
 
 
