@@ -241,3 +241,24 @@ def test_bug_through_the_cli(tmp_path, name):
     assert "-- Primary --" in p.stderr and first["code"].split(".")[0] in p.stderr
     loud = [f["code"] for f in data["findings"] if f["severity"] != "info"]
     assert loud == [EXPECT[name].code], loud
+
+
+def _frames(stderr: str) -> list[str]:
+    tb = stderr[stderr.rindex("Traceback (most recent call last):"):]
+    return [line.strip() for line in tb.splitlines() if line.strip().startswith("File ")]
+
+
+@pytest.mark.xfail(strict=True, reason="torchtriage's TorchFunctionModes add torch/overrides.py handle_torch_function / "
+                                       "mode.__torch_function__ frame pairs (4x here) to the user's traceback")
+def test_cli_traceback_is_the_scripts_own(tmp_path):
+    """The re-raised error's traceback is the one `python SCRIPT` prints: no frames that only
+    exist because torchtriage watched the run."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(CLI_SCRIPT.format(tests=str(Path(__file__).parent), name="dcgan_int_labels"), encoding="utf-8")
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    watched = run_cli("run", str(script), cwd=tmp_path, timeout=120)
+    assert plain.returncode == watched.returncode == 1
+    assert _frames(watched.stderr) == _frames(plain.stderr)
