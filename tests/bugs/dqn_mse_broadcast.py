@@ -7,7 +7,7 @@ Reduced: hidden 16/16, numpy cart-pole (_env.py), 40 env steps, learning starts 
 every 2 steps, batch 8, target update every 4 steps; the tensorboard writer is dropped.
 
 Mutation: `.squeeze()` dropped from `old_val`: F.mse_loss((N,) target, (N,1) value) broadcasts to (N,N).
-Expected: warning silent.loss_broadcast at the `F.mse_loss(td_target, old_val)` line.
+Expected: error silent.loss_broadcast at the `F.mse_loss(td_target, old_val)` line.
 """
 
 import io

@@ -7,7 +7,7 @@ Reduced: the script's Net at 12x12 input with channels 4/8 and hidden 16, random
 batches, 1 test batch; torchmetrics' Accuracy replaced by the same argmax count.
 
 Mutation: `F.log_softmax(..., dim=0)` in the model's forward: log-probabilities normalized over the batch instead of the classes.
-Expected: warning silent.softmax_over_batch at the `return F.log_softmax(...)` line in `Net.forward`.
+Expected: warning silent.softmax_over_batch on the root model, at the `return F.log_softmax(...)` line in `Net.forward`.
 """
 
 import torch

@@ -5,7 +5,7 @@ Source: eriklindernoren/PyTorch-GAN, implementations/gan/gan.py, commit 36d3c77e
 Reduced: MLP widths 16/32, 6x6 images, latent 8, 3 random batches of 8 (see _pgan.py).
 
 Mutation: `.detach()` dropped from `gen_imgs` in the discriminator's fake loss, after the generator's backward freed its graph.
-Expected: error gradient.backward_twice at `d_loss.backward()`, naming the missing detach.
+Expected: error gradient.backward_twice at `d_loss.backward()`, naming gen_imgs (the tensor to detach).
 """
 
 import numpy as np

@@ -10,7 +10,7 @@ Reduced: a 2-layer BERT (hidden 16) from config, the in-memory tokenizer of _hf.
 sentence pairs with 2 labels, batch 8, accumulation 2; evaluate's metric is the same argmax count.
 
 Mutation: the weight-decay groups built from `model.bert.named_parameters()` (the backbone) instead of `model.named_parameters()`: the new classifier head is in no param group.
-Expected: warning gradient.not_in_optimizer naming classifier.weight / classifier.bias, at the `AdamW(...)` line.
+Expected: error gradient.not_in_optimizer in module classifier (classifier.weight, classifier.bias), at the `AdamW(...)` line.
 """
 
 import torch

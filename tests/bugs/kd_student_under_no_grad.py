@@ -8,7 +8,7 @@ commit c53e7d4efc0e39e455c531d21ec7db28ba220214.
 Reduced: 8x8 images, tiny conv nets with dropout, 2 batches, 1 epoch each.
 
 Mutation: the student's forward indented into the teacher's `with torch.no_grad():` block: the distillation loss has no graph.
-Expected: error gradient.loss_no_grad_fn (cut by no_grad) naming the student, at `student_logits = student(inputs)`.
+Expected: error gradient.loss_no_grad_fn (cut by no_grad) at the student's forward `student_logits = student(inputs)`.
 """
 
 import torch

@@ -6,7 +6,7 @@ Source: Lightning-AI/pytorch-lightning, examples/pytorch/basics/autoencoder.py, 
 Reduced: 8x8 inputs, hidden 16, random tensors instead of MNIST, 3 train batches, 1 val batch.
 
 Mutation: per-batch standardization `(x - x.mean(0)) / x.std(0)` added to `_prepare_batch`; the images' border pixels are always 0 (as in MNIST), so 0 / 0 = NaN.
-Expected: error numerical.nonfinite_forward (or _data), op aten::div, at the standardization line in `_prepare_batch`.
+Expected: error numerical.nonfinite_data (0 / 0 in aten::div), at the standardization line in `_prepare_batch`.
 """
 
 import torch

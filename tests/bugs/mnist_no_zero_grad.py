@@ -4,7 +4,7 @@ Source: pytorch/examples, mnist/main.py, commit 77f55b912142e11fcfdf5b530231fb9c
 Reduced: 12x12 single-channel images, 8 channels, random data, 3 train batches + 1 test batch.
 
 Mutation: `optimizer.zero_grad()` deleted from the training loop (gradients accumulate across batches).
-Expected: warning silent.zero_grad_missing at the loop's `loss.backward()` line.
+Expected: error silent.zero_grad_missing (parameter conv1.weight) at the loop's `loss.backward()` line.
 """
 
 import torch

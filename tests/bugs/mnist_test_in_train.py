@@ -4,7 +4,7 @@ Source: pytorch/examples, mnist/main.py, commit 77f55b912142e11fcfdf5b530231fb9c
 Reduced: 12x12 single-channel images, 8 channels, random data, 3 train batches + 1 test batch.
 
 Mutation: one TensorDataset split with `random_split` into train/test, but the training DataLoader built over the whole dataset: the test images are trained on.
-Expected: warning data.heldout_trained at the `random_split(...)` line.
+Expected: error data.heldout_trained at the `random_split(...)` line.
 """
 
 import torch

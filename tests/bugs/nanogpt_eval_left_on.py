@@ -10,7 +10,7 @@ Reduced: the model of _nanogpt.py (2 layers, n_embd 16, block 16, dropout 0.1), 
 2 micro-steps, eval_iters 2, a random uint16 token array for train.bin / val.bin.
 
 Mutation: `model.train()` dropped from the end of `estimate_loss()`: every step after the first evaluation trains with dropout off.
-Expected: warning silent.eval_mode_while_training naming a Dropout module, at the training forward `logits, loss = model(X, Y)`.
+Expected: warning silent.eval_mode_while_training on the root model (its Dropout modules in the evidence), at the training forward `logits, loss = model(X, Y)`.
 """
 
 import io

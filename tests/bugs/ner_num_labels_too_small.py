@@ -9,7 +9,7 @@ Reduced: a 2-layer BERT (hidden 16) from config, the in-memory tokenizer of _hf.
 sentences with 5 tags (80 % "O"), batch 8.
 
 Mutation: `num_labels=4` while the tags run 0..4 (the label list counted without 'O'): a target is out of range inside BertForTokenClassification's cross_entropy.
-Expected: error data.target_range (target 4 >= 4 classes) at `outputs = model(**batch)`.
+Expected: error data.target_range (target 4 for 4 classes) at `outputs = model(**batch)`.
 """
 
 import random

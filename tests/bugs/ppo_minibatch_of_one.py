@@ -9,7 +9,7 @@ Reduced: hidden 16, 2 envs (numpy cart-pole of _env.py) x 8 steps, 2 iterations,
 2 minibatches; the tensorboard writer is dropped.
 
 Mutation: `num_minibatches` set to the batch size (16): each minibatch holds one sample and `mb_advantages.std()` is NaN (one degree of freedom), so the loss is NaN.
-Expected: error numerical.nonfinite_* produced by aten::std at the advantage-normalization line.
+Expected: error numerical.nonfinite_loss produced by aten::std at the advantage-normalization line.
 """
 
 import numpy as np

@@ -6,7 +6,7 @@ commit afcd669d56554c2ef46f2da92edbfaf8c54043ec.
 Reduced: 8x8 images, hidden 32, 3 train batches of 8 and 1 test batch, 2 epochs.
 
 Mutation: `nn.Softmax(dim=1)` appended to the model, whose output goes to `nn.CrossEntropyLoss`.
-Expected: warning silent.probabilities_to_cross_entropy at `loss = loss_fn(pred, y)`.
+Expected: error silent.probabilities_to_cross_entropy naming the nn.Softmax module linear_relu_stack.5, at `loss = loss_fn(pred, y)`.
 """
 
 import torch

@@ -5,7 +5,7 @@ Source: pytorch/examples, reinforcement_learning/reinforce.py, commit 77f55b9121
 Reduced: hidden 16, dropout 0.6 kept, a numpy cart-pole cut at 12 steps (_env.py), 3 episodes.
 
 Mutation: the policy loss rebuilt from Python floats (`torch.tensor([...item()...], requires_grad=True)`) after 'element 0 does not require grad': the policy never learns.
-Expected: error gradient.cut_* (the `.item()` → `torch.tensor` rebuild) naming the policy's parameters, at the rebuild line.
+Expected: error gradient.cut_to_python (the `.item()` → `torch.tensor` rebuild) naming affine1.weight, ..., at the rebuild line.
 """
 
 from collections import deque

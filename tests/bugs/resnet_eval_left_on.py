@@ -9,7 +9,7 @@ Reduced: a toy-width ResNet (_nets.py) for torchvision.models.resnet18, 16x16 im
 3 train batches, 1 test batch, 1 epoch (this copy: 2); checkpoints go to an in-memory buffer.
 
 Mutation: `model.train()` dropped from the top of `train_one_epoch` (two epochs): after `evaluate()` the second epoch trains in eval() mode, with frozen BatchNorm statistics.
-Expected: warning silent.eval_mode_while_training naming the BatchNorm modules, at `output = model(image)`.
+Expected: warning silent.eval_mode_while_training on the root model (its BatchNorm modules in the evidence), at `output = model(image)`.
 """
 
 import io

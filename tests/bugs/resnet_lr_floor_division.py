@@ -9,7 +9,7 @@ Reduced: a toy-width ResNet (_nets.py) for torchvision.models.resnet18, 16x16 im
 3 train batches, 1 test batch, 1 epoch; checkpoints go to an in-memory buffer.
 
 Mutation: the linear lr scaling rule written with floor division (`0.1 * batch_size // 256`): lr is 0.0 and nothing trains.
-Expected: warning gradient.lr_zero (or dynamics.lr_zero) for the SGD optimizer, at the optimizer's line.
+Expected: warning gradient.lr_zero for the SGD optimizer, at the optimizer's line.
 """
 
 import io

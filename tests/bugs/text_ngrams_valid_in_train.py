@@ -8,7 +8,7 @@ commit 5130967035247c8343376ee69f49d6e10d61eaca.
 Reduced: vocab 50, embed 16, 4 classes, 24 random "texts" of 3..10 tokens, batch 8, 2 epochs.
 
 Mutation: the training DataLoader built over the whole dataset instead of `split_train_` from the tutorial's `random_split`: the validation texts are trained on.
-Expected: warning data.heldout_trained at the `random_split(...)` line.
+Expected: error data.heldout_trained at the `random_split(...)` line.
 """
 
 import random

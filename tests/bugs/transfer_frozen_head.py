@@ -10,7 +10,7 @@ Reduced: a toy-width ResNet (_nets.py) for the pretrained resnet18, 16x16 images
 2 train batches and 1 val batch, 1 epoch. Expected: one info (gradient.frozen) for the backbone.
 
 Mutation: the freezing loop moved below the head replacement, so the new `fc` is frozen too: nothing requires grad.
-Expected: error gradient.loss_no_grad_fn naming the frozen parameters (cause: requires_grad=False), at `loss.backward()`.
+Expected: error gradient.loss_no_grad_fn (cause: every parameter has requires_grad=False), at `loss.backward()`.
 """
 
 import copy

@@ -4,7 +4,7 @@ Source: pytorch/examples, vae/main.py, commit 77f55b912142e11fcfdf5b530231fb9c52
 Reduced: 64-pixel images, hidden 32, latent 4, random data in [0, 1], 3 batches.
 
 Mutation: the KL term written with `torch.log(logvar)` as if the encoder's second head were a variance (it is a log-variance and goes negative).
-Expected: error numerical.nonfinite_forward (or _loss), op aten::log, at the KLD line.
+Expected: error numerical.nonfinite_loss, op aten::log, at the KLD line.
 """
 
 import torch
