@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_cli
 
+import bugs
 import torchtriage
 from torchtriage import Severity, TriageInternalWarning
 from torchtriage._session import Session
-from conftest import run_cli
-import bugs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,8 +248,9 @@ def _frames(stderr: str) -> list[str]:
     return [line.strip() for line in tb.splitlines() if line.strip().startswith("File ")]
 
 
-@pytest.mark.xfail(strict=True, reason="torchtriage's TorchFunctionModes add torch/overrides.py handle_torch_function / "
-                                       "mode.__torch_function__ frame pairs (4x here) to the user's traceback")
+@pytest.mark.xfail(strict=True, reason="torchtriage's TorchFunctionModes add torch/overrides.py "
+                                       "handle_torch_function / mode.__torch_function__ frame pairs "
+                                       "(4x here) to the user's traceback")
 def test_cli_traceback_is_the_scripts_own(tmp_path):
     """The re-raised error's traceback is the one `python SCRIPT` prints: no frames that only
     exist because torchtriage watched the run."""
