@@ -4,7 +4,7 @@ optimizer (p.data.add_(p.grad, alpha=-lr) after model.zero_grad()), evaluation u
 no_grad with the hidden state carried.
 
 Source: pytorch/examples, word_language_model/main.py and model.py (RNNModel), commit 77f55b912142e11fcfdf5b530231fb9c52f181e8.
-Reduced: vocab 30, emsize = nhid = 16, bptt 5, batch 4, one epoch over 40 tokens per column.
+Reduced: vocab 30, emsize = nhid = 16, bptt 5, batch 4, one epoch over 40 tokens per column (this copy: 20).
 
 Mutation: `repackage_hidden` dropped and the resulting 'backward through the graph a second time' error silenced with `loss.backward(retain_graph=True)`: every backward runs through all earlier batches.
 Expected: warning silent.loss_graph_kept (graph kept across steps through the hidden state), at `output, hidden = model(data, hidden)`.
@@ -72,7 +72,7 @@ def get_batch(source, i):
 
 def build():
     torch.manual_seed(0)
-    train_data = batchify(torch.randint(0, ntokens, (160,)), 4)
+    train_data = batchify(torch.randint(0, ntokens, (80,)), 4)
     val_data = batchify(torch.randint(0, ntokens, (60,)), 2)
     model = RNNModel(ntokens, 16, 16, 2, 0.2)
     criterion = nn.NLLLoss()
