@@ -222,7 +222,9 @@ def test_the_users_error_is_reraised():
 
 
 CLI_SCRIPT = """\
+import gc
 import sys
+gc.disable()  # as in _run: what only a reference cycle keeps alive is seen whatever the collector's timing
 sys.path.insert(0, {tests!r})
 from bugs import {name}
 {name}.build()[2]()
