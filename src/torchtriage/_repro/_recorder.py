@@ -33,7 +33,9 @@ from .._catalogue import msg
 from .._checker import Checker, LossCall
 from .._findings import Finding, Severity
 from .._frames import user_frame_from_tb
-from . import _bundle, _safetensors, _tree
+from ._bundle import FORMAT, write_files
+from ._safetensors import nbytes, supported
+from ._tree import encode
 
 _RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 _MAX_LOSSES = 8
@@ -147,7 +149,7 @@ class ReproRecorder(Checker):
 
         def fits(part: str, tensors: dict[str, torch.Tensor]) -> bool:
             nonlocal used
-            need = sum(_safetensors.nbytes(t) for t in tensors.values())
+            need = sum(nbytes(t) for t in tensors.values())
             if used + need > limit:
                 skipped.append({"part": part, "mb": f"{need / _MB:.3g}", "limit": f"{limit / _MB:.3g}"})
                 return False
@@ -155,7 +157,7 @@ class ReproRecorder(Checker):
             return True
 
         meta: dict[str, Any] = {
-            "format": _bundle.FORMAT,
+            "format": FORMAT,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": {"argv": list(sess.options.get("argv") or sys.argv), "executable": sys.executable,
                         "cwd": os.getcwd(), "script": sess.options.get("script")},
@@ -175,8 +177,8 @@ class ReproRecorder(Checker):
         batch_t: dict[str, torch.Tensor] = {}
         batch_spec: dict[str, Any] = {}
         if model is not None:
-            batch_spec = {"args": _tree.encode(tuple(args), "args", batch_t, unsupported),
-                          "kwargs": _tree.encode(dict(kwargs), "kwargs", batch_t, unsupported),
+            batch_spec = {"args": encode(tuple(args), "args", batch_t, unsupported),
+                          "kwargs": encode(dict(kwargs), "kwargs", batch_t, unsupported),
                           "losses": [_loss_spec(i, c, batch_t, unsupported) for i, c in enumerate(self._losses)],
                           "inputs": _step_inputs(sess, snap, (args, kwargs, [(c.target, c.args, c.kwargs)
                                                                               for c in self._losses]),
@@ -197,7 +199,7 @@ class ReproRecorder(Checker):
             prefix = f"m{i}/"
             models_meta.append({"label": lab, "class": classes.get(lab), "prefix": prefix, "keys": list(sd)})
             for k, v in sd.items():
-                if _safetensors.supported(v):
+                if supported(v):
                     model_t[prefix + k] = v
                 else:
                     unsupported.append(f"model {lab}.{k} ({v.dtype})")
@@ -209,14 +211,14 @@ class ReproRecorder(Checker):
         opt_objs = sess.optimizers
         for i, sd in enumerate((snap.optimizer_states if snap is not None else None) or []):
             cls = type(opt_objs[i]).__name__ if i < len(opt_objs) else None
-            opts_meta.append({"class": cls, "state": _tree.encode(sd, f"o{i}", opt_t, unsupported)})
+            opts_meta.append({"class": cls, "state": encode(sd, f"o{i}", opt_t, unsupported)})
         if opts_meta and fits("optimizer", opt_t):
             groups["optimizer.safetensors"] = opt_t
             meta["optimizers"] = opts_meta
         meta["skipped"] = skipped
         meta["unsupported"] = unsupported
         env = collect_env()
-        size = _bundle.write_files(
+        size = write_files(
             self._dir,
             jsons={"meta.json": meta, "env.json": env, "report.json": sess.report.to_dict()},
             texts={"env.txt": format_env(env), "traceback.txt": tb},
@@ -243,9 +245,9 @@ def _signature(f: Finding) -> dict[str, Any]:
 def _loss_spec(i: int, c: LossCall, tensors: dict[str, torch.Tensor], unsupported: list[str]) -> dict[str, Any]:
     shape = list(c.input.shape) if isinstance(c.input, torch.Tensor) else None
     return {"name": c.name, "input_shape": shape,
-            "target": _tree.encode(c.target, f"loss{i}.target", tensors, unsupported),
-            "args": _tree.encode(tuple(c.args[2:]), f"loss{i}.args", tensors, unsupported),
-            "kwargs": _tree.encode({k: v for k, v in c.kwargs.items() if k not in ("input", "target")},
+            "target": encode(c.target, f"loss{i}.target", tensors, unsupported),
+            "args": encode(tuple(c.args[2:]), f"loss{i}.args", tensors, unsupported),
+            "kwargs": encode({k: v for k, v in c.kwargs.items() if k not in ("input", "target")},
                                    f"loss{i}.kwargs", tensors, unsupported)}
 
 
@@ -291,6 +293,6 @@ def _step_inputs(sess: Any, snap: Any, batch: Any, tensors: dict[str, torch.Tens
     for i, (t, where, frame) in enumerate(snap.record.external_inputs(internal)):
         out.append({"where": where, "file": frame.file if frame is not None else None,
                     "line": frame.line if frame is not None else None, "shape": list(t.shape),
-                    "dtype": str(t.dtype), "tensor": _tree.encode(t.detach(), f"step.{i}", tensors, unsupported)})
+                    "dtype": str(t.dtype), "tensor": encode(t.detach(), f"step.{i}", tensors, unsupported)})
     return out
 

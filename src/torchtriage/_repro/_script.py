@@ -40,7 +40,8 @@ from .._errors import BundleError
 from .._frames import user_frame_from_stack
 from .._step import op_name, remove_mode
 from ._bundle import Bundle
-from ._replay import ReplayResult, apply_state, make_result, resolve_checks
+from ._restore import apply_state, resolve_checks
+from ._result import ReplayResult, make_result
 
 
 class _StopReplay(BaseException):
