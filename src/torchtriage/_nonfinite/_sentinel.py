@@ -31,7 +31,8 @@ from .._config import OnAnomaly
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack
 from .. import _deferred
-from . import _amp, _localize
+from ._amp import ScalerWatch
+from ._localize import localize_backward, localize_data, localize_forward, localize_loss, localize_update
 from ._replay import float_leaves, graph_nodes, saved_tensors
 
 MAX_REPLAYS = 3  # a run that stays NaN would otherwise replay every step
@@ -136,7 +137,8 @@ class NonFiniteSentinel(Checker):
         self._poisoned: Finding | None = None
         self._first: Finding | None = None
         self._loss_series: dict[Any, str] = {}
-        self.amp = _amp.ScalerWatch(self)
+        self.amp = ScalerWatch(read_skipped=lambda: self._sync(grads=[], optimizer=None, scaled_overflow_ok=True),
+                               autocast=lambda: self._step.autocast)
 
     # ------------------------------------------------------------------ lifecycle
     def on_start(self, session: Any) -> None:
@@ -313,7 +315,7 @@ class NonFiniteSentinel(Checker):
         for kind in ("update", "state"):
             if kind in got and grad_ok and not all(math.isfinite(v) for v in got[kind]):
                 # (with non-finite gradients the bad update is a consequence, reported already)
-                found = _localize.localize_update(sess, upd_step, self._grad_norm)
+                found = localize_update(sess, upd_step, self._grad_norm)
                 if found:  # else: finite but huge parameters overflowed the norm; the forward shows it
                     self._report("optimizer", lambda: found)
                     self._release()
@@ -369,12 +371,12 @@ class NonFiniteSentinel(Checker):
             if sharded is not None:
                 return [sharded]
         if trip == "data":
-            f = _localize.localize_data(sess, step)
+            f = localize_data(sess, step)
             return [f] if f is not None else []
         if trip == "forward":
-            return [_localize.localize_forward(sess, st, step)]
+            return [localize_forward(sess, st, step)]
         if trip == "loss":
-            return [_localize.localize_loss(sess, st, step)]
+            return [localize_loss(sess, st, step)]
         dist = sess.checker("distributed")
         if dist is not None:
             # DDP: this rank's own gradients finite, the reduced ones not -> received (issue 15)
@@ -383,7 +385,7 @@ class NonFiniteSentinel(Checker):
                 return [received]
         if all(bool(torch.isfinite(g).all()) for g in grads):
             return [_grad_overflow(step, self._grad_norm)]
-        return [_localize.localize_backward(sess, st, step)]
+        return [localize_backward(sess, st, step)]
 
     def _report(self, stage: str, localize: Any) -> None:
         assert self.session is not None

@@ -100,7 +100,7 @@ class ReproRecorder(Checker):
         if not self.active or self.written is not None or self.session is None:
             return
         new: Finding | None = None
-        for f in self.session._findings.values():  # insertion order == detection order
+        for f in self.session.findings:  # insertion order == detection order
             if f.order > self._seen and _RANK[f.severity] >= self._threshold and new is None:
                 new = f
             self._seen = max(self._seen, f.order)

@@ -98,12 +98,12 @@ class _Injector:
         setattr(obj, attr, new)
 
     # -------------------------------------------------------------- interceptions
-    def _matches(self, module: nn.Module) -> bool:
+    def matches(self, module: nn.Module) -> bool:
         if type(module).__name__ != self.cls:
             return False
         return self.keys is None or set(module.state_dict()) == self.keys
 
-    def _done(self) -> bool:
+    def done(self) -> bool:
         return self.model is not None and self.session.step > self.start_step
 
     def _wrap_call(self, original: Any) -> Any:
@@ -111,20 +111,20 @@ class _Injector:
 
         @functools.wraps(original)
         def __call__(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if inj.model is None and inj._matches(module):
-                inj._inject(module)
+            if inj.model is None and inj.matches(module):
+                inj.inject(module)
                 device = next((p.device for p in module.parameters()), torch.device("cpu"))
                 batch = inj.bundle.batch(device)
                 args, kwargs = batch.args, batch.kwargs
                 inj.targets = batch.losses
                 inj.inputs = batch.inputs
-            elif module is inj.model and inj._done():
+            elif module is inj.model and inj.done():
                 raise _StopReplay
             return original(module, *args, **kwargs)
 
         return __call__
 
-    def _inject(self, module: nn.Module) -> None:
+    def inject(self, module: nn.Module) -> None:
         self.model = module
         self.start_step = self.session.step
         optimizer = self._optimizer_for(module)
@@ -145,7 +145,7 @@ class _Injector:
 
         @functools.wraps(original)
         def loss(*args: Any, **kwargs: Any) -> Any:
-            if inj.model is not None and not inj._done():
+            if inj.model is not None and not inj.done():
                 recorded = [lc for lc in inj.targets if lc["name"] == name]
                 i = inj.loss_index
                 if i < len(recorded) and recorded[i]["target"] is not None:
@@ -159,13 +159,13 @@ class _Injector:
         return loss
 
     def _opt_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self.model is not None and self.optimizer_pending and not self._done():
+        if self.model is not None and self.optimizer_pending and not self.done():
             if self._optimizer_for(self.model) is optimizer:
                 self.optimizer_pending = False
                 apply_state(self.bundle, self.model, optimizer)
 
     def _opt_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self._done():
+        if self.done():
             raise _StopReplay
 
     def _wrap_backward(self, original: Any) -> Any:
@@ -174,7 +174,7 @@ class _Injector:
         @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
             out = original(*args, **kwargs)
-            if inj._done() and not inj.session.optimizers:
+            if inj.done() and not inj.session.optimizers:
                 raise _StopReplay
             return out
 
@@ -246,7 +246,7 @@ class _InputSwap(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         inj = self.inj
-        if inj.inputs and inj.model is not None and not inj._done():
+        if inj.inputs and inj.model is not None and not inj.done():
             try:
                 args, kwargs = self._swap(func, args, kwargs)
             except Exception:  # a replay aid: never break the script's op
