@@ -175,7 +175,7 @@ def _has_any_global_hook_but_ours() -> bool:
 
 
 _fork_guard: list[bool] = []
-_installed: weakref.WeakSet[Session] = weakref.WeakSet()  # sessions between install and uninstall
+_installed: weakref.WeakSet[Any] = weakref.WeakSet()  # sessions between install and uninstall
 
 
 def _pause_sessions_in_child() -> None:
@@ -202,7 +202,7 @@ def install(session: Session) -> None:
         session._patch(_module_mod, "_has_any_global_hook", _has_any_global_hook_but_ours)
 
 
-def uninstall(session: Session) -> None:
+def uninstall(session: HookOwner) -> None:
     """The session's patches are undone by the session itself; forget it for forked children."""
     _installed.discard(session)
 

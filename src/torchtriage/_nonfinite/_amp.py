@@ -24,7 +24,8 @@ COLLAPSE_AFTER = 10  # skipped steps in a row before a warning
 
 
 class ScalerWatch:
-    def __init__(self, read_skipped: Callable[[], None], autocast: Callable[[], list[tuple[str, torch.dtype]]]) -> None:
+    def __init__(self, read_skipped: Callable[[], object],
+                 autocast: Callable[[], list[tuple[str, torch.dtype]]]) -> None:
         # From the sentinel: read a skipped step's flags (its inf/NaN gradients expected), and
         # the step's autocast (device, dtype) pairs.
         self.read_skipped = read_skipped
