@@ -165,3 +165,25 @@ def test_the_documented_custom_check_runs_on_the_public_api():
     assert (found.code, found.step, found.count, found.severity.value, found.stage.value) == (
         "loss_ceiling.exceeded", 0, 2, "warning", "loss")
     assert "._" not in code.replace("__init__", ""), "the example reaches a private attribute"
+
+
+def test_a_skipped_optimizer_step_closes_the_step_only_for_the_clocks_optimizer():
+    # Session.step_skipped: what the AMP check tells the clock when GradScaler skipped step().
+    import torch
+    import torch.nn as nn
+
+    import torchtriage
+
+    model = nn.Linear(2, 1)
+    first = torch.optim.SGD(model.parameters(), lr=0.0)
+    second = torch.optim.SGD(model.parameters(), lr=0.0)
+    x = torch.ones(4, 2)
+    with torchtriage.watch(model, [first, second], checks=["triage"], report=False) as session:
+        model(x).sum().backward()
+        first.step()  # the first optimizer that steps drives the clock
+        assert (session.step, session.step_started) == (1, True)
+        model(x).sum().backward()
+        session.step_skipped(second)  # not the clock's optimizer: the step stays open
+        assert session.step == 1
+        session.step_skipped(first)
+        assert session.step == 2
