@@ -26,7 +26,7 @@ from torch.optim import optimizer as _optim_mod
 from ._checker import LOSS_FUNCTIONS, LossCall, overrides
 from ._errors import AnomalyError
 from ._findings import Stage
-from ._frames import user_frame_from_stack, user_stack_frame
+from ._frames import note_optimizer_frame, user_frame_from_stack, user_stack_frame
 from ._step import called_functionally
 from ._roothook import RootHook  # pickles and deep-copies inert, with the user's model
 from ._transparent import HookOwner, remove_handle, standing_aside
@@ -35,17 +35,6 @@ from ._transparent import uninstall as _uninstall_transparency
 
 if TYPE_CHECKING:
     from ._session import Session
-
-# optimizer -> the user's line that built it (known when the session saw it being built)
-_optimizer_frames: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
-
-def optimizer_frame(optimizer: Any) -> Any:
-    """The user's line that created `optimizer`, when a discovering session saw it."""
-    try:
-        return _optimizer_frames.get(optimizer)
-    except TypeError:
-        return None
 
 
 _RAISED = object()  # marks the forward hook call PyTorch makes when forward raised
@@ -298,7 +287,7 @@ class SessionHooks(HookOwner):
                 try:
                     frame = user_frame_from_stack(2)
                     if frame is not None:
-                        _optimizer_frames[opt] = frame
+                        note_optimizer_frame(opt, frame)
                     session.watch_optimizer(opt)
                     session._awaiting_first_step.add(id(opt))
                     session._widen_module_hooks()
