@@ -21,6 +21,7 @@ from ._finding import Category as Category
 from ._finding import Finding as Finding
 from ._finding import Severity as Severity
 from ._finding import Stage as Stage
+from ._finding import from_catalogue as from_catalogue
 from ._finding import jsonable
 from ._render._text import render_text, rich_renderables
 

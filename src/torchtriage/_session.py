@@ -285,15 +285,7 @@ class Session(SessionHooks):
     def patch(self, obj: Any, attr: str, new: Any) -> Any:
         """Replace `obj.attr` by `new` until the session exits (on exceptions too); returns a
         function that restores it sooner (used by checks that wrap library calls)."""
-        self._patch(obj, attr, new)
-        entry = self._patches[-1]
-
-        def restore() -> None:
-            if entry in self._patches:
-                self._patches.remove(entry)
-                setattr(obj, attr, entry[2])
-
-        return restore
+        return self._patches.patch(obj, attr, new)
 
     def internal_error(self, where: str, e: BaseException) -> None:
         """A check's own bug: warn once (TriageInternalWarning) and stop that check."""

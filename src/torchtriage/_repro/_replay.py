@@ -19,6 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .._catalogue import msg
+from .._params import model_device
 from ._bundle import Bundle, ReplayBatch, load_bundle
 from ._restore import apply_state, resolve_checks
 from ._result import ReplayResult, make_result
@@ -57,14 +58,6 @@ def unpack_factory_result(obj: Any, where: str) -> dict[str, Any]:
     if isinstance(obj, dict) and isinstance(obj.get("model"), nn.Module):
         return dict(obj)
     raise TypeError(msg("repro.factory_result", where=where, got=type(obj).__name__))
-
-
-def _model_device(model: nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    for b in model.buffers():
-        return b.device
-    return torch.device("cpu")
 
 
 def replay(
@@ -112,7 +105,7 @@ def replay(
     if not isinstance(model, nn.Module):
         raise TypeError(msg("repro.need_model", got=type(model).__name__))
     notes = apply_state(bundle, model, optimizer)
-    batch = bundle.batch(_model_device(model))
+    batch = bundle.batch(model_device(model))
     checks, more = resolve_checks(bundle, checks)
     notes += more
     if step_fn is None and not any(lc["target"] is not None for lc in batch.losses):
