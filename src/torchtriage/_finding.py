@@ -1,5 +1,6 @@
 """One finding: `Finding`, the one currency every check returns, and its kinds (`Category`,
-`Stage`, `Severity`). Plain frozen data; the `Report` that holds findings is in `_findings.py`.
+`Stage`, `Severity`), and `from_catalogue`, the one way checks build one. Plain frozen data;
+the `Report` that holds findings is in `_findings.py`.
 
 Priority (the seed's order, cheapest and widest check first):
     shape → dtype → device → layout → numerical → gradient → silent → data → distributed
