@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import re
 import weakref
 from typing import Any
@@ -195,10 +196,16 @@ class Analysis:
             ids, grads = by_device.setdefault((p.grad.device, p.grad.dtype), ([], []))
             ids.append(pid)
             grads.append(p.grad)
-        for ids, grads in by_device.values():
+        for (device, _), (ids, grads) in by_device.items():
             with torch.no_grad():
-                norms = torch.stack(torch._foreach_norm(grads, float("inf")))
-            self.flags.add([norms], lambda vals, ids=ids: self.norms.append((ids, vals)))
+                if device.type != "cpu":  # one fused launch
+                    norms = torch.stack(torch._foreach_norm(grads, float("inf")))
+                    self.flags.add([norms], lambda vals, ids=ids: self.norms.append((ids, vals)))
+                    continue
+                # On the CPU the foreach inf-norm takes a slow path (3 ms for a 1 M-parameter
+                # model, 8x the min and max of each gradient): the max-abs from those instead.
+                ext = [torch.stack(torch.aminmax(g)) if g.numel() else g.new_zeros(2) for g in grads]
+                self.flags.add([torch.stack(ext)], lambda vals, ids=ids: self.norms.append((ids, _max_abs(vals))))
 
     def optimizer_step(self, index: int, optimizer: torch.optim.Optimizer, *, require_grad: bool = True) -> None:
         if self._unstepped:
@@ -551,3 +558,11 @@ def add_model(analysis: Analysis, model: nn.Module, label: str) -> None:
     for pid, info in index_parameters([(model, label)]).items():
         analysis.params.setdefault(pid, info)
         analysis.names0.setdefault((info.root, info.qualname), pid)
+
+
+def _max_abs(minmax: list[float]) -> list[float]:
+    """Each gradient's max-abs from its (min, max) pairs, flat; NaN when either is NaN."""
+    out = []
+    for lo, hi in zip(minmax[0::2], minmax[1::2]):
+        out.append(math.nan if lo != lo or hi != hi else max(-lo, hi))
+    return out
