@@ -301,7 +301,7 @@ def test_series_store_is_bounded_and_keeps_anomalies_exact():
 # ---------------------------------------------------------------------------- pictures
 def test_terminal_report_has_a_loss_sparkline():
     from torchtriage.report import render_text
-    from torchtriage.report._spark import sparkline
+    from torchtriage._render._spark import sparkline
 
     assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
     assert sparkline([1.0, None, float("nan"), 1e4]) == "▁ ×█"  # log scale: 1 and 1e4 at the ends

@@ -9,7 +9,7 @@ import sys
 
 OPTIONAL = ("rich", "lightning", "pytorch_lightning", "transformers", "accelerate", "pandas", "tensorboard",
             "wandb", "IPython", "torch.utils.tensorboard")
-LAZY = ("torchtriage.integrations", "torchtriage.report._html")
+LAZY = ("torchtriage.integrations", "torchtriage._render._html", "torchtriage.report._page")
 
 
 def _modules_after(code: str) -> set[str]:
@@ -26,7 +26,7 @@ def test_import_torchtriage_leaves_optional_dependencies_out():
 
 def test_render_html_loads_only_the_renderer():
     loaded = _modules_after("import torchtriage.report as r\nr.render_html(r.load_json.__globals__['Report']())")
-    assert "torchtriage.report._html" in loaded
+    assert "torchtriage._render._html" in loaded
     assert [m for m in OPTIONAL if m in loaded] == []
 
 

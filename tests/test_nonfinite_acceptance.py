@@ -52,7 +52,7 @@ def test_nan_born_in_a_module_list_inside_a_module_dict_names_producer_and_propa
 
 
 def test_propagators_are_marked_in_the_html_model_tree():
-    from torchtriage.report._tree import marks
+    from torchtriage._render._tree import marks
 
     torch.manual_seed(0)
     model = zoo.ExpOverflowInNestedBlocks()

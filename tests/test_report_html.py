@@ -13,7 +13,7 @@ import torch
 import torchtriage
 from torchtriage import Finding, Report
 from torchtriage.report import dump_json, load_json, render_html, render_json, render_text
-from torchtriage.report._svg import MAX_POINTS, line_chart
+from torchtriage._render._svg import MAX_POINTS, line_chart
 
 from conftest import run_cli
 from zoo.reports import REPORTS, nan_report

@@ -141,7 +141,7 @@ def test_gan_finding_names_the_model_by_its_variable_and_the_page_marks_only_it(
     g_line = _line(zoo.gan, "g_loss.backward()")
     assert sorted(k for k in s.series if not k.startswith("lr")) == sorted(["loss", f"loss step.py:{g_line}", "grad_norm"])
     assert {"lr", "lr[1.0]"} <= set(s.series)  # optimizer 0 (optD) and optimizer 1 (optG), group 0 each
-    from torchtriage.report._tree import render_tree
+    from torchtriage._render._tree import render_tree
 
     marked_g = render_tree("G", s.report.meta["models"]["G"], s.report.findings)
     marked_d = render_tree("netD", s.report.meta["models"]["netD"], s.report.findings)

@@ -25,6 +25,7 @@ if _typing.TYPE_CHECKING:
     from ._errors import ContractError as ContractError
     from ._errors import TriageError as TriageError
     from ._errors import TriageInternalWarning as TriageInternalWarning
+    from ._errors import TriageWarning as TriageWarning
     from ._findings import Category as Category
     from ._findings import Finding as Finding
     from ._findings import Report as Report
@@ -47,7 +48,6 @@ if _typing.TYPE_CHECKING:
     from ._seed import first_nonfinite_step as first_nonfinite_step
     from ._seed import locate_failure_zone as locate_failure_zone
     from ._session import Session as Session
-    from ._session import TriageWarning as TriageWarning
     from ._session import current_session as current_session
     from ._session import watch as watch
     from ._silent import check_causal as check_causal
@@ -84,7 +84,7 @@ _EXPORTS: dict[str, str] = {
     "TensorSummary": "._summary",
     "TriageError": "._errors",
     "TriageInternalWarning": "._errors",
-    "TriageWarning": "._session",
+    "TriageWarning": "._errors",
     "audit_tensor": "._contracts",
     "audit_tensor_contract": "._seed",
     "check_causal": "._silent",

@@ -28,6 +28,15 @@ if TYPE_CHECKING:
     from ._session import Session
 
 
+# The `torch.nn.functional` losses whose calls are announced as `on_loss` (the session wraps them).
+LOSS_FUNCTIONS = (
+    "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "cross_entropy", "nll_loss",
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss",
+    "gaussian_nll_loss", "soft_margin_loss", "multilabel_soft_margin_loss", "cosine_embedding_loss",
+    "margin_ranking_loss", "hinge_embedding_loss", "triplet_margin_loss", "ctc_loss",
+)
+
+
 @dataclasses.dataclass
 class LossCall:
     """One call of a `torch.nn.functional` loss (module losses call these too)."""

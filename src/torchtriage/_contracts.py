@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 
 from ._catalogue import msg
-from ._errors import ConfigError, ContractError
+from ._errors import ConfigError, ContractError, TriageWarning
 from ._findings import Category, Finding, Report, Severity, Stage, from_catalogue
 from ._frames import user_stacklevel
 from ._summary import describe
@@ -357,7 +357,7 @@ class ContractHandle:
         text = msg("contract.error", message=first.message, observed=first.evidence["observed"],
                    expected=first.evidence["expected"], dims=_bindings(dims),
                    others=len(findings) - 1)
-        from ._session import TriageWarning, current_session
+        from ._session import current_session
 
         s = current_session()
         if self.on_fail == "raise":

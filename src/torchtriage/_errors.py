@@ -6,6 +6,7 @@
     └── BundleError           a repro bundle is unreadable, tampered or mismatched; .path
     ConfigError(ValueError)   a bad option value; names the accepted ones
 
+`TriageWarning(UserWarning)` is a finding reported as a warning (on_anomaly="warn").
 `TriageInternalWarning(RuntimeWarning)` reports a bug in torchtriage's own bookkeeping,
 which is swallowed so that the user's run goes on.
 """
@@ -54,9 +55,14 @@ class ConfigError(ValueError):
     """An option was given a value torchtriage does not accept."""
 
 
+class TriageWarning(UserWarning):
+    """A finding reported as a warning (on_anomaly="warn")."""
+
+
 class TriageInternalWarning(RuntimeWarning):
     """torchtriage hit a bug in its own bookkeeping and carried on."""
 
 
-for _cls in (TriageError, AnomalyError, ContractError, BundleError, ConfigError, TriageInternalWarning):
+for _cls in (TriageError, AnomalyError, ContractError, BundleError, ConfigError, TriageWarning,
+             TriageInternalWarning):
     _cls.__module__ = "torchtriage"

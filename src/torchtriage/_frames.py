@@ -9,7 +9,9 @@ import os
 import sys
 import sysconfig
 import types
+import weakref
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -194,3 +196,19 @@ def user_stacklevel() -> int:
         f = f.f_back
         level += 1
     return fallback or 1
+
+
+# optimizer -> the user's line that built it (known when a discovering session saw it being built)
+_optimizer_frames: weakref.WeakKeyDictionary[Any, UserFrame] = weakref.WeakKeyDictionary()
+
+
+def note_optimizer_frame(optimizer: Any, frame: UserFrame) -> None:
+    _optimizer_frames[optimizer] = frame
+
+
+def optimizer_frame(optimizer: Any) -> UserFrame | None:
+    """The user's line that created `optimizer`, when a discovering session saw it."""
+    try:
+        return _optimizer_frames.get(optimizer)
+    except TypeError:
+        return None

@@ -23,49 +23,38 @@ from torch.nn.modules import module as _module_mod
 from torch.nn.modules.loss import _Loss
 from torch.optim import optimizer as _optim_mod
 
-from ._checker import LossCall, overrides
+from ._checker import LOSS_FUNCTIONS, LossCall, overrides
 from ._errors import AnomalyError
 from ._findings import Stage
-from ._frames import find_frame, user_frame_from_stack, user_stack_frame
+from ._frames import find_frame, note_optimizer_frame, user_frame_from_stack, user_stack_frame
+from ._patching import Patches
 from ._step import called_functionally
 from ._roothook import RootHook  # pickles and deep-copies inert, with the user's model
+from ._transparent import HookOwner, remove_handle, standing_aside
 from ._transparent import install as _install_transparency
-from ._transparent import remove_handle, standing_aside
+from ._transparent import uninstall as _uninstall_transparency
 
 if TYPE_CHECKING:
     from ._session import Session
-
-# torch.nn.functional losses we observe; nn loss modules call these at call time too.
-LOSS_FUNCTIONS = (
-    "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "cross_entropy", "nll_loss",
-    "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss",
-    "gaussian_nll_loss", "soft_margin_loss", "multilabel_soft_margin_loss", "cosine_embedding_loss",
-    "margin_ranking_loss", "hinge_embedding_loss", "triplet_margin_loss", "ctc_loss",
-)
-
-# optimizer -> the user's line that built it (known when the session saw it being built)
-_optimizer_frames: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
-
-def optimizer_frame(optimizer: Any) -> Any:
-    """The user's line that created `optimizer`, when a discovering session saw it."""
-    try:
-        return _optimizer_frames.get(optimizer)
-    except TypeError:
-        return None
 
 
 _RAISED = object()  # marks the forward hook call PyTorch makes when forward raised
 DISCOVERY_STEPS = 3  # steps a discovering session keeps global module hooks to find models
 
 
-class SessionHooks:
-    """Installing, removing and running the session's hooks (mixed into `Session`, whose
-    __init__ creates the state used here: checkers, _handles, _patches, _depth, _busy, ...)."""
+class SessionHooks(HookOwner):
+    """Installing, removing and running the session's hooks (mixed into `Session`). The hooks'
+    own state is created by `_init_hooks` (called from `Session.__init__`); the rest they read
+    (checkers, the clock, the watched models and optimizers) is the session's."""
 
-    def _install(self) -> None:
-        needs = lambda event: any(overrides(c, event) for c in self.checkers)  # noqa: E731
-        self._per_module = self._wants_module_events()
+    def _init_hooks(self) -> None:
+        self._installed = False
+        self._handles: list[Any] = []
+        self._patches = Patches()
+        self._depth = 0  # module calls in progress
+        self._busy = 0  # > 0: a replay or probe runs, hooks ignore it
+        self._in_backward = 0
+        self._in_loss = 0
         # Module hooks: global ones (every module call of every model goes through PyTorch's
         # slower call path and two Python hooks) while they are needed — to discover models
         # (`run`) or while a check wants per-module events (the gradient check's first steps);
@@ -73,6 +62,13 @@ class SessionHooks:
         self._module_handles: list[Any] = []
         self._root_hooked: set[int] = set()
         self._awaiting_first_step: set[int] = set()  # optimizers (ids) built, not yet stepped
+        self._global_module_hooks = False
+        self._per_module = False
+
+    def _install(self) -> None:
+        needs = lambda event: any(overrides(c, event) for c in self.checkers)  # noqa: E731
+        self._installed = True
+        self._per_module = self._wants_module_events()
         if self.discover or self._per_module:
             self._module_handles.append(_module_mod.register_module_forward_pre_hook(self._fwd_pre))
             self._module_handles.append(_module_mod.register_module_forward_hook(
@@ -93,12 +89,15 @@ class SessionHooks:
                     self._patch(F, name, self._wrap_loss(name, fn))
 
     def _uninstall(self) -> None:
-        for h in (*self._handles, *getattr(self, "_module_handles", ())):
+        _uninstall_transparency(self)
+        for h in (*self._handles, *self._module_handles):
             remove_handle(h)
         self._handles.clear()
-        if hasattr(self, "_module_handles"):
-            self._module_handles.clear()
-            self._root_hooked.clear()
+        self._module_handles.clear()
+        self._root_hooked.clear()
+        self._awaiting_first_step.clear()
+        self._global_module_hooks = False
+        self._installed = False
         self._patches.restore_all()
 
     def _wants_module_events(self) -> bool:
@@ -107,7 +106,7 @@ class SessionHooks:
 
     def _hook_root(self, model: nn.Module) -> None:
         """Hook one watched root (root-only mode): its calls keep the step, stage and batch."""
-        if getattr(self, "_global_module_hooks", True) or id(model) in self._root_hooked:
+        if not self._installed or self._global_module_hooks or id(model) in self._root_hooked:
             return
         self._root_hooked.add(id(model))
         self._module_handles.append(model.register_forward_pre_hook(RootHook(self, "_fwd_pre")))
@@ -281,7 +280,7 @@ class SessionHooks:
                 try:
                     frame = user_frame_from_stack(2)
                     if frame is not None:
-                        _optimizer_frames[opt] = frame
+                        note_optimizer_frame(opt, frame)
                     session.watch_optimizer(opt)
                     session._awaiting_first_step.add(id(opt))
                     session._widen_module_hooks()

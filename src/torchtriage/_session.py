@@ -25,14 +25,13 @@ import torch.nn as nn
 
 from . import _registry
 from ._catalogue import msg, set_language
+from ._checker import LOSS_FUNCTIONS as LOSS_FUNCTIONS  # noqa: F401  (re-export)
 from ._checker import Checker, overrides
 from ._config import OnAnomaly, parse_late_read, parse_on_anomaly
-from ._errors import AnomalyError, TriageInternalWarning
+from ._errors import AnomalyError, TriageInternalWarning, TriageWarning
 from ._findings import Finding, Report, Severity, Stage
 from ._frames import user_stacklevel, without_our_frames
-from ._hooks import LOSS_FUNCTIONS as LOSS_FUNCTIONS  # noqa: F401  (re-export)
 from ._hooks import SessionHooks
-from ._patching import Patches
 
 _active: list[Session] = []
 _lock = threading.Lock()
@@ -110,18 +109,14 @@ class Session(SessionHooks):
         self._listened: list[Checker] | None = None
         self._n_listened = 0
         self._listeners_cache: dict[str, list[Checker]] = {}
-        self._handles: list[Any] = []
-        self._patches = Patches()
-        self._depth = 0
-        self._busy = 0
+        self._init_hooks()
         self._adopted_by: Session | None = None
         self.step = 0
         self.stage: Stage | None = None
         self._step_open = False
         self._clock: weakref.ref[torch.optim.Optimizer] | None = None
         self._pending_end = False
-        self._in_backward = 0
-        self._in_loss = 0
+        self._closed = False
         self.exception: BaseException | None = None
         from ._series import SeriesStore
 
@@ -198,9 +193,28 @@ class Session(SessionHooks):
                 return m
         return None
 
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """The findings so far in the order they were found (`report` sorts them by priority)."""
+        return tuple(self._findings.values())
+
+    @property
+    def step_started(self) -> bool:
+        """True once a step has begun: the current one is open, or one has closed."""
+        return self._step_open or self.step > 0
+
+    def step_skipped(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer step that never ran (GradScaler skips `optimizer.step()` on inf/NaN
+        gradients) still ends the iteration: close the session's step when `optimizer` drives
+        the step clock (the first optimizer that steps), so the next batch gets its own step."""
+        if self._clock is None:
+            self._clock = weakref.ref(optimizer)
+        if self._clock() is optimizer:
+            self._end_step()
+
     def add(self, finding: Finding) -> Finding:
         """Record a finding (once per cause) and apply the on_anomaly policy to errors."""
-        if finding.step is None and self._step_open_or_started():
+        if finding.step is None and self.step_started:
             # Between steps (after an update, before the next forward) a finding belongs to
             # the step that just closed: e.g. `out.grad` read right after `opt.step()`.
             finding = finding.replace(step=self.step if self._step_open else self.step - 1)
@@ -243,7 +257,7 @@ class Session(SessionHooks):
         # The model's layout, for the HTML report's model tree: path -> class name.
         self.meta.setdefault("models", {})[label] = {
             name: type(sub).__name__ for name, sub in model.named_modules()}
-        if hasattr(self, "_module_handles"):  # installed: hook the root when in root-only mode
+        if self._installed:  # hook the root when in root-only mode
             self._hook_root(model)
         self._emit("on_model", model, label)
 
@@ -340,7 +354,7 @@ class Session(SessionHooks):
 
     def close(self) -> None:
         """Finish the open step and let checks draw their conclusions. Idempotent."""
-        if getattr(self, "_closed", False):
+        if self._closed:
             return
         self._closed = True
         self._pending_end = False
@@ -408,9 +422,6 @@ class Session(SessionHooks):
         warnings.warn(msg("internal.warning", where=where, error=f"{type(e).__name__}: {e}"),
                       TriageInternalWarning, stacklevel=user_stacklevel())
 
-    def _step_open_or_started(self) -> bool:
-        return self._step_open or self.step > 0
-
     def _begin_step_if_needed(self) -> None:
         if self._pending_end:
             # No optimizer has stepped since the last backward: that backward closed a step.
@@ -441,13 +452,6 @@ class Session(SessionHooks):
             self._warned.add(finding.key)
             where = f" [{finding.module}]" if finding.module else ""
             warnings.warn(f"torchtriage: {finding.message}{where}", TriageWarning, stacklevel=user_stacklevel())
-
-
-class TriageWarning(UserWarning):
-    """A finding reported as a warning (on_anomaly="warn")."""
-
-
-TriageWarning.__module__ = "torchtriage"
 
 
 def _as_list(obj: Any, cls: type, what: str) -> list[Any]:

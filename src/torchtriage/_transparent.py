@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn as nn
 from torch.nn.modules import module as _module_mod
+
+from ._roothook import RootHook
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -63,12 +66,13 @@ def standing_aside() -> bool:
     return bool(_is_compiling() or _get_tracing_state() is not None or _functorch_active())
 
 
+class HookOwner:
+    """Base class of the session's hook mixin: its bound methods are torchtriage's hooks."""
+
+
 def is_ours(hook: Any) -> bool:
     """A hook torchtriage registered: a root's `RootHook`, or a bound method of a session."""
-    from ._hooks import SessionHooks
-    from ._roothook import RootHook
-
-    return isinstance(hook, RootHook) or isinstance(getattr(hook, "__self__", None), SessionHooks)
+    return isinstance(hook, RootHook) or isinstance(getattr(hook, "__self__", None), HookOwner)
 
 
 def _our_ids(state: dict[str, Any]) -> set[int]:
@@ -171,14 +175,13 @@ def _has_any_global_hook_but_ours() -> bool:
 
 
 _fork_guard: list[bool] = []
+_installed: weakref.WeakSet[Any] = weakref.WeakSet()  # sessions between install and uninstall
 
 
 def _pause_sessions_in_child() -> None:
     # A forked child (a DataLoader worker) inherits the installed session: its hooks would
     # count steps and queue device flags nobody reads there. Inert in the child.
-    from ._session import _active
-
-    for s in _active:
+    for s in list(_installed):
         s._busy += 1
 
 
@@ -187,6 +190,7 @@ def install(session: Session) -> None:
     if not _fork_guard and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_pause_sessions_in_child)  # once per process
         _fork_guard.append(True)
+    _installed.add(session)
     session._patch(nn.Module, "__reduce_ex__", _reduce_ex)
     jit_recursive = getattr(torch.jit, "_recursive", None)
     if jit_recursive is not None and hasattr(jit_recursive, "get_hook_stubs"):
@@ -196,6 +200,11 @@ def install(session: Session) -> None:
         session._patch(export_mod, "export", _wrap_export(export_mod.export, session))
     if hasattr(_module_mod, "_has_any_global_hook"):
         session._patch(_module_mod, "_has_any_global_hook", _has_any_global_hook_but_ours)
+
+
+def uninstall(session: HookOwner) -> None:
+    """The session's patches are undone by the session itself; forget it for forked children."""
+    _installed.discard(session)
 
 
 def remove_handle(handle: Any) -> None:

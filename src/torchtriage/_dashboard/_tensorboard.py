@@ -42,7 +42,7 @@ class TensorBoardSink:
 
     def report(self, report: Report, markers: dict[int, float]) -> None:
         from ..report import render_text
-        from ..report._text import render_finding
+        from .._render._text import render_finding
 
         for step, value in sorted(markers.items()):
             self.writer.add_scalar(PREFIX + "anomaly", value, global_step=step)

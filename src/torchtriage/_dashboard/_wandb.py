@@ -58,7 +58,7 @@ class WandbSink:
     def report(self, report: Report, markers: dict[int, float]) -> None:
         wandb = _import_wandb()
         from ..report import render_text
-        from ..report._fragment import render_fragment
+        from .._render._fragment import render_fragment
 
         for step, value in sorted(markers.items()):
             self.run.log({STEP: step, PREFIX + "anomaly": value})

@@ -20,8 +20,11 @@ from .. import _deferred
 from .._checker import Checker
 from .._findings import Category, Finding, Report, Severity, Stage, from_catalogue
 from .._frames import user_frame_from_stack
-from . import _ddp, _env, _merge, _shards
 from .._patching import Patches
+from ._ddp import DDPWatch, find_unused_idle, is_ddp, received_finding, replayable, unused_finding
+from ._env import RankInfo, rank_info, run_dir
+from ._merge import merge
+from ._shards import is_dtensor, is_sharded
 from ._collectives import Tracker, wrap_collectives
 from ._rundir import RunDir, open_rundir
 from ._watchdog import ENDED_GRACE, MERGE_WAIT, STALL_EXIT_CODE, Watchdog
@@ -36,12 +39,12 @@ class DistributedChecker(Checker):
 
     def __init__(self) -> None:
         super().__init__()
-        self.info: _env.RankInfo | None = None
+        self.info: RankInfo | None = None
         self.tracker = Tracker()
         self.rundir: RunDir | None = None
         self.watchdog: Watchdog | None = None
         self._patches = Patches()
-        self._ddp: list[_ddp.DDPWatch] = []
+        self._ddp: list[DDPWatch] = []
         self._flags = _deferred.DeferredFlags()
         self._local: list[float] = []
         self._step_t0 = time.time()
@@ -57,7 +60,7 @@ class DistributedChecker(Checker):
 
     # ------------------------------------------------------------------ lifecycle
     def on_start(self, session: Any) -> None:
-        self.info = _env.rank_info()
+        self.info = rank_info()
         if self.info is None or self.info.world_size < 2:
             self.info = None  # a process group of one (a bundle's replay): nothing to gather
             return
@@ -66,7 +69,7 @@ class DistributedChecker(Checker):
         # read by the repro recorder: a bundle says which rank it is and what the step needed
         session.meta["distributed"] = {"rank": self.info.rank, "world_size": self.info.world_size,
                                        "ddp": False, "step_collectives": self.tracker.step_ops}
-        self.rundir = open_rundir(_env.run_dir(), self.info.rank, self.info.world_size)
+        self.rundir = open_rundir(run_dir(), self.info.rank, self.info.world_size)
         wrap_collectives(self.tracker, torch.distributed, self._patches)
         timeout = session.options.get("stall_timeout")
         self.writer = session.options.get("report_writer")
@@ -78,13 +81,13 @@ class DistributedChecker(Checker):
     def on_model(self, model: nn.Module, label: str) -> None:
         if self.info is None:
             return
-        if _ddp.is_ddp(model):
-            self._ddp.append(_ddp.DDPWatch(model, self._flags, self.tracker))
-            if not _ddp.replayable(model):
+        if is_ddp(model):
+            self._ddp.append(DDPWatch(model, self._flags, self.tracker))
+            if not replayable(model):
                 self._no_replay = True
             assert self.session is not None
             self.session.meta["distributed"]["ddp"] = True
-        if _shards.is_sharded(model) and not self._fsdp:
+        if is_sharded(model) and not self._fsdp:
             # FSDP swaps sharded and gathered parameters around each forward and backward:
             # the gradient chain check cannot judge them (it would report them as cut).
             self._fsdp = True
@@ -118,7 +121,7 @@ class DistributedChecker(Checker):
         for w in self._ddp:
             unused = w.backward_done(self._on_local)
             if unused and w.checks_unused:
-                self.session.add(_ddp.unused_finding(unused, self.session.step,
+                self.session.add(unused_finding(unused, self.session.step,
                                                      self.session.model_label(w.ddp) or "model"))
         if self._flags:
             _deferred.ride(self.session, self._flags)
@@ -139,7 +142,7 @@ class DistributedChecker(Checker):
         for w in self._ddp:
             if not w.checks_unused and getattr(w.ddp, "find_unused_parameters", False) \
                     and not w.ever_unused and w.steps_checked:
-                self.session.add(_ddp.find_unused_idle(w.steps_checked, self.session.model_label(w.ddp) or "model"))
+                self.session.add(find_unused_idle(w.steps_checked, self.session.model_label(w.ddp) or "model"))
             w.remove()
         self._ddp.clear()
         self._flags.clear()
@@ -168,7 +171,7 @@ class DistributedChecker(Checker):
         local = self._local
         if not local or not all(math.isfinite(v) for v in local):
             return None
-        return _ddp.received_finding(step, local)
+        return received_finding(step, local)
 
     def sharded_nonfinite(self, trip: str, step: int, loss: float | None) -> Finding | None:
         """For the sentinel, with an FSDP model: the finding without a replay (replaying a sharded
@@ -182,7 +185,7 @@ class DistributedChecker(Checker):
         elif trip == "backward" and loss is not None and math.isfinite(loss):
             # this rank's loss was finite: the gradients came non-finite out of the reduce-scatter
             # (the merged report names the rank whose own loss or forward was not finite)
-            f = _ddp.received_finding(step, [])
+            f = received_finding(step, [])
             return f.replace(evidence={"this rank's loss": loss})
         return from_catalogue(Category.NUMERICAL, "distributed.nonfinite_sharded", "dist.sharded",
                               fields={"stage": trip, "step": step}, cause_key="dist.cause.sharded",
@@ -194,7 +197,7 @@ class DistributedChecker(Checker):
         """One number per parameter and buffer at the first forward (read with the step's one
         read); the merged report compares the ranks' numbers."""
         named = [(f"{label}.{n}", t) for n, t in (*model.named_parameters(), *model.named_buffers())
-                 if t.is_floating_point() and t.numel() and not _shards.is_dtensor(t)]  # shards differ by design
+                 if t.is_floating_point() and t.numel() and not is_dtensor(t)]  # shards differ by design
         if not named or len(named) > 4096:
             return
         names = [n for n, _ in named]
@@ -247,7 +250,7 @@ class DistributedChecker(Checker):
         timeout = (self.watchdog.timeout() if self.watchdog else 60.0) + END_GRACE
         records = self._collect(timeout)
         self._wait_if_stalling()
-        merged = _merge.merge(records, self.info.world_size)
+        merged = merge(records, self.info.world_size)
         self._gathered = merged
         rd.write("done.json", {"rank": 0})
         self._finish()

@@ -190,7 +190,7 @@ class Watchdog(threading.Thread):
     def _lead(self, request: dict[str, Any], beats: dict[int, Any], alive: list[int]) -> None:
         """Merge every rank's dump (or, for a blocked rank, its faulthandler stack), write the
         report, end the blocked ranks of this host, then this process."""
-        from . import _merge
+        from ._merge import frozen_record, merge
 
         o = self.owner
         assert o.rundir is not None and o.info is not None
@@ -230,8 +230,8 @@ class Watchdog(threading.Thread):
                 break
             time.sleep(0.05)
         for r in frozen:
-            records[r] = _merge.frozen_record(r, beats[r], _fh_stack(rd, r))
-        report = _merge.merge(records, o.info.world_size, stall=request)
+            records[r] = frozen_record(r, beats[r], _fh_stack(rd, r))
+        report = merge(records, o.info.world_size, stall=request)
         try:
             o.stall_exit(report)
         finally:

@@ -26,7 +26,8 @@ from .._findings import Category, Finding, Severity, Stage
 from .._frames import user_frame_from_stack
 from .._nonfinite._sentinel import foreach_norm
 from .._silent._common import first_tensor, is_index_tensor
-from . import _causal, _trends
+from ._causal import probe, shift_share
+from ._trends import Growth, PRIOR_MIN_STEPS, Spikes, TINY_UPDATE, at_prior, label_entropy, loss_not_lower
 from ._common import finding, num
 from ._evalcode import MetricRegion, dim_finding, node_checks
 from ._layers import Sample, Vanishing, _local, grad_params, layer_kind, layer_names, per_layer, update_ratio
@@ -56,8 +57,8 @@ class DynamicsChecker(Checker):
         self.sched.install()
         self.order = StepOrder(session)
         self.order.install()
-        self.loss_growth, self.grad_growth = _trends.Growth(), _trends.Growth()
-        self.spikes, self.vanish = _trends.Spikes(), Vanishing()
+        self.loss_growth, self.grad_growth = Growth(), Growth()
+        self.spikes, self.vanish = Spikes(), Vanishing()
         self.loss_head: list[float] = []
         self.loss_recent: collections.deque[float] = collections.deque(maxlen=200)
         self.seen = {"loss": 0, "grad_norm": 0}
@@ -152,7 +153,7 @@ class DynamicsChecker(Checker):
                 self.class_counts = v
             elif len(self.class_counts) == len(v):
                 self.class_counts = [a + b for a, b in zip(self.class_counts, v)]
-            h = _trends.label_entropy(self.class_counts)
+            h = label_entropy(self.class_counts)
             self._set_prior("cross_entropy", "", h, f"entropy of the labels; log({c}) = {math.log(c):.4f}")
 
         self.flags.add([counts], done)
@@ -166,7 +167,7 @@ class DynamicsChecker(Checker):
         model = snap.model if snap is not None else None
         if model is None or model in self.probed or not snap.args:
             return
-        nums = _causal.shift_share(tgt, snap.args[0], ignore)
+        nums = shift_share(tgt, snap.args[0], ignore)
         if nums is None:
             return
         self.probed.add(model)
@@ -277,10 +278,10 @@ class DynamicsChecker(Checker):
                               evidence={"series": "loss", "start_step": grow["start"], "value_at_start": num(grow["first"]),
                                         "step_now": grow["end"], "value_now": num(grow["last"]),
                                         "growth_per_step": f"×{grow['rate']:.3g}", "lr": self._lr_text()}))
-        if (self.prior is not None and self._step >= _trends.PRIOR_MIN_STEPS and self._step % 10 == 0
+        if (self.prior is not None and self._step >= PRIOR_MIN_STEPS and self._step % 10 == 0
                 and "prior" not in self.reported):
             loss, variant, prior, what = self.prior
-            mean = _trends.at_prior(list(self.loss_recent), prior)
+            mean = at_prior(list(self.loss_recent), prior)
             if mean is not None:
                 self.reported.add("prior")
                 steps = self._step + 1
@@ -348,8 +349,8 @@ class DynamicsChecker(Checker):
         del self.ratios[:-8]
         last = self.ratios[-2:]
         losses = self.loss_head + list(self.loss_recent)
-        if (len(last) == 2 and all(r < _trends.TINY_UPDATE for _, r in last) and self._step >= 20
-                and _trends.loss_not_lower(losses) and "stagnation" not in self.reported):
+        if (len(last) == 2 and all(r < TINY_UPDATE for _, r in last) and self._step >= 20
+                and loss_not_lower(losses) and "stagnation" not in self.reported):
             self.reported.add("stagnation")
             self._add(finding("stagnation", stage=Stage.OPTIMIZER, step=last[0][0], first=num(losses[0]),
                               last=num(losses[-1]), steps=self._step, ratio=f"{last[-1][1]:.1e}", lr=num(lr_value(lr)),
@@ -369,6 +370,6 @@ class DynamicsChecker(Checker):
         ref, args, kwargs, frame, step = pending
         model = ref()
         if model is not None:
-            f = _causal.probe(model, args, kwargs, frame)
+            f = probe(model, args, kwargs, frame)
             if f is not None:
                 self._add(f.replace(step=step))

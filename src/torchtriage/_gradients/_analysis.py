@@ -307,7 +307,7 @@ class Analysis:
             # Parameters of a model nobody watches are normal (a GAN's other net); stale means the
             # watched model also has trainable parameters that no optimizer holds.
             if foreign and missing:
-                from .._hooks import optimizer_frame
+                from .._frames import optimizer_frame
 
                 out.append(make_finding("gradient.optimizer_stale", Severity.ERROR, Stage.OPTIMIZER,
                                         step=step, frame=optimizer_frame(opt), optimizer=oi, optimizer_class=type(opt).__name__,
@@ -510,7 +510,7 @@ class Analysis:
     def _not_in_optimizer(self, trainable: dict[int, ParamInfo], opt_of: dict[int, Any],
                           step: int | None, models: list[tuple[nn.Module, str]],
                           optimizers: list[torch.optim.Optimizer] = ()) -> list[Finding]:  # type: ignore[assignment]
-        from .._hooks import optimizer_frame
+        from .._frames import optimizer_frame
 
         # With one optimizer, the line to change is the one that built it (known under `run`).
         frame = optimizer_frame(optimizers[0]) if len(optimizers) == 1 else None

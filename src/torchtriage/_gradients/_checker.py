@@ -97,7 +97,7 @@ class GradientChecker(Checker):
 
     def _ignore(self) -> bool:
         s = self.session
-        return s is None or bool(s._busy) or s.stage is Stage.OPTIMIZER
+        return s is None or s.busy or s.stage is Stage.OPTIMIZER
 
     def _on_cut(self, rec: CutRecord) -> None:
         if rec.kind == "nonleaf_grad":
@@ -287,7 +287,7 @@ class GradientChecker(Checker):
         self._concluded = True
         if self.tracer is not None:
             if self.tracer.failed is not None and self.session is not None:
-                self.session._internal_error("gradients.tracer", self.tracer.failed)
+                self.session.internal_error("gradients.tracer", self.tracer.failed)
             if pop(self.tracer):
                 self.tracer = None
         analysis, self.analysis = self.analysis, None

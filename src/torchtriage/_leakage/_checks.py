@@ -14,7 +14,9 @@ import numpy as np
 
 from .._catalogue import msg
 from .._findings import Finding, Report
-from . import _engines, _ids, _preprocess
+from ._engines import scan_all
+from ._ids import id_columns
+from ._preprocess import check_normalizer, check_vocabulary, normalizer_stats, vocabulary
 from ._compare import MAX_EXAMPLES, _same_dataset, compare, finding
 from ._scan import Options
 from ._sources import Source, make_source, make_spec
@@ -92,14 +94,14 @@ def check_splits(
     specs = {role: make_spec(role, value, sources) for role, value in (("groups", groups), ("time", time),
                                                                        ("labels", labels))}
     roles = {sp.column for sp in specs.values() if sp is not None and sp.column}
-    ids = _ids.id_columns(sources, roles | set(ignore) | set(content) | {files}, int(chunk_size))
+    ids = id_columns(sources, roles | set(ignore) | set(content) | {files}, int(chunk_size))
     opts = Options(groups=specs["groups"], time=specs["time"],
                    labels=specs["labels"], ignore=set(ignore) | set(ids), files=files,
                    near=bool(near), tokens=bool(vocabs), stats=bool(norms), chunk=int(chunk_size), progress=progress)
     findings: list[Finding] = [finding("id_column", "info", "id", {"column": c}, column=c) for c in ids]
     findings += _index_overlap(sources)
     order = sorted(sources, key=lambda s: _RANK[s.name])
-    store, scans = _engines.scan_all(engine, order, opts, memory_limit=memory_limit)
+    store, scans = scan_all(engine, order, opts, memory_limit=memory_limit)
     try:
         empty = [s.source for s in scans if not s.n]
         if empty:  # "no finding" on an empty split would read as a clean split
@@ -136,8 +138,8 @@ def _sources(train: Any, val: Any, test: Any) -> list[Source]:
 def _preprocessors(preprocessors: Iterable[Any] | None) -> tuple[list[tuple[Any, Any]], list[tuple[Any, Any]]]:
     """(vocabularies, normalizers) among the fitted preprocessors; anything else is a TypeError."""
     preps = list(preprocessors or [])
-    vocabs = [(p, v) for p in preps if (v := _preprocess.vocabulary(p)) is not None]
-    norms = [(p, st) for p in preps if (st := _preprocess.normalizer_stats(p)) is not None]
+    vocabs = [(p, v) for p in preps if (v := vocabulary(p)) is not None]
+    norms = [(p, st) for p in preps if (st := normalizer_stats(p)) is not None]
     unknown = [p for p in preps if all(p is not q for q, _ in vocabs + norms)]
     if unknown:
         raise TypeError(msg("leakage.bad_preprocessor", given=type(unknown[0]).__qualname__))
@@ -157,11 +159,11 @@ def _fitted_before_split(norms: list[tuple[Any, Any]], vocabs: list[tuple[Any, A
     """Normalizers and vocabularies that saw more than the training split."""
     out: list[Finding] = []
     for obj, stats in norms:
-        f = _preprocess.check_normalizer(obj, stats, scans, "train")
+        f = check_normalizer(obj, stats, scans, "train")
         if f is not None:
             out.append(f)
     for obj, vocab in vocabs:
-        out += _preprocess.check_vocabulary(obj, vocab, scans, "train")
+        out += check_vocabulary(obj, vocab, scans, "train")
     return out
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._catalogue import msg
-from . import _near
+from ._near import NUM_PERM, SIM_BANDS, SIM_BITS, TEXT_BANDS, sim_bands, similarity, text_bands
 from ._scan import Part, Scan, Scanner
 from ._sources import Block, Source
 from ._store import (BAND_CAP, MAX_EXAMPLES, MAX_GROUPS, Conflicts, GroupOverlap, Matches, Near, Repeats, Store,
@@ -290,9 +290,9 @@ class DaskStore(Store):
 
     def _bands(self, split: str, kind: str) -> Any:
         f = self.frames[split]
-        width = _near.NUM_PERM if kind == "text" else _near.SIM_BITS // 64
+        width = NUM_PERM if kind == "text" else SIM_BITS // 64
         sig_cols = [f"s{k}" for k in range(width)]
-        band_fn = _near.text_bands if kind == "text" else _near.sim_bands
+        band_fn = text_bands if kind == "text" else sim_bands
 
         def explode(df: Any) -> Any:
             import pandas as pd
@@ -300,7 +300,7 @@ class DaskStore(Store):
             df = df[df["valid"]]
             sig = df[sig_cols].to_numpy()
             bands = band_fn(sig.astype(np.uint32 if kind == "text" else np.uint64))
-            nb = bands.shape[1] if len(bands) else (_near.TEXT_BANDS if kind == "text" else _near.SIM_BANDS)
+            nb = bands.shape[1] if len(bands) else (TEXT_BANDS if kind == "text" else SIM_BANDS)
             return pd.DataFrame({"row": np.repeat(df["row"].to_numpy(), nb),
                                  "band": np.tile(np.arange(nb, dtype=np.int8), len(df)),
                                  "key": bands.reshape(-1).astype(np.uint64)})
@@ -329,7 +329,7 @@ class DaskStore(Store):
 
             sa = df[[f"{c}_a" for c in sig_cols]].to_numpy().astype(dtype)
             sb = df[[f"{c}_b" for c in sig_cols]].to_numpy().astype(dtype)
-            sim = _near.similarity(kind, sa, sb) if len(df) else np.zeros(0)
+            sim = similarity(kind, sa, sb) if len(df) else np.zeros(0)
             keep = (sim >= threshold) & (df["exact_a"].to_numpy() != df["exact_b"].to_numpy())
             return pd.DataFrame({"ia": df["row_a"].to_numpy()[keep], "ib": df["row_b"].to_numpy()[keep],
                                  "sim": np.asarray(sim, np.float64)[keep]})

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._catalogue import msg
-from . import _near
+from ._near import NUM_PERM, SIM_BITS, sim_bands, similarity, text_bands
 from ._scan import Part
 from ._store import (BAND_CAP, MAX_EXAMPLES, MAX_GROUPS, Conflicts, GroupOverlap, Matches, Near, Repeats, Store,
                      TimeOrder, choose_examples)
@@ -124,7 +124,7 @@ class DuckStore(Store):
             else:
                 self._run(f"INSERT INTO t_{split} SELECT row, exact, label, grp, t, CAST(sig AS BLOB), valid FROM _part")
             if kind is not None:
-                bands = (_near.text_bands if kind == "text" else _near.sim_bands)(part.sig)
+                bands = (text_bands if kind == "text" else sim_bands)(part.sig)
                 ok = np.asarray(part.valid, bool)
                 nb = bands.shape[1]
                 btbl = pa.table({"row": np.repeat(rows[ok], nb), "band": np.tile(np.arange(nb, dtype=np.int8), int(ok.sum())),
@@ -271,7 +271,7 @@ class DuckStore(Store):
                f"p AS (SELECT DISTINCT ca.row AS ia, bb.row AS ib FROM ca JOIN b_{b} AS bb USING (band, key)) "
                f"SELECT p.ia, p.ib, x.sig AS sa, y.sig AS sb FROM p JOIN t_{a} AS x ON x.row = p.ia "
                f"JOIN t_{b} AS y ON y.row = p.ib WHERE x.exact <> y.exact")
-        dtype, width = (np.uint32, _near.NUM_PERM) if kind == "text" else (np.uint64, _near.SIM_BITS // 64)
+        dtype, width = (np.uint32, NUM_PERM) if kind == "text" else (np.uint64, SIM_BITS // 64)
         keep_a, keep_b, keep_s = [], [], []
         import duckdb
 
@@ -281,7 +281,7 @@ class DuckStore(Store):
                     continue
                 ia = batch.column(0).to_numpy()
                 ib = batch.column(1).to_numpy()
-                sim = _near.similarity(kind or "num", _rows_of(batch.column(2), dtype, width),
+                sim = similarity(kind or "num", _rows_of(batch.column(2), dtype, width),
                                        _rows_of(batch.column(3), dtype, width))
                 ok = sim >= threshold
                 keep_a.append(ia[ok])

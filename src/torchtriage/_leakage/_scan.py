@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._catalogue import msg
-from . import _near
+from ._near import MIN_DIM, NUM_PERM, per_sample_normalize, reduce_images, simhash, text_of, text_signature
 from ._hashing import (array_row_digests, cell_word, file_digest, float_words, key_of, object_words,
                        row_digests, sample_digest, to_numpy)
 from ._sources import Block, Source, Spec, sample_input, sample_label, _NONE
@@ -332,10 +332,10 @@ class Scanner:
             return ex, None
         if sh.text_col is not None:
             return ex, self._texts(list(cols[sh.text_col]), sc)
-        if sh.num_cols and len(sh.num_cols) >= _near.MIN_DIM:
+        if sh.num_cols and len(sh.num_cols) >= MIN_DIM:
             sc.near_kind = "num"
             v = sh.standardize(mat)
-            return ex, (_near.simhash(v), np.isfinite(mat).all(axis=1))
+            return ex, (simhash(v), np.isfinite(mat).all(axis=1))
         return ex, None
 
     def _array_stats(self, vals: np.ndarray, sc: Scan) -> None:
@@ -352,17 +352,17 @@ class Scanner:
         if not self.opts.near or vals.ndim < 2:
             return None
         per = int(np.prod(vals.shape[1:]))
-        if per < _near.MIN_DIM:
+        if per < MIN_DIM:
             return None
         sc.near_kind = "num"
         if vals.ndim == 2 and per <= 1024:  # table-like rows: columns keep their own scale
             v = self.shared.standardize(np.asarray(vals, np.float64))
-            return _near.simhash(v), np.isfinite(vals).all(axis=1)
-        v, ok = _near.per_sample_normalize(_near.reduce_images(vals))
-        return _near.simhash(v), ok
+            return simhash(v), np.isfinite(vals).all(axis=1)
+        v, ok = per_sample_normalize(reduce_images(vals))
+        return simhash(v), ok
 
     def _near_samples(self, inputs: list[Any], sc: Scan) -> Any:
-        texts = [_near.text_of(x) for x in inputs]
+        texts = [text_of(x) for x in inputs]
         if self.opts.tokens:
             for t in texts:
                 if t:
@@ -380,12 +380,12 @@ class Scanner:
 
     def _texts(self, cells: list[Any], sc: Scan) -> Any:
         sc.near_kind = "text"
-        sig = np.zeros((len(cells), _near.NUM_PERM), np.uint32)
+        sig = np.zeros((len(cells), NUM_PERM), np.uint32)
         ok = np.zeros(len(cells), bool)
         for i, c in enumerate(cells):
-            t = _near.text_of(c)
+            t = text_of(c)
             if t is not None:
-                sig[i] = _near.text_signature(t)
+                sig[i] = text_signature(t)
                 ok[i] = True
         if self.opts.tokens and self.shared.text_col is not None:
             pass  # table tokens were collected in _table

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._catalogue import msg
-from . import _tables
+from ._tables import file_columns, file_format, is_shards, iter_file, iter_files, iter_frame, shard_columns, shard_paths
 from ._hashing import to_numpy
 
 ACCEPTED = ("torch Dataset / Subset / DataLoader, numpy array, torch tensor, pandas DataFrame, "
@@ -59,9 +59,9 @@ class Source:
         size = self._budget(size)
         if self.kind == "table":
             if self.paths:
-                it = _tables.iter_files(self.paths, size)
+                it = iter_files(self.paths, size)
             else:
-                it = _tables.iter_file(self.path, size) if self.path else _tables.iter_frame(self.obj, size)
+                it = iter_file(self.path, size) if self.path else iter_frame(self.obj, size)
             start = 0
             for cols in it:
                 n = len(next(iter(cols.values()))) if cols else 0
@@ -119,16 +119,16 @@ def _describe(obj: Any) -> str:
 
 def make_source(obj: Any, name: str) -> Source:
     """Wrap one split; a TypeError names what was given and what is accepted."""
-    if isinstance(obj, (str, os.PathLike)) and _tables.is_shards(os.fspath(obj)):
-        paths = _tables.shard_paths(os.fspath(obj))
-        cols = _tables.shard_columns(paths)
+    if isinstance(obj, (str, os.PathLike)) and is_shards(os.fspath(obj)):
+        paths = shard_paths(os.fspath(obj))
+        cols = shard_columns(paths)
         return Source(name, "table", f"{len(paths)} files {os.fspath(obj)}", None, path=None, columns=cols, paths=paths)
     if isinstance(obj, (str, os.PathLike)):
         path = os.fspath(obj)
-        _tables.file_format(path)
+        file_format(path)
         if not os.path.isfile(path):
             raise ValueError(msg("leakage.unreadable", path=path, error="no such file"))
-        cols = _tables.file_columns(path)
+        cols = file_columns(path)
         return Source(name, "table", f"file {path}", None, path=path, columns=cols)
     mod = type(obj).__module__
     if mod.startswith("pandas") and hasattr(obj, "iloc") and hasattr(obj, "columns"):

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _near
+from ._near import pairs_by_bands, sim_bands, similarity, text_bands
 
 MAX_EXAMPLES = 5
 MAX_GROUPS = 20
@@ -227,10 +227,10 @@ class MemoryStore(Store):
         va, vb = np.nonzero(sa.near_valid)[0], np.nonzero(sb.near_valid)[0]
         if not len(va) or not len(vb):
             return Near(0, [])
-        bands = _near.text_bands if kind == "text" else _near.sim_bands
-        ia, ib = _near.pairs_by_bands(bands(sa.near_sig[va]), bands(sb.near_sig[vb]), BAND_CAP)
+        bands = text_bands if kind == "text" else sim_bands
+        ia, ib = pairs_by_bands(bands(sa.near_sig[va]), bands(sb.near_sig[vb]), BAND_CAP)
         ia, ib = va[ia], vb[ib]
-        sim = _near.similarity(kind, sa.near_sig[ia], sb.near_sig[ib])
+        sim = similarity(kind, sa.near_sig[ia], sb.near_sig[ib])
         keep = (sim >= threshold) & (sa.exact[ia] != sb.exact[ib])
         ia, ib, sim = ia[keep], ib[keep], sim[keep]
         return Near(int(len(np.unique(ib))), choose_examples(ia, ib, sim))

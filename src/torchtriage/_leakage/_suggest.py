@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .._catalogue import msg
-from . import _tables
+from ._tables import iter_file, need
 from ._hashing import key_of
 
 OUT_FORMATS = (".csv", ".jsonl", ".parquet")
@@ -47,7 +47,7 @@ def suggest_split(paths: dict[str, str], group: str, out: str, chunk: int = 6553
     rows_of: Counter = Counter()
     columns: dict[str, None] = {}
     for name, path in paths.items():
-        for cols in _tables.iter_file(path, chunk):
+        for cols in iter_file(path, chunk):
             if group not in cols:
                 raise ValueError(msg("leakage.missing_column", role="--group", column=group, name=name,
                                      columns=", ".join(list(cols)[:20])))
@@ -81,7 +81,7 @@ def suggest_split(paths: dict[str, str], group: str, out: str, chunk: int = 6553
 def _records(paths: dict[str, str], group: str, assign: dict[str, str], header: list[str], split_col: str,
              chunk: int):  # type: ignore[no-untyped-def]
     for path in paths.values():
-        for cols in _tables.iter_file(path, chunk):
+        for cols in iter_file(path, chunk):
             n = len(cols[group])
             for i in range(n):
                 rec = {c: (_cell(cols[c][i]) if c in cols else None) for c in header[:-1]}
@@ -103,8 +103,8 @@ def _write(paths: dict[str, str], group: str, assign: dict[str, str], header: li
             for r in recs:
                 fh.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
     else:
-        pa = _tables.need("pyarrow")
-        pq = _tables.need("pyarrow.parquet")
+        pa = need("pyarrow")
+        pq = need("pyarrow.parquet")
         # Parquet needs one schema: gathered in memory (documented limit of --suggest-split).
         table = pa.Table.from_pylist(list(recs))
         pq.write_table(table, out)

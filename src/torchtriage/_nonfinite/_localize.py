@@ -21,7 +21,7 @@ from ._replay import (FirstNonFiniteNode, NodeMap, call_model, float_leaves, gra
 from torch.utils._pytree import tree_leaves
 
 from ._trace import ModuleStack, OpTracer, Origin, nonfinite
-from . import _steplocalize
+from ._steplocalize import backward as step_backward, forward as step_forward, loss as step_loss, why_not
 
 
 def _finding(code: str, key: str, stage: Stage, step: int, *, module: str | None = None, op: str | None = None,
@@ -63,7 +63,7 @@ def not_reproduced(stage: Stage, step: int, evidence: dict[str, Any] | None = No
     if session is not None:
         # Why the whole-step replay could not run; a step that was not taped arms the tape, so
         # the next occurrence is replayed in full (issue 11).
-        why = _steplocalize.why_not(session)
+        why = why_not(session)
         if why is not None:
             evidence.setdefault("why", msg(why))
             keeper = session.checker("snapshot")
@@ -115,8 +115,8 @@ def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = Fa
     """Replay the step (every model call and the ops between them) or, without a record of it,
     the model's forward, under the op tracer; the producer of the bad output."""
     snap = session.snapshot
-    if _steplocalize.why_not(session) is None:
-        got = _steplocalize.forward(session, state, step, _namer(session), any_kind)
+    if why_not(session) is None:
+        got = step_forward(session, state, step, _namer(session), any_kind)
         if got is not None:
             tracer, bad, call, extra = got
             several = len({id(c.model) for c in snap.record.calls}) > 1 or len(session.models) > 1
@@ -175,8 +175,8 @@ def _forward_finding(session: Any, tracer: OpTracer, bad: torch.Tensor, step: in
 
 def localize_loss(session: Any, state: Any, step: int) -> Finding:
     """The loss is non-finite while the model's NaN/+Inf check passed."""
-    if _steplocalize.why_not(session) is None:
-        found = _steplocalize.loss(session, state, step, _namer(session), _producer_finding)
+    if why_not(session) is None:
+        found = step_loss(session, state, step, _namer(session), _producer_finding)
         if found is not None:
             return found
     calls = [c for c in state.loss_calls if isinstance(c.output, torch.Tensor) and nonfinite(c.output, True)]
@@ -238,8 +238,8 @@ def _walk_loss_graph(state: Any, step: int, frame: Any) -> Finding | None:
 def localize_backward(session: Any, state: Any, step: int) -> Finding:
     """Forward and loss finite, gradients not: the first backward node emitting non-finite grads."""
     snap = session.snapshot
-    if _steplocalize.why_not(session) is None:
-        found = _steplocalize.backward(session, state, step, _namer(session), _finding)
+    if why_not(session) is None:
+        found = step_backward(session, state, step, _namer(session), _finding)
         if found is not None:
             return found
     if snap is None or not snap.has_batch:

@@ -40,7 +40,11 @@ from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack
 from .._modes import own_modes_off
 from .. import _deferred
-from . import _amp, _late, _localize
+from ._amp import ScalerWatch
+from ._late import PendingRead
+from ._late import finding as late_finding
+from ._late import start as start_late_read
+from ._localize import localize_backward, localize_data, localize_forward, localize_loss, localize_update
 from ._replay import float_leaves, graph_nodes, saved_tensors
 from ._trace import nonfinite
 
@@ -75,7 +79,7 @@ class _Read:
     updated: list[tuple[int, bool, float | None, tuple[list[torch.Tensor], list[int]]]]
     n_grads: int = 0
     wide: bool = False
-    pending: _late.PendingRead | None = None
+    pending: PendingRead | None = None
 
 
 def _sum(t: torch.Tensor) -> torch.Tensor:
@@ -163,7 +167,8 @@ class NonFiniteSentinel(Checker):
         self._poisoned: Finding | None = None
         self._first: Finding | None = None
         self._loss_series: dict[Any, str] = {}
-        self.amp = _amp.ScalerWatch(self)
+        self.amp = ScalerWatch(read_skipped=lambda: self._sync(grads=[], optimizer=None, scaled_overflow_ok=True),
+                               autocast=lambda: self._step.autocast)
         # late_read: this step's flags are read at the next step (`_late`), not before the update
         self.late_read = False
         self._pending: _Read | None = None
@@ -337,7 +342,7 @@ class NonFiniteSentinel(Checker):
             riders = _deferred.riders(sess)
             if (self.late_read and optimizer is not None and not riders and self._poisoned is None
                     and sess.on_anomaly is not OnAnomaly.SKIP_STEP):
-                pending = _late.start(r.scalars, self._pinned)
+                pending = start_late_read(r.scalars, self._pinned)
                 if pending is not None:
                     # (nothing of this step will be replayed: its state goes now)
                     r.pending, r.scalars = pending, []
@@ -421,7 +426,7 @@ class NonFiniteSentinel(Checker):
             for kind in ("update", "state"):
                 if kind in got and grad_ok and not all(math.isfinite(v) for v in got[kind]):
                     # (with non-finite gradients the bad update is a consequence, reported already)
-                    found = _localize.localize_update(sess, upd_step, self._grad_norm)
+                    found = localize_update(sess, upd_step, self._grad_norm)
                     if found:  # else: finite but huge parameters overflowed the norm; the forward shows it
                         self._report("optimizer", lambda: found)
                         release()
@@ -436,7 +441,7 @@ class NonFiniteSentinel(Checker):
             # would have; a parameter written since (its version moved) is left to the replay.
             # Only on the anomaly path: a read per tensor.
             upd_step, _, upd_norm, (params, versions) = r.updated[-1]
-            found = _localize.localize_update(sess, upd_step, upd_norm,
+            found = localize_update(sess, upd_step, upd_norm,
                                               {id(p): v for p, v in zip(params, versions)})
             if found:
                 self._report("optimizer", lambda: found)
@@ -447,7 +452,7 @@ class NonFiniteSentinel(Checker):
             # Seen one step late: the update ran and the step cannot be replayed. Say what
             # tripped where, and read every later step at once (localized as usual).
             ev = {"loss": st_loss(got), "global grad norm": self._grad_norm}
-            self._report(trip, lambda: [_late.finding(trip, step, ev)])
+            self._report(trip, lambda: [late_finding(trip, step, ev)])
             self.late_read = False
             if self._first is not None and trip != "data" and grads_bad:
                 self._poisoned = self._first
@@ -489,12 +494,12 @@ class NonFiniteSentinel(Checker):
             if sharded is not None:
                 return [sharded]
         if trip == "data":
-            f = _localize.localize_data(sess, step)
+            f = localize_data(sess, step)
             return [f] if f is not None else []
         if trip == "forward":
-            return [_localize.localize_forward(sess, st, step)]
+            return [localize_forward(sess, st, step)]
         if trip == "loss":
-            return [_localize.localize_loss(sess, st, step)]
+            return [localize_loss(sess, st, step)]
         dist = sess.checker("distributed")
         if dist is not None:
             # DDP: this rank's own gradients finite, the reduced ones not -> received (issue 15)
@@ -503,7 +508,7 @@ class NonFiniteSentinel(Checker):
                 return [received]
         if not any(nonfinite(g) for g in grads):
             return [_grad_overflow(step, self._grad_norm)]
-        return [_localize.localize_backward(sess, st, step)]
+        return [localize_backward(sess, st, step)]
 
     def _report(self, stage: str, localize: Any) -> None:
         assert self.session is not None

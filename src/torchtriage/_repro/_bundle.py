@@ -29,7 +29,8 @@ import torch
 from .._catalogue import msg
 from .._errors import BundleError
 from .._findings import Finding, Report
-from . import _safetensors, _tree
+from ._safetensors import load as load_tensors, save as save_tensors
+from ._tree import decode, keys
 
 FORMAT = "torchtriage.bundle/1"
 TENSOR_FILES = ("batch.safetensors", "model.safetensors", "optimizer.safetensors", "rng.safetensors")
@@ -74,7 +75,7 @@ def write_files(path: str | os.PathLike[str], *, jsons: Mapping[str, Any], texts
         with open(os.path.join(path, name), "w", encoding="utf-8") as fh:
             fh.write(text)
     for name, group in tensors.items():
-        _safetensors.save(group, os.path.join(path, name), metadata={"format": FORMAT})
+        save_tensors(group, os.path.join(path, name), metadata={"format": FORMAT})
     for name in [*jsons, *texts, *tensors]:
         full = os.path.join(path, name)
         files[name] = {"sha256": _sha256(full), "bytes": os.path.getsize(full)}
@@ -128,7 +129,7 @@ class Bundle:
     def batch(self, device: str | torch.device | None = None) -> ReplayBatch:
         spec = self.meta.get("batch") or {}
         t = self.tensors.get("batch.safetensors", {})
-        if "args" not in spec or any(k not in t for k in _tree.keys(spec)):
+        if "args" not in spec or any(k not in t for k in keys(spec)):
             raise BundleError(msg("repro.no_batch", path=self.path), self.path)
         # A step whose model ran on an accelerator and kept some tensors on the CPU meant it
         # (pack_padded_sequence's lengths, indices the model moves itself): those stay there.
@@ -136,7 +137,7 @@ class Bundle:
         keep_cpu = not str(self.meta.get("model", {}).get("device", "cpu")).startswith("cpu")
 
         def dec(s: Any) -> Any:
-            return _tree.decode(s, t, device, keep_cpu=keep_cpu)
+            return decode(s, t, device, keep_cpu=keep_cpu)
 
         losses = []
         for lc in spec.get("losses", []):
@@ -145,7 +146,7 @@ class Bundle:
                            "kwargs": dec(lc.get("kwargs", {"t": "dict", "items": []})),
                            "input_shape": lc.get("input_shape")})
         inputs = [dict(e, tensor=dec(e["tensor"])) for e in spec.get("inputs", [])
-                  if all(k in t for k in _tree.keys(e["tensor"]))]
+                  if all(k in t for k in keys(e["tensor"]))]
         return ReplayBatch(tuple(dec(spec["args"])), dict(dec(spec["kwargs"])), losses, inputs)
 
     def model_state(self, label: str | None = None) -> dict[str, torch.Tensor] | None:
@@ -166,7 +167,7 @@ class Bundle:
         t = self.tensors.get("optimizer.safetensors")
         if t is None or index >= len(opts):
             return None
-        return _tree.decode(opts[index]["state"], t)  # type: ignore[no-any-return]
+        return decode(opts[index]["state"], t)  # type: ignore[no-any-return]
 
     def restore_rng(self) -> None:
         """Put the CPU (and CUDA) RNG back where they were at the failing step's start."""
@@ -207,7 +208,7 @@ class Bundle:
 
     def _first_input(self) -> torch.Tensor | None:
         spec = self.meta.get("batch") or {}
-        names = _tree.keys(spec.get("args", {})) + _tree.keys(spec.get("kwargs", {}))
+        names = keys(spec.get("args", {})) + keys(spec.get("kwargs", {}))
         t = self.tensors.get("batch.safetensors", {})
         return t[names[0]] if names and names[0] in t else None
 
@@ -313,7 +314,7 @@ def load_bundle(path: str | os.PathLike[str], *, allow_other_version: bool = Fal
     if "traceback.txt" in files:
         with open(os.path.join(path, "traceback.txt"), encoding="utf-8") as fh:
             tb = fh.read()
-    tensors = {name: _safetensors.load(os.path.join(path, name))[0] for name in TENSOR_FILES if name in files}
+    tensors = {name: load_tensors(os.path.join(path, name))[0] for name in TENSOR_FILES if name in files}
     return Bundle(path=path, meta=meta, env=env, report=report, traceback=tb, tensors=tensors)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from .._catalogue import msg
 from ._bundle import Bundle
-from ._replay import _describe_signature, signature
+from ._result import describe_signature, signature
 
 _TEST_TEMPLATE = '''"""Regression test written by `torchtriage make-test`.
 
@@ -97,7 +97,7 @@ def make_test(bundle: Bundle, out_dir: str, *, factory: str | None = None, scrip
             setup = f"SCRIPT = {os.path.abspath(script)!r}\n"
         replay_args = "script=SCRIPT"
     test_path = os.path.join(out_dir, f"test_{name}.py")
-    symptom = _describe_signature(sig)
+    symptom = describe_signature(sig)
     with open(test_path, "w", encoding="utf-8") as fh:
         fh.write(_TEST_TEMPLATE.format(symptom=symptom, bundle_dir=bundle_dir, source_setup=setup,
                                        slug=name, replay_args=replay_args))

@@ -34,7 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import _safetensors
+from ._safetensors import supported
 
 _NAMESPACES: dict[str, Any] = {
     "torch": torch, "torch.Tensor": torch.Tensor, "torch.nn.functional": F, "torch.linalg": torch.linalg,
@@ -118,7 +118,7 @@ class _Encoder:
         self.alive: list[torch.Tensor] = []  # keeps ids unique while encoding
 
     def external(self, t: torch.Tensor) -> dict[str, Any]:
-        if not _safetensors.supported(t):
+        if not supported(t):
             raise _NotData(f"Tensor[{t.dtype}, {t.layout}]")
         d = t.detach()
         key = self.stored.get(_tensor_key(d))

@@ -33,7 +33,9 @@ from .._checker import Checker, LossCall
 from .._findings import Finding, Severity
 from .._frames import is_our_file, iter_tb, user_frame_from_tb
 from .._params import model_device
-from . import _bundle, _safetensors, _tree
+from ._bundle import FORMAT, write_files
+from ._safetensors import nbytes, supported
+from ._tree import encode
 
 _RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 _MAX_LOSSES = 8
@@ -101,7 +103,7 @@ class ReproRecorder(Checker):
         if not self.active or self.written is not None or self.session is None:
             return
         new: Finding | None = None
-        for f in self.session._findings.values():  # insertion order == detection order
+        for f in self.session.findings:  # insertion order == detection order
             if f.order > self._seen and _RANK[f.severity] >= self._threshold and new is None:
                 new = f
             self._seen = max(self._seen, f.order)
@@ -176,7 +178,7 @@ class ReproRecorder(Checker):
         meta["skipped"] = budget.skipped
         meta["unsupported"] = unsupported
         env = collect_env()
-        size = _bundle.write_files(
+        size = write_files(
             self._dir,
             jsons={"meta.json": meta, "env.json": env, "report.json": sess.report.to_dict()},
             texts={"env.txt": format_env(env), "traceback.txt": tb},
@@ -186,8 +188,8 @@ class ReproRecorder(Checker):
     def _batch_spec(self, sess: Any, snap: Any, args: Any, kwargs: Any, batch_t: dict[str, torch.Tensor],
                     unsupported: list[str]) -> dict[str, Any]:
         """The step's batch, its recorded loss calls and its other inputs (tensors into `batch_t`)."""
-        return {"args": _tree.encode(tuple(args), "args", batch_t, unsupported),
-                "kwargs": _tree.encode(dict(kwargs), "kwargs", batch_t, unsupported),
+        return {"args": encode(tuple(args), "args", batch_t, unsupported),
+                "kwargs": encode(dict(kwargs), "kwargs", batch_t, unsupported),
                 "losses": [_loss_spec(i, c, batch_t, unsupported) for i, c in enumerate(self._losses)],
                 "inputs": _step_inputs(sess, snap, (args, kwargs, [(c.target, c.args, c.kwargs)
                                                                     for c in self._losses]),
@@ -203,7 +205,7 @@ class _Budget:
         self.skipped: list[dict[str, Any]] = []
 
     def fits(self, part: str, tensors: dict[str, torch.Tensor]) -> bool:
-        need = sum(_safetensors.nbytes(t) for t in tensors.values())
+        need = sum(nbytes(t) for t in tensors.values())
         if self.used + need > self.limit:
             self.skipped.append({"part": part, "mb": f"{need / _MB:.3g}", "limit": f"{self.limit / _MB:.3g}"})
             return False
@@ -214,7 +216,7 @@ class _Budget:
 def _header(sess: Any, trigger: dict[str, Any]) -> dict[str, Any]:
     """meta.json's run facts: format, time, command line, trigger, checks (and the rank)."""
     meta: dict[str, Any] = {
-        "format": _bundle.FORMAT,
+        "format": FORMAT,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": {"argv": list(sess.options.get("argv") or sys.argv), "executable": sys.executable,
                     "cwd": os.getcwd(), "script": sess.options.get("script")},
@@ -248,7 +250,7 @@ def _model_states(sess: Any, snap: Any, unsupported: list[str]) -> tuple[dict[st
         prefix = f"m{i}/"
         models_meta.append({"label": lab, "class": classes.get(lab), "prefix": prefix, "keys": list(sd)})
         for k, v in sd.items():
-            if _safetensors.supported(v):
+            if supported(v):
                 model_t[prefix + k] = v
             else:
                 unsupported.append(f"model {lab}.{k} ({v.dtype})")
@@ -263,7 +265,7 @@ def _optimizer_states(sess: Any, snap: Any,
     opt_objs = sess.optimizers
     for i, sd in enumerate((snap.optimizer_states if snap is not None else None) or []):
         cls = type(opt_objs[i]).__name__ if i < len(opt_objs) else None
-        opts_meta.append({"class": cls, "state": _tree.encode(sd, f"o{i}", opt_t, unsupported)})
+        opts_meta.append({"class": cls, "state": encode(sd, f"o{i}", opt_t, unsupported)})
     return opt_t, opts_meta
 
 
@@ -284,9 +286,9 @@ def _signature(f: Finding) -> dict[str, Any]:
 def _loss_spec(i: int, c: LossCall, tensors: dict[str, torch.Tensor], unsupported: list[str]) -> dict[str, Any]:
     shape = list(c.input.shape) if isinstance(c.input, torch.Tensor) else None
     return {"name": c.name, "input_shape": shape,
-            "target": _tree.encode(c.target, f"loss{i}.target", tensors, unsupported),
-            "args": _tree.encode(tuple(c.args[2:]), f"loss{i}.args", tensors, unsupported),
-            "kwargs": _tree.encode({k: v for k, v in c.kwargs.items() if k not in ("input", "target")},
+            "target": encode(c.target, f"loss{i}.target", tensors, unsupported),
+            "args": encode(tuple(c.args[2:]), f"loss{i}.args", tensors, unsupported),
+            "kwargs": encode({k: v for k, v in c.kwargs.items() if k not in ("input", "target")},
                                    f"loss{i}.kwargs", tensors, unsupported)}
 
 
@@ -323,6 +325,6 @@ def _step_inputs(sess: Any, snap: Any, batch: Any, tensors: dict[str, torch.Tens
     for i, (t, where, frame) in enumerate(snap.record.external_inputs(internal)):
         out.append({"where": where, "file": frame.file if frame is not None else None,
                     "line": frame.line if frame is not None else None, "shape": list(t.shape),
-                    "dtype": str(t.dtype), "tensor": _tree.encode(t.detach(), f"step.{i}", tensors, unsupported)})
+                    "dtype": str(t.dtype), "tensor": encode(t.detach(), f"step.{i}", tensors, unsupported)})
     return out
 

@@ -43,7 +43,8 @@ from .._params import model_device
 from .._patching import Patches, wrapper
 from .._step import op_name
 from ._bundle import Bundle
-from ._replay import ReplayResult, apply_state, make_result, resolve_checks
+from ._restore import apply_state, resolve_checks
+from ._result import ReplayResult, make_result
 
 
 class _StopReplay(BaseException):
@@ -95,27 +96,27 @@ class _Injector:
         self._handles.clear()
 
     # -------------------------------------------------------------- interceptions
-    def _matches(self, module: nn.Module) -> bool:
+    def matches(self, module: nn.Module) -> bool:
         if type(module).__name__ != self.cls:
             return False
         return self.keys is None or set(module.state_dict()) == self.keys
 
-    def _done(self) -> bool:
+    def done(self) -> bool:
         return self.model is not None and self.session.step > self.start_step
 
     def _call(self, original: Any, module: nn.Module, *args: Any, **kwargs: Any) -> Any:
         """`nn.Module.__call__`: the bundle's state and batch at the matching model's first call."""
-        if self.model is None and self._matches(module):
-            self._inject(module)
+        if self.model is None and self.matches(module):
+            self.inject(module)
             batch = self.bundle.batch(model_device(module))
             args, kwargs = batch.args, batch.kwargs
             self.targets = batch.losses
             self.inputs = batch.inputs
-        elif module is self.model and self._done():
+        elif module is self.model and self.done():
             raise _StopReplay
         return original(module, *args, **kwargs)
 
-    def _inject(self, module: nn.Module) -> None:
+    def inject(self, module: nn.Module) -> None:
         self.model = module
         self.start_step = self.session.step
         optimizer = self._optimizer_for(module)
@@ -133,7 +134,7 @@ class _Injector:
 
     def _loss(self, name: str, original: Any, *args: Any, **kwargs: Any) -> Any:
         """`F.<name>`: the i-th call of the replayed step gets the recorded target."""
-        if self.model is not None and not self._done():
+        if self.model is not None and not self.done():
             recorded = [lc for lc in self.targets if lc["name"] == name]
             i = self.loss_index
             if i < len(recorded) and recorded[i]["target"] is not None:
@@ -145,19 +146,19 @@ class _Injector:
         return original(*args, **kwargs)
 
     def _opt_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self.model is not None and self.optimizer_pending and not self._done():
+        if self.model is not None and self.optimizer_pending and not self.done():
             if self._optimizer_for(self.model) is optimizer:
                 self.optimizer_pending = False
                 apply_state(self.bundle, self.model, optimizer)
 
     def _opt_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self._done():
+        if self.done():
             raise _StopReplay
 
     def _backward(self, original: Any, *args: Any, **kwargs: Any) -> Any:
         """`torch.autograd.backward`: without an optimizer, the step ends after it."""
         out = original(*args, **kwargs)
-        if self._done() and not self.session.optimizers:
+        if self.done() and not self.session.optimizers:
             raise _StopReplay
         return out
 
@@ -227,7 +228,7 @@ class _InputSwap(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         inj = self.inj
-        if inj.inputs and inj.model is not None and not inj._done():
+        if inj.inputs and inj.model is not None and not inj.done():
             try:
                 args, kwargs = self._swap(func, args, kwargs)
             except Exception:  # a replay aid: never break the script's op

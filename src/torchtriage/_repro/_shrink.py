@@ -24,7 +24,7 @@ from typing import Any
 
 from .._catalogue import msg
 from ._bundle import Bundle
-from ._replay import ReplayResult
+from ._result import ReplayResult
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,13 +19,8 @@ from .._errors import BundleError
 from .._params import model_device
 from ._bundle import Bundle
 from ._program import StepReplay
-from ._replay import (
-    ReplayResult,
-    apply_optimizer_state,
-    apply_state,
-    make_result,
-    resolve_checks,
-)
+from ._restore import apply_optimizer_state, apply_state, resolve_checks
+from ._result import ReplayResult, make_result
 
 
 def _labels(program: dict[str, Any]) -> list[str]:

@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
-from . import _safetensors
+from ._safetensors import supported
 
 
 def encode(obj: Any, prefix: str, tensors: dict[str, torch.Tensor], skipped: list[str] | None = None) -> Any:
     if isinstance(obj, torch.Tensor):
-        if not _safetensors.supported(obj):
+        if not supported(obj):
             if skipped is not None:
                 skipped.append(f"{prefix} ({obj.dtype}, {obj.layout})")
             return {"t": "unsupported", "type": f"Tensor[{obj.dtype}]"}

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .._hooks import LOSS_FUNCTIONS
+from .._checker import LOSS_FUNCTIONS
 from .._modestack import push_mode, remove_mode
 
 _METRICS = frozenset({

@@ -33,7 +33,7 @@ MAX_PARAMS = 6
 
 
 def _loss_names() -> frozenset[str]:
-    from .._hooks import LOSS_FUNCTIONS
+    from .._checker import LOSS_FUNCTIONS
 
     return frozenset(LOSS_FUNCTIONS)
 
@@ -108,7 +108,7 @@ class Context:
         if s is None:
             return None
         # Loading the first batch comes before step 0 opens, but it is step 0's data.
-        if not s._step_open_or_started() and self.stage is not Stage.DATA:
+        if not s.step_started and self.stage is not Stage.DATA:
             return None
         return int(s.step)
 

@@ -302,7 +302,7 @@ class ExceptionTriage(Checker):
             return
         # The user's exception is re-raised unchanged after the report: the policy must neither
         # raise an AnomalyError nor a (possibly error-filtered) warning in its place.
-        from .._session import TriageWarning
+        from .._errors import TriageWarning
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TriageWarning)

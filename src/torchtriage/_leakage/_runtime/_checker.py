@@ -23,7 +23,8 @@ from ..._checker import Checker
 from ..._frames import UserFrame
 from ._base import Base, Draw
 from ._fingerprint import row_keys
-from . import _patches, _verdicts
+from ._patches import install as install_patches
+from ._verdicts import Fit, conclude, queue_duplicates, queue_statistics
 
 
 class LeakageWatch(Checker):
@@ -36,14 +37,14 @@ class LeakageWatch(Checker):
         self.flags = _deferred.DeferredFlags()
         _deferred.ride(session, self.flags)
         self.bases: list[Base] = []
-        self.fits: list[_verdicts.Fit] = []
+        self.fits: list[Fit] = []
         self.pending: list[tuple[int, Base, torch.Tensor]] = []  # train candidates of this step
         self.steps = 0
         self.redraws: dict[int, list[Draw]] = {}  # id(base) -> draws that redrew it
         self._families = 0
         self.tokens: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
         self.labels: dict[int, str] = {}
-        self.patches = _patches.install(session, self)
+        self.patches = install_patches(session, self)
 
     # ------------------------------------------------------------------ splits
     def base_for(self, obj: Any, rows: Any) -> Base | None:
@@ -87,10 +88,10 @@ class LeakageWatch(Checker):
         with torch.no_grad():
             base.add_draw(draw)
             if draw.side is not None and len(draw.parts) > 1:
-                _verdicts.queue_duplicates(self, draw)
+                queue_duplicates(self, draw)
                 if not base.stats_done:
                     base.stats_done = True
-                    _verdicts.queue_statistics(self, draw)
+                    queue_statistics(self, draw)
         return draw
 
     def extend_subset(self, dataset: Any, rows: Any, indices: Any, frame: UserFrame | None, kind: str) -> None:
@@ -119,7 +120,7 @@ class LeakageWatch(Checker):
     # ------------------------------------------------------------------ preprocessing fits
     def observe_fit(self, estimator: Any, X: Any, out: Any, frame: UserFrame | None) -> None:
         with torch.no_grad():
-            fit = _verdicts.Fit.make(estimator, X, out, frame)
+            fit = Fit.make(estimator, X, out, frame)
         if fit is not None:
             self.fits = [f for f in self.fits if f.ref() is not None and f.ref() is not estimator] + [fit]
 
@@ -173,7 +174,7 @@ class LeakageWatch(Checker):
         self.patches.close()
         self.flags.resolve()
         with torch.no_grad():
-            _verdicts.conclude(self)
+            conclude(self)
 
 
 def _rows(rows: Any) -> bool:

@@ -210,12 +210,12 @@ class Patches:
             with _Depth():
                 gen = original(cv, *args, **kwargs)
             X = args[0] if args else kwargs.get("X")
-            return patches._folds(gen, X, "train_test_split" if caller == "train_test_split" else type(cv).__name__,
+            return patches.folds(gen, X, "train_test_split" if caller == "train_test_split" else type(cv).__name__,
                                   caller == "train_test_split")
 
         return split
 
-    def _folds(self, gen: Any, X: Any, kind: str, single: bool) -> Any:
+    def folds(self, gen: Any, X: Any, kind: str, single: bool) -> Any:
         family = 0 if single else self.watch.new_family()
         while True:
             with _Depth():

@@ -10,16 +10,20 @@ from __future__ import annotations
 import re
 import uuid
 from html import escape
+from typing import TYPE_CHECKING
 
 from .._catalogue import get_language, msg
-from .._findings import Report, Severity
-from . import _html
+from .._finding import Severity
+from ._html import PAGE, charts_html, findings_html, meta_html, models_html
+
+if TYPE_CHECKING:
+    from .._findings import Report
 
 SCOPE = "torchtriage-report"
 
 
 def _page_css() -> str:
-    page = _html._PAGE
+    page = PAGE
     css = page[page.index("<style>") + len("<style>"):page.index("</style>")]
     return css.replace("{{", "{").replace("}}", "}")
 
@@ -70,16 +74,14 @@ def scoped_css(css: str | None = None, scope: str = f".{SCOPE}") -> str:
 def render_fragment(report: Report) -> str:
     """The report as one `<div class="torchtriage-report" id="ttN-report">` with its own `<style>`,
     every rule scoped under that id."""
-    if not isinstance(report, Report):
-        raise TypeError(f"render_fragment() takes a torchtriage Report, got {type(report).__name__}")
     counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
     steps = report.meta.get("steps", 0)
     summary = msg("report.summary_line", errors=counts[Severity.ERROR], warnings=counts[Severity.WARNING],
                   infos=counts[Severity.INFO], steps=steps)
     body = "\n".join(part for part in (
         f"<h1>{escape(msg('report.title'))}</h1>", f'<p class="summary">{escape(summary)}</p>',
-        _html._meta_html(report), _html._findings_html(report), _html._charts_html(report),
-        _html._models_html(report)) if part)
+        meta_html(report), findings_html(report), charts_html(report),
+        models_html(report)) if part)
     # Unique across kernels too: a saved notebook keeps earlier outputs next to new ones.
     prefix = f"tt{uuid.uuid4().hex[:8]}-"
     body = re.sub(r"\bchart(\d+)-([td])\b", rf"{prefix}chart\1-\2", body)

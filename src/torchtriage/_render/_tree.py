@@ -15,7 +15,7 @@ from html import escape
 from typing import Any
 
 from .._catalogue import msg
-from .._findings import Finding, Severity
+from .._finding import Finding, Severity
 
 MAX_NODES = 3000  # per model; beyond it only the marked modules and their ancestors are drawn
 OPEN_ALL_BELOW = 60  # small models are shown fully unfolded

@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._catalogue import get_language, msg
-from .._findings import Finding, Report, Severity
+from .._finding import Finding, Severity
 from ._svg import fmt, line_chart
 from ._tree import render_tree
 
-_PAGE = """<!DOCTYPE html>
+if TYPE_CHECKING:
+    from .._findings import Report
+
+PAGE = """<!DOCTYPE html>
 <html lang="{lang}">
 <head>
 <meta charset="utf-8">
@@ -229,7 +232,7 @@ def render_finding(f: Finding, *, primary: bool = False, folded: bool = False) -
     return f'<section class="{cls}"><p class="head">{_heading(f)}</p>{body}</section>'
 
 
-def _findings_html(report: Report) -> str:
+def findings_html(report: Report) -> str:
     if not report.findings:
         return (f'<section class="card ok"><p class="head">{escape(msg("html.no_finding_title"))}</p>'
                 f"<p>{escape(msg('report.empty'))}</p></section>")
@@ -249,7 +252,7 @@ def _findings_html(report: Report) -> str:
     return "\n".join(out)
 
 
-def _charts_html(report: Report) -> str:
+def charts_html(report: Report) -> str:
     series = report.series if isinstance(report.series, Mapping) else {}
     primary = report.primary
     mark = primary.step if primary is not None else None
@@ -266,7 +269,7 @@ def _charts_html(report: Report) -> str:
     return f"<h2>{escape(msg('html.charts'))}</h2><div class=\"charts\">{''.join(charts)}</div>"
 
 
-def _models_html(report: Report) -> str:
+def models_html(report: Report) -> str:
     models = report.meta.get("models") if isinstance(report.meta, Mapping) else None
     if not isinstance(models, Mapping) or not models:
         return ""
@@ -283,7 +286,7 @@ def _models_html(report: Report) -> str:
     return f"<h2>{escape(msg('html.model'))}</h2>{legend}{''.join(trees)}"
 
 
-def _meta_html(report: Report) -> str:
+def meta_html(report: Report) -> str:
     meta = report.meta if isinstance(report.meta, Mapping) else {}
     items = []
     for key in _META_SHOWN:
@@ -295,32 +298,19 @@ def _meta_html(report: Report) -> str:
     return f'<dl class="meta">{"".join(items)}</dl>' if items else ""
 
 
-def render_html(report: Report) -> str:
-    """The report as one standalone HTML page (no script, no external resource).
-
-    Arguments:
-        report: a `Report` (from `session.report`, or `torchtriage.report.load_json(path)`).
-
-    Returns:
-        The page as a string; write it to a `.html` file and open it in any browser.
-
-    Example:
-        >>> from torchtriage.report import render_html
-        >>> page = render_html(session.report)
-        >>> open("report.html", "w", encoding="utf-8").write(page)
-    """
-    if not isinstance(report, Report):
-        raise TypeError(f"render_html() takes a torchtriage Report, got {type(report).__name__}")
+def render_page(report: Report) -> str:
+    """The report as one standalone HTML page (public, with its argument checked, as
+    `torchtriage.report.render_html`)."""
     counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
     steps = report.meta.get("steps", 0) if isinstance(report.meta, Mapping) else 0
     summary = msg("report.summary_line", errors=counts[Severity.ERROR], warnings=counts[Severity.WARNING],
                   infos=counts[Severity.INFO], steps=steps)
-    return _PAGE.format(
+    return PAGE.format(
         lang="zh-Hans" if get_language() == "zh" else "en",
         title=escape(msg("report.title")),
         summary=escape(summary),
-        meta=_meta_html(report),
-        findings=_findings_html(report),
-        charts=_charts_html(report),
-        models=_models_html(report),
+        meta=meta_html(report),
+        findings=findings_html(report),
+        charts=charts_html(report),
+        models=models_html(report),
     )

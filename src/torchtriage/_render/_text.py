@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._catalogue import msg
-from .._findings import Finding, Report, Severity
+from .._finding import Finding, Severity
+
+if TYPE_CHECKING:
+    from .._findings import Report
 
 _MARK = {Severity.ERROR: "✗", Severity.WARNING: "!", Severity.INFO: "i"}
 
