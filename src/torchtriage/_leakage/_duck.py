@@ -29,6 +29,7 @@ from ._store import (BAND_CAP, MAX_EXAMPLES, MAX_GROUPS, Conflicts, GroupOverlap
 
 _PAIR_BATCH = 1 << 18
 _NEAR_TABLES = ("n_ma", "n_mc", "n_ca", "n_j", "n_p", "n_q")
+_BYTES_PER_GROUP = 128  # memory cap / this = distinct pairs grouped in one pass
 
 
 def _near_steps(a: str, b: str) -> list[str]:
@@ -52,12 +53,36 @@ def _near_steps(a: str, b: str) -> list[str]:
         f"WHERE rn <= {BAND_CAP}",
         "DROP TABLE n_ma",
         f"CREATE OR REPLACE TABLE n_j AS SELECT ca.row AS ia, bb.row AS ib FROM n_ca AS ca JOIN b_{b} AS bb USING (band, key)",
-        "CREATE OR REPLACE TABLE n_p AS SELECT ia, ib FROM n_j GROUP BY ia, ib",  # a pair shares several bands
-        "DROP TABLE n_j",
-        f"CREATE OR REPLACE TABLE n_q AS SELECT p.ia, p.ib, x.exact AS ea, x.sig AS sa FROM n_p AS p "
-        f"JOIN t_{a} AS x ON x.row = p.ia",
-        "DROP TABLE n_p",
+        "DROP TABLE n_ca",
     ]
+
+
+def _pairs_steps(a: str, passes: int) -> list[str]:
+    """n_j → distinct pairs (a pair shares several bands) → n_q with a's digest and signature.
+
+    The distinct pairs are grouped in `passes` slices of b's rows: one group-by over 120 M
+    candidate pairs (30 M random rows) asked DuckDB for a 512 MiB hash table at once, above a
+    2 GB cap; a slice's table fits.
+    """
+    out = ["CREATE OR REPLACE TABLE n_p (ia BIGINT, ib BIGINT)"]
+    out += [f"INSERT INTO n_p SELECT ia, ib FROM n_j WHERE ib % {passes} = {k} GROUP BY ia, ib" for k in range(passes)]
+    return out + ["DROP TABLE n_j",
+                  f"CREATE OR REPLACE TABLE n_q AS SELECT p.ia, p.ib, x.exact AS ea, x.sig AS sa FROM n_p AS p "
+                  f"JOIN t_{a} AS x ON x.row = p.ia",
+                  "DROP TABLE n_p"]
+
+
+_UNITS = {"": 1, "b": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def _size(text: str) -> int | None:
+    """DuckDB's display of a size ('1.8 GiB', '953.6 MiB') → bytes; None when not a size."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", text or "")
+    unit = _UNITS.get(m.group(2).lower()) if m else None
+    return int(float(m.group(1)) * unit) if m and unit else None
 
 
 def need_engine(engine: str, module: str) -> Any:
@@ -296,6 +321,10 @@ class DuckStore(Store):
             return Near(0, [])
         try:
             for sql in _near_steps(a, b):
+                self._run(sql)
+            pairs = int(self._one("SELECT count(*) FROM n_j")[0])
+            cap = _size(str(self._one("SELECT current_setting('memory_limit')")[0])) or (1 << 30)
+            for sql in _pairs_steps(a, max(1, -(-pairs // max(cap // _BYTES_PER_GROUP, 1)))):
                 self._run(sql)
             return self._near_scored(kind, b, threshold)
         finally:  # the steps' tables go, also after a failure (the first error is the one told)
