@@ -91,7 +91,12 @@ def run_engine(root: str, engine: str, memory_limit: str | None, near: bool) -> 
 
     th = threading.Thread(target=sample, daemon=True)
     th.start()
-    _, err = proc.communicate()
+    err = ""
+    for line in proc.stderr:  # the check's progress lines, passed on as they come
+        sys.stderr.write(f"  [{engine} {time.perf_counter() - t0:.0f} s] {line}")
+        sys.stderr.flush()
+        err += line
+    proc.wait()
     th.join()
     wall = time.perf_counter() - t0
     if proc.returncode not in (0, 1) or not os.path.exists(out):  # exit 1 is "findings", unless no report came

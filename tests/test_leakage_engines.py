@@ -227,3 +227,72 @@ def test_duckdb_out_of_memory_is_one_line(tmp_path, cli):
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith("torchtriage: error: the duckdb engine failed: ")
     assert lines[0].endswith("a larger --memory-limit (or memory_limit=) or more free disk for its spill folder may help")
+
+
+# --- DuckDB's queries spill: answers under a cap far below their working set ----------------
+
+def _digest_parts(n_train, n_test, chunk=1 << 17):
+    """Parts as `_scan` makes them for 18 random numeric columns: exact copies (1 test row in
+    1,000), near copies (x 1.001: the same SimHash, another digest), 3 of the copies with another
+    label; returns ({split: [Part]}, {split: Scan}) with the same rows."""
+    from torchtriage._leakage import _near
+    from torchtriage._leakage._scan import Part, Scan
+
+    rng = np.random.default_rng(17)
+    x = {"train": rng.standard_normal((n_train, 18)), "test": rng.standard_normal((n_test, 18))}
+    exact = {"train": rng.integers(0, 2**63, n_train, dtype=np.uint64),
+             "test": rng.integers(0, 2**63, n_test, dtype=np.uint64)}
+    labels = {s: rng.integers(0, 10, len(e)).astype(np.uint64) for s, e in exact.items()}
+    j = np.arange(n_test)
+    src = j * 7919 % n_train
+    copy, near = j % 1000 == 0, j % 1000 == 1
+    x["test"][copy | near] = x["train"][src[copy | near]] * np.where(near[copy | near], 1.001, 1.0)[:, None]
+    exact["test"][copy] = exact["train"][src[copy]]
+    labels["test"][copy] = labels["train"][src[copy]]
+    labels["test"][np.nonzero(copy)[0][:3]] += 1
+    parts, scans = {}, {}
+    for s in ("train", "test"):
+        z, valid = _near.per_sample_normalize(x[s])
+        sig = _near.simhash(z)
+        parts[s] = [Part(k, min(chunk, len(z) - k), exact[s][k:k + chunk], labels[s][k:k + chunk],
+                         sig=sig[k:k + chunk], valid=valid[k:k + chunk]) for k in range(0, len(z), chunk)]
+        scans[s] = Scan(None, len(z), exact[s], labels[s], near_kind="num", near_sig=sig, near_valid=valid)
+    return parts, scans
+
+
+def test_duckdb_queries_spill_under_a_small_cap():
+    """500 k rows: the near-pair search under a 24 MB cap answers as in process, and so do the
+    label conflicts and the exact copies.
+
+    The search's first form (one query: a window over every band key, a DISTINCT over the
+    joined pairs, the signatures joined in) ran out of DuckDB's memory here, as it did at 30 M
+    rows under 2 GB; each step is now one join or one group-by of its own, which spill.
+    """
+    from torchtriage._leakage._duck import DuckStore
+    from torchtriage._leakage._store import MemoryStore
+
+    parts, scans = _digest_parts(400_000, 100_000)
+    mem = MemoryStore()
+    for s, scan in scans.items():
+        mem.put(s, scan)
+    duck = DuckStore(memory_limit="24MB", threads=2)
+    try:
+        for s in ("train", "test"):
+            for p in parts[s]:
+                duck.add(s, p)
+        duck.finish()
+        settings = dict(duck.con.execute("SELECT name, value FROM duckdb_settings() WHERE name IN "
+                                         "('preserve_insertion_order', 'temp_directory')").fetchall())
+        assert settings["preserve_insertion_order"] == "false" and settings["temp_directory"].startswith(duck._dir)
+        near, want = duck.near("train", "test", 0.9), mem.near("train", "test", 0.9)
+        assert near.rows == want.rows and near.rows >= 200  # 100 copies, 100 near copies, and look-alikes
+        assert near.examples == want.examples
+        assert duck.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name LIKE 'n\\_%' "
+                                "ESCAPE '\\'").fetchone()[0] == 0  # the search's step tables are dropped
+        # A group-by's own floor at 2 threads is above 24 MB: the other answers get 48 MB.
+        duck.con.execute("SET memory_limit = '48MB'")
+        conflicts = duck.conflicts(["train", "test"])
+        assert conflicts == mem.conflicts(["train", "test"]) and conflicts.count == 3
+        assert duck.exact("train", "test") == mem.exact("train", "test")
+    finally:
+        duck.close()

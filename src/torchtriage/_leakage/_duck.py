@@ -28,6 +28,61 @@ from ._store import (BAND_CAP, MAX_EXAMPLES, MAX_GROUPS, Conflicts, GroupOverlap
                      TimeOrder, choose_examples)
 
 _PAIR_BATCH = 1 << 18
+_NEAR_TABLES = ("n_ma", "n_mc", "n_ca", "n_j", "n_p", "n_q")
+_BYTES_PER_GROUP = 128  # memory cap / this = distinct pairs grouped in one pass
+
+
+def _near_steps(a: str, b: str) -> list[str]:
+    """Candidate near pairs of a and b, one table per step: `n_q(ia, ib, ea, sa)`.
+
+    Each step is one join or one group-by with fixed-size columns, which DuckDB spills under
+    its memory cap; the same steps as one query (a window over every band key, a DISTINCT
+    fed by a join, the signatures joined in) ran out of memory at 30 M rows under 2 GB.
+    """
+    return [
+        # a's band keys that b has too (a semi join on b's distinct keys)
+        f"CREATE OR REPLACE TABLE n_ma AS SELECT ba.row, ba.band, ba.key FROM b_{a} AS ba "
+        f"SEMI JOIN (SELECT band, key FROM b_{b} GROUP BY band, key) USING (band, key)",
+        "CREATE OR REPLACE TABLE n_mc AS SELECT band, key, count(*) AS c FROM n_ma GROUP BY band, key",
+        # at most BAND_CAP rows of a per key, the smallest row numbers: keys within the cap keep
+        # all their rows; a window ranks the rows of the few keys above it.
+        f"CREATE OR REPLACE TABLE n_ca AS SELECT row, band, key FROM n_ma "
+        f"SEMI JOIN (SELECT band, key FROM n_mc WHERE c <= {BAND_CAP}) USING (band, key) UNION ALL "
+        f"SELECT row, band, key FROM (SELECT *, row_number() OVER (PARTITION BY band, key ORDER BY row) AS rn "
+        f"FROM n_ma SEMI JOIN (SELECT band, key FROM n_mc WHERE c > {BAND_CAP}) USING (band, key)) "
+        f"WHERE rn <= {BAND_CAP}",
+        "DROP TABLE n_ma",
+        f"CREATE OR REPLACE TABLE n_j AS SELECT ca.row AS ia, bb.row AS ib FROM n_ca AS ca JOIN b_{b} AS bb USING (band, key)",
+        "DROP TABLE n_ca",
+    ]
+
+
+def _pairs_steps(a: str, passes: int) -> list[str]:
+    """n_j → distinct pairs (a pair shares several bands) → n_q with a's digest and signature.
+
+    The distinct pairs are grouped in `passes` slices of b's rows: one group-by over 120 M
+    candidate pairs (30 M random rows) asked DuckDB for a 512 MiB hash table at once, above a
+    2 GB cap; a slice's table fits.
+    """
+    out = ["CREATE OR REPLACE TABLE n_p (ia BIGINT, ib BIGINT)"]
+    out += [f"INSERT INTO n_p SELECT ia, ib FROM n_j WHERE ib % {passes} = {k} GROUP BY ia, ib" for k in range(passes)]
+    return out + ["DROP TABLE n_j",
+                  f"CREATE OR REPLACE TABLE n_q AS SELECT p.ia, p.ib, x.exact AS ea, x.sig AS sa FROM n_p AS p "
+                  f"JOIN t_{a} AS x ON x.row = p.ia",
+                  "DROP TABLE n_p"]
+
+
+_UNITS = {"": 1, "b": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def _size(text: str) -> int | None:
+    """DuckDB's display of a size ('1.8 GiB', '953.6 MiB') → bytes; None when not a size."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", text or "")
+    unit = _UNITS.get(m.group(2).lower()) if m else None
+    return int(float(m.group(1)) * unit) if m and unit else None
 
 
 def need_engine(engine: str, module: str) -> Any:
@@ -199,8 +254,9 @@ class DuckStore(Store):
         if not count:
             return None
         common = [r[0] for r in self._all(with_ + f"SELECT grp FROM ga JOIN gb USING (grp) ORDER BY grp LIMIT {MAX_GROUPS}")]
-        na = self._one(f"SELECT count(DISTINCT grp) FROM t_{a}")[0]
-        nb = self._one(f"SELECT count(DISTINCT grp) FROM t_{b}")[0]
+        # count(*) over a GROUP BY, not count(DISTINCT): a DISTINCT aggregate's hash table does not spill.
+        na = self._one(f"SELECT count(*) FROM (SELECT grp FROM t_{a} GROUP BY grp)")[0]
+        nb = self._one(f"SELECT count(*) FROM (SELECT grp FROM t_{b} GROUP BY grp)")[0]
         return GroupOverlap(common, int(count), int(na), int(nb), int(rows_a), int(rows_b))
 
     def time_order(self, a: str, b: str) -> TimeOrder | None:
@@ -243,9 +299,10 @@ class DuckStore(Store):
     def conflicts(self, splits: list[str]) -> Conflicts:
         union = " UNION ALL ".join(f"SELECT {k} AS k, row, exact, label FROM t_{s}" for k, s in enumerate(splits))
         with_ = (f"WITH u AS ({union}), "
-                 # DISTINCT pairs, then a plain count: both are spilling group-bys (a DISTINCT
-                 # aggregate keeps its own hash tables in memory).
-                 "bad AS (SELECT exact FROM (SELECT DISTINCT exact, label FROM u) GROUP BY exact HAVING count(*) > 1) ")
+                 # One group-by with fixed-size aggregates: it spills under the memory cap. (A
+                 # DISTINCT (exact, label) feeding a second group-by ran out of memory at 30 M rows
+                 # under a 2 GB cap, and a DISTINCT aggregate keeps its hash tables in memory.)
+                 "bad AS (SELECT exact FROM u GROUP BY exact HAVING min(label) <> max(label)) ")
         count = self._one(with_ + "SELECT count(*) FROM bad")[0]
         if not count:
             return Conflicts(0, [])
@@ -262,15 +319,23 @@ class DuckStore(Store):
         kind = self.near_kind(a)
         if not self._has(f"b_{a}") or not self._has(f"b_{b}"):
             return Near(0, [])
-        # Only a's band keys that b has too enter the window (a semi join, built on b's keys):
-        # the window then sorts candidates, not every row of a, and stays within the memory cap.
-        sql = (f"WITH kb AS (SELECT DISTINCT band, key FROM b_{b}), "
-               f"ma AS (SELECT ba.row, ba.band, ba.key FROM b_{a} AS ba SEMI JOIN kb USING (band, key)), "
-               f"ca AS (SELECT row, band, key FROM (SELECT *, row_number() OVER "
-               f"(PARTITION BY band, key ORDER BY row) AS rn FROM ma) WHERE rn <= {BAND_CAP}), "
-               f"p AS (SELECT DISTINCT ca.row AS ia, bb.row AS ib FROM ca JOIN b_{b} AS bb USING (band, key)) "
-               f"SELECT p.ia, p.ib, x.sig AS sa, y.sig AS sb FROM p JOIN t_{a} AS x ON x.row = p.ia "
-               f"JOIN t_{b} AS y ON y.row = p.ib WHERE x.exact <> y.exact")
+        try:
+            for sql in _near_steps(a, b):
+                self._run(sql)
+            pairs = int(self._one("SELECT count(*) FROM n_j")[0])
+            cap = _size(str(self._one("SELECT current_setting('memory_limit')")[0])) or (1 << 30)
+            for sql in _pairs_steps(a, max(1, -(-pairs // max(cap // _BYTES_PER_GROUP, 1)))):
+                self._run(sql)
+            return self._near_scored(kind, b, threshold)
+        finally:  # the steps' tables go, also after a failure (the first error is the one told)
+            for t in _NEAR_TABLES:
+                try:
+                    self._run(f"DROP TABLE IF EXISTS {t}")
+                except ValueError:
+                    pass
+
+    def _near_scored(self, kind: str | None, b: str, threshold: float) -> Near:
+        sql = f"SELECT q.ia, q.ib, q.sa, y.sig AS sb FROM n_q AS q JOIN t_{b} AS y ON y.row = q.ib WHERE q.ea <> y.exact"
         dtype, width = (np.uint32, NUM_PERM) if kind == "text" else (np.uint64, SIM_BITS // 64)
         keep_a, keep_b, keep_s = [], [], []
         import duckdb
