@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import sys
-import os
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 

@@ -11,7 +11,6 @@ import torch.nn as nn
 
 import torchtriage
 from torchtriage import Category, ConfigError, ContractError, audit_tensor, expect
-
 from zoo import forward as z
 
 FORMS = ("accepted: a dim name (B, T, C, batch), a non-negative integer, '*' (any one dim), "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tests._syncs import SyncCounter
 
 import torchtriage
 from torchtriage import Report, Severity, Stage
@@ -13,8 +14,6 @@ from torchtriage._repro import _tree
 from torchtriage._repro._bundle import Bundle
 from torchtriage._summary import summarize
 from torchtriage._triage._explain import ExceptionTriage
-
-from tests._syncs import SyncCounter
 
 
 def _bundle(meta=None, tensors=None):

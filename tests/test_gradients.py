@@ -12,11 +12,11 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tests.zoo import gradients as zoo
 
 import torchtriage
 from torchtriage import Category, Severity, Stage
 from torchtriage.report import render_json  # noqa: F401  (JSON renderer is part of the contract)
-from tests.zoo import gradients as zoo
 
 
 def _line(obj, marker):

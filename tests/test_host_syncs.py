@@ -28,12 +28,11 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tests._syncs import SyncCounter
 
 import torchtriage
 from torchtriage import Severity
 from torchtriage._deferred import DeferredFlags, read_scalars
-
-from tests._syncs import SyncCounter
 
 WARMUP = 3  # max(gradients_window=2, silent_warmup=3)
 

@@ -13,8 +13,8 @@ import json
 
 import numpy as np
 import pytest
-
 import tests.test_leakage as in_process
+
 from torchtriage import check_splits
 from torchtriage._leakage import _engines
 

@@ -16,14 +16,13 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tests._syncs import SyncCounter
 from torch.utils.data import DataLoader, Subset, TensorDataset, random_split
 
 import torchtriage
+from conftest import run_cli
 from torchtriage import Session, Severity
 from torchtriage._leakage._runtime._fingerprint import dense_keys, row_keys, sparse_keys
-
-from conftest import run_cli
-from tests._syncs import SyncCounter
 
 SCRIPTS = Path(__file__).parent / "zoo" / "leakage_run"
 

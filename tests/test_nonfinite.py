@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tests.zoo import nonfinite as zoo
 
 import torchtriage
 from torchtriage import Severity, Stage
-from tests.zoo import nonfinite as zoo
 
 LOG_LINE = "return torch.log(x)  # BUG: log(0) for the zeros the ReLU made"
 

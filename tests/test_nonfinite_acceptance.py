@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tests.zoo import nonfinite as zoo
 
 import torchtriage
 from torchtriage import Severity, Stage
-from tests.zoo import nonfinite as zoo
 
 
 def _watch(model, opt=None, **kw):

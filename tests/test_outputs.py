@@ -11,8 +11,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 
+from conftest import run_cli
 from torchtriage._outputs import OutputError, check_output, write_output
 
 OK_SCRIPT = "open('ran.txt', 'w').write('ran')\nprint('script output')\n"

@@ -11,11 +11,10 @@ import pytest
 import torch
 
 import torchtriage
+from conftest import run_cli
 from torchtriage import Finding, Report
 from torchtriage.report import dump_json, load_json, render_html, render_json, render_text
 from torchtriage.report._svg import MAX_POINTS, line_chart
-
-from conftest import run_cli
 from zoo.reports import REPORTS, nan_report
 
 VOID = {"meta", "br", "hr", "img", "input", "link", "rect", "line", "circle", "polyline", "path"}

@@ -15,8 +15,14 @@ import torchtriage
 from torchtriage import BundleError
 from torchtriage._repro import _safetensors
 from torchtriage._repro._shrink import ddmin
-from zoo.repro import (ClampedNorm, NonFiniteOutputFlag, PoisonedTokenRow, RaisesOnNegativeSample,
-                       ZeroNormDivides, zero_sample_batch)
+from zoo.repro import (
+    ClampedNorm,
+    NonFiniteOutputFlag,
+    PoisonedTokenRow,
+    RaisesOnNegativeSample,
+    ZeroNormDivides,
+    zero_sample_batch,
+)
 
 
 def _read(path):

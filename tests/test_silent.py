@@ -4,8 +4,8 @@ reference loops produce no finding at all."""
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
 import sys
+from collections import OrderedDict
 
 import pytest
 import torch

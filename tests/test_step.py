@@ -8,10 +8,10 @@ import inspect
 
 import torch
 import torch.nn as nn
+from tests.zoo import step as zoo
 
 import torchtriage
 from torchtriage import Severity, Stage
-from tests.zoo import step as zoo
 
 
 def _line(obj, marker):

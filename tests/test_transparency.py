@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_cli
-from zoo import transparency as T
 
 import torchtriage
+from conftest import run_cli
+from zoo import transparency as T
 
 CATALOGUE = Path(T.__file__)
 

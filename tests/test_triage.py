@@ -13,7 +13,6 @@ import torchtriage
 from torchtriage import Category, Stage
 from torchtriage._catalogue import catalogue, fields_of
 from torchtriage._triage import RULES, classify
-
 from zoo import forward as z
 
 HERE = __file__

@@ -27,8 +27,8 @@ from ._checker import LossCall, overrides
 from ._errors import AnomalyError
 from ._findings import Stage
 from ._frames import user_frame_from_stack, user_stack_frame
-from ._step import called_functionally
 from ._roothook import RootHook  # pickles and deep-copies inert, with the user's model
+from ._step import called_functionally
 from ._transparent import install as _install_transparency
 from ._transparent import remove_handle, standing_aside
 

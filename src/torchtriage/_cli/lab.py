@@ -152,8 +152,9 @@ def split_leak() -> Outcome:
 
 def run_lab() -> list[Outcome]:
     """The four experiments, in the seed's order."""
-    from .._session import current_session
     import contextlib
+
+    from .._session import current_session
 
     sess = current_session()
     with sess.paused() if sess is not None else contextlib.nullcontext():

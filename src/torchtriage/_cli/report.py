@@ -13,8 +13,8 @@ import os
 import sys
 from typing import Any
 
-from . import fail
 from .._outputs import OutputError, check_output, write_output
+from . import fail
 
 
 def register(sub: Any) -> None:

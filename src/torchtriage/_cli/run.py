@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import types
 import sys
 import traceback
+import types
 from typing import Any
 
 from . import fail

@@ -23,8 +23,19 @@ from .._catalogue import msg
 from . import _near
 from ._scan import Part, Scan, Scanner
 from ._sources import Block, Source
-from ._store import (BAND_CAP, MAX_EXAMPLES, MAX_GROUPS, Conflicts, GroupOverlap, Matches, Near, Repeats, Store,
-                     TimeOrder, choose_examples)
+from ._store import (
+    BAND_CAP,
+    MAX_EXAMPLES,
+    MAX_GROUPS,
+    Conflicts,
+    GroupOverlap,
+    Matches,
+    Near,
+    Repeats,
+    Store,
+    TimeOrder,
+    choose_examples,
+)
 
 
 def _need(module: str) -> Any:

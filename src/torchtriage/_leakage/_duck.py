@@ -24,8 +24,19 @@ import numpy as np
 from .._catalogue import msg
 from . import _near
 from ._scan import Part
-from ._store import (BAND_CAP, MAX_EXAMPLES, MAX_GROUPS, Conflicts, GroupOverlap, Matches, Near, Repeats, Store,
-                     TimeOrder, choose_examples)
+from ._store import (
+    BAND_CAP,
+    MAX_EXAMPLES,
+    MAX_GROUPS,
+    Conflicts,
+    GroupOverlap,
+    Matches,
+    Near,
+    Repeats,
+    Store,
+    TimeOrder,
+    choose_examples,
+)
 
 _PAIR_BATCH = 1 << 18
 

@@ -21,9 +21,18 @@ import numpy as np
 
 from .._catalogue import msg
 from . import _near
-from ._hashing import (array_row_digests, cell_word, file_digest, float_words, key_of, object_words,
-                       row_digests, sample_digest, to_numpy)
-from ._sources import Block, Source, Spec, sample_input, sample_label, _NONE
+from ._hashing import (
+    array_row_digests,
+    cell_word,
+    file_digest,
+    float_words,
+    key_of,
+    object_words,
+    row_digests,
+    sample_digest,
+    to_numpy,
+)
+from ._sources import _NONE, Block, Source, Spec, sample_input, sample_label
 
 _TOKEN = re.compile(r"\w+")
 MAX_SHOWN_LABELS = 4096

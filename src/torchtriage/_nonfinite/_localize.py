@@ -11,17 +11,26 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+from torch.utils._pytree import tree_leaves
 
 from .._catalogue import msg
 from .._findings import Category, Finding, Severity, Stage
 from .._summary import summarize
-from ._families import base_name, explain, kind_of, kind_text
-from ._replay import (FirstNonFiniteNode, NodeMap, call_model, float_leaves, graph_nodes, node_frame, node_op, replay_loss,
-                      replaying, saved_tensors)
-from torch.utils._pytree import tree_leaves
-
-from ._trace import ModuleStack, OpTracer, Origin
 from . import _steplocalize
+from ._families import base_name, explain, kind_of, kind_text
+from ._replay import (
+    FirstNonFiniteNode,
+    NodeMap,
+    call_model,
+    float_leaves,
+    graph_nodes,
+    node_frame,
+    node_op,
+    replay_loss,
+    replaying,
+    saved_tensors,
+)
+from ._trace import ModuleStack, OpTracer, Origin
 
 
 def _finding(code: str, key: str, stage: Stage, step: int, *, module: str | None = None, op: str | None = None,
@@ -353,7 +362,7 @@ def localize_data(session: Any, step: int, any_kind: bool = False) -> Finding | 
     snap = session.snapshot
     if snap is None or not snap.has_batch:
         return None
-    from torch.utils._pytree import tree_flatten_with_path, keystr
+    from torch.utils._pytree import keystr, tree_flatten_with_path
 
     leaves, _ = tree_flatten_with_path((snap.args, snap.kwargs))
     for path, t in leaves:

@@ -25,12 +25,12 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .. import _deferred
 from .._catalogue import msg
 from .._checker import Checker, LossCall
 from .._config import OnAnomaly
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack
-from .. import _deferred
 from . import _amp, _localize
 from ._replay import float_leaves, graph_nodes, saved_tensors
 

@@ -27,7 +27,16 @@ from .._catalogue import msg
 from .._findings import Finding, Stage
 from .._summary import summarize
 from ._families import kind_of, kind_text
-from ._replay import FirstNonFiniteNode, NodeMap, float_leaves, graph_nodes, node_frame, node_op, replaying, saved_tensors
+from ._replay import (
+    FirstNonFiniteNode,
+    NodeMap,
+    float_leaves,
+    graph_nodes,
+    node_frame,
+    node_op,
+    replaying,
+    saved_tensors,
+)
 from ._stepreplay import NotReplayable, Replayed, replay_step, usable
 from ._trace import ModuleStack, OpTracer
 

@@ -32,7 +32,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim import optimizer as _optim_mod
-
 from torch.overrides import TorchFunctionMode
 
 from .._catalogue import msg

@@ -14,7 +14,6 @@ the verdict needs no number at all; otherwise it rests on a few reductions read 
 from __future__ import annotations
 
 import re
-
 from typing import Any
 
 import torch

@@ -149,8 +149,9 @@ def _call(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor | None) -> tor
 
 
 def _probe(model: nn.Module, fn: Any) -> Any:
-    from .._session import current_session
     import contextlib
+
+    from .._session import current_session
 
     was = model.training
     sess = current_session()

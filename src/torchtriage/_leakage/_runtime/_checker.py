@@ -21,9 +21,9 @@ import torch.nn as nn
 from ... import _deferred
 from ..._checker import Checker
 from ..._frames import UserFrame
+from . import _patches, _verdicts
 from ._base import Base, Draw
 from ._fingerprint import row_keys
-from . import _patches, _verdicts
 
 CV_KINDS = frozenset({"KFold", "cv"})
 

@@ -15,9 +15,8 @@ fingerprinted on `WIDE` (512) evenly spaced values plus the row sum (bounded cos
 
 from __future__ import annotations
 
-from typing import Any
-
 import math
+from typing import Any
 
 import numpy as np
 import torch
