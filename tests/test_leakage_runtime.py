@@ -32,7 +32,7 @@ def split_line(script: Path) -> int:
     return next(i for i, line in enumerate(lines, 1) if line.rstrip().endswith("# SPLIT"))
 
 
-def run_script(name: str, checks=("leakage",)):  # noqa: B006 - a tuple, never mutated
+def run_script(name: str, checks=("leakage",)):  # a tuple, never mutated
     """The script under a discovering session (what `torchtriage run` does), in this process."""
     path = SCRIPTS / name
     with warnings.catch_warnings():

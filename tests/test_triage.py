@@ -214,7 +214,7 @@ def test_unknown_exception_is_other_with_the_user_line_never_forced():
     model = z.CleanMLP()
 
     def step():
-        {}["missing"]  # noqa: B018
+        {}["missing"]
 
     f, _ = _watched(model, step)
     assert (f.category, f.code, f.message) == (Category.OTHER, "other.exception", "KeyError: 'missing'")

@@ -321,7 +321,7 @@ class ContractHandle:
         return path, label
 
     def _pre(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         dims: dict[str, int] = {}
         self._stack.append(dims)
         if self.inputs is None:
@@ -329,7 +329,7 @@ class ContractHandle:
         self._apply(module, self._pick_inputs(args, kwargs), dims, "input", Stage.FORWARD)
 
     def _post(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         dims = self._stack.pop() if self._stack else {}
         if self.outputs is None or (output is None and sys.exc_info()[0] is not None):
             return  # forward raised: nothing to check, the user's exception goes on

@@ -160,7 +160,7 @@ class SessionHooks:
         setattr(obj, attr, new)
 
     def _fwd_pre(self, module: nn.Module, args: tuple[Any, ...]) -> None:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         if self._busy or self._in_backward or standing_aside():
             return
         try:
@@ -193,7 +193,7 @@ class SessionHooks:
 
     def _fwd_post(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                   output: Any = _RAISED) -> None:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         if self._busy or self._in_backward or standing_aside():
             return
         try:
@@ -219,7 +219,7 @@ class SessionHooks:
 
         @functools.wraps(original)
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            __tracebackhide__ = True  # noqa: F841
+            __tracebackhide__ = True
             if session._busy or standing_aside():
                 return original(tensors, *args, **kwargs)
             roots = (tensors,) if isinstance(tensors, torch.Tensor) else tuple(tensors)
@@ -251,7 +251,7 @@ class SessionHooks:
 
         @functools.wraps(original)
         def loss(*args: Any, **kwargs: Any) -> Any:
-            __tracebackhide__ = True  # noqa: F841
+            __tracebackhide__ = True
             if session._busy or session._in_loss or standing_aside():
                 # _in_loss: a TorchFunctionMode on the stack (a check's tracer, the user's own)
                 # re-dispatches F.<loss> to this wrapper from inside the first call: one call.
@@ -283,7 +283,7 @@ class SessionHooks:
 
         @functools.wraps(original)
         def __init__(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
-            __tracebackhide__ = True  # noqa: F841
+            __tracebackhide__ = True
             original(opt, *args, **kwargs)
             if not session._busy:
                 try:
@@ -307,7 +307,7 @@ class SessionHooks:
         return False
 
     def _opt_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         if self._busy or not self._known_optimizer(optimizer):
             return None
         if self._clock is None:
@@ -334,7 +334,7 @@ class SessionHooks:
 
         @functools.wraps(closure)
         def wrapped(*args: Any, **kwargs: Any) -> Any:
-            __tracebackhide__ = True  # noqa: F841
+            __tracebackhide__ = True
             result = closure(*args, **kwargs)
             if not announced and not session._busy:  # LBFGS calls it several times per step
                 announced.append(True)
@@ -345,7 +345,7 @@ class SessionHooks:
         return wrapped
 
     def _opt_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         if self._busy or not self._known_optimizer(optimizer):
             return
         self._emit("on_optimizer_step_post", optimizer)

@@ -30,7 +30,7 @@ from ._config import OnAnomaly, parse_on_anomaly
 from ._errors import AnomalyError, TriageInternalWarning
 from ._findings import Finding, Report, Severity, Stage
 from ._frames import user_stacklevel, without_our_frames
-from ._hooks import LOSS_FUNCTIONS as LOSS_FUNCTIONS  # noqa: F401  (re-export)
+from ._hooks import LOSS_FUNCTIONS as LOSS_FUNCTIONS  # re-export
 from ._hooks import SessionHooks
 
 _active: list[Session] = []

@@ -143,7 +143,7 @@ class StepTape(TorchFunctionMode):
         self.on_stack = False
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         kwargs = kwargs or {}
         self.inside += 1
         try:

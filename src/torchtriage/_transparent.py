@@ -156,7 +156,7 @@ def _wrap_export(original: Any, session: Session) -> Any:
     # global module hook selects): while it traces, our global hooks are out and we are paused.
     @functools.wraps(original)
     def export(*args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         with hidden_global_hooks(), session.paused():
             return original(*args, **kwargs)
 

@@ -61,7 +61,7 @@ class StepOrder:
 
         @functools.wraps(original)
         def wrapped(*args: Any, **kwargs: Any) -> Any:  # (named like the other pass-through wrappers)
-            __tracebackhide__ = True  # noqa: F841
+            __tracebackhide__ = True
             if not order.broken:
                 try:
                     max_norm = args[1] if len(args) > 1 else kwargs.get("max_norm")

@@ -97,7 +97,7 @@ class ScheduleWatch:
 
         @functools.wraps(original)
         def step(sched: Any, *args: Any, **kwargs: Any) -> Any:
-            __tracebackhide__ = True  # noqa: F841
+            __tracebackhide__ = True
             if getattr(sched, "_step_count", 1) != 0 and not watch.broken:  # not the constructor's step
                 try:
                     watch.called(sched)

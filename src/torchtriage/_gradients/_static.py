@@ -16,8 +16,8 @@ import torch.nn as nn
 
 from .._catalogue import msg
 from .._findings import Category, Finding, Severity, Stage
-from .._params import ParamInfo as ParamInfo  # noqa: F401  (the one index, issue 11)
-from .._params import index_parameters as index_parameters  # noqa: F401
+from .._params import ParamInfo as ParamInfo  # the one index (issue 11)
+from .._params import index_parameters as index_parameters
 
 _MAX_ITEMS = 64  # a container's elements inspected (a list of 10k tensors is data, not layers)
 

@@ -106,7 +106,7 @@ class CutTracer(TorchFunctionMode):
         self.records = 0
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if self.enabled and self.failed is None and self.records < MAX_RECORDS_PER_STEP:
