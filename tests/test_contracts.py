@@ -137,7 +137,7 @@ def test_dims_bound_by_the_inputs_hold_for_tuple_outputs_and_reset_between_calls
             return x[:, :-1], mask.float()  # the first output drops a time step
 
     m = Split()
-    with torchtriage.watch(m, checks=[], on_anomaly="record", report=False) as s:
+    with torchtriage.watch(m, checks=[], on_anomaly="record", report=False):
         with expect(m, inputs={"x": "B T C", "mask": "B T"}, outputs=("B T C", "B T")):
             with pytest.raises(ContractError, match=re.escape(
                     "Split output[0]: dim 1 is 4, but T was bound to 5\n")) as info:

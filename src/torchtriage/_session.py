@@ -218,10 +218,6 @@ class Session(SessionHooks):
         """Append a per-step measurement (drawn in the HTML report), kept in bounded memory."""
         self.health.add(name, self.step, value)
 
-    def patch(self, obj: Any, attr: str, new: Any) -> None:
-        """Replace `obj.attr` with `new` until the session's hooks are removed (exit, exception)."""
-        self._patch(obj, attr, new)
-
     def watch_model(self, model: nn.Module, label: str | None = None) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"watch() takes nn.Module models, got {type(model).__name__}")

@@ -180,8 +180,6 @@ class _Injector:
 
 
 def replay_script(bundle: Bundle, script: str, script_args: list[str] | None, checks: Any) -> ReplayResult:
-    from .._session import Session
-
     if not os.path.isfile(script):
         raise BundleError(msg("repro.no_script", script=script), script)
     if script_args is None:

@@ -24,7 +24,7 @@ from ..._catalogue import msg
 from ..._deferred import read_scalars
 from ..._findings import Finding
 from ..._frames import UserFrame
-from ._base import HELD, SKETCH_ROWS, TRAIN, Base, Draw
+from ._base import HELD, SKETCH_ROWS, Base, Draw
 from ._fingerprint import row_keys
 
 if TYPE_CHECKING:
