@@ -306,7 +306,7 @@ def leakage():
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     syncing = 0
     with watch(model, opt) as s:
-        for epoch in range(3):
+        for _epoch in range(3):
             train, test = random_split(ds, [0.75, 0.25])
             batches = [(x.cuda(), y.cuda()) for x, y in DataLoader(train, batch_size=64)]
             torch.cuda.synchronize()
@@ -314,7 +314,7 @@ def leakage():
                 warnings.simplefilter("always")
                 torch.cuda.set_sync_debug_mode("warn")
                 try:
-                    for i, (x, y) in enumerate(batches):
+                    for x, y in batches:
                         loss = F.cross_entropy(model(x), y)
                         opt.zero_grad()
                         loss.backward()

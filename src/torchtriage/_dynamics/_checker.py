@@ -13,6 +13,7 @@ step's end (one read per step).
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import weakref
 from typing import Any
@@ -221,8 +222,8 @@ class DynamicsChecker(Checker):
         if sample is not None:
             names, norms = sample.update_norms()
             if norms:
-                self.flags.add(norms, lambda v, s=sample.step, n=names, lr=optimizer.param_groups[0].get("lr"):
-                               self._updates(s, n, v, lr))
+                lr = optimizer.param_groups[0].get("lr")  # the rate of this step, not of the read's
+                self.flags.add(norms, functools.partial(self._updates, sample.step, names, lr=lr))
 
     def on_step_end(self, step: int) -> None:
         self._leave_region()

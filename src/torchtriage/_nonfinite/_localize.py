@@ -234,7 +234,7 @@ def _where(frame: Any) -> str | None:
 @torch.no_grad()
 def _walk_loss_graph(state: Any, step: int, frame: Any) -> Finding | None:
     """Re-evaluate, in forward order, the ops of the loss's graph captured before backward."""
-    for seq, op, saved in sorted(state.loss_nodes, key=lambda n: n[0]):
+    for _seq, op, saved in sorted(state.loss_nodes, key=lambda n: n[0]):
         name = base_name(op)
         fn = getattr(torch, name, None)
         x = saved.get("self")

@@ -315,7 +315,7 @@ class NonFiniteSentinel(Checker):
                 # (with non-finite gradients the bad update is a consequence, reported already)
                 found = _localize.localize_update(sess, upd_step, self._grad_norm)
                 if found:  # else: finite but huge parameters overflowed the norm; the forward shows it
-                    self._report("optimizer", lambda: found)
+                    self._report("optimizer", lambda found=found: found)
                     self._release()
                     return False
         trip = None

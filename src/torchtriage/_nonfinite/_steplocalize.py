@@ -165,7 +165,7 @@ def backward(session: Any, state: Any, step: int, namer: Any, make: Any) -> Find
                 rep = replay_step(record, on_call=on_call)
         except NotReplayable:
             return None
-        for bw, roots, grads in rep.backwards:
+        for _bw, roots, grads in rep.backwards:
             roots = [r for r in roots if isinstance(r, torch.Tensor) and r.requires_grad]
             if not roots:
                 continue

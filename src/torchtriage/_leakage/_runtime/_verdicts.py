@@ -195,7 +195,7 @@ def conclude(watch: LeakageWatch) -> None:
         for token, trained in list(base.trained.items()):
             tr = trained[:base.m].bool()
             ev = base.evaluated.get(token)
-            for d, h in zip(draws, only_held):
+            for h in only_held:
                 hits = _on(h, tr.device) & tr
                 values += [hits.sum(), _first_true(hits, _on(base.first, tr.device)),
                            (_on(h, tr.device) & _on(ev[:base.m].bool(), tr.device)).sum() if ev is not None
@@ -206,7 +206,7 @@ def conclude(watch: LeakageWatch) -> None:
             rate = max(base.rate, fit.rate)
             sampled = (base.uk & (rate - 1)) == 0
             inside = torch.isin(base.uk, keys) & sampled
-            for d, h in zip(draws, only_held):
+            for h in only_held:
                 hits = h & inside
                 values += [hits.sum(), _first_true(hits, base.first)]
             plans.append((_fit_verdict(watch, base, draws, fit, rate), 2 * len(draws)))
