@@ -325,7 +325,7 @@ def test_html_chart_of_a_decimated_series_uses_the_kept_steps():
     from torchtriage import Report
     from torchtriage.report import render_html
 
-    steps = list(range(0, 2000)) + list(range(2000, 100_000, 64))
+    steps = list(range(2000)) + list(range(2000, 100_000, 64))
     rep = Report((), meta={"series_steps": {"loss": steps}}, series={"loss": [1.0 / (1 + s) for s in steps]})
     ticks = re.findall(r'class="tick"[^>]*text-anchor="middle">(\d+)<', render_html(rep))
     assert ticks == ["0", "20000", "40000", "60000", "80000"]  # steps, not the 3,531 kept points' indices

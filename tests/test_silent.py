@@ -150,7 +150,7 @@ def test_raw_logits_that_happen_to_lie_in_0_1_are_not_called_sigmoid_outputs():
         d.bias.fill_(0.5)
     x, y = torch.rand(16, 8), torch.ones(16, 1)
     logits = d(x).detach()
-    assert 0 <= float(logits.min()) and float(logits.max()) <= 1
+    assert float(logits.min()) >= 0 and float(logits.max()) <= 1
     with torchtriage.watch(d, checks=["silent"], on_anomaly="record", report=False) as s:
         F.binary_cross_entropy_with_logits(d(x), y).backward()
         F.binary_cross_entropy_with_logits(torch.sigmoid(d(x)).view(16), y.view(16)).backward()  # the bug

@@ -62,7 +62,7 @@ def _namer(session: Any) -> Any:
 
 
 def _mod_text(module: str | None, model: str | None = None) -> str:
-    text = msg("nonfinite.root") if not module else module
+    text = module or msg("nonfinite.root")
     # several models in the step: say which one (issue 11)
     return msg("nonfinite.module_of", module=text, model=model) if model is not None else text
 

@@ -214,10 +214,7 @@ def backward(session: Any, state: Any, step: int, namer: Any, make: Any) -> Find
     kind = kind_text(kind_of(bad_in))
     key = "nonfinite.backward" if tape is None else "nonfinite.backward_code"
     several = len({id(c.model) for c in record.calls}) > 1 or len(session.models) > 1
-    if several and module is not None and model is not None:
-        extra_model = {"model": model}
-    else:
-        extra_model = {}
+    extra_model = {"model": model} if several and module is not None and model is not None else {}
     f = make("numerical.nonfinite_backward", key, Stage.BACKWARD, step, module=module, **extra_model,
              op=op, parameter=names[0] if names else None, frame=frame, cause=msg("nonfinite.cause.backward", op=op),
              next_check=msg("nonfinite.next.backward"), evidence=ev, kind=kind,

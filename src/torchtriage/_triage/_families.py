@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 import torch.nn as nn
@@ -23,7 +23,7 @@ from ._operands import Operand, lines_before, lookup
 from ._rules import Rule, _dtype_pair, _r
 from ._structure import ddp_unused, empty_optimizer
 
-Fields = Optional[Tuple[str, Dict[str, Any]]]
+Fields = Optional[tuple[str, dict[str, Any]]]
 
 
 def _ops(ctx: Any) -> list[Operand]:
