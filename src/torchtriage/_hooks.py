@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 import sys
 import weakref
-from typing import TYPE_CHECKING, Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn as nn
@@ -23,7 +24,7 @@ from torch.nn.modules import module as _module_mod
 from torch.nn.modules.loss import _Loss
 from torch.optim import optimizer as _optim_mod
 
-from ._checker import LossCall, overrides
+from ._checker import Checker, LossCall, overrides
 from ._errors import AnomalyError
 from ._findings import Stage
 from ._frames import user_frame_from_stack, user_stack_frame
@@ -64,6 +65,34 @@ class SessionHooks:
     """Installing, removing and running the session's hooks (mixed into `Session`, whose
     __init__ creates the state used here: checkers, _handles, _patches, _depth, _busy, ...)."""
 
+    if TYPE_CHECKING:  # what this mixin uses of `Session`, declared for the type checker only
+        checkers: list[Checker]
+        discover: bool
+        step: int
+        stage: Stage | None
+        _handles: list[Any]
+        _patches: list[tuple[Any, str, Any]]
+        _names: weakref.WeakKeyDictionary[nn.Module, str]
+        _roots: weakref.WeakKeyDictionary[nn.Module, str]
+        _optimizers: list[weakref.ref[torch.optim.Optimizer]]
+        _clock: weakref.ref[torch.optim.Optimizer] | None
+        _broken: set[str]
+        _busy: int
+        _depth: int
+        _in_backward: int
+        _in_loss: int
+        _pending_end: bool
+
+        @property
+        def models(self) -> list[nn.Module]: ...
+        def module_name(self, module: nn.Module) -> str | None: ...
+        def watch_model(self, model: nn.Module, label: str | None = None) -> None: ...
+        def watch_optimizer(self, optimizer: torch.optim.Optimizer) -> None: ...
+        def _begin_step_if_needed(self) -> None: ...
+        def _end_step(self) -> None: ...
+        def _emit(self, event: str, *args: Any) -> None: ...
+        def _internal_error(self, where: str, e: BaseException) -> None: ...
+
     def _install(self) -> None:
         needs = lambda event: any(overrides(c, event) for c in self.checkers)  # noqa: E731
         self._per_module = self._wants_module_events()
@@ -84,7 +113,7 @@ class SessionHooks:
         self._handles.append(_optim_mod.register_optimizer_step_pre_hook(self._opt_pre))
         self._handles.append(_optim_mod.register_optimizer_step_post_hook(self._opt_post))
         self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
-        _install_transparency(self)  # our hooks invisible to copy / pickle / jit.script (issue 10)
+        _install_transparency(cast("Session", self))  # our hooks invisible to copy / pickle / jit.script (issue 10)
         if self.discover:
             self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init(torch.optim.Optimizer.__init__))
         if needs("on_loss"):
@@ -306,7 +335,7 @@ class SessionHooks:
             return True
         return False
 
-    def _opt_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def _opt_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> tuple[Any, dict[str, Any]] | None:
         __tracebackhide__ = True
         if self._busy or not self._known_optimizer(optimizer):
             return None
@@ -356,9 +385,9 @@ class SessionHooks:
             self._maybe_narrow_module_hooks()
 
 
-def _loss_module_name(session: Session) -> str | None:
+def _loss_module_name(session: SessionHooks) -> str | None:
     # Called from a loss module's forward? Look one level up for `self`.
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     for _ in range(4):
         if f is None:
             break
