@@ -34,7 +34,7 @@ def read_scalars(tensors: Sequence[torch.Tensor]) -> list[float]:
     accel = next((t.device for t in flat if t.device.type != "cpu"), None)
     if accel is None or all(t.device == accel for t in flat):
         dtype = torch.float32 if flat[0].device.type == "mps" else torch.float64
-        return torch.cat([t.to(dtype) for t in flat]).tolist()  # type: ignore[no-any-return]
+        return torch.cat([t.to(dtype) for t in flat]).tolist()
     # Mixed devices (model parallel, a CPU batch with CUDA outputs). Moving an accelerator's
     # number to the CPU one at a time would sync each time, and a blocking CPU→CUDA copy syncs
     # the stream too: the CPU's numbers are read where they are, the accelerators' numbers are

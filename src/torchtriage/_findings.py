@@ -74,7 +74,7 @@ def _coerce(enum_cls: type[enum.Enum], value: Any, field: str) -> Any:
     try:
         return enum_cls(value)
     except ValueError:
-        accepted = ", ".join(repr(m.value) for m in enum_cls)  # type: ignore[attr-defined]
+        accepted = ", ".join(repr(m.value) for m in enum_cls)
         raise ValueError(f"Finding.{field}={value!r} is not valid; accepted: {accepted}") from None
 
 
@@ -235,7 +235,7 @@ class Report:
     def __len__(self) -> int:
         return len(self.findings)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self):
         return iter(self.findings)
 
     def filter(
@@ -302,7 +302,7 @@ class Report:
 
         return render_fragment(self)
 
-    def __rich_console__(self, console, options):  # type: ignore[no-untyped-def]
+    def __rich_console__(self, console, options):
         from .report._text import rich_renderables
 
         yield from rich_renderables(self)

@@ -126,7 +126,7 @@ def user_frame_from_stack(skip: int = 1) -> UserFrame | None:
     return _frame(f, f.f_lineno) if f is not None else None
 
 
-def user_frame_from_summary(stack: list) -> UserFrame | None:  # type: ignore[type-arg]
+def user_frame_from_summary(stack: list) -> UserFrame | None:
     """The innermost user frame of a `traceback.StackSummary` (e.g. from autograd anomaly)."""
     for fs in reversed(stack):
         if is_user_file(fs.filename):

@@ -70,7 +70,7 @@ def item_rebuild() -> Outcome:
     model = _Scalar()
     rebuilt = torch.tensor(model.x.item() ** 2)  # the seed's mistake: the graph is gone
     try:
-        from .. import diagnose_gradients  # type: ignore[attr-defined]
+        from .. import diagnose_gradients
     except ImportError:
         diagnose_gradients = None
     findings: list[dict[str, Any]] = []
@@ -133,7 +133,7 @@ def _shared_groups(report: Any, known: set[str]) -> list[str] | None:
 
 def split_leak() -> Outcome:
     try:
-        from .. import check_splits  # type: ignore[attr-defined]
+        from .. import check_splits
     except ImportError:
         return _other("splits", "check_splits", "missing")
     train = [{"file": "train-0.png", "writer": "writer-a"}, {"file": "train-1.png", "writer": "writer-b"}]

@@ -220,7 +220,7 @@ def _run_and_report(args: argparse.Namespace, session: Any, target: Any, old_arg
     dist = session.checker("distributed")
     if dist is not None:
         # every rank hands in its report; rank 0 writes and prints the merged one, once (issue 15)
-        merged = dist.gather(report)  # type: ignore[attr-defined]
+        merged = dist.gather(report)
         if merged is not None:
             exit_code = _emit_report(args, merged, error, exit_code)
     else:

@@ -224,7 +224,7 @@ def _stall_finding(records: dict[int, dict[str, Any]], world_size: int, stall: d
 def _sites(rec: dict[str, Any]) -> list[tuple[str, str, int]]:
     c = rec.get("collectives") or {}
     sites = {int(k): tuple(v) for k, v in (c.get("sites") or {}).items()}
-    return [sites[i] for i in c.get("sequence", []) if i in sites]  # type: ignore[misc]
+    return [sites[i] for i in c.get("sequence", []) if i in sites]
 
 
 def _site_text(site: tuple[str, str, int] | None) -> str:

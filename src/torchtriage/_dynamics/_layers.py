@@ -71,7 +71,7 @@ class Sample:
         if not keep:
             return [], []
         with torch.no_grad():
-            before = [self.before[i] for i in keep]  # type: ignore[misc]
+            before = [self.before[i] for i in keep]
             after = [_flat(self.params[i])[:SLICE] for i in keep]  # type: ignore[index]
             delta = torch._foreach_sub(after, before)
             norms = foreach_norm(delta) + foreach_norm(before)

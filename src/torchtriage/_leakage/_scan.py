@@ -381,7 +381,7 @@ class Scanner:
         arrays = [to_numpy(x) for x in inputs]
         shapes = {a.shape for a in arrays if a is not None and a.dtype.kind in "biuf"}
         if len(shapes) == 1:
-            stacked = np.stack([np.asarray(a, np.float64) for a in arrays])  # type: ignore[arg-type]
+            stacked = np.stack([np.asarray(a, np.float64) for a in arrays])
             self._array_stats(stacked, sc)
             if self.opts.near and all(a is not None for a in arrays):
                 return self._near_arrays(stacked, sc)

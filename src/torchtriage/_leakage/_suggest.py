@@ -79,7 +79,7 @@ def suggest_split(paths: dict[str, str], group: str, out: str, chunk: int = 6553
 
 
 def _records(paths: dict[str, str], group: str, assign: dict[str, str], header: list[str], split_col: str,
-             chunk: int):  # type: ignore[no-untyped-def]
+             chunk: int):
     for path in paths.values():
         for cols in _tables.iter_file(path, chunk):
             n = len(cols[group])

@@ -422,7 +422,7 @@ def _read(scalars: list[torch.Tensor], riders: list[_deferred.DeferredFlags] = (
         try:
             # The common case, all flags on one device: one stack (it promotes mixed float dtypes
             # exactly: float16/32 -> float32/64) and no per-flag conversion. Every flag is 0-dim.
-            return torch.stack(scalars).tolist()  # type: ignore[no-any-return]
+            return torch.stack(scalars).tolist()
         except RuntimeError:  # flags on several devices
             return _deferred.read_scalars(scalars)
     values = _deferred.read_scalars([*scalars, *extra])

@@ -166,7 +166,7 @@ class Bundle:
         t = self.tensors.get("optimizer.safetensors")
         if t is None or index >= len(opts):
             return None
-        return _tree.decode(opts[index]["state"], t)  # type: ignore[no-any-return]
+        return _tree.decode(opts[index]["state"], t)
 
     def restore_rng(self) -> None:
         """Put the CPU (and CUDA) RNG back where they were at the failing step's start."""

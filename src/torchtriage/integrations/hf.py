@@ -26,7 +26,7 @@ from ._common import SessionHolder
 __all__ = ["TriageTrainerCallback"]
 
 
-class TriageTrainerCallback(TrainerCallback):  # type: ignore[misc]
+class TriageTrainerCallback(TrainerCallback):
     """A `transformers.TrainerCallback` that runs torchtriage's checks over `trainer.train()`.
 
     The session opens in `on_train_begin` (the Trainer passes the model and the optimizer;

@@ -8,7 +8,7 @@ from ._text import render_text as render_text
 __all__ = ["dump_json", "load_json", "render_html", "render_json", "render_text"]
 
 
-def __getattr__(name: str):  # type: ignore[no-untyped-def]
+def __getattr__(name: str):
     if name == "render_html":  # the HTML template is loaded only when asked for
         from ._html import render_html
 

@@ -127,9 +127,9 @@ class Patches:
             rows = dataset.tensors[0]
         else:
             rows = getattr(dataset, "data", None)
-            if not hasattr(rows, "shape") or len(rows) != len(dataset):  # type: ignore[arg-type]
+            if not hasattr(rows, "shape") or len(rows) != len(dataset):
                 return
-            if int(np.prod(rows.shape)) > MAX_DATA_CELLS:  # type: ignore[union-attr]
+            if int(np.prod(rows.shape)) > MAX_DATA_CELLS:
                 return  # e.g. an image folder's raw pixels: the transformed batches never match
         self.watch.extend_subset(dataset, rows, idx, user_frame_from_stack(), kind)
 
