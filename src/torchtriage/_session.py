@@ -18,7 +18,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn as nn
@@ -320,7 +320,7 @@ class Session(SessionHooks):
             raise
         return self
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if self._adopted_by is not None:
             return False
         try:

@@ -25,6 +25,7 @@ import dataclasses
 import itertools
 import os
 import sys
+from types import FrameType
 from typing import Any
 
 import torch
@@ -96,7 +97,7 @@ _LIBRARY_CALLERS = tuple(os.path.join(_TORCH, d) + os.sep for d in ("optim", "au
 def _not_step_code() -> bool:
     """An op run by a check's hook (a sentinel's sum) or by torch's own machinery. Mode handlers
     (`__torch_function__`: ours and the user's, stacked) and torch's dispatch are transparent."""
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     while f is not None:
         code = f.f_code
         file = code.co_filename
@@ -120,7 +121,7 @@ def _not_step_code() -> bool:
 def called_functionally(depth: int = 12) -> bool:
     """True inside `torch.func.functional_call` (the module runs on parameters passed in, swapped
     in for the call): that module is functional code, not a model to discover and index."""
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     for _ in range(depth):
         if f is None:
             return False
@@ -161,12 +162,12 @@ class StepTape(TorchFunctionMode):
             self.owner.tape_failed()
         return out
 
-    def push(self) -> None:
+    def push_mode(self) -> None:
         if not self.on_stack:
             torch._C._push_on_torch_function_stack(self)
             self.on_stack = True
 
-    def pop(self) -> bool:
+    def pop_mode(self) -> bool:
         """Take the mode off the stack (keeping modes pushed above it); False when that must wait
         (inside one of our own calls, where torch has popped us and will push us back)."""
         if not self.on_stack:

@@ -16,7 +16,7 @@ import collections
 import functools
 import math
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
@@ -34,6 +34,9 @@ from ._layers import LayerIndex, Sample, Vanishing, _local, grad_params, per_lay
 from ._order import StepOrder
 from ._schedules import ScheduleWatch, lr_value
 
+if TYPE_CHECKING:
+    from .._session import Session
+
 MAX_LR_SERIES = 8
 _RECURRENT = ("RNN", "LSTM", "GRU")
 
@@ -44,6 +47,7 @@ class DynamicsChecker(Checker):
     code that broadcasts, softmax over the wrong dimension, attention that sees the future."""
 
     name = "dynamics"
+    session: Session  # attached before on_start: every event below runs with it
 
     def on_start(self, session: Any) -> None:
         opts = session.options
@@ -168,9 +172,9 @@ class DynamicsChecker(Checker):
 
     def _queue_shift(self, tgt: torch.Tensor, ignore: int) -> None:
         snap = self.session.snapshot
-        model = snap.model if snap is not None else None
-        if model is None or model in self.probed or not snap.args:
+        if snap is None or snap.model is None or snap.model in self.probed or not snap.args:
             return
+        model = snap.model
         nums = _causal.shift_share(tgt, snap.args[0], ignore)
         if nums is None:
             return
@@ -213,7 +217,7 @@ class DynamicsChecker(Checker):
                 sample = Sample(step, params, self.index)
                 self.samples[id(optimizer)] = sample
                 names = sample.names
-                self.flags.add(sample.grad_norms, lambda v, s=step: self._layer_grads(s, names, v))
+                self.flags.add(sample.grad_norms, functools.partial(self._layer_grads, step, names))
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         self.order.in_step = False

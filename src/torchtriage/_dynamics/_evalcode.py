@@ -195,10 +195,10 @@ class MetricRegion(LossRegion):
                                            "metric_computed": num(computed), "metric_aligned": num(aligned),
                                            "in": "evaluation" if self.evaluation else "training step"}))
         for fields, frame in self.dims:
-            key = (fields["name"], frame)
-            if key in reported:
+            dim_key = (fields["name"], frame)
+            if dim_key in reported:
                 continue
-            reported.add(key)
+            reported.add(dim_key)
             found.append(dim_finding(fields, frame, step))
         return found
 

@@ -26,7 +26,7 @@ from torch.nn.utils import clip_grad as _clip_grad
 
 from .._catalogue import msg
 from .._errors import TriageInternalWarning
-from .._findings import Finding, Severity, Stage
+from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack, user_stack_frame
 from ._common import finding
 
@@ -107,7 +107,7 @@ class StepOrder:
                 self.bad_clip[kind] = self.bad_clip.get(kind, 0) + 1
                 if self.bad_clip[kind] == 2 and kind not in self.reported:
                     self.reported.add(kind)
-                    out.append(finding(kind, category="gradient", stage=Stage.BACKWARD, step=step, frame=frame,
+                    out.append(finding(kind, category=Category.GRADIENT, stage=Stage.BACKWARD, step=step, frame=frame,
                                        op="clip_grad_norm_", cause="dynamics.clip_order.cause",
                                        next_key="dynamics.clip_order.next",
                                        evidence={"max_norm": max_norm, "backward_calls_after_clip": len(self.backwards) - at,
@@ -120,7 +120,7 @@ class StepOrder:
                 self.reported.add("accum")
                 kind = type(opt).__name__
                 adaptive = kind in ADAPTIVE
-                out.append(finding("accumulation_not_divided", category="gradient", stage=Stage.BACKWARD,
+                out.append(finding("accumulation_not_divided", category=Category.GRADIENT, stage=Stage.BACKWARD,
                                    severity=Severity.INFO if adaptive else Severity.WARNING, step=step,
                                    frame=self.frame, op="backward", count=len(bw), optimizer=kind,
                                    cause="dynamics.accumulation_not_divided.cause" + (".adaptive" if adaptive else ""),

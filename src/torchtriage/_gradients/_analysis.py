@@ -25,6 +25,7 @@ and it is never a stray leaf. `params()` gives the parameters to judge: the sess
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import re
 import weakref
@@ -92,7 +93,7 @@ def _variant_msg(key: str, variant: str, fmt: dict[str, Any]) -> str:
     return msg(key, **fmt)
 
 
-def _parent(path: str) -> str | None:
+def _parent(path: str | None) -> str | None:
     if not path:
         return None
     return path.rpartition(".")[0]
@@ -209,7 +210,10 @@ class Analysis:
         for ids, grads in by_device.values():
             with torch.no_grad():
                 norms = torch.stack(torch._foreach_norm(grads, float("inf")))
-            self.flags.add([norms], lambda vals, ids=ids: self.norms.append((ids, vals)))
+            self.flags.add([norms], functools.partial(self._keep_norms, ids))
+
+    def _keep_norms(self, ids: list[int], vals: list[float]) -> None:
+        self.norms.append((ids, vals))
 
     def optimizer_step(self, index: int, optimizer: torch.optim.Optimizer, *, require_grad: bool = True) -> None:
         if self._unstepped:
@@ -241,8 +245,8 @@ class Analysis:
         stale = self._stale(optimizers, current, opt_of, step, {f.parameter for f in recreated})
         out += stale
         out += self._foreign(current, models, step, held=set(opt_of))
-        trainable = {pid: info for model, _ in models for p in model.parameters()
-                     if p.requires_grad and (pid := id(p)) in current and (info := current[pid])}
+        trainable = {pid: current[pid] for model, _ in models for p in model.parameters()
+                     if p.requires_grad and (pid := id(p)) in current}
         if self.params_fn is not None:
             # raw tensors an optimizer holds: parameters too (issue 11)
             # (except those of a stale optimizer: the old tensors it holds are that one finding)
@@ -329,10 +333,10 @@ class Analysis:
             known |= unregistered_leaf_ids(model)
         out = []
         by_line: dict[Any, CutRecord] = {}
-        for rec in self.cuts:
-            if rec.kind == "leaf_created":
-                for lid in rec.leaves:
-                    by_line[lid] = rec
+        for cut in self.cuts:
+            if cut.kind == "leaf_created":
+                for lid in cut.leaves:
+                    by_line[lid] = cut
         for lid, (shape, _) in self.foreign_leaves.items():
             if lid in known or lid in self.input_leaves or lid in held:
                 continue  # a leaf an optimizer holds is optimized on purpose (an image, a raw weight)
@@ -346,8 +350,9 @@ class Analysis:
             severity = Severity.ERROR if inside else (Severity.WARNING if grows else Severity.INFO)
             out.append(make_finding("gradient.leaf_not_registered", severity,
                                     Stage.FORWARD, variant="" if inside else ("grows" if grows else "outside"),
-                                    module=rec.module if rec else None, op=rec.op if rec else None,
-                                    frame=rec.frame if rec else None, step=step, shape=shape,
+                                    module=rec.module if rec is not None else None,
+                                    op=rec.op if rec is not None else None,
+                                    frame=rec.frame if rec is not None else None, step=step, shape=shape,
                                     is_leaf=True, requires_grad=True))
         return out
 
@@ -516,7 +521,7 @@ class Analysis:
 
         # With one optimizer, the line to change is the one that built it (known under `run`).
         frame = optimizer_frame(optimizers[0]) if len(optimizers) == 1 else None
-        groups: dict[str, list[str]] = {}
+        groups: dict[str | None, list[str]] = {}
         for model, _ in models:
             for p in model.parameters():
                 pid = id(p)

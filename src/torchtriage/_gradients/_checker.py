@@ -136,8 +136,9 @@ class GradientChecker(Checker):
         if self._first_step is None:
             self._first_step = step
         if self.active and self.analysis is None:
-            sess = self.session
-            self.analysis = Analysis(self._models(), params=lambda: sess.param_index.tensors())
+            assert self.session is not None  # attached before any event
+            index = self.session.param_index
+            self.analysis = Analysis(self._models(), params=lambda: index.tensors())
             _deferred.ride(self.session, self.analysis.flags)
             # Cuts recorded before the first step opened (code before the first forward).
             for rec in self._step_cuts:
@@ -227,7 +228,7 @@ class GradientChecker(Checker):
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         if self._zero_grad_reported:
             return
-        sample = []
+        sample: list[tuple[Any, Any, int]] = []
         for group in optimizer.param_groups:
             for p in group["params"]:
                 if p.grad is not None and len(sample) < _SAMPLE:

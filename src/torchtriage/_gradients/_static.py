@@ -23,9 +23,10 @@ _MAX_ITEMS = 64  # a container's elements inspected (a list of 10k tensors is da
 
 
 def _finding(code: str, severity: Severity, module: str, key: str, **fields: object) -> Finding:
+    parameter = fields.get("parameter")
     return Finding(
         category=Category.GRADIENT, code=code, severity=severity, stage=Stage.PARAMETER,
-        module=module, parameter=fields.get("parameter") if isinstance(fields.get("parameter"), str) else None,
+        module=module, parameter=parameter if isinstance(parameter, str) else None,
         message=msg(f"gradients.{key}.message", module=module or "<root>", **fields),
         cause=msg(f"gradients.{key}.cause", **fields),
         next_check=msg(f"gradients.{key}.next", **fields),

@@ -24,6 +24,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import torch
@@ -44,7 +45,7 @@ MAX_WALKS_PER_KEY = 8
 def _called_by_torchtriage() -> bool:
     """True when the op was called by another check's hook (a sentinel's sum, a probe's
     detach), not by the user's code: those must not read as cuts on the user's line."""
-    f = sys._getframe(2)  # skip this function and __torch_function__; then torch's own frames
+    f: FrameType | None = sys._getframe(2)  # skip this function and __torch_function__; then torch's own frames
     # and other modes' __torch_function__ (a mode stacked above this one calls down into it)
     while f is not None and (f.f_code.co_filename.startswith(_TORCH) or f.f_code.co_name == "__torch_function__"):
         f = f.f_back

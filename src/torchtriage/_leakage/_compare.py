@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .._catalogue import msg
-from .._findings import Finding
+from .._findings import Category, Finding, Severity, Stage
 from ._scan import Scan
 from ._sources import Source, sample_input
 from ._store import MAX_EXAMPLES, Store
@@ -21,7 +21,7 @@ __all__ = ["MAX_EXAMPLES", "compare", "finding"]
 
 
 def finding(code: str, severity: str, key: str, evidence: dict[str, Any], **fields: Any) -> Finding:
-    return Finding(category="data", code=f"data.{code}", severity=severity, stage="data",
+    return Finding(category=Category.DATA, code=f"data.{code}", severity=Severity(severity), stage=Stage.DATA,
                    message=msg(f"leakage.{key}.message", **fields), cause=msg(f"leakage.{key}.cause", **fields),
                    next_check=msg(f"leakage.{key}.next", **fields), evidence=evidence)
 

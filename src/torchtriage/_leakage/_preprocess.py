@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .._catalogue import msg
-from .._findings import Finding
+from .._findings import Category, Finding, Severity, Stage
 
 VOCAB_ATTRS = ("vocabulary_", "stoi", "word_index", "token2id", "word2idx", "token_to_idx")
 
@@ -110,7 +110,7 @@ def check_normalizer(obj: Any, stats: dict[str, np.ndarray], scans: list[Any], t
             if hit is not None:
                 name, fitted, train_v, all_v = hit
                 return Finding(
-                    category="data", code="data.preprocessing_fit_on_all", severity="error", stage="data",
+                    category=Category.DATA, code="data.preprocessing_fit_on_all", severity=Severity.ERROR, stage=Stage.DATA,
                     op=type(obj).__name__,
                     message=msg("leakage.prep.message", what=type(obj).__name__, stat=name, train=train),
                     cause=msg("leakage.prep.cause"), next_check=msg("leakage.prep.next", train=train),
@@ -162,7 +162,7 @@ def check_vocabulary(obj: Any, vocab: set[str], scans: list[Any], train: str) ->
         if only:
             name = s.source.name
             out.append(Finding(
-                category="data", code="data.vocabulary_from_test", severity="error", stage="data",
+                category=Category.DATA, code="data.vocabulary_from_test", severity=Severity.ERROR, stage=Stage.DATA,
                 op=type(obj).__name__,
                 message=msg("leakage.vocab.message", count=len(only), split=name, train=train),
                 cause=msg("leakage.vocab.cause"), next_check=msg("leakage.vocab.next", train=train),

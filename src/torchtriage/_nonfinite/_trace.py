@@ -20,6 +20,7 @@ import dataclasses
 import math
 import sys
 import weakref
+from types import FrameType
 from typing import Any, Callable
 
 import torch
@@ -195,7 +196,7 @@ class OpTracer(TorchDispatchMode):
 
 
 def _user_frame_until(stop: Any) -> UserFrame | None:
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     while f is not None and f is not stop:
         if is_user_file(f.f_code.co_filename):
             return UserFrame(f.f_code.co_filename, f.f_lineno, f.f_code.co_name,

@@ -81,7 +81,7 @@ class ReproRecorder(Checker):
         if not self.active or self.written is not None:
             return
         tb = "".join(traceback.format_exception(type(exc), exc, _trim(exc.__traceback__)))
-        trigger = {"kind": "exception", "type": type(exc).__name__, "message": str(exc)[:2000]}
+        trigger: dict[str, Any] = {"kind": "exception", "type": type(exc).__name__, "message": str(exc)[:2000]}
         frame = user_frame_from_tb(exc.__traceback__)
         if frame is not None:
             trigger.update(file=frame.file, line=frame.line)

@@ -98,5 +98,10 @@ def map_tensors(obj: Any, fn: Any) -> Any:
 
 def tensors_in(obj: Any) -> list[torch.Tensor]:
     out: list[torch.Tensor] = []
-    map_tensors(obj, lambda t: out.append(t) or t)
+
+    def keep(t: torch.Tensor) -> torch.Tensor:
+        out.append(t)
+        return t
+
+    map_tensors(obj, keep)
     return out

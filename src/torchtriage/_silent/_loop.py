@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from types import FrameType
 from typing import Any
 
 import torch
@@ -173,7 +174,7 @@ class ZeroGradWatch:
 
 def in_update_bn() -> bool:
     """True inside `torch.optim.swa_utils.update_bn`, which runs train-mode no-grad forwards on purpose."""
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     for _ in range(12):
         if f is None:
             return False

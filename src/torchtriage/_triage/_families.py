@@ -144,14 +144,14 @@ def _squeezed(ctx: Any) -> tuple[str, str] | None:
     if isinstance(base, ast.Name):
         # h = x.squeeze() on an earlier line of the same function (the last such line wins)
         rx = re.compile(rf"^\s*{re.escape(base.id)}\s*=\s*(?P<src>.+)\.squeeze\(\s*\)\s*(?:#.*)?$")
-        found = None
+        source = None
         for _, line in lines_before(site.frame):
             hit = rx.match(line)
             if hit:
-                found = hit.group("src")
-        if found is not None:
+                source = hit.group("src")
+        if source is not None:
             try:
-                ok, value = lookup(ast.parse(found.strip(), mode="eval").body, site.frame)
+                ok, value = lookup(ast.parse(source.strip(), mode="eval").body, site.frame)
             except SyntaxError:
                 ok, value = False, None
             return base.id, _of_shape(value if ok else None)

@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from types import FrameType
+from typing import Any, Literal
 
 from .._catalogue import msg
 
@@ -87,7 +88,7 @@ class TriageTrainerCallback(TrainerCallback):
     def __enter__(self) -> TriageTrainerCallback:
         return self
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         self._holder.close(exc)
         return False
 
@@ -96,7 +97,7 @@ def _calling_trainer() -> Any:
     """The `transformers.Trainer` whose loop called this callback (a few frames up), or None."""
     from transformers import Trainer
 
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     for _ in range(16):
         if f is None:
             return None

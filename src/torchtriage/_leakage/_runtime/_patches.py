@@ -23,6 +23,7 @@ import importlib.machinery
 import sys
 import threading
 import weakref
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -207,7 +208,7 @@ class Patches:
         def split(cv: Any, *args: Any, **kwargs: Any) -> Any:
             if _inside():
                 return original(cv, *args, **kwargs)
-            caller, f = "", sys._getframe(1)
+            f: FrameType | None = sys._getframe(1)
             for _ in range(4):  # through a mixin's `split` that calls super().split()
                 if f is None or f.f_code.co_name != "split":
                     break

@@ -22,7 +22,7 @@ import torch
 
 from ..._catalogue import msg
 from ..._deferred import read_scalars
-from ..._findings import Finding
+from ..._findings import Category, Finding, Severity, Stage
 from ..._frames import UserFrame
 from ._base import HELD, SKETCH_ROWS, Base, Draw
 from ._fingerprint import row_keys
@@ -38,7 +38,7 @@ TRAIN_TOL = 1e-4  # a training part's |mean| above this is not standardized on i
 def _finding(code: str, severity: str, key: str, draw: Draw, evidence: dict[str, Any], **fields: Any) -> Finding:
     fields.setdefault("where", draw.where)
     fields.setdefault("kind", draw.kind)
-    return Finding(category="data", code=f"data.{code}", severity=severity, stage="data",
+    return Finding(category=Category.DATA, code=f"data.{code}", severity=Severity(severity), stage=Stage.DATA,
                    file=draw.frame.file if draw.frame else None, line=draw.frame.line if draw.frame else None,
                    message=msg(f"leakage.run.{key}.message", **fields), cause=msg(f"leakage.run.{key}.cause", **fields),
                    next_check=msg(f"leakage.run.{key}.next", **fields),
