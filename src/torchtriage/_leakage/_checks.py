@@ -108,7 +108,8 @@ def check_splits(
     specs = {role: make_spec(role, value, sources) for role, value in (("groups", groups), ("time", time),
                                                                        ("labels", labels))}
     roles = {sp.column for sp in specs.values() if sp is not None and sp.column}
-    ids = _ids.id_columns(sources, roles | set(ignore) | set(content) | {files}, int(chunk_size))
+    named = roles | set(ignore) | set(content) | ({files} if files is not None else set())
+    ids = _ids.id_columns(sources, named, int(chunk_size))
     opts = Options(groups=specs["groups"], time=specs["time"],
                    labels=specs["labels"], ignore=set(ignore) | set(ids), files=files,
                    near=bool(near), tokens=bool(vocabs), stats=bool(norms), chunk=int(chunk_size), progress=progress)
@@ -147,9 +148,11 @@ def _index_overlap(sources: list[Source]) -> list[Finding]:
         for b in sources[i + 1:]:
             if not _same_dataset(a, b):
                 continue
+            assert a.indices is not None and b.indices is not None  # _same_dataset checked
             shared = np.intersect1d(a.indices, b.indices)
             if len(shared):
                 first, second = sorted((a, b), key=lambda s: _RANK[s.name])
+                assert first.indices is not None and second.indices is not None  # as a's and b's
                 out.append(finding("subset_index_overlap", "error", "index", {
                     "pair": f"{first.name}/{second.name}", "shared_indices": int(len(shared)),
                     f"{first.name}_size": len(first.indices), f"{second.name}_size": len(second.indices),

@@ -117,6 +117,7 @@ def _exact(store: Store, a: Scan, b: Scan) -> list[Finding]:
     exclude = None
     if _same_dataset(a.source, b.source):
         # Rows that are the very same index of one dataset: subset_index_overlap said so already.
+        assert a.source.indices is not None and b.source.indices is not None  # _same_dataset checked
         exclude = np.isin(b.source.indices, a.source.indices)
     m = store.exact(an, bn, exclude)
     if not m.count:

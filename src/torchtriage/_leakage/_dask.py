@@ -123,7 +123,11 @@ def connect(address: str) -> Any:
 def _read(dd: Any, src: Source) -> Any:
     from ._tables import file_format
 
-    paths = src.paths or [src.path]
+    if src.paths:
+        paths = src.paths
+    else:
+        assert src.path is not None  # a file source: one path, or its shards
+        paths = [src.path]
     fmt = file_format(paths[0])
     if fmt == "parquet":
         return dd.read_parquet(paths)
@@ -202,9 +206,10 @@ class DaskStore(Store):
 
     def close(self) -> None:
         self.frames.clear()
-        if getattr(self, "_own", None) is not None:
+        own = getattr(self, "_own", None)
+        if own is not None:
             self.client.close()
-            self._own.close()
+            own.close()
             self._own = None
 
     def _cols(self, split: str) -> list[str]:

@@ -134,7 +134,7 @@ class DuckStore(Store):
                 self._cols[split] = {"labels": True, "groups": True, "times": True}
             else:
                 self._run(f"INSERT INTO t_{split} SELECT row, exact, label, grp, t, CAST(sig AS BLOB), valid FROM _part")
-            if kind is not None:
+            if kind is not None and part.sig is not None:  # (kind is set with sig)
                 bands = (_near.text_bands if kind == "text" else _near.sim_bands)(part.sig)
                 ok = np.asarray(part.valid, bool)
                 nb = bands.shape[1]

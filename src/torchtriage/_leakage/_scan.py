@@ -131,7 +131,7 @@ class _Shared:
         self.scale: np.ndarray | None = None
 
     def standardize(self, v: np.ndarray) -> np.ndarray:
-        if self.center is None:
+        if self.center is None or self.scale is None:  # (set together)
             with np.errstate(invalid="ignore"):
                 self.center = np.nan_to_num(np.nanmean(v, 0)) if len(v) else np.zeros(v.shape[1])
                 sd = np.nan_to_num(np.nanstd(v, 0)) if len(v) else np.ones(v.shape[1])
@@ -253,7 +253,7 @@ class Scanner:
         all_labels = True
         for part in self.parts(src, sc):
             exact.append(part.exact)
-            if part.sig is not None:
+            if part.sig is not None and part.valid is not None:  # (set together)
                 sigs.append(part.sig)
                 valid.append(part.valid)
             if part.labels is None:
@@ -279,8 +279,9 @@ class Scanner:
             return self._table(src, block, sc)
         if src.kind == "array":
             vals = block.values
+            assert vals is not None  # an array source's blocks carry their values
             self._array_stats(vals, sc)
-            return array_row_digests(vals), self._near_arrays(vals, sc)  # type: ignore[arg-type]
+            return array_row_digests(vals), self._near_arrays(vals, sc)
         if block.inputs is not None:
             vals = block.inputs
             self._array_stats(vals, sc)

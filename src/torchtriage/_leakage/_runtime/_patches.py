@@ -125,7 +125,7 @@ class Patches:
             idx = torch.as_tensor(dataset.indices, dtype=torch.int64).reshape(-1)[idx]
             dataset = dataset.dataset
         if isinstance(dataset, TensorDataset) and dataset.tensors:
-            rows = dataset.tensors[0]
+            rows: Any = dataset.tensors[0]
         else:
             rows = getattr(dataset, "data", None)
             if not hasattr(rows, "shape") or len(rows) != len(dataset):

@@ -191,7 +191,7 @@ def conclude(watch: LeakageWatch) -> None:
         draws = [d for d in base.draws if d.side is not None and len(d.parts) > 1]
         if not draws:
             continue
-        only_held = [(d.side == HELD)[:base.m] for d in draws]
+        only_held = [(side == HELD)[:base.m] for d in draws if (side := d.side) is not None]  # all of draws
         for token, trained in list(base.trained.items()):
             tr = trained[:base.m].bool()
             ev = base.evaluated.get(token)
@@ -225,7 +225,7 @@ def _trained_verdict(watch: LeakageWatch, base: Base, draws: list[Draw], label: 
 
     def judge(v: list[float]) -> None:
         rows = [(v[3 * i], v[3 * i + 1], v[3 * i + 2]) for i in range(len(draws))]
-        if min(r[0] for r in rows) <= 0:
+        if min(r[0] for r in rows) <= 0 or watch.session is None:
             return  # the model kept to the training side of some draw (one model per fold)
         evaluated = [i for i, r in enumerate(rows) if r[2] > 0]
         i = evaluated[-1] if evaluated else len(draws) - 1
