@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 SCHEMA = "torchtriage.report/1"
@@ -235,7 +235,7 @@ class Report:
     def __len__(self) -> int:
         return len(self.findings)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Finding]:
         return iter(self.findings)
 
     def filter(
@@ -302,7 +302,7 @@ class Report:
 
         return render_fragment(self)
 
-    def __rich_console__(self, console, options):
+    def __rich_console__(self, console: Any, options: Any) -> Iterator[Any]:
         from .report._text import rich_renderables
 
         yield from rich_renderables(self)

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -79,7 +80,7 @@ def suggest_split(paths: dict[str, str], group: str, out: str, chunk: int = 6553
 
 
 def _records(paths: dict[str, str], group: str, assign: dict[str, str], header: list[str], split_col: str,
-             chunk: int):
+             chunk: int) -> Iterator[dict[str, Any]]:
     for path in paths.values():
         for cols in _tables.iter_file(path, chunk):
             n = len(cols[group])
