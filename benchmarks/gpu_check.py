@@ -127,7 +127,8 @@ def bitwise():
     a_loss, a_params, a_rng = _train(20, False)
     b_loss, b_params, b_rng = _train(20, True)
     same = torch.equal(a_loss, b_loss) and all(torch.equal(p, q) for p, q in zip(a_params, b_params))
-    return same and torch.equal(a_rng, b_rng), f"losses+params identical={same} cuda_rng identical={torch.equal(a_rng, b_rng)}"
+    rng_same = torch.equal(a_rng, b_rng)
+    return same and rng_same, f"losses+params identical={same} cuda_rng identical={rng_same}"
 
 
 @check("replay_rng")

@@ -354,7 +354,8 @@ class ContractHandle:
         findings = []
         for tname, value, spec in items:
             for f in check(value, spec, dims):
-                findings.append(_finding(f, where=label + " ", tensor=tname, t=value, module=path, stage=stage, dims=dims))
+                findings.append(_finding(f, where=label + " ", tensor=tname, t=value,
+                                         module=path, stage=stage, dims=dims))
         if not findings:
             return
         report = Report(tuple(f.replace(order=i) for i, f in enumerate(findings)))

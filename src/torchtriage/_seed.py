@@ -102,7 +102,8 @@ def audit_tensor_contract(actual: Any, expected: Mapping[str, Any]) -> dict[str,
 
     Example:
         >>> r = audit_tensor_contract(torch.randn(2, 4, 8).transpose(1, 2),
-        ...                           {"shape": (2, 8, 4), "dtype": "torch.float32", "device": "cpu", "contiguous": True})
+        ...                           {"shape": (2, 8, 4), "dtype": "torch.float32", "device": "cpu",
+        ...                            "contiguous": True})
         >>> [k for k, ok in r["checks"].items() if not ok]
         ['contiguous_ok']
     """

@@ -205,5 +205,6 @@ def remove_handle(handle: Any) -> None:
     with contextlib.suppress(Exception):
         handle.remove()
     flags = getattr(_module_mod, "_global_forward_hooks_with_kwargs", None)
-    if isinstance(flags, dict) and getattr(handle, "id", None) in flags and handle.id not in _module_mod._global_forward_hooks:
+    if (isinstance(flags, dict) and getattr(handle, "id", None) in flags
+            and handle.id not in _module_mod._global_forward_hooks):
         del flags[handle.id]

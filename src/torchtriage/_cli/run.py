@@ -22,7 +22,8 @@ def register(sub: Any) -> None:
                        epilog=msg("cli.run_exit_codes"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", metavar="PATH", help="write the report as JSON (also when the script fails; "
                                                    "'-' for standard output, after the script's own output)")
-    p.add_argument("--html", metavar="PATH", help="write the report as a standalone HTML page ('-' for standard output)")
+    p.add_argument("--html", metavar="PATH",
+                   help="write the report as a standalone HTML page ('-' for standard output)")
     # REMAINDER: everything after `-m MODULE` is the module's arguments, as with `python -m`.
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
                    help="run a module as `python -m MODULE ARGS...` does (instead of SCRIPT)")

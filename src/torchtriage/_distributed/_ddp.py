@@ -112,7 +112,8 @@ def unused_finding(names: list[str], step: int, label: str) -> Finding:
     shown = ", ".join(names[:8]) + (f", ... (+{len(names) - 8})" if len(names) > 8 else "")
     return Finding(Category.DISTRIBUTED, "distributed.unused_parameters",
                    msg("dist.unused", count=len(names), step=step, names=shown),
-                   severity=Severity.ERROR, stage=Stage.BACKWARD, step=step, module=modules[0] if len(modules) == 1 else None,
+                   severity=Severity.ERROR, stage=Stage.BACKWARD, step=step,
+                   module=modules[0] if len(modules) == 1 else None,
                    parameter=names[0] if len(names) == 1 else None,
                    cause=msg("dist.cause.unused", modules=", ".join(modules), step=step),
                    next_check=msg("dist.next.unused"),

@@ -133,10 +133,12 @@ class DynamicsChecker(Checker):
         inp, tgt, kw = call.input, call.target, call.kwargs
         if not isinstance(inp, torch.Tensor) or not isinstance(tgt, torch.Tensor):
             return
-        if call.name == "cross_entropy" and inp.dim() >= 2 and inp.shape[1] == 1 and ("ce1", call.frame) not in self.reported:
+        if (call.name == "cross_entropy" and inp.dim() >= 2 and inp.shape[1] == 1
+                and ("ce1", call.frame) not in self.reported):
             # cross_entropy's own log_softmax over one class: the loss is exactly 0 whatever the model does
             self.reported.add(("ce1", call.frame))
-            self._add(dim_finding(dict(name="silent.softmax_single_unit", op="cross_entropy", dim=1, shape=list(inp.shape),
+            self._add(dim_finding(dict(name="silent.softmax_single_unit", op="cross_entropy", dim=1,
+                                       shape=list(inp.shape),
                                        constant="0"), call.frame, self._step))
         with torch.no_grad():
             if call.name == "cross_entropy" and is_index_tensor(tgt) and inp.dim() >= 2:
@@ -283,7 +285,8 @@ class DynamicsChecker(Checker):
             self._add(finding("divergence", category=Category.NUMERICAL, stage=Stage.LOSS, step=grow["start"],
                               series="loss", start=grow["start"], first=num(grow["first"]), last=num(grow["last"]),
                               steps=grow["steps"], rate=f"{grow['rate']:.3g}",
-                              evidence={"series": "loss", "start_step": grow["start"], "value_at_start": num(grow["first"]),
+                              evidence={"series": "loss", "start_step": grow["start"],
+                                        "value_at_start": num(grow["first"]),
                                         "step_now": grow["end"], "value_now": num(grow["last"]),
                                         "growth_per_step": f"×{grow['rate']:.3g}", "lr": self._lr_text()}))
         if (self.prior is not None and self._step >= _trends.PRIOR_MIN_STEPS and self._step % 10 == 0
@@ -312,13 +315,15 @@ class DynamicsChecker(Checker):
         self.session.health.pin(step)
         ev = {"grad_norm": num(v), "largest_layer": layer, "layer_type": kind, "clipping_seen": self.order.clip_seen}
         if grow is not None:
-            ev.update(start_step=grow["start"], norm_at_start=num(grow["first"]), growth_per_step=f"×{grow['rate']:.3g}")
+            ev.update(start_step=grow["start"], norm_at_start=num(grow["first"]),
+                      growth_per_step=f"×{grow['rate']:.3g}")
         else:
             ev.update(spike_factor=f"×{factor:.3g}")
         self._add(finding("exploding_gradients", category=Category.GRADIENT, stage=Stage.BACKWARD, step=step,
                           module=layer, variant="growth" if grow is not None else None,
                           cause="dynamics.exploding_gradients.cause" + (".rnn" if rnn else ""),
-                          norm=num(v), factor=f"{factor:.3g}" if factor else "", layer="(root)" if layer == "" else (layer or "?"),
+                          norm=num(v), factor=f"{factor:.3g}" if factor else "",
+                          layer="(root)" if layer == "" else (layer or "?"),
                           start=step, first=num(grow["first"]) if grow else "", steps=grow["steps"] if grow else 0,
                           evidence=ev))
 

@@ -41,7 +41,8 @@ class StepOrder:
         self.backwards: list[tuple[bool, str, tuple[Any, ...]]] = []  # (after own forward, node, call site)
         self.frame: UserFrame | None = None  # the user's line of the step's backward calls (from the second)
         self.forward_since_backward = False
-        self.clip: tuple[int, bool, float | None, UserFrame | None] | None = None  # (backwards then, after step, max_norm, frame)
+        # (backwards then, after step, max_norm, frame)
+        self.clip: tuple[int, bool, float | None, UserFrame | None] | None = None
         self.clip_seen = False
         self.bad_clip: dict[str, int] = {}
         self.accum_hits = 0
@@ -110,7 +111,8 @@ class StepOrder:
                     out.append(finding(kind, category=Category.GRADIENT, stage=Stage.BACKWARD, step=step, frame=frame,
                                        op="clip_grad_norm_", cause="dynamics.clip_order.cause",
                                        next_key="dynamics.clip_order.next",
-                                       evidence={"max_norm": max_norm, "backward_calls_after_clip": len(self.backwards) - at,
+                                       evidence={"max_norm": max_norm,
+                                                 "backward_calls_after_clip": len(self.backwards) - at,
                                                  "steps_seen_like_this": 2}))
         bw = self.backwards
         if (not self.closure and len(bw) >= 2 and all(own for own, _, _ in bw) and len({site for _, _, site in bw}) == 1

@@ -152,7 +152,8 @@ class ScheduleWatch:
         if all(v == 0 for v in now):
             if self.was_positive and self.zero_since is None:
                 self.zero_since = step
-            if self.zero_since is not None and step - self.zero_since + 1 >= LR_ZERO_STEPS and "lr_zero" not in self.reported:
+            if (self.zero_since is not None and step - self.zero_since + 1 >= LR_ZERO_STEPS
+                    and "lr_zero" not in self.reported):
                 self.reported.add("lr_zero")
                 self.session.health.pin(self.zero_since)
                 out.append(finding("lr_zero", stage=Stage.OPTIMIZER, step=self.zero_since, start=self.zero_since,

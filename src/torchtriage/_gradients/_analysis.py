@@ -317,7 +317,8 @@ class Analysis:
                 from .._hooks import optimizer_frame
 
                 out.append(make_finding("gradient.optimizer_stale", Severity.ERROR, Stage.OPTIMIZER,
-                                        step=step, frame=optimizer_frame(opt), optimizer=oi, optimizer_class=type(opt).__name__,
+                                        step=step, frame=optimizer_frame(opt), optimizer=oi,
+                                        optimizer_class=type(opt).__name__,
                                         held=len(held), not_in_model=len(foreign),
                                         model_params_not_in_optimizer=missing[:10],
                                         missing=len(missing)))
@@ -430,7 +431,8 @@ class Analysis:
                 variant = "inference_mode" if rec.kind == "inference_mode" else ""
                 extra = {"mode": _MODES[variant]} if code == "cut_no_grad" else {}
                 out.append(make_finding(f"gradient.{code}", Severity.ERROR, Stage.FORWARD,
-                                        module=rec.module if rec.module is not None else (owners[0] if owners else None),
+                                        module=(rec.module if rec.module is not None
+                                                else (owners[0] if owners else None)),
                                         parameter=first.qualname, op=rec.op, frame=rec.frame, step=step,
                                         variant=variant, wording="" if owners or rec.module else "raw",
                                         affected=owners[:10], **extra, **common))

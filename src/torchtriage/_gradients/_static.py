@@ -67,7 +67,8 @@ def registration_findings(model: nn.Module) -> list[Finding]:
                     if n:
                         hidden_modules.append(f"{attr}{sub}")
                         trainable += n
-                elif isinstance(item, torch.Tensor) and item.requires_grad and item.is_leaf and id(item) not in registered:
+                elif (isinstance(item, torch.Tensor) and item.requires_grad
+                      and item.is_leaf and id(item) not in registered):
                     hidden_tensors.append(f"{attr}{sub}")
                     trainable += item.numel()
             if hidden_modules:

@@ -14,8 +14,9 @@ parameters) whose gradient path ends there:
     nonleaf_grad  `.grad` read on a non-leaf tensor that does not retain its grad
 
 Each (kind, module, line) is one record per step; a detach inside a loop (one per block) adds
-the leaves of at most `MAX_WALKS_PER_KEY` calls to it, so it costs a few graph walks per step. Python runs per op while the mode is on: the checker turns it on for the
-analysis window (the first steps) and off afterwards.
+the leaves of at most `MAX_WALKS_PER_KEY` calls to it, so it costs a few graph walks per step.
+Python runs per op while the mode is on: the checker turns it on for the analysis window (the
+first steps) and off afterwards.
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ class CutTracer(TorchFunctionMode):
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if name == "__get__":  # a property read: only .grad and .data matter
             owner = getattr(func, "__self__", None)
-            if owner is _GRAD_DESCRIPTOR and first is not None and grad_fn_of(first)[0] is not None and not first.retains_grad:
+            if (owner is _GRAD_DESCRIPTOR and first is not None
+                    and grad_fn_of(first)[0] is not None and not first.retains_grad):
                 self._record("nonleaf_grad", "Tensor.grad", None, shape=tuple(first.shape))
             elif owner is _DATA_DESCRIPTOR and first is not None and first.requires_grad:
                 self._record("detach", "Tensor.data", first)

@@ -121,7 +121,8 @@ def check_splits(
         empty = [s.source for s in scans if not s.n]
         if empty:  # "no finding" on an empty split would read as a clean split
             raise ValueError(msg("leakage.empty_split", name=empty[0].name, given=empty[0].what))
-        findings += compare(store, scans, groups, near=near, threshold=float(near_threshold), timed=opts.time is not None)
+        findings += compare(store, scans, groups, near=near,
+                            threshold=float(near_threshold), timed=opts.time is not None)
     finally:
         store.close()
     for obj, stats in norms:

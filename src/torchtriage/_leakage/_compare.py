@@ -67,7 +67,8 @@ def _group_overlap(store: Store, an: str, bn: str, spec: Any) -> list[Finding]:
     column = spec if isinstance(spec, str) else "groups"
     return [finding("group_overlap", "error", "group", {
         "pair": f"{an}/{bn}", "groups": g.common, "overlapping_groups": g.count,
-        f"groups_in_{an}": g.groups_a, f"groups_in_{bn}": g.groups_b, f"rows_in_{an}": g.rows_a, f"rows_in_{bn}": g.rows_b},
+        f"groups_in_{an}": g.groups_a, f"groups_in_{bn}": g.groups_b,
+        f"rows_in_{an}": g.rows_a, f"rows_in_{bn}": g.rows_b},
         a=an, b=bn, count=g.count, column=column, examples=", ".join(map(repr, g.common[:3])))]
 
 

@@ -247,7 +247,8 @@ class DaskStore(Store):
         if not len(common):
             return None
         keys = sorted(common.index.tolist())
-        return GroupOverlap(keys[:MAX_GROUPS], len(keys), int(na), int(nb), int(common["ca"].sum()), int(common["cb"].sum()))
+        return GroupOverlap(keys[:MAX_GROUPS], len(keys), int(na), int(nb),
+                            int(common["ca"].sum()), int(common["cb"].sum()))
 
     def time_order(self, a: str, b: str) -> TimeOrder | None:
         end = self._compute(self.frames[a]["t"].max())[0]
@@ -259,7 +260,8 @@ class DaskStore(Store):
         if not count:
             return None
         first = first.sort_values(["t", "row"])
-        return TimeOrder(float(end), float(start), int(count), [(int(r), float(t)) for r, t in zip(first["row"], first["t"])])
+        return TimeOrder(float(end), float(start), int(count),
+                         [(int(r), float(t)) for r, t in zip(first["row"], first["t"])])
 
     def exact(self, a: str, b: str, exclude_b: np.ndarray | None = None) -> Matches:
         fa = self.frames[a].groupby("exact")["row"].min().rename("ra").to_frame()

@@ -133,12 +133,14 @@ class DuckStore(Store):
                           f"CAST(sig AS BLOB) AS sig, valid FROM _part")
                 self._cols[split] = {"labels": True, "groups": True, "times": True}
             else:
-                self._run(f"INSERT INTO t_{split} SELECT row, exact, label, grp, t, CAST(sig AS BLOB), valid FROM _part")
+                self._run(f"INSERT INTO t_{split} SELECT row, exact, label, grp, t, "
+                          f"CAST(sig AS BLOB), valid FROM _part")
             if kind is not None and part.sig is not None:  # (kind is set with sig)
                 bands = (_near.text_bands if kind == "text" else _near.sim_bands)(part.sig)
                 ok = np.asarray(part.valid, bool)
                 nb = bands.shape[1]
-                btbl = pa.table({"row": np.repeat(rows[ok], nb), "band": np.tile(np.arange(nb, dtype=np.int8), int(ok.sum())),
+                btbl = pa.table({"row": np.repeat(rows[ok], nb),
+                                 "band": np.tile(np.arange(nb, dtype=np.int8), int(ok.sum())),
                                  "key": bands[ok].reshape(-1)})
                 self.con.register("_bands", btbl)
                 try:
@@ -209,7 +211,8 @@ class DuckStore(Store):
                                           "FROM ga JOIN gb USING (grp)")
         if not count:
             return None
-        common = [r[0] for r in self._all(with_ + f"SELECT grp FROM ga JOIN gb USING (grp) ORDER BY grp LIMIT {MAX_GROUPS}")]
+        common = [r[0] for r in self._all(with_ + f"SELECT grp FROM ga JOIN gb USING (grp) "
+                                                  f"ORDER BY grp LIMIT {MAX_GROUPS}")]
         na = self._one(f"SELECT count(DISTINCT grp) FROM t_{a}")[0]
         nb = self._one(f"SELECT count(DISTINCT grp) FROM t_{b}")[0]
         return GroupOverlap(common, int(count), int(na), int(nb), int(rows_a), int(rows_b))

@@ -110,7 +110,8 @@ def check_normalizer(obj: Any, stats: dict[str, np.ndarray], scans: list[Any], t
             if hit is not None:
                 name, fitted, train_v, all_v = hit
                 return Finding(
-                    category=Category.DATA, code="data.preprocessing_fit_on_all", severity=Severity.ERROR, stage=Stage.DATA,
+                    category=Category.DATA, code="data.preprocessing_fit_on_all",
+                    severity=Severity.ERROR, stage=Stage.DATA,
                     op=type(obj).__name__,
                     message=msg("leakage.prep.message", what=type(obj).__name__, stat=name, train=train),
                     cause=msg("leakage.prep.cause"), next_check=msg("leakage.prep.next", train=train),

@@ -73,9 +73,13 @@ class Stats:
     @staticmethod
     def _nan_part(x: np.ndarray) -> list[np.ndarray]:
         with np.errstate(invalid="ignore"):
-            return [np.isfinite(x).sum(0).astype(np.float64), np.nansum(x, 0), np.nansum(x * x, 0),
-                    np.nanmin(np.where(np.isfinite(x), x, np.nan), 0) if np.isfinite(x).any() else np.full(x.shape[1], np.nan),
-                    np.nanmax(np.where(np.isfinite(x), x, np.nan), 0) if np.isfinite(x).any() else np.full(x.shape[1], np.nan)]
+            finite = np.isfinite(x)
+            if finite.any():
+                masked = np.where(finite, x, np.nan)
+                lo, hi = np.nanmin(masked, 0), np.nanmax(masked, 0)
+            else:
+                lo, hi = np.full(x.shape[1], np.nan), np.full(x.shape[1], np.nan)
+            return [finite.sum(0).astype(np.float64), np.nansum(x, 0), np.nansum(x * x, 0), lo, hi]
 
     def _merge(self, layout: str, part: list[np.ndarray], width: int) -> None:
         old = self.acc.get(layout)

@@ -188,7 +188,8 @@ def _forward_finding(session: Any, tracer: OpTracer, bad: torch.Tensor, step: in
         # the first non-finite value is in the data.
         d = localize_data(session, step, any_kind=True)
         if d is not None:
-            return d.replace(evidence=dict(d.evidence, **{"became NaN at": f"{origin.op} in {_mod_text(origin.module)}"}))
+            return d.replace(evidence=dict(d.evidence,
+                                           **{"became NaN at": f"{origin.op} in {_mod_text(origin.module)}"}))
     return f
 
 
@@ -316,7 +317,8 @@ def localize_backward(session: Any, state: Any, step: int) -> Finding:
     bad_in = next((g for g in g_in if g is not None and not bool(torch.isfinite(g).all())), None)
     ev["outgoing gradient"] = summarize(bad_in)
     if call is None:
-        ev["note"] = "replayed with a gradient of ones at the model outputs (the loss was not a torch.nn.functional call)"
+        ev["note"] = ("replayed with a gradient of ones at the model outputs "
+                      "(the loss was not a torch.nn.functional call)")
     kind = kind_text(kind_of(bad_in))
     return _finding("numerical.nonfinite_backward", "nonfinite.backward", Stage.BACKWARD, step, module=module,
                     op=op, frame=node_frame(node), cause=msg("nonfinite.cause.backward", op=op),

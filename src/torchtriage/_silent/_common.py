@@ -25,7 +25,8 @@ def finding(name: str, *, severity: Severity = Severity.ERROR, stage: Stage | No
         category=Category.SILENT, code=f"silent.{name}", severity=severity, stage=stage, step=step,
         module=module, op=op, parameter=parameter,
         file=frame.file if frame is not None else None, line=frame.line if frame is not None else None,
-        message=msg(f"silent.{name}" + (f".{variant}" if variant else ""), **fields), cause=msg(f"silent.{name}.cause", **fields),
+        message=msg(f"silent.{name}" + (f".{variant}" if variant else ""), **fields),
+        cause=msg(f"silent.{name}.cause", **fields),
         next_check=msg(f"silent.{name}.next", **fields), evidence=ev)
 
 

@@ -242,7 +242,8 @@ FAMILIES: tuple[Rule, ...] = (
          _r(r"(?P<opname>\w+)\(\): could not infer output dtype\. Input dtype must be either a floating point "
             r"or complex dtype\. Got: (?P<got>\w+)"), refine=_integer_reduction),
     Rule("dtype.integer_reduction", Category.DTYPE,
-         _r(r"(?P<opname>std and var|\w+) only supports? floating point and complex dtypes"), refine=_integer_reduction),
+         _r(r"(?P<opname>std and var|\w+) only supports? floating point "
+            r"and complex dtypes"), refine=_integer_reduction),
     Rule("dtype.kernel_dtype", Category.DTYPE,
          _r(r"\"(?P<kernel>\w+)\" not implemented for '(?P<got>\w+)'"), (RuntimeError, NotImplementedError),
          refine=_kernel_dtype),
