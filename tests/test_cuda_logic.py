@@ -123,6 +123,7 @@ def test_oom_evidence_reads_no_values_and_names_the_device_that_ran_out(monkeypa
         pass
     f = s.report.primary
     assert (f.code, f.stage, f.module) == ("memory.oom", Stage.FORWARD, "")
-    assert (f.evidence["cuda_device"], f.evidence["cuda_allocated_mb"], f.evidence["cuda_reserved_mb"]) == (1, 70.0, 75.0)
+    assert ((f.evidence["cuda_device"], f.evidence["cuda_allocated_mb"], f.evidence["cuda_reserved_mb"])
+            == (1, 70.0, 75.0))
     assert read == []  # shapes only: no full-size temporaries on a device that is full
     assert str(f.evidence["param fc.weight"]) == "float32[4, 4] cpu"

@@ -45,7 +45,8 @@ def _one(report, code):
 def test_epoch_scheduler_stepped_per_batch():
     s, _ = _watch(z.loop_epoch_scheduler_stepped_per_batch)
     f = _one(s.report, "dynamics.epoch_scheduler_per_batch")
-    assert (f.category, f.severity, f.stage, f.step, f.op) == (Category.SILENT, Severity.WARNING, Stage.OPTIMIZER, 20, "StepLR")
+    assert ((f.category, f.severity, f.stage, f.step, f.op)
+            == (Category.SILENT, Severity.WARNING, Stage.OPTIMIZER, 20, "StepLR"))
     assert (f.file, f.line) == (ZOO, _line("# BUG: per batch (StepLR counts epochs)"))
     assert f.message == ("StepLR is stepped at every optimizer step (every batch): the lr fell to 1.00% of its "
                          "initial value by step 20, and 20 steps have run at that lr since")
@@ -192,7 +193,8 @@ def test_rnn_without_clipping_explodes_named_before_the_nan():
 def test_clip_grad_norm_in_the_wrong_place(loop, code, bug):
     s, _ = _watch(loop)
     f = _one(s.report, code)
-    assert (f.category, f.severity, f.op, f.line) == (Category.GRADIENT, Severity.WARNING, "clip_grad_norm_", _line(bug))
+    assert ((f.category, f.severity, f.op, f.line)
+            == (Category.GRADIENT, Severity.WARNING, "clip_grad_norm_", _line(bug)))
     assert f.evidence["max_norm"] == 1.0
     assert "zero_grad(), loss.backward(), clip_grad_norm_(...), optimizer.step()" in f.next_check
 
@@ -292,7 +294,8 @@ def test_series_store_is_bounded_and_keeps_anomalies_exact():
         store.add("loss", i, float(i))
     pts = store.points("loss")
     assert len(pts) <= HEAD + TAIL + MIDDLE + 11
-    assert pts[:HEAD] == [(i, float(i)) for i in range(HEAD)] and pts[-TAIL:] == [(i, float(i)) for i in range(n - TAIL, n)]
+    assert (pts[:HEAD]
+            == [(i, float(i)) for i in range(HEAD)] and pts[-TAIL:] == [(i, float(i)) for i in range(n - TAIL, n)])
     assert [(i, float(i)) for i in range(49_995, 50_006)] == [p for p in pts if 49_995 <= p[0] <= 50_005]
     assert [p[0] for p in pts] == sorted(p[0] for p in pts) and store.count("loss") == n
     assert store.decimated() == ["loss"]
@@ -346,7 +349,8 @@ def test_gpt_without_causal_mask_under_run(tmp_path):
     assert p.returncode == 0, p.stderr
     findings = json.loads(out.read_text(encoding="utf-8"))["findings"]
     assert [(f["code"], f["line"], f["evidence"]["probe"]) for f in findings] == [
-        ("silent.attention_sees_future", _line("# BUG: no causal mask"), "automatic: targets are the inputs shifted by one")]
+        ("silent.attention_sees_future", _line("# BUG: no causal mask"),
+         "automatic: targets are the inputs shifted by one")]
     assert re.search(r"\nloss [▁▂▃▄▅▆▇█]{4}  [0-9.]+ → [0-9.]+, steps 0–3\n", p.stderr), p.stderr
 
 

@@ -175,7 +175,8 @@ def scheduled_with_eval():
     return [model], [opt], step
 
 
-LOOPS = {"scheduled_with_eval": scheduled_with_eval, "transformer_lm": lm, "cnn": cnn, "gan": gan, "amp_bf16": amp_bf16, "grad_scaler": grad_scaler,
+LOOPS = {"scheduled_with_eval": scheduled_with_eval, "transformer_lm": lm, "cnn": cnn,
+         "gan": gan, "amp_bf16": amp_bf16, "grad_scaler": grad_scaler,
          "grad_accumulation": grad_accumulation}
 
 

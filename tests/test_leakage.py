@@ -92,7 +92,8 @@ def test_shared_indices_and_a_real_content_copy_are_told_apart():
     r = check_splits(torch.utils.data.Subset(ds, range(12)), torch.utils.data.Subset(ds, range(10, 20)))
     assert only(r, "data.subset_index_overlap").evidence["examples"] == [10, 11]
     f = only(r, "data.exact_duplicate")
-    assert (f.evidence["duplicated_rows"], f.evidence["examples"][0]["train"], f.evidence["examples"][0]["test"]) == (1, 2, 5)
+    assert ((f.evidence["duplicated_rows"], f.evidence["examples"][0]["train"], f.evidence["examples"][0]["test"])
+            == (1, 2, 5))
 
 
 def test_clean_random_split_has_zero_findings():

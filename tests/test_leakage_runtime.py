@@ -37,7 +37,8 @@ def run_script(name: str, checks=("leakage",)):  # a tuple, never mutated
     path = SCRIPTS / name
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with Session(discover=True, on_anomaly="record", report=False, checks=list(checks) if isinstance(checks, tuple) else checks) as s:
+        with Session(discover=True, on_anomaly="record", report=False,
+                     checks=list(checks) if isinstance(checks, tuple) else checks) as s:
             namespace = runpy.run_path(str(path), run_name="__main__")
     return s.report, namespace, path
 
