@@ -504,3 +504,25 @@ def test_token_tagging_with_a_frequent_tag_is_not_pad():
             opt.step()
 
     assert not _watch(Tagger(), loop)
+
+
+@pytest.mark.parametrize("loss,target", [
+    ("cross_entropy", lambda: torch.randint(0, 4, (16,))),
+    ("cross_entropy", lambda: torch.softmax(torch.randn(16, 4), 1)),
+    ("nll_loss", lambda: torch.randint(0, 4, (16,))),
+])
+def test_non_finite_loss_inputs_draw_no_semantic_verdict(loss, target):
+    # NaN logits: every comparison is false, so a value judge would see "probabilities" or "not
+    # log-probabilities"; the NaN is the numerical check's finding, not a meaning of the data
+    logits = torch.full((16, 4), float("nan"))
+    report = torchtriage.check_loss_inputs(logits, target(), loss=loss)
+    assert [f.code for f in report.findings] == []
+    logits[0, 0] = 0.25  # still non-finite elsewhere
+    assert torchtriage.check_loss_inputs(logits, target(), loss=loss).findings == ()
+
+
+def test_a_verdict_on_the_targets_stands_beside_non_finite_logits():
+    # the regression-on-labels evidence is the targets' values, which are finite
+    logits = torch.full((16, 4), float("nan"))
+    report = torchtriage.check_loss_inputs(logits, torch.randint(0, 4, (16, 1)).float(), loss="mse_loss")
+    assert [f.code for f in report.findings] == ["silent.regression_on_class_labels"]

@@ -82,7 +82,7 @@ class SilentChecker(Checker):
         step = self._step
         for plan in plans:
             def done(vals: list[float], plan: Plan = plan) -> None:
-                v = plan.judge(vals)
+                v = plan.decide(vals)
                 if v is not None:
                     self._add(verdict_to_finding(v, frame=frame, step=step, op=op, module=module))
             if plan.values:

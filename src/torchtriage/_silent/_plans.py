@@ -8,6 +8,7 @@ functions run the same plans at once. One code path, two costs.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,14 @@ class Plan:
     values: list[torch.Tensor]
     judge: Callable[[list[float]], Verdict | None]
 
+    def decide(self, vals: list[float]) -> Verdict | None:
+        """The judge's verdict on finite numbers only: a NaN or Inf among them says nothing about
+        the data's meaning (every comparison with NaN is false) and is the numerical check's to
+        report."""
+        if not all(math.isfinite(v) for v in vals):
+            return None
+        return self.judge(vals)
+
 
 def verdict_to_finding(v: Verdict, *, frame: UserFrame | None, step: int | None = None,
                        module: str | None = None, op: str | None = None) -> Finding:
@@ -41,7 +50,7 @@ def run_now(plans: list[Plan], *, frame: UserFrame | None, op: str | None = None
     out, i = [], 0
     for p in plans:
         n = len(p.values)
-        v = p.judge(read[i:i + n])
+        v = p.decide(read[i:i + n])
         i += n
         if v is not None:
             out.append(verdict_to_finding(v, frame=frame, op=op))
