@@ -26,7 +26,7 @@ import torch.nn as nn
 
 from ._catalogue import msg
 from ._errors import ConfigError, ContractError
-from ._findings import Category, Finding, Report, Severity, Stage
+from ._findings import Category, Finding, Report, Severity, Stage, from_catalogue
 from ._frames import user_stacklevel
 from ._summary import describe
 
@@ -219,17 +219,12 @@ def _bindings(dims: Mapping[str, int]) -> str:
 
 def _finding(f: Failure, *, where: str, tensor: str, t: Any, module: str | None, stage: Stage | None,
              dims: Mapping[str, int]) -> Finding:
-    return Finding(
-        category=_CATEGORY[f.field],
-        code=f"contract.{f.field}",
-        message=msg("contract.message", where=where, tensor=tensor, detail=f.detail),
-        severity=Severity.ERROR,
-        stage=stage,
-        module=module,
-        cause=msg(f"contract.cause.{f.field}"),
-        next_check=msg(f"contract.next.{f.field}", tensor=tensor),
+    return from_catalogue(
+        _CATEGORY[f.field], f"contract.{f.field}", "contract.message",
+        fields={"where": where, "tensor": tensor, "detail": f.detail},
+        cause_key=f"contract.cause.{f.field}", next_key=f"contract.next.{f.field}",
         evidence={"observed": describe(t), "expected": f.expected, "dims": _bindings(dims)},
-    )
+        severity=Severity.ERROR, stage=stage, module=module)
 
 
 def audit_tensor(t: torch.Tensor, *, shape: Any = None, dtype: Any = None, device: Any = None,

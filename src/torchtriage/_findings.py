@@ -17,6 +17,8 @@ import enum
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from ._catalogue import msg
+
 SCHEMA = "torchtriage.report/1"
 
 
@@ -185,6 +187,31 @@ class Finding:
         return cls(**{k: v for k, v in data.items() if k in fields})
 
 
+def from_catalogue(category: Category | str, code: str, message_key: str, *,
+                   fields: Mapping[str, Any] | None = None, cause_key: str = "", next_key: str = "",
+                   frame: Any = None, evidence: Mapping[str, Any] | None = None, source_line: bool = False,
+                   **attrs: Any) -> Finding:
+    """The one way checks build a `Finding`.
+
+    The message, cause and next check are the catalogue's `message_key`, `cause_key` and
+    `next_key` filled with `fields` (an empty key: no text; a cause or next check rendered
+    elsewhere, such as an op family's explanation, comes as `cause=` / `next_check=` text).
+    `frame` (a `UserFrame`, or None) gives the file and line and, with `source_line`, the
+    evidence's "source_line" (kept when the evidence has one). `attrs`: the other fields
+    (severity, stage, step, module, op, parameter, ...)."""
+    fields = fields or {}
+    ev = dict(evidence or {})
+    if source_line and frame is not None and frame.source:
+        ev.setdefault("source_line", frame.source)
+    if cause_key:
+        attrs["cause"] = msg(cause_key, **fields)
+    if next_key:
+        attrs["next_check"] = msg(next_key, **fields)
+    return Finding(category=_coerce(Category, category, "category"), code=code, message=msg(message_key, **fields),
+                   file=frame.file if frame is not None else None, line=frame.line if frame is not None else None,
+                   evidence=ev, **attrs)
+
+
 def _sort_key(f: Finding) -> tuple[int, int, int]:
     return (f.severity is Severity.INFO, CATEGORY_ORDER.index(f.category), f.order)
 
@@ -224,7 +251,6 @@ class Report:
         (in a test: `triage.assert_ok()` or `session.report.assert_ok()`)."""
         __tracebackhide__ = True
         if not self.ok:
-            from ._catalogue import msg
             from .report._text import render_text
 
             raise AssertionError(msg("pytest.not_ok") + "\n" + render_text(self))

@@ -109,29 +109,41 @@ def user_frame_from_tb(tb: types.TracebackType | None) -> UserFrame | None:
     return found
 
 
+def find_frame(match: Callable[[types.FrameType], bool], start: types.FrameType | None, *,
+               depth: int | None = None, stop: types.FrameType | None = None) -> types.FrameType | None:
+    """The innermost frame `match` accepts, walking outward from `start` (e.g.
+    `sys._getframe(1)`, the caller's caller): at most `depth` frames, never `stop` nor past it.
+    The one stack walk: the user's frame, a caller named `update_bn`, the `self` of a caller."""
+    f = start
+    n = 0
+    while f is not None and f is not stop and (depth is None or n < depth):
+        if match(f):
+            return f
+        f = f.f_back
+        n += 1
+    return None
+
+
+def in_user_file(f: types.FrameType) -> bool:
+    """True for a frame of the user's own code (a `find_frame` test)."""
+    return is_user_file(f.f_code.co_filename)
+
+
 def user_stack_frame(skip: int = 0) -> types.FrameType | None:
     """The innermost frame object of the user's code on the current call stack, searched from
     `skip` frames above the caller."""
-    f: types.FrameType | None = sys._getframe(skip + 1)
-    while f is not None:
-        if is_user_file(f.f_code.co_filename):
-            return f
-        f = f.f_back
-    return None
+    return find_frame(in_user_file, sys._getframe(skip + 1))
+
+
+def user_frame_of(f: types.FrameType, lineno: int | None = None) -> UserFrame:
+    """`f` as a `UserFrame` (at `lineno`, default the line it runs now)."""
+    return _frame(f, f.f_lineno if lineno is None else lineno)
 
 
 def user_frame_from_stack(skip: int = 1) -> UserFrame | None:
     """The innermost user frame of the current call stack (used inside hooks)."""
     f = user_stack_frame(skip)
     return _frame(f, f.f_lineno) if f is not None else None
-
-
-def user_frame_from_summary(stack: list) -> UserFrame | None:
-    """The innermost user frame of a `traceback.StackSummary` (e.g. from autograd anomaly)."""
-    for fs in reversed(stack):
-        if is_user_file(fs.filename):
-            return UserFrame(fs.filename, fs.lineno or 0, fs.name, (fs.line or "").strip())
-    return None
 
 
 def is_our_file(filename: str) -> bool:

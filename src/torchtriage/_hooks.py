@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import sys
 import weakref
-from types import FrameType
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -27,13 +26,14 @@ from torch.optim import optimizer as _optim_mod
 from ._checker import Checker, LossCall, overrides
 from ._errors import AnomalyError
 from ._findings import Stage
-from ._frames import user_frame_from_stack, user_stack_frame
+from ._frames import find_frame, user_frame_from_stack, user_stack_frame
 from ._roothook import RootHook  # pickles and deep-copies inert, with the user's model
 from ._step import called_functionally
 from ._transparent import install as _install_transparency
 from ._transparent import remove_handle, standing_aside
 
 if TYPE_CHECKING:
+    from ._patching import Patches
     from ._session import Session
 
 # torch.nn.functional losses we observe; nn loss modules call these at call time too.
@@ -57,7 +57,6 @@ def optimizer_frame(optimizer: Any) -> Any:
 
 
 _RAISED = object()  # marks the forward hook call PyTorch makes when forward raised
-_ABSENT = object()  # a patched class attribute that was inherited, not the class's own
 DISCOVERY_STEPS = 3  # steps a discovering session keeps global module hooks to find models
 
 
@@ -71,7 +70,7 @@ class SessionHooks:
         step: int
         stage: Stage | None
         _handles: list[Any]
-        _patches: list[tuple[Any, str, Any]]
+        _patches: Patches
         _names: weakref.WeakKeyDictionary[nn.Module, str]
         _roots: weakref.WeakKeyDictionary[nn.Module, str]
         _optimizers: list[weakref.ref[torch.optim.Optimizer]]
@@ -129,12 +128,7 @@ class SessionHooks:
         if hasattr(self, "_module_handles"):
             self._module_handles.clear()
             self._root_hooked.clear()
-        for obj, attr, original in reversed(self._patches):
-            if original is _ABSENT:
-                delattr(obj, attr)
-            else:
-                setattr(obj, attr, original)
-        self._patches.clear()
+        self._patches.restore_all()
 
     def _wants_module_events(self) -> bool:
         return any(c.wants_module_events() for c in self.checkers
@@ -184,9 +178,7 @@ class SessionHooks:
         self._per_module = self._wants_module_events()
 
     def _patch(self, obj: Any, attr: str, new: Any) -> None:
-        inherited = isinstance(obj, type) and attr not in obj.__dict__
-        self._patches.append((obj, attr, _ABSENT if inherited else getattr(obj, attr)))
-        setattr(obj, attr, new)
+        self._patches.patch(obj, attr, new)
 
     def _fwd_pre(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         __tracebackhide__ = True
@@ -387,15 +379,11 @@ class SessionHooks:
 
 def _loss_module_name(session: SessionHooks) -> str | None:
     # Called from a loss module's forward? Look one level up for `self`.
-    f: FrameType | None = sys._getframe(2)
-    for _ in range(4):
-        if f is None:
-            break
-        obj = f.f_locals.get("self")
-        if isinstance(obj, nn.Module):
-            return session._names.get(obj) if obj in session._names else type(obj).__name__
-        f = f.f_back
-    return None
+    f = find_frame(lambda f: isinstance(f.f_locals.get("self"), nn.Module), sys._getframe(2), depth=4)
+    if f is None:
+        return None
+    obj = f.f_locals["self"]
+    return session._names.get(obj) if obj in session._names else type(obj).__name__
 
 
 def _label_from_caller(module: nn.Module) -> str:

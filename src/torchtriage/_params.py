@@ -85,6 +85,15 @@ def index_parameters(models: Iterable[tuple[nn.Module, str]],
     return out
 
 
+def model_device(model: nn.Module) -> torch.device:
+    """The device a model runs on: its first parameter's (else first buffer's), else the CPU."""
+    for p in model.parameters():
+        return p.device
+    for b in model.buffers():
+        return b.device
+    return torch.device("cpu")
+
+
 def _place(oi: int, gi: int, i: int, n_optimizers: int) -> str:
     where = f"param_groups[{gi}][{i}]"
     return where if n_optimizers == 1 else f"optimizers[{oi}].{where}"
@@ -153,6 +162,10 @@ class ParamIndex:
         """The parameter's name, or None when `t` is no parameter of the session."""
         info = self.info(t)
         return info.qualname if info is not None else None
+
+    def names(self) -> dict[int, str]:
+        """id(tensor) -> the parameter's name, for every parameter."""
+        return {pid: info.qualname for pid, info in self.infos().items()}
 
     def tensors(self) -> list[tuple[torch.Tensor, ParamInfo]]:
         """Every live parameter with its info (module parameters first)."""

@@ -32,6 +32,7 @@ from ._findings import Finding, Report, Severity, Stage
 from ._frames import user_stacklevel, without_our_frames
 from ._hooks import LOSS_FUNCTIONS as LOSS_FUNCTIONS  # re-export
 from ._hooks import SessionHooks
+from ._patching import Patches
 
 _active: list[Session] = []
 _lock = threading.Lock()
@@ -108,7 +109,7 @@ class Session(SessionHooks):
         self._n_listened = 0
         self._listeners_cache: dict[str, list[Checker]] = {}
         self._handles: list[Any] = []
-        self._patches: list[tuple[Any, str, Any]] = []
+        self._patches = Patches()
         self._depth = 0
         self._busy = 0
         self._adopted_by: Session | None = None
@@ -270,15 +271,7 @@ class Session(SessionHooks):
     def patch(self, obj: Any, attr: str, new: Any) -> Any:
         """Replace `obj.attr` by `new` until the session exits (on exceptions too); returns a
         function that restores it sooner (used by checks that wrap library calls)."""
-        self._patch(obj, attr, new)
-        entry = self._patches[-1]
-
-        def restore() -> None:
-            if entry in self._patches:
-                self._patches.remove(entry)
-                setattr(obj, attr, entry[2])
-
-        return restore
+        return self._patches.patch(obj, attr, new)
 
     def internal_error(self, where: str, e: BaseException) -> None:
         """A check's own bug: warn once (TriageInternalWarning) and stop that check."""

@@ -33,7 +33,7 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from ._frames import _HERE, _TORCH, UserFrame, user_frame_from_stack
+from ._frames import _HERE, _TORCH, UserFrame, find_frame, user_frame_from_stack
 
 MAX_OPS = 4096  # ops recorded per step; past this the tape stops (and says so)
 # calls that compute nothing a replay needs (backward is recorded by its own event)
@@ -121,14 +121,8 @@ def _not_step_code() -> bool:
 def called_functionally(depth: int = 12) -> bool:
     """True inside `torch.func.functional_call` (the module runs on parameters passed in, swapped
     in for the call): that module is functional code, not a model to discover and index."""
-    f: FrameType | None = sys._getframe(1)
-    for _ in range(depth):
-        if f is None:
-            return False
-        if f.f_code.co_name == "functional_call" and f.f_code.co_filename.startswith(_TORCH):
-            return True
-        f = f.f_back
-    return False
+    return find_frame(lambda f: f.f_code.co_name == "functional_call" and f.f_code.co_filename.startswith(_TORCH),
+                      sys._getframe(1), depth=depth) is not None
 
 
 _seq = itertools.count(1)  # one order over all records (ops before a step are adopted by it)
@@ -243,13 +237,6 @@ class StepRecord:
     def events(self) -> list[Any]:
         """Root calls, ops and backward calls in execution order."""
         return sorted([*self.calls, *self.ops, *self.backwards], key=lambda e: e.seq)
-
-    def release(self) -> None:
-        """Drop references to the step's tensors (after its update: nothing replays it then)."""
-        for c in self.calls:
-            c.output = None
-        self.ops.clear()
-        self.backwards.clear()
 
     def external_inputs(self, internal: set[int]) -> list[tuple[torch.Tensor, str, UserFrame | None]]:
         """Tensors entering the step that it did not produce and that are no parameter, buffer or

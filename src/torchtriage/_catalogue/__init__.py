@@ -57,6 +57,11 @@ def msg(key: str, /, **fields: Any) -> str:
         return template + " " + repr(fields)
 
 
+def has_message(key: str) -> bool:
+    """True when the catalogue has `key` (English holds every key: the fallback language)."""
+    return key in _load()["en"]
+
+
 def fields_of(template: str) -> set[str]:
     return {name for _, name, _, _ in string.Formatter().parse(template) if name}
 

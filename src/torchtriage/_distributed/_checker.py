@@ -18,8 +18,9 @@ import torch.nn as nn
 
 from .. import _deferred
 from .._checker import Checker
-from .._findings import Finding, Report
+from .._findings import Category, Finding, Report, Severity, Stage, from_catalogue
 from .._frames import user_frame_from_stack
+from .._patching import Patches
 from . import _ddp, _env, _merge, _shards
 from ._collectives import Tracker, wrap_collectives
 from ._rundir import RunDir, open_rundir
@@ -39,7 +40,7 @@ class DistributedChecker(Checker):
         self.tracker = Tracker()
         self.rundir: RunDir | None = None
         self.watchdog: Watchdog | None = None
-        self._patches: list[tuple[Any, str, Any]] = []
+        self._patches = Patches()
         self._ddp: list[_ddp.DDPWatch] = []
         self._flags = _deferred.DeferredFlags()
         self._local: list[float] = []
@@ -66,7 +67,7 @@ class DistributedChecker(Checker):
         session.meta["distributed"] = {"rank": self.info.rank, "world_size": self.info.world_size,
                                        "ddp": False, "step_collectives": self.tracker.step_ops}
         self.rundir = open_rundir(_env.run_dir(), self.info.rank, self.info.world_size)
-        self._patches = wrap_collectives(self.tracker, torch.distributed)
+        wrap_collectives(self.tracker, torch.distributed, self._patches)
         timeout = session.options.get("stall_timeout")
         self.writer = session.options.get("report_writer")
         self.watchdog = Watchdog(self, timeout=timeout)
@@ -143,9 +144,7 @@ class DistributedChecker(Checker):
         self._ddp.clear()
         self._flags.clear()
         _deferred.leave(self.session, self._flags)
-        for obj, attr, original in reversed(self._patches):
-            setattr(obj, attr, original)
-        self._patches.clear()
+        self._patches.restore_all()
         if self.watchdog is not None:
             # The watchdog keeps running until the merged report is out: a peer may still
             # stall against this rank, which has ended.
@@ -176,9 +175,6 @@ class DistributedChecker(Checker):
         model on one rank would wait for the others' all-gathers). None without FSDP."""
         if not (self._fsdp or self._no_replay):
             return None
-        from .._catalogue import msg
-        from .._findings import Category, Severity, Stage
-
         if trip == "backward" and self._ddp:
             received = self.received_nonfinite(step)
             if received is not None:
@@ -188,10 +184,10 @@ class DistributedChecker(Checker):
             # (the merged report names the rank whose own loss or forward was not finite)
             f = _ddp.received_finding(step, [])
             return f.replace(evidence={"this rank's loss": loss})
-        return Finding(Category.NUMERICAL, "distributed.nonfinite_sharded",
-                       msg("dist.sharded", stage=trip, step=step), severity=Severity.ERROR,
-                       stage=Stage(trip), step=step, cause=msg("dist.cause.sharded", stage=trip),
-                       next_check=msg("dist.next.sharded"), evidence={"loss": loss})
+        return from_catalogue(Category.NUMERICAL, "distributed.nonfinite_sharded", "dist.sharded",
+                              fields={"stage": trip, "step": step}, cause_key="dist.cause.sharded",
+                              next_key="dist.next.sharded", evidence={"loss": loss}, severity=Severity.ERROR,
+                              stage=Stage(trip), step=step)
 
     # ------------------------------------------------------------------ evidence at the start
     def _fingerprint(self, model: nn.Module, label: str) -> None:
@@ -304,20 +300,11 @@ class DistributedChecker(Checker):
 
 
 def _fsdp_info(label: str) -> Finding:
-    from .._catalogue import msg
-    from .._findings import Category, Severity
-
-    return Finding(Category.DISTRIBUTED, "distributed.fsdp_limits", msg("dist.fsdp", model=label),
-                   severity=Severity.INFO, cause=msg("dist.cause.fsdp"), next_check=msg("dist.next.fsdp"))
+    return from_catalogue(Category.DISTRIBUTED, "distributed.fsdp_limits", "dist.fsdp", fields={"model": label},
+                          cause_key="dist.cause.fsdp", next_key="dist.next.fsdp", severity=Severity.INFO)
 
 
 def _print_report(report: Report) -> None:
     from ..report import render_text
 
     print(render_text(report), file=sys.stderr)
-
-
-def stall_exit_code() -> int:
-    return STALL_EXIT_CODE
-
-

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from .._frames import UserFrame, user_frame_from_stack
+from .._patching import Patches
 
 COLLECTIVES = (
     "all_reduce", "all_reduce_coalesced", "broadcast", "reduce", "all_gather", "all_gather_into_tensor",
@@ -79,16 +80,13 @@ class Tracker:
                 "source": frame.source if frame else "", "since": since, "step": step}
 
 
-def wrap_collectives(tracker: Tracker, dist: Any) -> list[tuple[Any, str, Any]]:
-    """Patch `dist.<collective>` with a recording wrapper; returns (obj, name, original) to undo."""
-    patches = []
+def wrap_collectives(tracker: Tracker, dist: Any, patches: Patches) -> None:
+    """Patch `dist.<collective>` with a recording wrapper (undone by `patches.restore_all()`)."""
     for name in COLLECTIVES:
         fn = getattr(dist, name, None)
         if fn is None or getattr(fn, "__torchtriage_wrapped__", False):
             continue
-        patches.append((dist, name, fn))
-        setattr(dist, name, _wrap(tracker, name, fn))
-    return patches
+        patches.patch(dist, name, _wrap(tracker, name, fn))
 
 
 def _wrap(tracker: Tracker, name: str, fn: Any) -> Any:

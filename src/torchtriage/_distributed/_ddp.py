@@ -13,8 +13,7 @@ import torch
 import torch.nn as nn
 
 from .. import _deferred
-from .._catalogue import msg
-from .._findings import Category, Finding, Severity, Stage
+from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import user_frame_from_stack
 
 
@@ -110,25 +109,26 @@ class DDPWatch:
 def unused_finding(names: list[str], step: int, label: str) -> Finding:
     modules = sorted({n.rpartition(".")[0] or "<root>" for n in names})
     shown = ", ".join(names[:8]) + (f", ... (+{len(names) - 8})" if len(names) > 8 else "")
-    return Finding(Category.DISTRIBUTED, "distributed.unused_parameters",
-                   msg("dist.unused", count=len(names), step=step, names=shown),
-                   severity=Severity.ERROR, stage=Stage.BACKWARD, step=step,
-                   module=modules[0] if len(modules) == 1 else None,
-                   parameter=names[0] if len(names) == 1 else None,
-                   cause=msg("dist.cause.unused", modules=", ".join(modules), step=step),
-                   next_check=msg("dist.next.unused"),
-                   evidence={"unused parameters": names, "modules": modules, "model": label})
+    return from_catalogue(Category.DISTRIBUTED, "distributed.unused_parameters", "dist.unused",
+                          fields={"count": len(names), "step": step, "names": shown, "modules": ", ".join(modules)},
+                          cause_key="dist.cause.unused", next_key="dist.next.unused",
+                          evidence={"unused parameters": names, "modules": modules, "model": label},
+                          severity=Severity.ERROR, stage=Stage.BACKWARD, step=step,
+                          module=modules[0] if len(modules) == 1 else None,
+                          parameter=names[0] if len(names) == 1 else None)
 
 
 def find_unused_idle(steps: int, label: str) -> Finding:
-    return Finding(Category.DISTRIBUTED, "distributed.find_unused_idle", msg("dist.find_unused_idle", steps=steps),
-                   severity=Severity.INFO, cause=msg("dist.cause.find_unused_idle"),
-                   next_check=msg("dist.next.find_unused_idle"), evidence={"model": label, "steps checked": steps})
+    return from_catalogue(Category.DISTRIBUTED, "distributed.find_unused_idle", "dist.find_unused_idle",
+                          fields={"steps": steps}, cause_key="dist.cause.find_unused_idle",
+                          next_key="dist.next.find_unused_idle", evidence={"model": label, "steps checked": steps},
+                          severity=Severity.INFO)
 
 
 def received_finding(step: int, local_sums: list[float]) -> Finding:
-    return Finding(Category.DISTRIBUTED, "distributed.nonfinite_received", msg("dist.received", step=step),
-                   severity=Severity.INFO, stage=Stage.BACKWARD, step=step,
-                   cause=msg("dist.cause.received"), next_check=msg("dist.next.received_unknown"),
-                   evidence={"local gradients finite": all(math.isfinite(v) for v in local_sums),
-                             "local gradient tensors checked": len(local_sums)})
+    return from_catalogue(Category.DISTRIBUTED, "distributed.nonfinite_received", "dist.received",
+                          fields={"step": step}, cause_key="dist.cause.received",
+                          next_key="dist.next.received_unknown",
+                          evidence={"local gradients finite": all(math.isfinite(v) for v in local_sums),
+                                    "local gradient tensors checked": len(local_sums)},
+                          severity=Severity.INFO, stage=Stage.BACKWARD, step=step)

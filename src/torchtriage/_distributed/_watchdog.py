@@ -28,7 +28,7 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from .._catalogue import msg
-from .._frames import is_user_file
+from .._frames import find_frame, in_user_file, is_user_file
 
 if TYPE_CHECKING:
     from ._checker import DistributedChecker
@@ -151,12 +151,9 @@ class Watchdog(threading.Thread):
         frame = sys._current_frames().get(self._main) if self._main is not None else None
         stack = _stack(frame)
         user = None
-        f = frame
-        while f is not None:
-            if is_user_file(f.f_code.co_filename):
-                user = {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
-                break
-            f = f.f_back
+        f = find_frame(in_user_file, frame)
+        if f is not None:
+            user = {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
         report = o.final_report
         for _ in range(5):  # the main thread may be inside Python and change the findings dict
             if report is not None:

@@ -30,7 +30,7 @@ from .._silent._common import first_tensor, is_index_tensor
 from . import _causal, _trends
 from ._common import finding, num
 from ._evalcode import MetricRegion, dim_finding, node_checks
-from ._layers import LayerIndex, Sample, Vanishing, _local, grad_params, per_layer, update_ratio
+from ._layers import Sample, Vanishing, _local, grad_params, layer_kind, layer_names, per_layer, update_ratio
 from ._order import StepOrder
 from ._schedules import ScheduleWatch, lr_value
 
@@ -57,7 +57,6 @@ class DynamicsChecker(Checker):
         self.flags = _deferred.DeferredFlags()
         _deferred.ride(session, self.flags)
         self.sentinel = session.checker("nonfinite") is not None
-        self.index = LayerIndex()
         self.sched = ScheduleWatch(session)
         self.sched.install()
         self.order = StepOrder(session)
@@ -103,9 +102,6 @@ class DynamicsChecker(Checker):
             self.region = None
 
     # ------------------------------------------------------------------ events
-    def on_model(self, model: nn.Module, label: str) -> None:
-        self.index.add_model(model)
-
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
         self.order.root_forward()
@@ -216,7 +212,7 @@ class DynamicsChecker(Checker):
         if step < 2 or step % self.every == 0:
             params = grad_params(optimizer)
             if params:
-                sample = Sample(step, params, self.index)
+                sample = Sample(step, params, layer_names(self.session, params))
                 self.samples[id(optimizer)] = sample
                 names = sample.names
                 self.flags.add(sample.grad_norms, functools.partial(self._layer_grads, step, names))
@@ -336,9 +332,9 @@ class DynamicsChecker(Checker):
             return None, ""
         with torch.no_grad():
             norms = _deferred.read_scalars(foreach_norm([_local(p.grad) for p in params]))  # type: ignore[arg-type]
-        layers = per_layer([self.index.layer(p) for p in params], norms)
+        layers = per_layer(layer_names(self.session, params), norms)
         top = max(layers, key=lambda k: layers[k])
-        return top, self.index.kind(top)
+        return top, layer_kind(self.session, top)
 
     def _layer_grads(self, step: int, names: list[str], values: list[float]) -> None:
         found = self.vanish.add(step, per_layer(names, values))

@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .._catalogue import msg
-from .._findings import Category, Finding, Severity, Stage
+from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import UserFrame
 
 
@@ -17,18 +16,12 @@ def finding(name: str, *, category: Category = Category.SILENT, severity: Severi
             cause: str | None = None, next_key: str | None = None, **fields: Any) -> Finding:
     """A `dynamics.<name>` finding (or `silent.<name>` when `name` has a dot) from the catalogue."""
     key = name if "." in name else f"dynamics.{name}"
-    ev = dict(evidence or {})
     fields.setdefault("op", op)
     fields.setdefault("step", step)
-    if frame is not None and frame.source:
-        ev.setdefault("source_line", frame.source)
-    return Finding(
-        category=category, code=key, severity=severity, stage=stage, step=step, module=module, op=op,
-        parameter=parameter, file=frame.file if frame is not None else None,
-        line=frame.line if frame is not None else None,
-        message=msg(key + (f".{variant}" if variant else ""), **fields),
-        cause=msg(cause or f"{key}.cause", **fields), next_check=msg(next_key or f"{key}.next", **fields),
-        evidence=ev)
+    return from_catalogue(category, key, key + (f".{variant}" if variant else ""), fields=fields,
+                          cause_key=cause or f"{key}.cause", next_key=next_key or f"{key}.next", frame=frame,
+                          evidence=evidence, source_line=True, severity=severity, stage=stage, step=step,
+                          module=module, op=op, parameter=parameter)
 
 
 def num(v: float | None) -> str:

@@ -21,24 +21,25 @@ SLICE = 4096
 VANISH = 1e-6  # a layer's grad norm below this fraction of the largest layer's, at two samples
 
 
-class LayerIndex:
-    """id(parameter) -> the owning module's path (`named_modules()` names of its root)."""
+def layer_names(session: Any, params: list[torch.Tensor]) -> list[str]:
+    """Each parameter's layer: its owning module's path, from the session's parameter index
+    ("?" for a tensor no watched module registers)."""
+    infos = session.param_index.infos()
+    out = []
+    for p in params:
+        info = infos.get(id(p))
+        out.append(info.module if info is not None and info.module is not None else "?")
+    return out
 
-    def __init__(self) -> None:
-        self._names: dict[int, str] = {}
-        self._kinds: dict[str, str] = {}
 
-    def add_model(self, model: torch.nn.Module) -> None:
-        for mname, mod in model.named_modules():
-            self._kinds.setdefault(mname, type(mod).__name__)
-            for _, p in mod.named_parameters(recurse=False):
-                self._names.setdefault(id(p), mname)
-
-    def layer(self, p: torch.Tensor) -> str:
-        return self._names.get(id(p), "?")
-
-    def kind(self, layer: str) -> str:
-        return self._kinds.get(layer, "")
+def layer_kind(session: Any, layer: str) -> str:
+    """The class name of the module at `layer` in the first watched model that has one."""
+    for model in session.models:
+        try:
+            return type(model.get_submodule(layer)).__name__
+        except AttributeError:
+            continue
+    return ""
 
 
 def grad_params(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -57,9 +58,9 @@ def per_layer(names: list[str], norms: list[float]) -> dict[str, float]:
 class Sample:
     """One sampled step's tensors, between the pre- and post-update hooks."""
 
-    def __init__(self, step: int, params: list[torch.Tensor], index: LayerIndex) -> None:
+    def __init__(self, step: int, params: list[torch.Tensor], names: list[str]) -> None:
         self.step = step
-        self.names = [index.layer(p) for p in params]
+        self.names = names
         with torch.no_grad():
             self.grad_norms = foreach_norm([_local(p.grad) for p in params])  # type: ignore[arg-type]
             self.params = params

@@ -34,9 +34,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .._catalogue import msg
+from .._catalogue import has_message
 from .._deferred import DeferredFlags, read_scalars
-from .._findings import Category, Finding, Severity, Stage
+from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import UserFrame
 from ._static import ParamInfo, index_parameters, unregistered_leaf_ids
 from ._tracer import CutRecord
@@ -53,7 +53,6 @@ class ModuleRun:
 
     name: str
     grad_calls: int = 0
-    nograd_calls: int = 0
     frame: UserFrame | None = None
     nograd_frame: UserFrame | None = None
     inference: bool = False  # its no-grad calls ran under inference_mode
@@ -72,25 +71,16 @@ def make_finding(code: str, severity: Severity, stage: Stage, *, module: str | N
         fmt.setdefault("source", frame.source)
     fmt.setdefault("line", "?")
     fmt.setdefault("source", "")
-    cause_key = f"gradients.{key}.cause" + (f".{variant}" if variant else "")
-    return Finding(
-        category=Category.GRADIENT, code=code, severity=severity, stage=stage, step=step,
-        module=module, parameter=parameter, op=op,
-        file=frame.file if frame else None, line=frame.line if frame else None,
-        message=_variant_msg(f"gradients.{key}.message", wording or variant, fmt), cause=msg(cause_key, **fmt),
-        next_check=msg(f"gradients.{key}.next" + (f".{variant}" if variant else ""), **fmt),
-        evidence=fields,
-    )
+    suffix = f".{variant}" if variant else ""
+    return from_catalogue(Category.GRADIENT, code, _variant_key(f"gradients.{key}.message", wording or variant),
+                          fields=fmt, cause_key=f"gradients.{key}.cause{suffix}",
+                          next_key=f"gradients.{key}.next{suffix}", frame=frame, evidence=fields,
+                          severity=severity, stage=stage, step=step, module=module, parameter=parameter, op=op)
 
 
-def _variant_msg(key: str, variant: str, fmt: dict[str, Any]) -> str:
+def _variant_key(key: str, variant: str) -> str:
     # A variant may reword the message too (a raw tensor has no module to name; issue 11).
-    if variant:
-        try:
-            return msg(f"{key}.{variant}", **fmt)
-        except KeyError:
-            pass
-    return msg(key, **fmt)
+    return f"{key}.{variant}" if variant and has_message(f"{key}.{variant}") else key
 
 
 def _parent(path: str | None) -> str | None:
@@ -151,7 +141,6 @@ class Analysis:
             if run.frame is None:
                 run.frame = frame_fn()
         else:
-            run.nograd_calls += 1
             if run.nograd_frame is None:
                 run.nograd_frame = frame_fn()
                 run.inference = torch.is_inference_mode_enabled()

@@ -14,8 +14,7 @@ from collections.abc import Iterator
 import torch
 import torch.nn as nn
 
-from .._catalogue import msg
-from .._findings import Category, Finding, Severity, Stage
+from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._params import ParamInfo as ParamInfo  # the one index (issue 11)
 from .._params import index_parameters as index_parameters
 
@@ -23,15 +22,11 @@ _MAX_ITEMS = 64  # a container's elements inspected (a list of 10k tensors is da
 
 
 def _finding(code: str, severity: Severity, module: str, key: str, **fields: object) -> Finding:
-    parameter = fields.get("parameter")
-    return Finding(
-        category=Category.GRADIENT, code=code, severity=severity, stage=Stage.PARAMETER,
-        module=module, parameter=parameter if isinstance(parameter, str) else None,
-        message=msg(f"gradients.{key}.message", module=module or "<root>", **fields),
-        cause=msg(f"gradients.{key}.cause", **fields),
-        next_check=msg(f"gradients.{key}.next", **fields),
-        evidence={k: v for k, v in fields.items() if k != "parameter"},
-    )
+    return from_catalogue(
+        Category.GRADIENT, code, f"gradients.{key}.message", fields=dict(fields, module=module or "<root>"),
+        cause_key=f"gradients.{key}.cause", next_key=f"gradients.{key}.next",
+        evidence={k: v for k, v in fields.items() if k != "parameter"}, severity=severity, stage=Stage.PARAMETER,
+        module=module, parameter=fields.get("parameter") if isinstance(fields.get("parameter"), str) else None)
 
 
 def _items(value: object) -> Iterator[tuple[str, object]]:

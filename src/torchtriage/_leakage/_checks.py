@@ -86,25 +86,9 @@ def check_splits(
         raise ValueError(msg("leakage.bad_threshold", given=near_threshold))
     if int(chunk_size) < 1:
         raise ValueError(msg("leakage.bad_chunk", given=chunk_size))
-    sources = [make_source(train, "train")]
-    if val is not None:
-        sources.append(make_source(val, "val"))
-    sources.append(make_source(test, "test"))
-    kinds = {s.kind for s in sources}
-    if len(kinds) > 1:
-        given = "; ".join(f"{s.name} is {s.what} ({msg(KINDS[s.kind])})" for s in sources)
-        raise TypeError(msg("leakage.mixed_kinds", given=given))
-    preps = list(preprocessors or [])
-    vocabs = [(p, v) for p in preps if (v := _preprocess.vocabulary(p)) is not None]
-    norms = [(p, st) for p in preps if (st := _preprocess.normalizer_stats(p)) is not None]
-    unknown = [p for p in preps if all(p is not q for q, _ in vocabs + norms)]
-    if unknown:
-        raise TypeError(msg("leakage.bad_preprocessor", given=type(unknown[0]).__qualname__))
-    if files is not None and sources[0].kind != "table":
-        raise TypeError(msg("leakage.files_not_table", given=sources[0].what))
-    if files is not None and files not in sources[0].columns:
-        raise ValueError(msg("leakage.missing_column", role="files", column=files, name="train",
-                             columns=", ".join(sources[0].columns[:20])))
+    sources = _sources(train, val, test)
+    vocabs, norms = _preprocessors(preprocessors)
+    _check_files(files, sources[0])
     specs = {role: make_spec(role, value, sources) for role, value in (("groups", groups), ("time", time),
                                                                        ("labels", labels))}
     roles = {sp.column for sp in specs.values() if sp is not None and sp.column}
@@ -125,12 +109,7 @@ def check_splits(
                             threshold=float(near_threshold), timed=opts.time is not None)
     finally:
         store.close()
-    for obj, stats in norms:
-        f = _preprocess.check_normalizer(obj, stats, scans, "train")
-        if f is not None:
-            findings.append(f)
-    for obj, vocab in vocabs:
-        findings += _preprocess.check_vocabulary(obj, vocab, scans, "train")
+    findings += _fitted_before_split(norms, vocabs, scans)
     from .._frames import user_frame_from_stack
 
     uf = user_frame_from_stack(1)
@@ -141,6 +120,51 @@ def check_splits(
     meta = {"check": "splits", "splits": {s.source.name: {"rows": s.n, "source": s.source.what} for s in scans},
             "near_threshold": float(near_threshold), "engine": store.engine}
     return Report(tuple(findings), meta=meta)
+
+
+def _sources(train: Any, val: Any, test: Any) -> list[Source]:
+    """The splits in the order train[, val], test; all of one kind (else a TypeError)."""
+    sources = [make_source(train, "train")]
+    if val is not None:
+        sources.append(make_source(val, "val"))
+    sources.append(make_source(test, "test"))
+    kinds = {s.kind for s in sources}
+    if len(kinds) > 1:
+        given = "; ".join(f"{s.name} is {s.what} ({msg(KINDS[s.kind])})" for s in sources)
+        raise TypeError(msg("leakage.mixed_kinds", given=given))
+    return sources
+
+
+def _preprocessors(preprocessors: Iterable[Any] | None) -> tuple[list[tuple[Any, Any]], list[tuple[Any, Any]]]:
+    """(vocabularies, normalizers) among the fitted preprocessors; anything else is a TypeError."""
+    preps = list(preprocessors or [])
+    vocabs = [(p, v) for p in preps if (v := _preprocess.vocabulary(p)) is not None]
+    norms = [(p, st) for p in preps if (st := _preprocess.normalizer_stats(p)) is not None]
+    unknown = [p for p in preps if all(p is not q for q, _ in vocabs + norms)]
+    if unknown:
+        raise TypeError(msg("leakage.bad_preprocessor", given=type(unknown[0]).__qualname__))
+    return vocabs, norms
+
+
+def _check_files(files: str | None, train: Source) -> None:
+    """`files` names a column of the train table."""
+    if files is not None and train.kind != "table":
+        raise TypeError(msg("leakage.files_not_table", given=train.what))
+    if files is not None and files not in train.columns:
+        raise ValueError(msg("leakage.missing_column", role="files", column=files, name="train",
+                             columns=", ".join(train.columns[:20])))
+
+
+def _fitted_before_split(norms: list[tuple[Any, Any]], vocabs: list[tuple[Any, Any]], scans: Any) -> list[Finding]:
+    """Normalizers and vocabularies that saw more than the training split."""
+    out: list[Finding] = []
+    for obj, stats in norms:
+        f = _preprocess.check_normalizer(obj, stats, scans, "train")
+        if f is not None:
+            out.append(f)
+    for obj, vocab in vocabs:
+        out += _preprocess.check_vocabulary(obj, vocab, scans, "train")
+    return out
 
 
 def _index_overlap(sources: list[Source]) -> list[Finding]:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .._catalogue import msg
-from .._findings import Category, Finding, Severity, Stage
+from .._findings import Finding, from_catalogue
 from ._scan import Scan
 from ._sources import Source, sample_input
 from ._store import MAX_EXAMPLES, Store
@@ -21,9 +21,9 @@ __all__ = ["MAX_EXAMPLES", "compare", "finding"]
 
 
 def finding(code: str, severity: str, key: str, evidence: dict[str, Any], **fields: Any) -> Finding:
-    return Finding(category=Category.DATA, code=f"data.{code}", severity=Severity(severity), stage=Stage.DATA,
-                   message=msg(f"leakage.{key}.message", **fields), cause=msg(f"leakage.{key}.cause", **fields),
-                   next_check=msg(f"leakage.{key}.next", **fields), evidence=evidence)
+    return from_catalogue("data", f"data.{code}", f"leakage.{key}.message", fields=fields,
+                          cause_key=f"leakage.{key}.cause", next_key=f"leakage.{key}.next", evidence=evidence,
+                          severity=severity, stage="data")
 
 
 def _pct(count: int, n: int) -> str:

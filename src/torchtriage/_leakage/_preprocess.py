@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .._catalogue import msg
-from .._findings import Category, Finding, Severity, Stage
+from .._findings import Finding, from_catalogue
 
 VOCAB_ATTRS = ("vocabulary_", "stoi", "word_index", "token2id", "word2idx", "token_to_idx")
 
@@ -109,12 +109,11 @@ def check_normalizer(obj: Any, stats: dict[str, np.ndarray], scans: list[Any], t
             hit = _compare(stats, tr, al, factor)
             if hit is not None:
                 name, fitted, train_v, all_v = hit
-                return Finding(
-                    category=Category.DATA, code="data.preprocessing_fit_on_all",
-                    severity=Severity.ERROR, stage=Stage.DATA,
-                    op=type(obj).__name__,
-                    message=msg("leakage.prep.message", what=type(obj).__name__, stat=name, train=train),
-                    cause=msg("leakage.prep.cause"), next_check=msg("leakage.prep.next", train=train),
+                return from_catalogue(
+                    "data", "data.preprocessing_fit_on_all", "leakage.prep.message",
+                    fields={"what": type(obj).__name__, "stat": name, "train": train},
+                    cause_key="leakage.prep.cause", next_key="leakage.prep.next",
+                    severity="error", stage="data", op=type(obj).__name__,
                     evidence={"preprocessor": type(obj).__name__, "statistic": name, "layout": lay,
                               "fitted": _short(fitted), "all_splits": _short(all_v), f"{train}_only": _short(train_v),
                               "max_gap_to_all": float(np.max(np.abs(fitted - all_v))),
@@ -162,11 +161,11 @@ def check_vocabulary(obj: Any, vocab: set[str], scans: list[Any], train: str) ->
         only = sorted(v for v in vocab if v in forms(s.tokens) and v not in seen_train)
         if only:
             name = s.source.name
-            out.append(Finding(
-                category=Category.DATA, code="data.vocabulary_from_test", severity=Severity.ERROR, stage=Stage.DATA,
-                op=type(obj).__name__,
-                message=msg("leakage.vocab.message", count=len(only), split=name, train=train),
-                cause=msg("leakage.vocab.cause"), next_check=msg("leakage.vocab.next", train=train),
+            out.append(from_catalogue(
+                "data", "data.vocabulary_from_test", "leakage.vocab.message",
+                fields={"count": len(only), "split": name, "train": train},
+                cause_key="leakage.vocab.cause", next_key="leakage.vocab.next",
+                severity="error", stage="data", op=type(obj).__name__,
                 evidence={"pair": f"{train}/{name}", "tokens": only[:10], "count": len(only),
                           "vocabulary_size": len(vocab)}))
     return out

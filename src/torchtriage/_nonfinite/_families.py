@@ -17,6 +17,7 @@ import torch
 
 from .._catalogue import msg
 from .._summary import summarize
+from ._trace import nonfinite
 
 EXP = {"exp", "exp2", "expm1", "sinh", "cosh", "softplus"}
 LOG = {"log", "log2", "log10", "log1p", "xlogy", "special_xlog1py", "log_sigmoid_forward"}
@@ -108,7 +109,7 @@ def explain(op: str, inputs: list[Any], output: Any, *, scalars: tuple[Any, ...]
             return pick("div", zeros=1)
         if name in ("var", "std", "var_mean", "std_mean", "mean") and x is not None:
             ev["elements"] = x.numel()
-    if out is not None and ins and all(bool(torch.isfinite(t).all()) for t in ins):
+    if out is not None and ins and not any(nonfinite(t) for t in ins):
         value = max(float(t.abs().max()) for t in ins)
         family = "low_precision" if dtype in LOW else "overflow"
         if bool(torch.isinf(out).any()):

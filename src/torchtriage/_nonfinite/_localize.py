@@ -14,7 +14,7 @@ import torch.nn as nn
 from torch.utils._pytree import tree_leaves
 
 from .._catalogue import msg
-from .._findings import Category, Finding, Severity, Stage
+from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._summary import summarize
 from . import _steplocalize
 from ._families import base_name, explain, kind_of, kind_text
@@ -24,13 +24,13 @@ from ._replay import (
     call_model,
     float_leaves,
     graph_nodes,
+    node_evidence,
     node_frame,
     node_op,
     replay_loss,
     replaying,
-    saved_tensors,
 )
-from ._trace import ModuleStack, OpTracer, Origin
+from ._trace import ModuleStack, OpTracer, Origin, nonfinite
 
 
 def _finding(code: str, key: str, stage: Stage, step: int, *, module: str | None = None, op: str | None = None,
@@ -43,11 +43,10 @@ def _finding(code: str, key: str, stage: Stage, step: int, *, module: str | None
     fmt = dict(step=step, module=_mod_text(module, model), op=op or msg("nonfinite.unknown_op"), parameter=parameter)
     fmt.update(fields)
     if model is not None:
-        ev.setdefault("model", model)
-    return Finding(Category.NUMERICAL, code, msg(key, **fmt), severity=severity, stage=stage,
-                   step=step, module=module, op=op, parameter=parameter,
-                   file=frame.file if frame is not None else None, line=frame.line if frame is not None else None,
-                   cause=cause, next_check=next_check, evidence=ev)
+        ev.setdefault("model", model)  # (after the source line: the evidence keeps its order)
+    return from_catalogue(Category.NUMERICAL, code, key, fields=fmt, frame=frame, evidence=ev, severity=severity,
+                          stage=stage, step=step, module=module, op=op, parameter=parameter, cause=cause,
+                          next_check=next_check)
 
 
 def _namer(session: Any) -> Any:
@@ -82,13 +81,6 @@ def not_reproduced(stage: Stage, step: int, evidence: dict[str, Any] | None = No
     return _finding(f"numerical.nonfinite_{stage.value}", "nonfinite.not_reproduced", stage, step,
                     cause=msg("nonfinite.cause.not_reproduced"), next_check=msg("nonfinite.next.not_reproduced"),
                     evidence=evidence, severity=Severity.WARNING, stage_name=stage.value)
-
-
-def _is_bad(t: torch.Tensor, any_kind: bool) -> bool:
-    x = torch.view_as_real(t) if t.is_complex() else t
-    if any_kind:
-        return not bool(torch.isfinite(x).all())
-    return bool(torch.isnan(x).any() or torch.isposinf(x).any())
 
 
 def _target(model: nn.Module) -> nn.Module:
@@ -133,7 +125,7 @@ def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = Fa
     the model's forward, under the op tracer; the producer of the bad output."""
     snap = session.snapshot
     if _steplocalize.why_not(session) is None:
-        got = _steplocalize.forward(session, state, step, _namer(session), any_kind, _is_bad)
+        got = _steplocalize.forward(session, state, step, _namer(session), any_kind)
         if got is not None:
             tracer, bad, call, extra = got
             several = len({id(c.model) for c in snap.record.calls}) > 1 or len(session.models) > 1
@@ -143,13 +135,12 @@ def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = Fa
     if snap is None or not snap.has_batch:
         return not_reproduced(Stage.FORWARD, step, session=session)
     model = _target(snap.model)
-    externals = param_names(session)
     mods = ModuleStack(_namer(session))
-    tracer = OpTracer(mods, externals)
+    tracer = OpTracer(mods, session.param_index.names())
     tracer.stop_frame = sys._getframe()
     with replaying(session, snap, model, state.autocast), torch.enable_grad(), mods, tracer:
         out = call_model(model, snap)
-    bad = [t for t in float_leaves(out) if _is_bad(t, any_kind)]
+    bad = [t for t in float_leaves(out) if nonfinite(t, any_kind)]
     if not bad:
         return not_reproduced(Stage.FORWARD, step, {"outputs": [summarize(t) for t in float_leaves(out)[:3]]},
                               session=session)
@@ -173,8 +164,7 @@ def _forward_finding(session: Any, tracer: OpTracer, bad: torch.Tensor, step: in
                         module=info.module if info is not None else None, parameter=name,
                         cause=msg("nonfinite.cause.param"), next_check=msg("nonfinite.next.param"),
                         evidence={"parameter": summarize(p)})
-    if origin is None or origin.kind != "computed":
-        origin = tracer.producers[0] if tracer.producers else None
+    origin = tracer.producer_of(bad)
     if origin is None:
         return None
     # An op inside a library module (nn.Linear's addmm) has no line of the user's own: the
@@ -199,21 +189,19 @@ def localize_loss(session: Any, state: Any, step: int) -> Finding:
         found = _steplocalize.loss(session, state, step, _namer(session), _producer_finding)
         if found is not None:
             return found
-    calls = [c for c in state.loss_calls if isinstance(c.output, torch.Tensor) and _is_bad(c.output, True)]
-    outs = [t for t in state.outputs if _is_bad(t, True)]
+    calls = [c for c in state.loss_calls if isinstance(c.output, torch.Tensor) and nonfinite(c.output, True)]
+    outs = [t for t in state.outputs if nonfinite(t, True)]
     if calls:
         call = calls[0]
         inputs_bad = [a for a in (call.input, call.target) if isinstance(a, torch.Tensor)
-                      and (a.is_floating_point() or a.is_complex()) and _is_bad(a, True)]
+                      and (a.is_floating_point() or a.is_complex()) and nonfinite(a, True)]
         if not inputs_bad:
             mods = ModuleStack(_namer(session))
             tracer = OpTracer(mods)
             tracer.stop_frame = sys._getframe()
             with session.paused(), torch.no_grad(), mods, tracer:
                 out = replay_loss(call, [], [])
-            origin = tracer.origin_of(out)
-            if origin is None or origin.kind != "computed":
-                origin = tracer.producers[0] if tracer.producers else None
+            origin = tracer.producer_of(out)
             if origin is not None:
                 return _producer_finding(origin, Stage.LOSS, step, loss=True, frame=call.frame, module=call.module,
                                          loss_value=state.loss_value)
@@ -242,13 +230,13 @@ def _walk_loss_graph(state: Any, step: int, frame: Any) -> Finding | None:
         if fn is None or x is None or not (x.is_floating_point() or x.is_complex()):
             continue
         args = [x] + ([saved["other"]] if isinstance(saved.get("other"), torch.Tensor) else [])
-        if any(_is_bad(a, True) for a in args if a.is_floating_point()):
+        if any(nonfinite(a, True) for a in args if a.is_floating_point()):
             continue
         try:
             out = fn(*args)
         except Exception:
             continue
-        if isinstance(out, torch.Tensor) and _is_bad(out, True):
+        if isinstance(out, torch.Tensor) and nonfinite(out, True):
             origin = Origin("computed", f"aten::{name}", None, frame, args, out)
             f = _producer_finding(origin, Stage.LOSS, step, loss=True, frame=frame, loss_value=state.loss_value)
             if state.backward_frame is not None:
@@ -308,14 +296,7 @@ def localize_backward(session: Any, state: Any, step: int) -> Finding:
     ev: dict[str, Any] = {}
     if entry is not None:
         ev["forward call"] = entry[1]
-    ev["backward node"] = type(node).__name__
-    for k, v in saved_tensors(node).items():
-        ev[f"saved {k}"] = summarize(v)
-        if v.is_floating_point():
-            ev[f"zeros in saved {k}"] = int((v == 0).sum())
-    ev["incoming gradient"] = next((summarize(g) for g in g_out if g is not None), None)
-    bad_in = next((g for g in g_in if g is not None and not bool(torch.isfinite(g).all())), None)
-    ev["outgoing gradient"] = summarize(bad_in)
+    bad_in = node_evidence(node, g_in, g_out, ev)
     if call is None:
         ev["note"] = ("replayed with a gradient of ones at the model outputs "
                       "(the loss was not a torch.nn.functional call)")
@@ -325,14 +306,10 @@ def localize_backward(session: Any, state: Any, step: int) -> Finding:
                     next_check=msg("nonfinite.next.backward"), evidence=ev, kind=kind)
 
 
-def param_names(session: Any) -> dict[int, str]:
-    return {pid: info.qualname for pid, info in session.param_index.infos().items()}
-
-
 @torch.no_grad()
 def localize_update(session: Any, step: int, grad_norm: float | None) -> list[Finding]:
     """Parameters / optimizer state non-finite after an optimizer step."""
-    names = param_names(session)
+    names = session.param_index.names()
     found: list[Finding] = []
     for opt in session.optimizers:
         for group in opt.param_groups:
@@ -340,7 +317,7 @@ def localize_update(session: Any, step: int, grad_norm: float | None) -> list[Fi
                 name = names.get(id(p), f"{type(opt).__name__} param #{len(found)}")
                 info = session.param_index.info(p)
                 owner = info.module if info is not None and not info.raw else None
-                if not bool(torch.isfinite(p).all()):
+                if nonfinite(p):
                     ev = {"parameter": summarize(p), "lr": group.get("lr"), "grad norm at that step": grad_norm}
                     found.append(_finding("numerical.nonfinite_update", "nonfinite.update", Stage.OPTIMIZER, step,
                                           module=owner, parameter=name,
@@ -349,7 +326,7 @@ def localize_update(session: Any, step: int, grad_norm: float | None) -> list[Fi
                                           optimizer=type(opt).__name__))
                     continue
                 for key, v in opt.state.get(p, {}).items():
-                    if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all()):
+                    if isinstance(v, torch.Tensor) and v.is_floating_point() and nonfinite(v):
                         found.append(_finding("numerical.nonfinite_optimizer_state", "nonfinite.state",
                                               Stage.OPTIMIZER, step, module=owner,
                                               parameter=name, cause=msg("nonfinite.cause.state"),
@@ -368,7 +345,7 @@ def localize_data(session: Any, step: int, any_kind: bool = False) -> Finding | 
 
     leaves, _ = tree_flatten_with_path((snap.args, snap.kwargs))
     for path, t in leaves:
-        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and _is_bad(t, any_kind):
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and nonfinite(t, any_kind):
             where = keystr(path)
             f = _finding("numerical.nonfinite_data", "nonfinite.data", Stage.DATA, step,
                          cause=msg("nonfinite.cause.data"), next_check=msg("nonfinite.next.data"),
@@ -399,7 +376,8 @@ def _before_model(session: Any, f: Finding, bad: torch.Tensor, any_kind: bool) -
         inputs = [a for a in tree_leaves((op.args, op.kwargs)) if isinstance(a, torch.Tensor)]
         if any(a is target for a in inputs):
             break  # in place: its input is gone
-        earlier = next((a for a in inputs if (a.is_floating_point() or a.is_complex()) and _is_bad(a, any_kind)), None)
+        earlier = next((a for a in inputs
+                        if (a.is_floating_point() or a.is_complex()) and nonfinite(a, any_kind)), None)
         if earlier is None:
             break  # finite inputs, non-finite output: this op
         target = earlier

@@ -20,7 +20,8 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._pytree import tree_leaves
 
 from .._frames import UserFrame, is_user_file
-from ._trace import ModuleStack
+from .._summary import summarize
+from ._trace import ModuleStack, nonfinite
 
 
 @contextlib.contextmanager
@@ -213,10 +214,24 @@ class FirstNonFiniteNode:
 
     @staticmethod
     def _finite(gs: tuple[Any, ...]) -> bool:
-        return all(g is None or bool(torch.isfinite(g).all()) for g in gs)
+        return not any(g is not None and nonfinite(g) for g in gs)
 
     def hook_for(self, node: Any) -> Any:
         def hook(grad_inputs: Any, grad_outputs: Any) -> None:
             if not self.first and self._finite(grad_outputs) and not self._finite(grad_inputs):
                 self.first.append((node, grad_inputs, grad_outputs))
         return hook
+
+
+def node_evidence(node: Any, g_in: tuple[Any, ...], g_out: tuple[Any, ...], ev: dict[str, Any]) -> Any:
+    """Adds the first non-finite node's evidence to `ev` (its class, its saved tensors and their
+    zeros, the incoming gradient, the first non-finite outgoing one); returns that outgoing one."""
+    ev["backward node"] = type(node).__name__
+    for k, v in saved_tensors(node).items():
+        ev[f"saved {k}"] = summarize(v)
+        if v.is_floating_point():
+            ev[f"zeros in saved {k}"] = int((v == 0).sum())
+    ev["incoming gradient"] = next((summarize(g) for g in g_out if g is not None), None)
+    bad_in = next((g for g in g_in if g is not None and nonfinite(g)), None)
+    ev["outgoing gradient"] = summarize(bad_in)
+    return bad_in

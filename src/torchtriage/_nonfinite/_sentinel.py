@@ -33,6 +33,7 @@ from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack
 from . import _amp, _localize
 from ._replay import float_leaves, graph_nodes, saved_tensors
+from ._trace import nonfinite
 
 MAX_REPLAYS = 3  # a run that stays NaN would otherwise replay every step
 
@@ -290,12 +291,7 @@ class NonFiniteSentinel(Checker):
                 sess.record_series("grad_norm", self._grad_norm)
             self._release()
             return False
-        got: dict[str, list[float]] = {}
-        for k, v in zip(keys, values):
-            if k in got:
-                got[k].append(v)
-            else:
-                got[k] = [v]
+        got = _by_kind(keys, values)
         if "loss_value" in got:
             st.loss_value = got["loss_value"][0]
             self._record_losses(keys, values, sites)
@@ -318,16 +314,7 @@ class NonFiniteSentinel(Checker):
                     self._report("optimizer", lambda found=found: found)
                     self._release()
                     return False
-        trip = None
-        if any(_nan_or_posinf(v) for v in got.get("data", [])):
-            trip = "data"
-        elif any(_nan_or_posinf(v) for v in got.get("forward", [])):
-            trip = "forward"
-        elif any(not math.isfinite(v) and not (scaled_overflow_ok and v == v) for v in got.get("loss", [])):
-            # (a GradScaler step skipped because loss * scale overflowed is expected; NaN is not)
-            trip = "loss"
-        elif "grad" in got and not math.isfinite(got["grad"][0]):
-            trip = "backward"
+        trip = _trip(got, scaled_overflow_ok)
         if trip is None:
             self._release()
             return False
@@ -381,7 +368,7 @@ class NonFiniteSentinel(Checker):
             received = dist.received_nonfinite(step)  # type: ignore[attr-defined]
             if received is not None:
                 return [received]
-        if all(bool(torch.isfinite(g).all()) for g in grads):
+        if not any(nonfinite(g) for g in grads):
             return [_grad_overflow(step, self._grad_norm)]
         return [_localize.localize_backward(sess, st, step)]
 
@@ -405,6 +392,32 @@ class NonFiniteSentinel(Checker):
 
 def _nan_or_posinf(v: float) -> bool:
     return v != v or v == math.inf
+
+
+def _by_kind(keys: list[str], values: list[float]) -> dict[str, list[float]]:
+    """The step's read flags grouped by kind (data, forward, loss, grad, update, ...)."""
+    got: dict[str, list[float]] = {}
+    for k, v in zip(keys, values):
+        if k in got:
+            got[k].append(v)
+        else:
+            got[k] = [v]
+    return got
+
+
+def _trip(got: dict[str, list[float]], scaled_overflow_ok: bool) -> str | None:
+    """The first stage, in execution order, whose flags tripped (data → forward → loss →
+    backward), or None. Outputs trip on NaN / +Inf (a -Inf is a mask)."""
+    if any(_nan_or_posinf(v) for v in got.get("data", [])):
+        return "data"
+    if any(_nan_or_posinf(v) for v in got.get("forward", [])):
+        return "forward"
+    if any(not math.isfinite(v) and not (scaled_overflow_ok and v == v) for v in got.get("loss", [])):
+        # (a GradScaler step skipped because loss * scale overflowed is expected; NaN is not)
+        return "loss"
+    if "grad" in got and not math.isfinite(got["grad"][0]):
+        return "backward"
+    return None
 
 
 def _grad_overflow(step: int, norm: float | None) -> Finding:

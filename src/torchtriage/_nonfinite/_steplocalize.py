@@ -25,20 +25,19 @@ import torch
 
 from .._catalogue import msg
 from .._findings import Finding, Stage
-from .._summary import summarize
 from ._families import kind_of, kind_text
 from ._replay import (
     FirstNonFiniteNode,
     NodeMap,
     float_leaves,
     graph_nodes,
+    node_evidence,
     node_frame,
     node_op,
     replaying,
-    saved_tensors,
 )
 from ._stepreplay import NotReplayable, Replayed, replay_step, usable
-from ._trace import ModuleStack, OpTracer
+from ._trace import ModuleStack, OpTracer, nonfinite
 
 BY = "step_replay"
 
@@ -50,15 +49,18 @@ def _models(record: Any) -> list[Any]:
     return list(seen.values())
 
 
-def _externals(session: Any) -> dict[int, str]:
-    return {pid: info.qualname for pid, info in session.param_index.infos().items()}
-
-
-def _tracer(session: Any, namer: Any) -> tuple[ModuleStack, OpTracer]:
+def _traced_replay(session: Any, state: Any, namer: Any) -> tuple[OpTracer, Replayed] | None:
+    """The recorded step replayed under the op tracer (None: it cannot be replayed). The
+    tracer's user lines stop at the caller's frame."""
+    snap = session.snapshot
     mods = ModuleStack(namer)
-    tracer = OpTracer(mods, _externals(session))
+    tracer = OpTracer(mods, session.param_index.names())
     tracer.stop_frame = sys._getframe(1)
-    return mods, tracer
+    try:
+        with replaying(session, snap, _models(snap.record), state.autocast), mods, tracer:
+            return tracer, replay_step(snap.record, tracer=tracer)
+    except NotReplayable:
+        return None
 
 
 def _by(record: Any, **more: Any) -> dict[str, Any]:
@@ -91,43 +93,34 @@ def why_not(session: Any) -> str | None:
 
 
 @guarded
-def forward(session: Any, state: Any, step: int, namer: Any, any_kind: bool,
-            is_bad: Any) -> tuple[OpTracer, torch.Tensor, Any, dict[str, Any]] | None:
+def forward(session: Any, state: Any, step: int, namer: Any,
+            any_kind: bool) -> tuple[OpTracer, torch.Tensor, Any, dict[str, Any]] | None:
     """Replay the step; the first root call whose replayed output is non-finite (the caller
     reads the producer off the tracer)."""
-    snap = session.snapshot
-    record = snap.record
-    mods, tracer = _tracer(session, namer)
-    try:
-        with replaying(session, snap, _models(record), state.autocast), mods, tracer:
-            rep = replay_step(record, tracer=tracer)
-    except NotReplayable:
+    replayed = _traced_replay(session, state, namer)
+    if replayed is None:
         return None
+    tracer, rep = replayed
     for call, out in rep.calls:
-        bad = [t for t in float_leaves(out) if is_bad(t, any_kind)]
+        bad = [t for t in float_leaves(out) if nonfinite(t, any_kind)]
         if bad:
-            return tracer, bad[0], call, _by(record)
+            return tracer, bad[0], call, _by(session.snapshot.record)
     return None
 
 
 @guarded
 def loss(session: Any, state: Any, step: int, namer: Any, producer: Any) -> Finding | None:
     """The loss (a backward root) is non-finite: the op that first made a value reaching it."""
-    snap = session.snapshot
-    record = snap.record
-    mods, tracer = _tracer(session, namer)
-    try:
-        with replaying(session, snap, _models(record), state.autocast), mods, tracer:
-            rep = replay_step(record, tracer=tracer)
-    except NotReplayable:
+    replayed = _traced_replay(session, state, namer)
+    if replayed is None:
         return None
+    tracer, rep = replayed
+    record = session.snapshot.record
     for bw, roots, _ in rep.backwards:
         for r in roots:
-            if not isinstance(r, torch.Tensor) or bool(torch.isfinite(r.detach()).all()):
+            if not isinstance(r, torch.Tensor) or not nonfinite(r.detach()):
                 continue
-            origin = tracer.origin_of(r)
-            if origin is None or origin.kind != "computed":
-                origin = tracer.producers[0] if tracer.producers else None
+            origin = tracer.producer_of(r)
             if origin is None:
                 return None
             f = producer(origin, Stage.LOSS, step, loss=True, frame=bw.frame, loss_value=state.loss_value)
@@ -146,10 +139,9 @@ def backward(session: Any, state: Any, step: int, namer: Any, make: Any) -> Find
     record = snap.record
     mods = ModuleStack(namer)
     watch = FirstNonFiniteNode()
-    first, make_hook = watch.first, watch.hook_for
+    first = watch.first
 
     rep: Replayed | None = None
-    bad_leaves: list[torch.Tensor] = []
     with replaying(session, snap, _models(record), state.autocast), \
             torch.autograd.set_detect_anomaly(True, check_nan=False), mods:
         nm = NodeMap(mods)
@@ -165,23 +157,7 @@ def backward(session: Any, state: Any, step: int, namer: Any, make: Any) -> Find
                 rep = replay_step(record, on_call=on_call)
         except NotReplayable:
             return None
-        for _bw, roots, grads in rep.backwards:
-            roots = [r for r in roots if isinstance(r, torch.Tensor) and r.requires_grad]
-            if not roots:
-                continue
-            nodes = graph_nodes([r.grad_fn for r in roots])
-            leaves = [n.variable for n in nodes if type(n).__name__ == "AccumulateGrad"]
-            handles = [n.register_hook(make_hook(n)) for n in nodes if type(n).__name__ != "AccumulateGrad"]
-            try:
-                if leaves:
-                    gs = grads if grads is None or isinstance(grads, (list, tuple)) else [grads]
-                    got = torch.autograd.grad(roots, leaves, gs, retain_graph=True, allow_unused=True)
-                    bad_leaves = [t for t, g in zip(leaves, got) if g is not None and not bool(torch.isfinite(g).all())]
-            finally:
-                for h in handles:
-                    h.remove()
-            if first:
-                break
+        bad_leaves = _backward_watched(rep.backwards, watch)
     if not first or rep is None:
         return None
     node, g_in, g_out = first[0]
@@ -198,17 +174,8 @@ def backward(session: Any, state: Any, step: int, namer: Any, make: Any) -> Find
         ev["recorded op"] = tape[0].name
     elif entry is not None:
         ev["forward call"] = entry[1]
-    ev["backward node"] = type(node).__name__
-    for k, v in saved_tensors(node).items():
-        ev[f"saved {k}"] = summarize(v)
-        if v.is_floating_point():
-            ev[f"zeros in saved {k}"] = int((v == 0).sum())
-    ev["incoming gradient"] = next((summarize(g) for g in g_out if g is not None), None)
-    bad_in = next((g for g in g_in if g is not None and not bool(torch.isfinite(g).all())), None)
-    ev["outgoing gradient"] = summarize(bad_in)
-    order = {pid: i for i, pid in enumerate(session.param_index.infos())}
-    bad_leaves.sort(key=lambda t: order.get(id(t), len(order)))  # the models' order, not the graph's
-    names = [n for n in (session.param_index.name(t) for t in bad_leaves) if n is not None]
+    bad_in = node_evidence(node, g_in, g_out, ev)
+    names = _parameter_names(session, bad_leaves)
     if names:
         ev["parameters with non-finite gradients"] = names[:10]
     kind = kind_text(kind_of(bad_in))
@@ -220,3 +187,35 @@ def backward(session: Any, state: Any, step: int, namer: Any, make: Any) -> Find
              next_check=msg("nonfinite.next.backward"), evidence=ev, kind=kind,
              line=f"{frame.file}:{frame.line}" if frame is not None else "?")
     return _with_by(f, record)
+
+
+def _backward_watched(backwards: list[Any], watch: FirstNonFiniteNode) -> list[torch.Tensor]:
+    """Run the replayed step's backward calls (`torch.autograd.grad`, `.grad` untouched) with
+    `watch`'s hook on every node, until one call meets the first non-finite node; returns the
+    leaves whose gradient came out non-finite in the last call run."""
+    bad_leaves: list[torch.Tensor] = []
+    for _bw, roots, grads in backwards:
+        roots = [r for r in roots if isinstance(r, torch.Tensor) and r.requires_grad]
+        if not roots:
+            continue
+        nodes = graph_nodes([r.grad_fn for r in roots])
+        leaves = [n.variable for n in nodes if type(n).__name__ == "AccumulateGrad"]
+        handles = [n.register_hook(watch.hook_for(n)) for n in nodes if type(n).__name__ != "AccumulateGrad"]
+        try:
+            if leaves:
+                gs = grads if grads is None or isinstance(grads, (list, tuple)) else [grads]
+                got = torch.autograd.grad(roots, leaves, gs, retain_graph=True, allow_unused=True)
+                bad_leaves = [t for t, g in zip(leaves, got) if g is not None and nonfinite(g)]
+        finally:
+            for h in handles:
+                h.remove()
+        if watch.first:
+            break
+    return bad_leaves
+
+
+def _parameter_names(session: Any, leaves: list[torch.Tensor]) -> list[str]:
+    """The parameters among `leaves`, named, in the models' order (not the graph's)."""
+    order = {pid: i for i, pid in enumerate(session.param_index.infos())}
+    leaves = sorted(leaves, key=lambda t: order.get(id(t), len(order)))
+    return [n for n in (session.param_index.name(t) for t in leaves) if n is not None]

@@ -20,7 +20,6 @@ import dataclasses
 import math
 import sys
 import weakref
-from types import FrameType
 from typing import Any, Callable
 
 import torch
@@ -29,7 +28,7 @@ from torch.nn.modules import module as _module_mod
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .._frames import UserFrame, _source_line, is_user_file
+from .._frames import UserFrame, find_frame, in_user_file, user_frame_of
 
 
 @dataclasses.dataclass
@@ -42,7 +41,6 @@ class Origin:
     output: torch.Tensor | None = None
     scalars: tuple[Any, ...] = ()
     external: str | None = None  # "parameter <name>" / "input" for pre-existing tensors
-    backward: bool = False
     sources: list[Origin] = dataclasses.field(default_factory=list)  # non-finite inputs it came from
     # Modules that received this value and passed it on, in execution order (not the producer,
     # nor the modules that contain it): the HTML model tree marks them "propagated".
@@ -80,9 +78,14 @@ class ModuleStack:
         self._handles.clear()
 
 
-def _nonfinite(t: torch.Tensor) -> bool:
+def nonfinite(t: torch.Tensor, any_kind: bool = True) -> bool:
+    """The one non-finite test of a tensor (one host read: localization only, never a hot hook):
+    any NaN or ±Inf; with `any_kind=False` NaN or +Inf only, the sentinel's trip rule for model
+    outputs (a -Inf there is a mask, written on purpose)."""
     x = torch.view_as_real(t) if t.is_complex() else t
-    return not bool(torch.isfinite(x).all())
+    if any_kind:
+        return not bool(torch.isfinite(x).all())
+    return bool(torch.isnan(x).any() or torch.isposinf(x).any())
 
 
 def _is_float(t: Any) -> bool:
@@ -100,7 +103,6 @@ class OpTracer(TorchDispatchMode):
         self.status: dict[int, tuple[weakref.ref[torch.Tensor], Origin | None]] = {}
         self.externals = externals or {}  # id(tensor) -> description, for parameters and batch
         self.producers: list[Origin] = []
-        self.in_backward = False
         self.failed = False
         # The frame that started the replay: user frames above it (e.g. `opt.step()`, where the
         # sentinel tripped) are not where the op was written, so the search stops there.
@@ -115,6 +117,14 @@ class OpTracer(TorchDispatchMode):
         entry = self.status.get(id(t))
         return entry[1] if entry is not None and entry[0]() is t else None
 
+    def producer_of(self, t: Any) -> Origin | None:
+        """The op that made `t` non-finite: its origin when computed there, else the first
+        producer seen (a constant origin is a mask or an input, not where the value was born)."""
+        origin = self.origin_of(t)
+        if origin is None or origin.kind != "computed":
+            origin = self.producers[0] if self.producers else None
+        return origin
+
     def _known(self, t: torch.Tensor) -> bool:
         entry = self.status.get(id(t))
         return entry is not None and entry[0]() is t
@@ -123,7 +133,7 @@ class OpTracer(TorchDispatchMode):
         if self._known(t):
             return self.status[id(t)][1]
         origin = None
-        if _nonfinite(t):
+        if nonfinite(t):
             origin = Origin("constant", "", self.modules.top, external=self.externals.get(id(t), "input"))
         self._remember(t, origin)
         return origin
@@ -152,7 +162,7 @@ class OpTracer(TorchDispatchMode):
         tensors = [t for t in leaves if _is_float(t)]
         scalars = tuple(v for v in leaves if not isinstance(v, torch.Tensor))
         const = any(isinstance(v, float) and not math.isfinite(v) for v in scalars)
-        bad_out = [t for t in outs if _nonfinite(t)]
+        bad_out = [t for t in outs if nonfinite(t)]
         if not bad_out:
             for t in outs:
                 self._remember(t, None)
@@ -187,19 +197,10 @@ class OpTracer(TorchDispatchMode):
 
     def _new(self, kind: str, op: str, inputs: list[torch.Tensor], output: torch.Tensor,
              scalars: tuple[Any, ...]) -> Origin:
-        frame = None if self.in_backward else (_user_frame_until(self.stop_frame) or self.frame_hint)
+        user = find_frame(in_user_file, sys._getframe(1), stop=self.stop_frame)
+        frame = (user_frame_of(user) if user is not None else None) or self.frame_hint
         o = Origin(kind, op, self.modules.top, frame, [t.detach() for t in inputs[:4]], output.detach(),
-                   scalars, backward=self.in_backward)
+                   scalars)
         if kind == "computed":
             self.producers.append(o)
         return o
-
-
-def _user_frame_until(stop: Any) -> UserFrame | None:
-    f: FrameType | None = sys._getframe(2)
-    while f is not None and f is not stop:
-        if is_user_file(f.f_code.co_filename):
-            return UserFrame(f.f_code.co_filename, f.f_lineno, f.f_code.co_name,
-                             _source_line(f.f_code.co_filename, f.f_lineno))
-        f = f.f_back
-    return None

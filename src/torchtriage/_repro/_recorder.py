@@ -26,13 +26,13 @@ import types
 from typing import Any
 
 import torch
-import torch.nn as nn
 
 from .. import _registry
 from .._catalogue import msg
 from .._checker import Checker, LossCall
 from .._findings import Finding, Severity
-from .._frames import user_frame_from_tb
+from .._frames import is_our_file, iter_tb, user_frame_from_tb
+from .._params import model_device
 from . import _bundle, _safetensors, _tree
 
 _RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
@@ -140,80 +140,32 @@ class ReproRecorder(Checker):
         args, kwargs = (snap.args, snap.kwargs) if snap is not None else ((), {})
         if model is None and exc is not None:
             model, label, args, kwargs = _batch_from_traceback(sess, exc)
-        limit, used = self._limit, 0
-        skipped: list[dict[str, Any]] = []
+        budget = _Budget(self._limit)
         unsupported: list[str] = []
         groups: dict[str, dict[str, torch.Tensor]] = {}
-
-        def fits(part: str, tensors: dict[str, torch.Tensor]) -> bool:
-            nonlocal used
-            need = sum(_safetensors.nbytes(t) for t in tensors.values())
-            if used + need > limit:
-                skipped.append({"part": part, "mb": f"{need / _MB:.3g}", "limit": f"{limit / _MB:.3g}"})
-                return False
-            used += need
-            return True
-
-        meta: dict[str, Any] = {
-            "format": _bundle.FORMAT,
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": {"argv": list(sess.options.get("argv") or sys.argv), "executable": sys.executable,
-                        "cwd": os.getcwd(), "script": sess.options.get("script")},
-            "trigger": trigger,
-            "checks": [c.name for c in sess.checkers if c.name in _registry.CHECKS and c.name != "repro"],
-            "custom_checks": [type(c).__name__ for c in sess.checkers
-                              if c.name not in _registry.CHECKS and c.name != "snapshot"],
-        }
-        if sess.meta.get("distributed"):  # one rank of several (issue 15)
-            meta["distributed"] = sess.meta["distributed"]
+        meta = _header(sess, trigger)
         # RNG and batch first: without them nothing can be replayed.
-        rng: dict[str, torch.Tensor] = {}
-        if snap is not None:
-            rng["cpu"] = snap.rng_cpu
-            for i, s in enumerate(snap.rng_cuda or []):
-                rng[f"cuda.{i}"] = s
+        rng = _rng(snap)
         batch_t: dict[str, torch.Tensor] = {}
         batch_spec: dict[str, Any] = {}
         if model is not None:
-            batch_spec = {"args": _tree.encode(tuple(args), "args", batch_t, unsupported),
-                          "kwargs": _tree.encode(dict(kwargs), "kwargs", batch_t, unsupported),
-                          "losses": [_loss_spec(i, c, batch_t, unsupported) for i, c in enumerate(self._losses)],
-                          "inputs": _step_inputs(sess, snap, (args, kwargs, [(c.target, c.args, c.kwargs)
-                                                                              for c in self._losses]),
-                                                 batch_t, unsupported)}
+            batch_spec = self._batch_spec(sess, snap, args, kwargs, batch_t, unsupported)
             meta["model"] = {"label": label, "class": type(model).__name__, "training": model.training,
-                             "device": _device_of(model)}
-        if fits("rng", rng) and rng:
+                             "device": str(model_device(model))}
+        if budget.fits("rng", rng) and rng:
             groups["rng.safetensors"] = rng
-        if batch_spec and fits("batch", batch_t):
+        if batch_spec and budget.fits("batch", batch_t):
             groups["batch.safetensors"] = batch_t
             meta["batch"] = batch_spec
-        # Model states (cloned at the step's start: the parameters *before* the failing update).
-        states = (snap.model_states if snap is not None else None) or {}
-        model_t: dict[str, torch.Tensor] = {}
-        models_meta = []
-        classes = {sess.model_label(m) or str(i): type(m).__name__ for i, m in enumerate(sess.models)}
-        for i, (lab, sd) in enumerate(states.items()):
-            prefix = f"m{i}/"
-            models_meta.append({"label": lab, "class": classes.get(lab), "prefix": prefix, "keys": list(sd)})
-            for k, v in sd.items():
-                if _safetensors.supported(v):
-                    model_t[prefix + k] = v
-                else:
-                    unsupported.append(f"model {lab}.{k} ({v.dtype})")
-        if model_t and fits("model", model_t):
+        model_t, models_meta = _model_states(sess, snap, unsupported)
+        if model_t and budget.fits("model", model_t):
             groups["model.safetensors"] = model_t
             meta["models"] = models_meta
-        opt_t: dict[str, torch.Tensor] = {}
-        opts_meta = []
-        opt_objs = sess.optimizers
-        for i, sd in enumerate((snap.optimizer_states if snap is not None else None) or []):
-            cls = type(opt_objs[i]).__name__ if i < len(opt_objs) else None
-            opts_meta.append({"class": cls, "state": _tree.encode(sd, f"o{i}", opt_t, unsupported)})
-        if opts_meta and fits("optimizer", opt_t):
+        opt_t, opts_meta = _optimizer_states(sess, snap, unsupported)
+        if opts_meta and budget.fits("optimizer", opt_t):
             groups["optimizer.safetensors"] = opt_t
             meta["optimizers"] = opts_meta
-        meta["skipped"] = skipped
+        meta["skipped"] = budget.skipped
         meta["unsupported"] = unsupported
         env = collect_env()
         size = _bundle.write_files(
@@ -221,16 +173,97 @@ class ReproRecorder(Checker):
             jsons={"meta.json": meta, "env.json": env, "report.json": sess.report.to_dict()},
             texts={"env.txt": format_env(env), "traceback.txt": tb},
             tensors=groups)
-        return size, skipped
+        return size, budget.skipped
+
+    def _batch_spec(self, sess: Any, snap: Any, args: Any, kwargs: Any, batch_t: dict[str, torch.Tensor],
+                    unsupported: list[str]) -> dict[str, Any]:
+        """The step's batch, its recorded loss calls and its other inputs (tensors into `batch_t`)."""
+        return {"args": _tree.encode(tuple(args), "args", batch_t, unsupported),
+                "kwargs": _tree.encode(dict(kwargs), "kwargs", batch_t, unsupported),
+                "losses": [_loss_spec(i, c, batch_t, unsupported) for i, c in enumerate(self._losses)],
+                "inputs": _step_inputs(sess, snap, (args, kwargs, [(c.target, c.args, c.kwargs)
+                                                                    for c in self._losses]),
+                                       batch_t, unsupported)}
+
+
+class _Budget:
+    """The bundle's size cap: a part that does not fit is skipped (and said so), not truncated."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.skipped: list[dict[str, Any]] = []
+
+    def fits(self, part: str, tensors: dict[str, torch.Tensor]) -> bool:
+        need = sum(_safetensors.nbytes(t) for t in tensors.values())
+        if self.used + need > self.limit:
+            self.skipped.append({"part": part, "mb": f"{need / _MB:.3g}", "limit": f"{self.limit / _MB:.3g}"})
+            return False
+        self.used += need
+        return True
+
+
+def _header(sess: Any, trigger: dict[str, Any]) -> dict[str, Any]:
+    """meta.json's run facts: format, time, command line, trigger, checks (and the rank)."""
+    meta: dict[str, Any] = {
+        "format": _bundle.FORMAT,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": {"argv": list(sess.options.get("argv") or sys.argv), "executable": sys.executable,
+                    "cwd": os.getcwd(), "script": sess.options.get("script")},
+        "trigger": trigger,
+        "checks": [c.name for c in sess.checkers if c.name in _registry.CHECKS and c.name != "repro"],
+        "custom_checks": [type(c).__name__ for c in sess.checkers
+                          if c.name not in _registry.CHECKS and c.name != "snapshot"],
+    }
+    if sess.meta.get("distributed"):  # one rank of several (issue 15)
+        meta["distributed"] = sess.meta["distributed"]
+    return meta
+
+
+def _rng(snap: Any) -> dict[str, torch.Tensor]:
+    """The RNG states at the step's start."""
+    rng: dict[str, torch.Tensor] = {}
+    if snap is not None:
+        rng["cpu"] = snap.rng_cpu
+        for i, s in enumerate(snap.rng_cuda or []):
+            rng[f"cuda.{i}"] = s
+    return rng
+
+
+def _model_states(sess: Any, snap: Any, unsupported: list[str]) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+    """Model states (cloned at the step's start: the parameters *before* the failing update)."""
+    states = (snap.model_states if snap is not None else None) or {}
+    model_t: dict[str, torch.Tensor] = {}
+    models_meta = []
+    classes = {sess.model_label(m) or str(i): type(m).__name__ for i, m in enumerate(sess.models)}
+    for i, (lab, sd) in enumerate(states.items()):
+        prefix = f"m{i}/"
+        models_meta.append({"label": lab, "class": classes.get(lab), "prefix": prefix, "keys": list(sd)})
+        for k, v in sd.items():
+            if _safetensors.supported(v):
+                model_t[prefix + k] = v
+            else:
+                unsupported.append(f"model {lab}.{k} ({v.dtype})")
+    return model_t, models_meta
+
+
+def _optimizer_states(sess: Any, snap: Any,
+                      unsupported: list[str]) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+    """Optimizer states at the step's start."""
+    opt_t: dict[str, torch.Tensor] = {}
+    opts_meta = []
+    opt_objs = sess.optimizers
+    for i, sd in enumerate((snap.optimizer_states if snap is not None else None) or []):
+        cls = type(opt_objs[i]).__name__ if i < len(opt_objs) else None
+        opts_meta.append({"class": cls, "state": _tree.encode(sd, f"o{i}", opt_t, unsupported)})
+    return opt_t, opts_meta
 
 
 def _trim(tb: types.TracebackType | None) -> types.TracebackType | None:
     """Drop torchtriage's and runpy's leading frames: the traceback starts in the user's code."""
-    from .._frames import _HERE
-
     while tb is not None and tb.tb_next is not None:
         fn = os.path.abspath(tb.tb_frame.f_code.co_filename)
-        if not (fn.startswith(_HERE) or os.path.basename(fn) == "runpy.py" or "<frozen runpy>" in fn):
+        if not (is_our_file(fn) or os.path.basename(fn) == "runpy.py" or "<frozen runpy>" in fn):
             break
         tb = tb.tb_next
     return tb
@@ -249,25 +282,16 @@ def _loss_spec(i: int, c: LossCall, tensors: dict[str, torch.Tensor], unsupporte
                                    f"loss{i}.kwargs", tensors, unsupported)}
 
 
-def _device_of(model: nn.Module) -> str:
-    for p in model.parameters():
-        return str(p.device)
-    return "cpu"
-
-
 def _batch_from_traceback(sess: Any, exc: BaseException) -> tuple[Any, Any, tuple[Any, ...], dict[str, Any]]:
     """The root model call a forward exception escaped from: the outermost frame of
     `Module._call_impl` whose `self` is a watched model holds its args and kwargs (the
     snapshot has no batch because the forward never returned)."""
     roots = {id(m): m for m in sess.models}
-    tb: types.TracebackType | None = exc.__traceback__
-    while tb is not None:
-        f = tb.tb_frame
+    for f, _ in iter_tb(exc.__traceback__):
         if f.f_code.co_name in ("_call_impl", "_wrapped_call_impl"):
             obj = f.f_locals.get("self")
             if obj is not None and id(obj) in roots:
                 return obj, sess.model_label(obj), tuple(f.f_locals.get("args", ())), dict(f.f_locals.get("kwargs", {}))
-        tb = tb.tb_next
     return None, None, (), {}
 
 

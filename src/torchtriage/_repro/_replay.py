@@ -26,6 +26,7 @@ from .. import _registry
 from .._catalogue import msg
 from .._errors import BundleError
 from .._findings import Finding, Report
+from .._params import model_device
 from ._bundle import Bundle, ReplayBatch, load_bundle
 
 StepFn = Callable[[nn.Module, "torch.optim.Optimizer | None", ReplayBatch], Any]
@@ -180,14 +181,6 @@ def unpack_factory_result(obj: Any, where: str) -> dict[str, Any]:
     raise TypeError(msg("repro.factory_result", where=where, got=type(obj).__name__))
 
 
-def _model_device(model: nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    for b in model.buffers():
-        return b.device
-    return torch.device("cpu")
-
-
 def replay(
     bundle: Bundle | str | os.PathLike[str],
     model: nn.Module | None = None,
@@ -235,7 +228,7 @@ def replay(
     if not isinstance(model, nn.Module):
         raise TypeError(msg("repro.need_model", got=type(model).__name__))
     notes = apply_state(bundle, model, optimizer)
-    batch = bundle.batch(_model_device(model))
+    batch = bundle.batch(model_device(model))
     checks, more = resolve_checks(bundle, checks)
     notes += more
     if step_fn is None and not any(lc["target"] is not None for lc in batch.losses):

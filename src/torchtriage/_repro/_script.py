@@ -37,6 +37,8 @@ from torch.overrides import TorchFunctionMode
 from .._catalogue import msg
 from .._errors import BundleError
 from .._frames import user_frame_from_stack
+from .._params import model_device
+from .._patching import Patches, wrapper
 from .._step import op_name, remove_mode
 from ._bundle import Bundle
 from ._replay import ReplayResult, apply_state, make_result, resolve_checks
@@ -61,21 +63,22 @@ class _Injector:
         self.loss_index = 0
         self.targets: list[dict[str, Any]] = []
         self.notes: list[str] = []
-        self._patches: list[tuple[Any, str, Any]] = []
+        self._patches = Patches()
         self._handles: list[Any] = []
         self._swap: Any = None
         self.inputs: list[dict[str, Any]] = []
 
     # -------------------------------------------------------------- install / remove
     def install(self) -> None:
-        self._patch(nn.Module, "__call__", self._wrap_call(nn.Module.__call__))
+        patch = self._patches.patch
+        patch(nn.Module, "__call__", wrapper(nn.Module.__call__, self._call))
         for lc in self.bundle.meta.get("batch", {}).get("losses", []):
             fn = getattr(F, lc["name"], None)
-            if fn is not None and all(a != lc["name"] for _, a, _ in self._patches):
-                self._patch(F, lc["name"], self._wrap_loss(lc["name"], fn))
+            if fn is not None and not self._patches.patched(F, lc["name"]):
+                patch(F, lc["name"], wrapper(fn, functools.partial(self._loss, lc["name"])))
         self._handles.append(_optim_mod.register_optimizer_step_pre_hook(self._opt_pre))
         self._handles.append(_optim_mod.register_optimizer_step_post_hook(self._opt_post))
-        self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
+        patch(torch.autograd, "backward", wrapper(torch.autograd.backward, self._backward))
         if self.bundle.meta.get("batch", {}).get("inputs"):
             self._swap = _InputSwap(self)
             torch._C._push_on_torch_function_stack(self._swap)
@@ -86,14 +89,8 @@ class _Injector:
             remove_mode(swap)  # by identity: other modes may sit above it by now
         for h in self._handles:
             h.remove()
-        for obj, attr, original in reversed(self._patches):
-            setattr(obj, attr, original)
-        self._patches.clear()
+        self._patches.restore_all()
         self._handles.clear()
-
-    def _patch(self, obj: Any, attr: str, new: Any) -> None:
-        self._patches.append((obj, attr, getattr(obj, attr)))
-        setattr(obj, attr, new)
 
     # -------------------------------------------------------------- interceptions
     def _matches(self, module: nn.Module) -> bool:
@@ -104,23 +101,17 @@ class _Injector:
     def _done(self) -> bool:
         return self.model is not None and self.session.step > self.start_step
 
-    def _wrap_call(self, original: Any) -> Any:
-        inj = self
-
-        @functools.wraps(original)
-        def __call__(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if inj.model is None and inj._matches(module):
-                inj._inject(module)
-                device = next((p.device for p in module.parameters()), torch.device("cpu"))
-                batch = inj.bundle.batch(device)
-                args, kwargs = batch.args, batch.kwargs
-                inj.targets = batch.losses
-                inj.inputs = batch.inputs
-            elif module is inj.model and inj._done():
-                raise _StopReplay
-            return original(module, *args, **kwargs)
-
-        return __call__
+    def _call(self, original: Any, module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        """`nn.Module.__call__`: the bundle's state and batch at the matching model's first call."""
+        if self.model is None and self._matches(module):
+            self._inject(module)
+            batch = self.bundle.batch(model_device(module))
+            args, kwargs = batch.args, batch.kwargs
+            self.targets = batch.losses
+            self.inputs = batch.inputs
+        elif module is self.model and self._done():
+            raise _StopReplay
+        return original(module, *args, **kwargs)
 
     def _inject(self, module: nn.Module) -> None:
         self.model = module
@@ -138,23 +129,18 @@ class _Injector:
                 return opt
         return None
 
-    def _wrap_loss(self, name: str, original: Any) -> Any:
-        inj = self
-
-        @functools.wraps(original)
-        def loss(*args: Any, **kwargs: Any) -> Any:
-            if inj.model is not None and not inj._done():
-                recorded = [lc for lc in inj.targets if lc["name"] == name]
-                i = inj.loss_index
-                if i < len(recorded) and recorded[i]["target"] is not None:
-                    inj.loss_index += 1
-                    if len(args) > 1:
-                        args = (args[0], recorded[i]["target"], *args[2:])
-                    else:
-                        kwargs["target"] = recorded[i]["target"]
-            return original(*args, **kwargs)
-
-        return loss
+    def _loss(self, name: str, original: Any, *args: Any, **kwargs: Any) -> Any:
+        """`F.<name>`: the i-th call of the replayed step gets the recorded target."""
+        if self.model is not None and not self._done():
+            recorded = [lc for lc in self.targets if lc["name"] == name]
+            i = self.loss_index
+            if i < len(recorded) and recorded[i]["target"] is not None:
+                self.loss_index += 1
+                if len(args) > 1:
+                    args = (args[0], recorded[i]["target"], *args[2:])
+                else:
+                    kwargs["target"] = recorded[i]["target"]
+        return original(*args, **kwargs)
 
     def _opt_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self.model is not None and self.optimizer_pending and not self._done():
@@ -166,17 +152,12 @@ class _Injector:
         if self._done():
             raise _StopReplay
 
-    def _wrap_backward(self, original: Any) -> Any:
-        inj = self
-
-        @functools.wraps(original)
-        def backward(*args: Any, **kwargs: Any) -> Any:
-            out = original(*args, **kwargs)
-            if inj._done() and not inj.session.optimizers:
-                raise _StopReplay
-            return out
-
-        return backward
+    def _backward(self, original: Any, *args: Any, **kwargs: Any) -> Any:
+        """`torch.autograd.backward`: without an optimizer, the step ends after it."""
+        out = original(*args, **kwargs)
+        if self._done() and not self.session.optimizers:
+            raise _StopReplay
+        return out
 
 
 def replay_script(bundle: Bundle, script: str, script_args: list[str] | None, checks: Any) -> ReplayResult:

@@ -77,10 +77,6 @@ def ddmin(items: list[int], test: Callable[[list[int]], bool]) -> list[int]:
     return find(items, [])
 
 
-class _Invalid(Exception):
-    """Every candidate of a split broke the step instead of curing it."""
-
-
 def shrink(bundle: Bundle, run: Callable[[Bundle], ReplayResult], *,
            prefix: bool = True, log: Callable[[str], Any] | None = print) -> ShrinkResult | None:
     """Reduce the batch of `bundle` while `run(candidate).reproduced` stays True.

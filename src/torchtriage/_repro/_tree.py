@@ -94,14 +94,3 @@ def map_tensors(obj: Any, fn: Any) -> Any:
     if isinstance(obj, dict):
         return {k: map_tensors(v, fn) for k, v in obj.items()}
     return obj
-
-
-def tensors_in(obj: Any) -> list[torch.Tensor]:
-    out: list[torch.Tensor] = []
-
-    def keep(t: torch.Tensor) -> torch.Tensor:
-        out.append(t)
-        return t
-
-    map_tensors(obj, keep)
-    return out

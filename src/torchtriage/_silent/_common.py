@@ -6,8 +6,7 @@ from typing import Any
 
 import torch
 
-from .._catalogue import msg
-from .._findings import Category, Finding, Severity, Stage
+from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import UserFrame
 
 
@@ -17,17 +16,12 @@ def finding(name: str, *, severity: Severity = Severity.ERROR, stage: Stage | No
             evidence: dict[str, Any] | None = None, variant: str | None = None,
             **fields: Any) -> Finding:
     """A `silent.<name>` finding whose message, cause and next check come from the catalogue."""
-    ev = dict(evidence or {})
     fields.setdefault("op", op)
-    if frame is not None and frame.source:
-        ev.setdefault("source_line", frame.source)
-    return Finding(
-        category=Category.SILENT, code=f"silent.{name}", severity=severity, stage=stage, step=step,
-        module=module, op=op, parameter=parameter,
-        file=frame.file if frame is not None else None, line=frame.line if frame is not None else None,
-        message=msg(f"silent.{name}" + (f".{variant}" if variant else ""), **fields),
-        cause=msg(f"silent.{name}.cause", **fields),
-        next_check=msg(f"silent.{name}.next", **fields), evidence=ev)
+    key = f"silent.{name}"
+    return from_catalogue(Category.SILENT, key, key + (f".{variant}" if variant else ""), fields=fields,
+                          cause_key=f"{key}.cause", next_key=f"{key}.next", frame=frame, evidence=evidence,
+                          source_line=True, severity=severity, stage=stage, step=step, module=module, op=op,
+                          parameter=parameter)
 
 
 def shape(t: Any) -> tuple[int, ...]:

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import sys
 import weakref
-from types import FrameType
 from typing import Any
 
 import torch
 import torch.nn as nn
+
+from .._frames import find_frame
 
 _STOCHASTIC = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm, nn.AlphaDropout)
 
@@ -174,11 +175,4 @@ class ZeroGradWatch:
 
 def in_update_bn() -> bool:
     """True inside `torch.optim.swa_utils.update_bn`, which runs train-mode no-grad forwards on purpose."""
-    f: FrameType | None = sys._getframe(1)
-    for _ in range(12):
-        if f is None:
-            return False
-        if f.f_code.co_name == "update_bn":
-            return True
-        f = f.f_back
-    return False
+    return find_frame(lambda f: f.f_code.co_name == "update_bn", sys._getframe(1), depth=12) is not None

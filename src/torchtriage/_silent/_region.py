@@ -21,6 +21,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from .._frames import _HERE, UserFrame, user_frame_from_stack
+from .._step import remove_mode
 from ._exp_site import EXP_FUNCS, storage_of
 from ._shapes import outer_sample_broadcast
 
@@ -166,11 +167,4 @@ class LossRegion(TorchFunctionMode):
 
 def take_off_stack(mode: TorchFunctionMode) -> None:
     """Remove `mode` from the torch-function mode stack wherever it sits, keeping the others."""
-    above = []
-    while torch._C._len_torch_function_stack() > 0:
-        top = torch._C._pop_torch_function_stack()
-        if top is mode:
-            break
-        above.append(top)
-    for top in reversed(above):
-        torch._C._push_on_torch_function_stack(top)
+    remove_mode(mode)

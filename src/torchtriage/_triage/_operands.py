@@ -80,7 +80,6 @@ class CallSite:
     function: str  # "torch.dot", "Tensor.sum", "self.head", "matmul" (the @ operator)
     node: ast.AST
     frame: types.FrameType
-    receiver: Any = None  # the object a method is called on, when it is a plain name
 
     def arguments(self) -> list[tuple[str, Any]]:
         """(name as written, value) of the call's receiver and arguments that are plain names."""
@@ -189,20 +188,19 @@ def _expression_at(frame: types.FrameType, lasti: int) -> ast.AST | None:
 def _callsite(node: ast.Call, frame: types.FrameType) -> CallSite:
     func = node.func
     written = ast.unparse(func)
-    receiver: Any = None
     if isinstance(func, ast.Attribute):
         found, receiver = lookup(func.value, frame)
         if found and isinstance(receiver, torch.Tensor):
-            return CallSite(f"Tensor.{func.attr}", node, frame, receiver)
+            return CallSite(f"Tensor.{func.attr}", node, frame)
         if found and isinstance(receiver, types.ModuleType) and receiver.__name__.startswith("torch"):
-            return CallSite(f"{receiver.__name__}.{func.attr}", node, frame, receiver)
+            return CallSite(f"{receiver.__name__}.{func.attr}", node, frame)
         if not found and isinstance(func.value, ast.Call):
             # x.squeeze().sum(dim=1): a method of whatever the inner call returned
             return CallSite(f"Tensor.{func.attr}", node, frame)
     found, obj = lookup(func, frame)
     if found and isinstance(obj, nn.Module):
-        return CallSite(f"{written} ({type(obj).__name__})", node, frame, obj)
-    return CallSite(written, node, frame, receiver)
+        return CallSite(f"{written} ({type(obj).__name__})", node, frame)
+    return CallSite(written, node, frame)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import sys
-from types import FrameType
 from typing import Any, Literal
 
 from .._catalogue import msg
@@ -22,6 +21,7 @@ except ImportError:
     raise ImportError(msg("integration.missing", framework="transformers", extra="hf")) from None
 
 from .._findings import Report
+from .._frames import find_frame
 from ._common import SessionHolder
 
 __all__ = ["TriageTrainerCallback"]
@@ -97,12 +97,5 @@ def _calling_trainer() -> Any:
     """The `transformers.Trainer` whose loop called this callback (a few frames up), or None."""
     from transformers import Trainer
 
-    f: FrameType | None = sys._getframe(1)
-    for _ in range(16):
-        if f is None:
-            return None
-        obj = f.f_locals.get("self")
-        if isinstance(obj, Trainer):
-            return obj
-        f = f.f_back
-    return None
+    f = find_frame(lambda f: isinstance(f.f_locals.get("self"), Trainer), sys._getframe(1), depth=16)
+    return f.f_locals["self"] if f is not None else None

@@ -8,6 +8,7 @@ so the step where a loss went NaN is visible even though it has no place on the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from html import escape
@@ -78,6 +79,121 @@ def _extremes(bucket: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return [lo] if lo is hi else sorted({lo, hi})
 
 
+@dataclasses.dataclass(frozen=True)
+class _Axes:
+    """Where a step and a value land in the plot area."""
+
+    log: bool
+    lo: float  # value range, after the log transform when `log`
+    hi: float
+    x_hi: int  # the last step on the x axis
+    steps: Sequence[int] | None  # the step of each value (None: 0, 1, 2, ...)
+    pw: float = WIDTH - _LEFT - _RIGHT
+    ph: float = HEIGHT - _TOP - _BOTTOM
+
+    def tf(self, v: float) -> float:
+        return math.log10(v) if self.log else v
+
+    def x(self, i: float) -> float:
+        return _LEFT + self.pw * i / self.x_hi
+
+    def at(self, i: int) -> int:  # the step of the i-th value
+        return self.steps[i] if self.steps else i
+
+    def y(self, v: float) -> float:
+        return _TOP + self.ph * (1 - (self.tf(v) - self.lo) / (self.hi - self.lo))
+
+
+def _axes(ys: list[float], log: bool | None, n: int, steps: Sequence[int] | None) -> _Axes:
+    """The scale: a log y axis when asked (or, for None, when positive values span two decades),
+    the finite values' range padded by 5%, the x axis up to the last step."""
+    if log is None:
+        log = bool(ys) and min(ys) > 0 and max(ys) / min(ys) >= 100
+    elif log and ys and min(ys) <= 0:
+        log = False  # a log axis cannot show zero or negative values
+    tf = (lambda v: math.log10(v)) if log else (lambda v: v)
+    lo, hi = (min(map(tf, ys)), max(map(tf, ys))) if ys else (0.0, 1.0)
+    if hi - lo < 1e-12:
+        pad = abs(lo) * 0.1 or 1.0
+        lo, hi = lo - pad, hi + pad
+    else:
+        pad = (hi - lo) * 0.05
+        lo, hi = lo - pad, hi + pad
+    if steps is not None and len(steps) != n:
+        steps = None
+    return _Axes(log, lo, hi, max(steps[-1] if steps else n - 1, 1), steps)
+
+
+def _grid(ax: _Axes) -> list[str]:
+    """The plot area, the y grid with its labels, the x ticks (integer steps), the axis labels."""
+    pw, ph = ax.pw, ax.ph
+    parts = [f'<rect class="plot" x="{_LEFT}" y="{_TOP}" width="{pw}" height="{ph}"/>']
+    if ax.log:
+        y_ticks = [10.0 ** e for e in range(math.ceil(ax.lo - 1e-9), math.floor(ax.hi + 1e-9) + 1)]
+        if len(y_ticks) > 8:
+            y_ticks = y_ticks[:: math.ceil(len(y_ticks) / 8)]
+    else:
+        y_ticks = _nice_ticks(ax.lo, ax.hi)
+    for t in y_ticks:
+        ty = ax.y(t)
+        label = f"1e{round(math.log10(t))}" if ax.log else f"{t:.4g}"
+        parts.append(f'<line class="grid" x1="{_LEFT}" x2="{_LEFT + pw}" y1="{ty:.1f}" y2="{ty:.1f}"/>'
+                     f'<text class="tick" x="{_LEFT - 6}" y="{ty + 4:.1f}" text-anchor="end">{label}</text>')
+    for t in _nice_ticks(0, ax.x_hi, 6):
+        if t != int(t) or t > ax.x_hi:
+            continue
+        tx = ax.x(t)
+        parts.append(f'<line class="axis" x1="{tx:.1f}" x2="{tx:.1f}" y1="{_TOP + ph}" y2="{_TOP + ph + 4}"/>'
+                     f'<text class="tick" x="{tx:.1f}" y="{_TOP + ph + 16}" text-anchor="middle">{int(t)}</text>')
+    parts.append(f'<text class="axis-label" x="{_LEFT + pw / 2:.1f}" y="{HEIGHT - 4}" text-anchor="middle">'
+                 f'{escape(msg("html.chart_step"))}</text>')
+    if ax.log:
+        parts.append(f'<text class="axis-label" x="{_LEFT + 4}" y="{_TOP + 12}">{escape(msg("html.chart_log"))}</text>')
+    return parts
+
+
+def _line(ax: _Axes, vals: list[float | None], drawn: list[tuple[int, float]]) -> list[str]:
+    """The line through the drawn points, broken at missing and non-finite values (a lone
+    point is a dot)."""
+    runs: list[list[tuple[int, float]]] = []
+    prev = None
+    for i, v in drawn:
+        contiguous = prev is not None and all(
+            vals[j] is not None and math.isfinite(vals[j]) for j in range(prev + 1, i))  # type: ignore[arg-type]
+        if not runs or not contiguous:
+            runs.append([])
+        runs[-1].append((i, v))
+        prev = i
+    parts = []
+    for run in runs:
+        if len(run) == 1:
+            i, v = run[0]
+            parts.append(f'<circle class="dot" cx="{ax.x(ax.at(i)):.1f}" cy="{ax.y(v):.1f}" r="2.5"/>')
+        else:
+            pts = " ".join(f"{ax.x(ax.at(i)):.1f},{ax.y(v):.1f}" for i, v in run)
+            parts.append(f'<polyline class="line" points="{pts}"/>')
+    return parts
+
+
+def _marks(ax: _Axes, mark_step: int | None, bad: list[tuple[int, float]]) -> list[str]:
+    """The primary finding's step (a dashed line) and the non-finite values (red crosses on the
+    top edge for NaN / +Inf, the bottom one for -Inf)."""
+    parts = []
+    pw, ph = ax.pw, ax.ph
+    if mark_step is not None and 0 <= mark_step <= ax.x_hi:
+        mx = ax.x(mark_step)
+        parts.append(f'<line class="mark" x1="{mx:.1f}" x2="{mx:.1f}" y1="{_TOP}" y2="{_TOP + ph}"/>'
+                     f'<text class="mark-label" x="{min(mx + 4, _LEFT + pw - 4):.1f}" y="{_TOP + ph - 6}" '
+                     f'text-anchor="{"start" if mx + 60 < _LEFT + pw else "end"}">'
+                     f'{escape(msg("html.chart_step"))} {mark_step}</text>')
+    for i, v in bad[:MAX_MARKS]:
+        cx, cy = ax.x(ax.at(i)), (_TOP + ph - 6 if v < 0 else _TOP + 6)
+        parts.append(f'<path class="bad" d="M{cx - 4:.1f},{cy - 4:.1f}L{cx + 4:.1f},{cy + 4:.1f}'
+                     f'M{cx - 4:.1f},{cy + 4:.1f}L{cx + 4:.1f},{cy - 4:.1f}">'
+                     f'<title>{escape(msg("html.chart_step"))} {ax.at(i)}: {fmt(v)}</title></path>')
+    return parts
+
+
 def line_chart(name: str, values: Sequence[Any], *, mark_step: int | None = None,
                log: bool | None = None, chart_id: str = "c0", steps: Sequence[int] | None = None) -> str:
     """One `<figure>` holding an SVG line chart of `values` (index = step) and a text caption.
@@ -107,95 +223,18 @@ def line_chart(name: str, values: Sequence[Any], *, mark_step: int | None = None
     if not finite and not bad:
         return ""
     ys = [v for _, v in finite]
-    if log is None:
-        log = bool(ys) and min(ys) > 0 and max(ys) / min(ys) >= 100
-    elif log and ys and min(ys) <= 0:
-        log = False  # a log axis cannot show zero or negative values
-    tf = (lambda v: math.log10(v)) if log else (lambda v: v)
-    lo, hi = (min(map(tf, ys)), max(map(tf, ys))) if ys else (0.0, 1.0)
-    if hi - lo < 1e-12:
-        pad = abs(lo) * 0.1 or 1.0
-        lo, hi = lo - pad, hi + pad
-    else:
-        pad = (hi - lo) * 0.05
-        lo, hi = lo - pad, hi + pad
-    pw, ph = WIDTH - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
-    if steps is not None and len(steps) != n:
-        steps = None
-    x_hi = max(steps[-1] if steps else n - 1, 1)
-
-    def x(i: float) -> float:
-        return _LEFT + pw * i / x_hi
-
-    def at(i: int) -> int:  # the step of the i-th value
-        return steps[i] if steps else i
-
-    def y(v: float) -> float:
-        return _TOP + ph * (1 - (tf(v) - lo) / (hi - lo))
-
-    parts = [f'<rect class="plot" x="{_LEFT}" y="{_TOP}" width="{pw}" height="{ph}"/>']
-    # y grid and ticks
-    if log:
-        y_ticks = [10.0 ** e for e in range(math.ceil(lo - 1e-9), math.floor(hi + 1e-9) + 1)]
-        if len(y_ticks) > 8:
-            y_ticks = y_ticks[:: math.ceil(len(y_ticks) / 8)]
-    else:
-        y_ticks = _nice_ticks(lo, hi)
-    for t in y_ticks:
-        ty = y(t)
-        label = f"1e{round(math.log10(t))}" if log else f"{t:.4g}"
-        parts.append(f'<line class="grid" x1="{_LEFT}" x2="{_LEFT + pw}" y1="{ty:.1f}" y2="{ty:.1f}"/>'
-                     f'<text class="tick" x="{_LEFT - 6}" y="{ty + 4:.1f}" text-anchor="end">{label}</text>')
-    # x ticks: integer steps
-    for t in _nice_ticks(0, x_hi, 6):
-        if t != int(t) or t > x_hi:
-            continue
-        tx = x(t)
-        parts.append(f'<line class="axis" x1="{tx:.1f}" x2="{tx:.1f}" y1="{_TOP + ph}" y2="{_TOP + ph + 4}"/>'
-                     f'<text class="tick" x="{tx:.1f}" y="{_TOP + ph + 16}" text-anchor="middle">{int(t)}</text>')
-    parts.append(f'<text class="axis-label" x="{_LEFT + pw / 2:.1f}" y="{HEIGHT - 4}" text-anchor="middle">'
-                 f'{escape(msg("html.chart_step"))}</text>')
-    if log:
-        parts.append(f'<text class="axis-label" x="{_LEFT + 4}" y="{_TOP + 12}">{escape(msg("html.chart_log"))}</text>')
-    # the line, broken at missing and non-finite values
+    ax = _axes(ys, log, n, steps)
     drawn = _buckets(finite, n) if len(finite) > MAX_POINTS else finite
-    runs: list[list[tuple[int, float]]] = []
-    prev = None
-    for i, v in drawn:
-        contiguous = prev is not None and all(
-            vals[j] is not None and math.isfinite(vals[j]) for j in range(prev + 1, i))  # type: ignore[arg-type]
-        if not runs or not contiguous:
-            runs.append([])
-        runs[-1].append((i, v))
-        prev = i
-    for run in runs:
-        if len(run) == 1:
-            i, v = run[0]
-            parts.append(f'<circle class="dot" cx="{x(at(i)):.1f}" cy="{y(v):.1f}" r="2.5"/>')
-        else:
-            pts = " ".join(f"{x(at(i)):.1f},{y(v):.1f}" for i, v in run)
-            parts.append(f'<polyline class="line" points="{pts}"/>')
-    # the primary finding's step
-    if mark_step is not None and 0 <= mark_step <= x_hi:
-        mx = x(mark_step)
-        parts.append(f'<line class="mark" x1="{mx:.1f}" x2="{mx:.1f}" y1="{_TOP}" y2="{_TOP + ph}"/>'
-                     f'<text class="mark-label" x="{min(mx + 4, _LEFT + pw - 4):.1f}" y="{_TOP + ph - 6}" '
-                     f'text-anchor="{"start" if mx + 60 < _LEFT + pw else "end"}">'
-                     f'{escape(msg("html.chart_step"))} {mark_step}</text>')
-    for i, v in bad[:MAX_MARKS]:
-        cx, cy = x(at(i)), (_TOP + ph - 6 if v < 0 else _TOP + 6)
-        parts.append(f'<path class="bad" d="M{cx - 4:.1f},{cy - 4:.1f}L{cx + 4:.1f},{cy + 4:.1f}'
-                     f'M{cx - 4:.1f},{cy + 4:.1f}L{cx + 4:.1f},{cy - 4:.1f}">'
-                     f'<title>{escape(msg("html.chart_step"))} {at(i)}: {fmt(v)}</title></path>')
+    parts = _grid(ax) + _line(ax, vals, drawn) + _marks(ax, mark_step, bad)
     present = [v for v in vals if v is not None]
     desc = msg("html.chart_desc", name=name, n=n, first=fmt(present[0]), last=fmt(present[-1]),
                lo=fmt(min(ys)) if ys else "–", hi=fmt(max(ys)) if ys else "–")
     notes = [desc]
     if bad:
-        notes.append(msg("html.chart_nonfinite", count=len(bad), step=at(bad[0][0]), value=fmt(bad[0][1])))
+        notes.append(msg("html.chart_nonfinite", count=len(bad), step=ax.at(bad[0][0]), value=fmt(bad[0][1])))
     if missing:
         notes.append(msg("html.chart_gap", count=missing))
-    if mark_step is not None and 0 <= mark_step <= x_hi:
+    if mark_step is not None and 0 <= mark_step <= ax.x_hi:
         notes.append(msg("html.chart_marker", step=mark_step))
     if drawn is not finite:
         notes.append(msg("html.chart_downsampled", n=n, buckets=len(drawn)))

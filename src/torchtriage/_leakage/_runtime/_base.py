@@ -54,7 +54,6 @@ class Draw:
     steps: int  # optimizer steps seen when it was drawn
     parts: list[torch.Tensor] = dataclasses.field(default_factory=list)
     train: int = 0  # which part is the training side
-    explicit: bool = False  # roles given by the API (train_test_split, KFold) vs the largest part
     open: bool = False  # Subsets made one by one: a later disjoint Subset joins this draw
     side: torch.Tensor | None = None
     order: int = dataclasses.field(default_factory=lambda: next(_ids))
@@ -72,7 +71,6 @@ class Base:
 
     def __init__(self, obj: Any, rows: Any, n: int, keys: torch.Tensor) -> None:
         self.ref = _ref(obj)
-        self.obj_id = id(obj)
         self.rows_ref = _ref(rows) if rows is not obj else self.ref
         self.n = n
         self.row_shape = tuple(rows.shape[1:]) if hasattr(rows, "shape") else None

@@ -25,8 +25,6 @@ from . import _patches, _verdicts
 from ._base import Base, Draw
 from ._fingerprint import row_keys
 
-CV_KINDS = frozenset({"KFold", "cv"})
-
 
 class LeakageWatch(Checker):
     """Runtime leakage checks: held-out rows trained on, rows on both sides of a split, splits
@@ -80,7 +78,7 @@ class LeakageWatch(Checker):
         if train is None:
             sizes = [p.numel() for p in idx]
             train = sizes.index(max(sizes))
-        draw = Draw(base, kind, frame, family, self.steps, idx, train, explicit=kind != "Subset")
+        draw = Draw(base, kind, frame, family, self.steps, idx, train)
         same = [d for d in base.draws if d.family == 0 and family == 0]
         if same and _same_parts(same[-1], draw):
             return same[-1]  # a fixed seed draws the same split again: nothing new

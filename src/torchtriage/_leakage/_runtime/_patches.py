@@ -31,6 +31,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..._frames import is_user_file, user_frame_from_stack
+from ..._step import remove_mode
 
 if TYPE_CHECKING:
     from ._checker import LeakageWatch
@@ -75,14 +76,7 @@ class Patches:
         if mode is None:
             return
         mode.active = False
-        above = []
-        while torch._C._len_torch_function_stack() > 0:
-            top = torch._C._pop_torch_function_stack()
-            if top is mode:
-                break
-            above.append(top)
-        for top in reversed(above):
-            torch._C._push_on_torch_function_stack(top)
+        remove_mode(mode)
 
     def guarded(self, where: str, fn: Any, *args: Any, **kwargs: Any) -> None:
         try:

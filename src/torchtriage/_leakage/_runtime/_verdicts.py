@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..._catalogue import msg
 from ..._deferred import read_scalars
-from ..._findings import Category, Finding, Severity, Stage
+from ..._findings import Finding, from_catalogue
 from ..._frames import UserFrame
 from ._base import HELD, SKETCH_ROWS, Base, Draw
 from ._fingerprint import row_keys
@@ -38,11 +37,10 @@ TRAIN_TOL = 1e-4  # a training part's |mean| above this is not standardized on i
 def _finding(code: str, severity: str, key: str, draw: Draw, evidence: dict[str, Any], **fields: Any) -> Finding:
     fields.setdefault("where", draw.where)
     fields.setdefault("kind", draw.kind)
-    return Finding(category=Category.DATA, code=f"data.{code}", severity=Severity(severity), stage=Stage.DATA,
-                   file=draw.frame.file if draw.frame else None, line=draw.frame.line if draw.frame else None,
-                   message=msg(f"leakage.run.{key}.message", **fields), cause=msg(f"leakage.run.{key}.cause", **fields),
-                   next_check=msg(f"leakage.run.{key}.next", **fields),
-                   evidence={"split": draw.where, "split_call": draw.kind, **evidence})
+    return from_catalogue("data", f"data.{code}", f"leakage.run.{key}.message", fields=fields,
+                          cause_key=f"leakage.run.{key}.cause", next_key=f"leakage.run.{key}.next", frame=draw.frame,
+                          evidence={"split": draw.where, "split_call": draw.kind, **evidence},
+                          severity=severity, stage="data")
 
 
 def _on(t: torch.Tensor, device: torch.device) -> torch.Tensor:
