@@ -16,6 +16,10 @@ Checks, each printed PASS / FAIL with its figures (exit status 1 when any fails)
   7. bundle       a bundle written from CUDA tensors loads back and replays on the model's device.
   8. compile      a torch.compile'd CUDA model with a NaN: still found (skipped if compile fails).
   9. overhead     step time of a small transformer LM under all default checks vs baseline.
+ 10. late_read    `watch(..., late_read=True)`: no synchronizing call at all in steady-state steps
+                  (the flags go non_blocking into pinned memory behind an event, read a step
+                  later), a NaN batch at step 3 is named at step 3, and the step time of the
+                  small LM with the read in place vs one step late.
 """
 
 from __future__ import annotations
@@ -295,6 +299,61 @@ def overhead():
     return True, f"transformer LM step {base * 1e3:.2f} ms, all checks {full * 1e3:.2f} ms, ratio {full / base:.3f}"
 
 
+@check("late_read")
+def late_read():
+    torch.manual_seed(0)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from overhead import TinyLM
+
+    model = TinyLM(vocab=1000, d=128, layers=2, heads=4, seq=64).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x, y = torch.randint(0, 1000, (8, 64), device="cuda"), torch.randint(0, 1000, (8, 64), device="cuda")
+
+    def step():
+        loss = F.cross_entropy(model(x).reshape(-1, 1000), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    steps = 10
+    times = {}
+    for late in (False, True):
+        with watch(model, opt, checks=["nonfinite"], late_read=late):
+            for _ in range(4):
+                step()
+            torch.cuda.synchronize()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    t0 = time.perf_counter()
+                    for _ in range(steps):
+                        step()
+                    torch.cuda.synchronize()
+                    times[late] = (time.perf_counter() - t0) / steps
+                finally:
+                    torch.cuda.set_sync_debug_mode(0)
+        if late:
+            n = sum("synchroniz" in str(w.message).lower() for w in caught)
+    # a NaN batch at step 3, found at step 4's read and named at step 3
+    net = DropNet()
+    o = torch.optim.SGD(net.parameters(), lr=0.01)
+    with watch(net, o, checks=["nonfinite"], late_read=True) as s:
+        for i in range(6):
+            xb = torch.randn(8, 32, device="cuda")
+            if i == 3:
+                xb[0, 0] = float("nan")
+            loss = net(xb).sum()
+            o.zero_grad()
+            loss.backward()
+            o.step()
+    f = s.report.primary
+    named = f is not None and (f.code, f.stage.value, f.step) == ("numerical.nonfinite_read_late", "data", 3)
+    return n == 0 and named, (f"{n} synchronizing calls in {steps} steps; finding {f.code if f else None} "
+                              f"step {f.step if f else None}; step {times[False] * 1e3:.2f} ms read in place, "
+                              f"{times[True] * 1e3:.2f} ms read one step late")
+
+
 @check("leakage")
 def leakage():
     """The runtime leakage check on CUDA: a split of a CPU dataset whose batches move to the GPU,
@@ -334,7 +393,8 @@ def main() -> int:
         print("SKIP: no CUDA")
         return 0
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}")
-    for fn in (sentinel, bitwise, replay_rng, grad_scaler, syncs, devices, bundle, compiled, overhead, leakage):
+    for fn in (sentinel, bitwise, replay_rng, grad_scaler, syncs, devices, bundle, compiled, overhead, late_read,
+               leakage):
         fn()
     failed = [name for name, ok, _ in RESULTS if not ok]
     print("FAILED: " + ", ".join(failed) if failed else "ALL PASSED")

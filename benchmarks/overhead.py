@@ -1,7 +1,8 @@
 """Overhead of torchtriage's non-finite sentinel vs the tools it replaces.
 
 A 4-layer transformer LM (d=256, sequence 128, batch 16) and a small CNN, one training step each
-(and, with `--workloads mlp`, a tiny MLP whose ~1 ms step magnifies fixed per-step costs):
+(and, with `--workloads mlp`, a tiny MLP whose ~1 ms step magnifies fixed per-step costs; with
+`--workloads gpt`, a small GPT: d=128, 4 layers, sequence 64, batch 8, AdamW):
 baseline, torchtriage's sentinel alone (`watch(checks=["nonfinite"])`), torchtriage with all its
 default checks (`watch()`: sentinel, gradients, silent bugs, exception triage, repro recorder),
 `torch.autograd.detect_anomaly`, and transformers' `DebugUnderflowOverflow` when it is installed.
@@ -11,9 +12,11 @@ per-sample ratios (each against the baseline sample of the same round) as the sp
 entry into a mode is followed by untimed steps (see UNTIMED): the figures are the steady state.
 Peak memory: CUDA max_memory_allocated when on CUDA; on CPU the peak RSS of a fresh subprocess
 per mode (RSS peaks cannot be reset inside one process).
+The first three steps after each entry are also timed on their own ("first 3"): the default
+checks analyse a session's first steps in depth, and a run pays that once.
 
     python benchmarks/overhead.py [--steps N] [--rounds N] [--quick] [--device cpu|cuda] [--threads N]
-                                  [--workloads transformer,cnn,mlp] [--modes baseline,sentinel,...]
+                                  [--workloads transformer,cnn,mlp,gpt] [--modes baseline,sentinel,...]
 """
 
 from __future__ import annotations
@@ -74,6 +77,12 @@ def make(workload: str, device: str):
     if workload == "transformer":
         model = TinyLM().to(device)
         batch = (torch.randint(0, 1000, (16, 128), device=device), torch.randint(0, 1000, (16, 128), device=device))
+
+        def loss_fn(out, y):
+            return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+    elif workload == "gpt":
+        model = TinyLM(vocab=1000, d=128, layers=4, heads=4, seq=64).to(device)
+        batch = (torch.randint(0, 1000, (8, 64), device=device), torch.randint(0, 1000, (8, 64), device=device))
 
         def loss_fn(out, y):
             return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
@@ -149,6 +158,7 @@ def instrument(mode: str, model, opt):
 # its first step. A real run pays that once, so every mode, the baseline too, runs UNTIMED steps
 # after each entry, and the figures are the steady state that the rest of a run sees.
 UNTIMED = 4
+FIRST = 3  # of the untimed steps, the first ones are timed on their own (the "first 3" figure)
 
 
 def sync(device):
@@ -159,6 +169,7 @@ def sync(device):
 def time_workload(workload, device, steps, rounds, names, clock=time.perf_counter):
     setups = {m: make(workload, device) for m in names}
     times = {m: [] for m in names}
+    first = {m: [] for m in names}  # the first FIRST steps after each entry, summed
     for m in names:  # warm-up (the checks' first-steps analyses run here, as in a real run)
         with instrument(m, *setups[m][:2]):
             for _ in range(5):
@@ -168,7 +179,13 @@ def time_workload(workload, device, steps, rounds, names, clock=time.perf_counte
         for m in names[r % len(names):] + names[:r % len(names)]:
             model, opt, batch, loss_fn = setups[m]
             with instrument(m, model, opt):
-                for _ in range(UNTIMED):
+                sync(device)
+                t0 = clock()
+                for _ in range(FIRST):
+                    step(model, opt, batch, loss_fn)
+                sync(device)
+                first[m].append(clock() - t0)
+                for _ in range(UNTIMED - FIRST):
                     step(model, opt, batch, loss_fn)
                 for _ in range(steps):
                     sync(device)
@@ -183,7 +200,8 @@ def time_workload(workload, device, steps, rounds, names, clock=time.perf_counte
         paired = sorted(t / b for t, b in zip(v, times["baseline"]))
         q = statistics.quantiles(paired, n=4) if len(paired) >= 2 else [paired[0]] * 3
         spread[m] = (q[0], q[2])
-    return {m: statistics.median(v) for m, v in times.items()}, spread
+    return ({m: statistics.median(v) for m, v in times.items()}, spread,
+            {m: statistics.median(v) / FIRST for m, v in first.items()})
 
 
 def peak_memory(workload, device, mode, steps, threads):
@@ -221,7 +239,7 @@ def main(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", help="also write the figures as JSON")
-    p.add_argument("--workloads", default="transformer,cnn", help="comma-separated: transformer, cnn, mlp")
+    p.add_argument("--workloads", default="transformer,cnn", help="comma-separated: transformer, cnn, mlp, gpt")
     p.add_argument("--modes", help="comma-separated subset of the modes (baseline always runs)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     p.add_argument("--control", action="store_true",
@@ -251,9 +269,9 @@ def main(argv=None):
         names.insert(1, "baseline_copy")
     rows = []
     for workload in a.workloads.split(","):
-        if workload not in ("transformer", "cnn", "mlp"):
-            p.error(f"unknown workload {workload!r}; accepted: transformer, cnn, mlp")
-        med, spread = time_workload(workload, a.device, a.steps, a.rounds, names, clock)
+        if workload not in ("transformer", "cnn", "mlp", "gpt"):
+            p.error(f"unknown workload {workload!r}; accepted: transformer, cnn, mlp, gpt")
+        med, spread, first = time_workload(workload, a.device, a.steps, a.rounds, names, clock)
         nan = float("nan")
         base_mem = nan if a.no_memory else peak_memory(workload, a.device, "baseline", 3, a.threads)
         for m in names:
@@ -261,18 +279,19 @@ def main(argv=None):
                    else peak_memory(workload, a.device, m, 3, a.threads))
             rows.append({"workload": workload, "mode": m, "step_ms": med[m] * 1e3,
                          "time_ratio": med[m] / med["baseline"],
+                         "first3_ms": first[m] * 1e3, "first3_ratio": first[m] / first["baseline"],
                          "paired_ratio_iqr": [round(x, 4) for x in spread[m]], "peak_mib": mem,
                          "mem_ratio": mem / base_mem if base_mem > 0 else float("nan")})
     mem_kind = "CUDA max allocated" if a.device == "cuda" else "process peak RSS"
     print(f"device={a.device} torch={torch.__version__} threads={a.threads} steps={a.steps}x{a.rounds} rounds "
           f"clock={a.clock}")
     print(f"| workload | mode | median step (ms) | time vs baseline | paired ratios, middle half | "
-          f"{mem_kind} (MiB) | memory vs baseline |")
-    print("|---|---|---|---|---|---|---|")
+          f"first {FIRST} steps vs baseline | {mem_kind} (MiB) | memory vs baseline |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         lo, hi = r["paired_ratio_iqr"]
         print(f"| {r['workload']} | {r['mode']} | {r['step_ms']:.2f} | {r['time_ratio']:.3f}x | {lo:.3f}–{hi:.3f} | "
-              f"{r['peak_mib']:.1f} | {r['mem_ratio']:.2f}x |")
+              f"{r['first3_ratio']:.3f}x | {r['peak_mib']:.1f} | {r['mem_ratio']:.2f}x |")
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(rows, fh, indent=1)

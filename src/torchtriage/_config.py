@@ -36,3 +36,12 @@ def parse_on_anomaly(value: str | OnAnomaly | None) -> OnAnomaly:
     except ValueError:
         accepted = ", ".join(repr(v.value) for v in OnAnomaly)
         raise ConfigError(f"{source}={value!r} is not valid; accepted: {accepted}") from None
+
+
+def parse_late_read(value: object) -> bool:
+    """`late_read=`: read the non-finite flags one step late (True) or before the update (False)."""
+    if not isinstance(value, bool):
+        from ._catalogue import msg
+
+        raise ConfigError(msg("late.bad_option", given=value))
+    return value

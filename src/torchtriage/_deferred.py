@@ -28,12 +28,16 @@ Callback = Callable[[list[float]], None]
 def read_scalars(tensors: Sequence[torch.Tensor]) -> list[float]:
     """The elements of `tensors` (0-dim or 1-dim, any device and dtype) as Python floats, in
     order, with at most one device→host synchronisation."""
-    flat = [t.detach().reshape(-1) for t in tensors]
-    if not flat:
+    if not tensors:
         return []
+    with torch.no_grad():  # (outside autograd: no .detach() per tensor, one op fewer each)
+        flat = [t.reshape(-1) for t in tensors]
     accel = next((t.device for t in flat if t.device.type != "cpu"), None)
     if accel is None or all(t.device == accel for t in flat):
         dtype = torch.float32 if flat[0].device.type == "mps" else torch.float64
+        first = flat[0].dtype
+        if first.is_floating_point and all(t.dtype is first for t in flat):
+            return torch.cat(flat).to(dtype).tolist()  # one conversion
         return torch.cat([t.to(dtype) for t in flat]).tolist()
     # Mixed devices (model parallel, a CPU batch with CUDA outputs). Moving an accelerator's
     # number to the CPU one at a time would sync each time, and a blocking CPU→CUDA copy syncs

@@ -26,7 +26,7 @@ import torch.nn as nn
 from . import _registry
 from ._catalogue import msg, set_language
 from ._checker import Checker, overrides
-from ._config import OnAnomaly, parse_on_anomaly
+from ._config import OnAnomaly, parse_late_read, parse_on_anomaly
 from ._errors import AnomalyError, TriageInternalWarning
 from ._findings import Finding, Report, Severity, Stage
 from ._frames import user_stacklevel, without_our_frames
@@ -81,6 +81,8 @@ class Session(SessionHooks):
             from ._distributed._env import parse_stall_timeout
 
             options["stall_timeout"] = parse_stall_timeout(options["stall_timeout"])
+        if "late_read" in options:  # the non-finite flags read one step late (issue 16)
+            options["late_read"] = parse_late_read(options["late_read"])
         if options.get("bundle_dir"):
             from ._distributed._env import active, rank_bundle_dir
 

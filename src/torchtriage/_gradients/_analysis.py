@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 import re
 import weakref
 from typing import Any
@@ -196,13 +197,22 @@ class Analysis:
             ids, grads = by_device.setdefault((p.grad.device, p.grad.dtype), ([], []))
             ids.append(pid)
             grads.append(p.grad)
-        for ids, grads in by_device.values():
+        for (device, _), (ids, grads) in by_device.items():
             with torch.no_grad():
-                norms = torch.stack(torch._foreach_norm(grads, float("inf")))
-            self.flags.add([norms], functools.partial(self._keep_norms, ids))
+                if device.type != "cpu":  # one fused launch
+                    norms = torch.stack(torch._foreach_norm(grads, float("inf")))
+                    self.flags.add([norms], functools.partial(self._keep_norms, ids))
+                    continue
+                # On the CPU the foreach inf-norm takes a slow path (3 ms for a 1 M-parameter
+                # model, 8x the min and max of each gradient): the max-abs from those instead.
+                ext = [torch.stack(torch.aminmax(g)) if g.numel() else g.new_zeros(2) for g in grads]
+                self.flags.add([torch.stack(ext)], functools.partial(self._keep_max_abs, ids))
 
     def _keep_norms(self, ids: list[int], vals: list[float]) -> None:
         self.norms.append((ids, vals))
+
+    def _keep_max_abs(self, ids: list[int], minmax: list[float]) -> None:
+        self.norms.append((ids, _max_abs(minmax)))
 
     def optimizer_step(self, index: int, optimizer: torch.optim.Optimizer, *, require_grad: bool = True) -> None:
         if self._unstepped:
@@ -558,3 +568,11 @@ def add_model(analysis: Analysis, model: nn.Module, label: str) -> None:
     for pid, info in index_parameters([(model, label)]).items():
         analysis.params.setdefault(pid, info)
         analysis.names0.setdefault((info.root, info.qualname), pid)
+
+
+def _max_abs(minmax: list[float]) -> list[float]:
+    """Each gradient's max-abs from its (min, max) pairs, flat; NaN when either is NaN."""
+    out = []
+    for lo, hi in zip(minmax[0::2], minmax[1::2]):
+        out.append(math.nan if lo != lo or hi != hi else max(-lo, hi))
+    return out

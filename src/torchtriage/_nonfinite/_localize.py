@@ -307,13 +307,17 @@ def localize_backward(session: Any, state: Any, step: int) -> Finding:
 
 
 @torch.no_grad()
-def localize_update(session: Any, step: int, grad_norm: float | None) -> list[Finding]:
-    """Parameters / optimizer state non-finite after an optimizer step."""
+def localize_update(session: Any, step: int, grad_norm: float | None,
+                    versions: dict[int, int] | None = None) -> list[Finding]:
+    """Parameters / optimizer state non-finite after an optimizer step. `versions`: each
+    parameter's version right after that step; one written since is not the update's doing."""
     names = session.param_index.names()
     found: list[Finding] = []
     for opt in session.optimizers:
         for group in opt.param_groups:
             for p in group["params"]:
+                if versions is not None and versions.get(id(p), p._version) != p._version:
+                    continue
                 name = names.get(id(p), f"{type(opt).__name__} param #{len(found)}")
                 info = session.param_index.info(p)
                 owner = info.module if info is not None and not info.raw else None

@@ -4,15 +4,22 @@ Hot path (every step, no per-tensor sync): one on-device reduction per boundary 
     data       sum of each floating batch tensor  (NaN or +Inf trips; -Inf masks do not)
     forward    sum of each floating root output   (same rule)
     loss       the backward roots                 (any non-finite value trips)
-    backward   global L2 norm of the gradients, `torch._foreach_norm` (also the "grad_norm" series)
-    optimizer  L2 norm of each parameter and optimizer state tensor after the update, one
-               `torch._foreach_norm` call (read at the next sync)
+    backward   L2 norm of each gradient, one `torch._foreach_norm` call; the host combines them
+               (in float64, with float32's overflow kept) into the "grad_norm" series
+    optimizer  nothing on most steps: a parameter the update made non-finite shows in the next
+               step's forward or gradient flags, and that trip first looks at the last update
+               (`_localize.localize_update`, only on the anomaly path). Every SAMPLE_EVERY-th
+               update and the last one of the session get the full check: the L2 norm of each
+               parameter and optimizer state tensor, one `torch._foreach_norm` call (read at the
+               next sync) — optimizer state that overflows while the parameters stay finite is
+               seen there only.
 Every flag is a 0-dim tensor kept as is (no per-flag conversion or pre-reduction: on a small
 step each extra op costs as much as the reduction itself). All flags of a step are stacked once
 and read with ONE host transfer, at `optimizer.step()`'s pre-hook
 (before the update: a non-finite update can still be skipped), or at backward's end without an
-optimizer. Intermediate modules are not checked: NaN/Inf propagate to one of these boundaries,
-and the replay (`_localize`) finds where they were born.
+optimizer. With `late_read=True` (and no `skip_step`) that transfer is started there and read at
+the next step (`_late`): an accelerator keeps its queue. Intermediate modules are not checked:
+NaN/Inf propagate to one of these boundaries, and the replay (`_localize`) finds where they were born.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import weakref
 from typing import Any
 
 import torch
@@ -31,11 +39,14 @@ from .._checker import Checker, LossCall
 from .._config import OnAnomaly
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack
-from . import _amp, _localize
+from .._modes import own_modes_off
+from . import _amp, _late, _localize
 from ._replay import float_leaves, graph_nodes, saved_tensors
 from ._trace import nonfinite
 
 MAX_REPLAYS = 3  # a run that stays NaN would otherwise replay every step
+SAMPLE_EVERY = 64  # updates whose parameters and optimizer state are all checked (and the last)
+_F32_MAX = 3.4028234663852886e38  # a float32 norm above this reads +Inf
 
 
 @dataclasses.dataclass
@@ -51,6 +62,20 @@ class _Step:
     loss_value: float | None = None
     loss_sites: list[Any] = dataclasses.field(default_factory=list)  # (file, line) of each loss flag
     seen_forward: bool = False
+
+
+@dataclasses.dataclass
+class _Read:
+    """One read's flags and what is needed to judge them (now, or one step late)."""
+    keys: list[str]
+    scalars: list[torch.Tensor]
+    sites: list[Any]
+    step: int
+    after: tuple[list[torch.Tensor], int, int, bool] | None
+    updated: list[tuple[int, bool, float | None, tuple[list[torch.Tensor], list[int]]]]
+    n_grads: int = 0
+    wide: bool = False
+    pending: _late.PendingRead | None = None
 
 
 def _sum(t: torch.Tensor) -> torch.Tensor:
@@ -87,23 +112,20 @@ def foreach_norm(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The L2 norm over all tensors, one device scalar per device holding some (foreach groups
-    them per device and dtype). Combining devices on the device would need a copy to one of
-    them, and a blocking CPU→CUDA copy syncs: the host combines them after the step's read."""
-    tensors = [t for t in tensors if t.numel() and not t.is_sparse]
-    if not tensors:
-        return []
-    norms = foreach_norm(tensors)
-    try:
-        stacked = torch.stack(norms)  # all float32 on one device: as is
-    except RuntimeError:  # several devices
-        by_dev: dict[torch.device, list[torch.Tensor]] = {}
-        for n in norms:
-            by_dev.setdefault(n.device, []).append(n.to(torch.float32))
-        return [torch.linalg.vector_norm(torch.stack(ns)) for ns in by_dev.values()]
-    if stacked.dtype != torch.float32:
-        stacked = stacked.to(torch.float32)
-    return [torch.linalg.vector_norm(stacked)]
+    """Each gradient's L2 norm, one foreach call (it groups them per device and dtype). They
+    join the step's one read as they are: combining them on the device (stack, norm) costs
+    two more ops per step, and across devices a copy; the host combines them (`_global_norm`)."""
+    if any(t.is_sparse or not t.numel() for t in tensors):
+        tensors = [t for t in tensors if t.numel() and not t.is_sparse]
+    return foreach_norm(tensors) if tensors else []
+
+
+def _global_norm(values: list[float], wide: bool) -> float:
+    """The global L2 norm of per-tensor norms, as the float32 norm on the device read it: one
+    above float32's range is +Inf (the overflow the grad_overflow finding reports), unless a
+    gradient is float64 (`wide`)."""
+    n = values[0] if len(values) == 1 else math.hypot(*values)
+    return math.inf if n > _F32_MAX and not wide else n
 
 
 class NonFiniteSentinel(Checker):
@@ -128,6 +150,10 @@ class NonFiniteSentinel(Checker):
         # Per-tensor norms of the last update's parameters and optimizer state (0-dim tensors,
         # read at the next sync), how many of them are parameters, its step, grads finite then.
         self._after: tuple[list[torch.Tensor], int, int, bool] | None = None
+        # The last update not checked in full: (its step, grads finite then, grad norm then,
+        # each parameter's version right after it). A trip at the next read looks at it first.
+        self._updated: list[tuple[int, bool, float | None, tuple[list[torch.Tensor], list[int]]]] = []
+        self._params: weakref.WeakKeyDictionary[Any, tuple[Any, list[torch.Tensor]]] = weakref.WeakKeyDictionary()
         self._replays = 0
         self._by_stage: dict[str, Finding] = {}
         self._stashed: dict[int, list[tuple[torch.Tensor, torch.Tensor | None]]] = {}
@@ -138,10 +164,15 @@ class NonFiniteSentinel(Checker):
         self._first: Finding | None = None
         self._loss_series: dict[Any, str] = {}
         self.amp = _amp.ScalerWatch(self)
+        # late_read: this step's flags are read at the next step (`_late`), not before the update
+        self.late_read = False
+        self._pending: _Read | None = None
+        self._pinned: dict[Any, torch.Tensor] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def on_start(self, session: Any) -> None:
         self.amp.install(session)
+        self.late_read = bool(session.options.get("late_read", False))  # (validated by the session)
 
     def on_step_begin(self, step: int) -> None:
         self._step = _Step()
@@ -150,10 +181,11 @@ class NonFiniteSentinel(Checker):
         # One flag per tensor: a NaN or +Inf in any of them is one in their sum too, so summing
         # the sums on the device would only add ops (the host reads them all at once anyway).
         keys, flags = self._step.keys, self._step.flags
-        for t in tensors:
-            if t.numel():
-                keys.append(kind)
-                flags.append(_sum(t))
+        with own_modes_off():
+            for t in tensors:
+                if t.numel():
+                    keys.append(kind)
+                    flags.append(_sum(t))
 
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...],
                         kwargs: dict[str, Any], output: Any) -> None:
@@ -205,9 +237,21 @@ class NonFiniteSentinel(Checker):
             params = [p for m in self.session.models for p in m.parameters()]
             self._sync(grads=[p.grad for p in params if p.grad is not None], optimizer=None)
 
+    def params_of(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+        """The optimizer's parameters, cached; rebuilt when a group is added or its list changes."""
+        groups = optimizer.param_groups
+        key = tuple((id(g["params"]), len(g["params"])) for g in groups) if len(groups) > 1 \
+            else (id(groups[0]["params"]), len(groups[0]["params"]))
+        hit = self._params.get(optimizer)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        params = [p for g in groups for p in g["params"]]
+        self._params[optimizer] = (key, params)
+        return params
+
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         self.amp.stepped(optimizer)
-        params = [p for g in optimizer.param_groups for p in g["params"]]
+        params = self.params_of(optimizer)
         skip = self._sync(grads=[p.grad for p in params if p.grad is not None], optimizer=optimizer)
         if skip:
             # skip_step: the optimizer skips parameters whose .grad is None, so hiding the grads
@@ -223,9 +267,23 @@ class NonFiniteSentinel(Checker):
                 p.grad = g
             return
         assert self.session is not None
-        params = [p for g in optimizer.param_groups for p in g["params"] if p.numel() and not p.is_sparse]
+        step = self.session.step
+        grad_ok = self._grad_norm is None or math.isfinite(self._grad_norm)
+        if step % SAMPLE_EVERY:
+            # Most updates: nothing on the device. Each parameter's version after the update
+            # tells, at a later trip, whether anything wrote to it since (a checkpoint load).
+            params = self.params_of(optimizer)
+            self._updated.append((step, grad_ok, self._grad_norm, (params, [p._version for p in params])))
+        else:
+            self._check_update([optimizer], step, grad_ok)
+
+    def _check_update(self, optimizers: list[torch.optim.Optimizer], step: int, grad_ok: bool) -> None:
+        """The full check of an update: every parameter's and state tensor's norm, read at the
+        next sync (a sampled update, the session's last one)."""
+        assert self.session is not None
+        params = [p for o in optimizers for p in self.params_of(o) if p.numel() and not p.is_sparse]
         n_params = len(params)
-        states = optimizer.state
+        states = {p: s for o in optimizers for p, s in o.state.items()}
         tensors = params + [v for p in params if p in states for v in states[p].values()
                             if isinstance(v, torch.Tensor) and v.dim() > 0 and v.is_floating_point()
                             and v.numel() and not v.is_sparse]
@@ -234,22 +292,29 @@ class NonFiniteSentinel(Checker):
             # Python loop of per-tensor sums measured no faster on CPU), each tensor's own norm
             # read: no global norm, which finite but huge values could overflow. no_grad: the
             # post-hook runs in the caller's grad mode, and norms of parameters would build graph.
-            grad_ok = self._grad_norm is None or math.isfinite(self._grad_norm)
             if self.session.rank_fields:  # (issue 15, as in _sync)
                 from .._distributed._shards import local_shards
 
                 tensors = local_shards(tensors)
             with torch.no_grad():
                 norms = foreach_norm(tensors)
-            self._after = (norms, n_params, self.session.step, grad_ok)
+            self._after = (norms, n_params, step, grad_ok)
 
     def on_step_end(self, step: int) -> None:
         if self._step.flags:
             self._sync(grads=[], optimizer=None)
 
     def on_end(self) -> None:
+        assert self.session is not None
+        if self._updated and self._after is None:
+            # The session's last update gets the full check (it has no next step to show it).
+            step, grad_ok, _, _ = self._updated[-1]
+            self._updated = []
+            self._check_update(list(self.session.optimizers), step, grad_ok)
         if self._step.flags or self._after is not None:
             self._sync(grads=[], optimizer=None)
+        elif self._pending is not None:
+            self._read_late()
         self.amp.finish()
 
     # ------------------------------------------------------------------ the one sync
@@ -257,78 +322,146 @@ class NonFiniteSentinel(Checker):
               scaled_overflow_ok: bool = False) -> bool:
         """Read every flag of the step at once; localize what tripped. True = skip this update."""
         assert self.session is not None
-        st = self._step
-        keys, scalars = st.keys, st.flags
-        st.keys, st.flags = [], []
-        sites, st.loss_sites = st.loss_sites, []
-        after = self._after
-        self._after = None
-        upd_step, grad_ok = 0, False
-        if after is not None:
-            norms, n_params, upd_step, grad_ok = after
-            keys += ["update"] * n_params + ["state"] * (len(norms) - n_params)
-            scalars += norms
+        if self._pending is not None:
+            self._read_late()  # the previous step's flags come first
         if self.session.rank_fields:  # a distributed session: FSDP's DTensors -> local shards
             from .._distributed._shards import local_shards
 
             grads = local_shards(grads)
-        gnorms = _norms(grads)
-        keys += ["grad"] * len(gnorms)
-        scalars += gnorms
-        if not scalars:
-            return False
         sess = self.session
-        # The other checks' numbers of this step (silent, gradients) are read along: one sync.
-        values = _read(scalars, _deferred.riders(sess))
+        with own_modes_off():  # (the first steps' tracing modes need not see our flags)
+            r = self._gather(grads)
+            if not r.scalars:
+                return False
+            # The other checks' numbers of this step (silent, gradients) are read along: one sync.
+            riders = _deferred.riders(sess)
+            if (self.late_read and optimizer is not None and not riders and self._poisoned is None
+                    and sess.on_anomaly is not OnAnomaly.SKIP_STEP):
+                pending = _late.start(r.scalars, self._pinned)
+                if pending is not None:
+                    # (nothing of this step will be replayed: its state goes now)
+                    r.pending, r.scalars = pending, []
+                    self._pending = r
+                    self._release()
+                    return False
+            values = _read(r.scalars, riders)
+        return self._judge(r, values, grads, optimizer, scaled_overflow_ok)
+
+    def _gather(self, grads: list[torch.Tensor]) -> _Read:
+        """This step's flags (and the last update's, when it was checked in full), in order."""
+        assert self.session is not None
+        st = self._step
+        r = _Read(keys=st.keys, scalars=st.flags, sites=st.loss_sites, step=self.session.step,
+                  after=self._after, updated=self._updated)
+        st.keys, st.flags, st.loss_sites = [], [], []
+        self._after, self._updated = None, []
+        if r.after is not None:
+            norms, n_params, _, _ = r.after
+            r.keys += ["update"] * n_params + ["state"] * (len(norms) - n_params)
+            r.scalars += norms
+        gnorms = _norms(grads)
+        r.keys += ["grad"] * len(gnorms)
+        r.scalars += gnorms
+        r.n_grads = len(gnorms)
+        r.wide = bool(gnorms) and any(g.dtype is torch.float64 for g in gnorms)
+        return r
+
+    def _read_late(self) -> None:
+        """Judge the previous step's flags, read one step late (`late_read`)."""
+        r, self._pending = self._pending, None
+        assert r is not None and r.pending is not None
+        values = r.pending.values()
+        self._judge(r, values, [], None, False, late=True)
+        if self._grad_norm is not None and (r.after is not None or r.updated):
+            # The update that followed that step was recorded before its gradients were read.
+            ok = math.isfinite(self._grad_norm)
+            if self._after is not None and self._after[2] == r.step:
+                self._after = (*self._after[:3], ok)
+            self._updated = [(u[0], ok if u[0] == r.step else u[1], self._grad_norm if u[0] == r.step else u[2], u[3])
+                             for u in self._updated]
+
+    def _judge(self, r: _Read, values: list[float], grads: list[torch.Tensor],
+               optimizer: torch.optim.Optimizer | None, scaled_overflow_ok: bool, late: bool = False) -> bool:
+        """What the flags of step `r.step` say; localize what tripped. True = skip this update."""
+        assert self.session is not None
+        sess, st, keys = self.session, self._step, r.keys
+        record = sess.record_series if not late else (lambda name, v: sess.health.add(name, r.step, v))
         if self._poisoned is None and all(v - v == 0 for v in values):
             # Every flag finite (x - x is NaN for NaN and ±Inf): nothing can trip. The full path
             # below would come to the same; this skips its bookkeeping on the common step.
             if "loss_value" in keys:
-                st.loss_value = values[keys.index("loss_value")]
-                self._record_losses(keys, values, sites)
-            if gnorms:
-                self._grad_norm = values[-1] if len(gnorms) == 1 else math.hypot(*values[-len(gnorms):])
-                sess.record_series("grad_norm", self._grad_norm)
-            self._release()
+                if not late:
+                    st.loss_value = values[keys.index("loss_value")]
+                self._record_losses(keys, values, r.sites, record)
+            if r.n_grads:
+                self._grad_norm = _global_norm(values[-r.n_grads:], r.wide)
+                record("grad_norm", self._grad_norm)
+            if not late:
+                self._release()
             return False
         got = _by_kind(keys, values)
         if "loss_value" in got:
-            st.loss_value = got["loss_value"][0]
-            self._record_losses(keys, values, sites)
+            if not late:
+                st.loss_value = got["loss_value"][0]
+            self._record_losses(keys, values, r.sites, record)
         if "grad" in got:
-            got["grad"] = [math.hypot(*got["grad"])]  # one norm over the devices
+            got["grad"] = [_global_norm(got["grad"], r.wide)]  # one norm over the tensors
             self._grad_norm = got["grad"][0]
-            sess.record_series("grad_norm", self._grad_norm)
-        step = sess.step
+            record("grad_norm", self._grad_norm)
+        release = self._release if not late else (lambda: None)
+        step = r.step
         if self._poisoned is not None:
             if any(not math.isfinite(v) for k, vs in got.items() if k not in ("update", "state") for v in vs):
                 sess.add(self._poisoned)
-            self._release()
+            release()
             return False
         # Execution order: the previous update, then data → forward → loss → backward.
-        for kind in ("update", "state"):
-            if kind in got and grad_ok and not all(math.isfinite(v) for v in got[kind]):
-                # (with non-finite gradients the bad update is a consequence, reported already)
-                found = _localize.localize_update(sess, upd_step, self._grad_norm)
-                if found:  # else: finite but huge parameters overflowed the norm; the forward shows it
-                    self._report("optimizer", lambda found=found: found)
-                    self._release()
-                    return False
+        if r.after is not None:
+            _, _, upd_step, grad_ok = r.after
+            for kind in ("update", "state"):
+                if kind in got and grad_ok and not all(math.isfinite(v) for v in got[kind]):
+                    # (with non-finite gradients the bad update is a consequence, reported already)
+                    found = _localize.localize_update(sess, upd_step, self._grad_norm)
+                    if found:  # else: finite but huge parameters overflowed the norm; the forward shows it
+                        self._report("optimizer", lambda found=found: found)
+                        release()
+                        return False
         trip = _trip(got, scaled_overflow_ok)
         if trip is None:
-            self._release()
+            release()
+            return False
+        if r.updated and r.updated[-1][1]:
+            # A trip after an update that was not checked in full (with finite gradients): a
+            # parameter or state that update made non-finite is said so, as the full check
+            # would have; a parameter written since (its version moved) is left to the replay.
+            # Only on the anomaly path: a read per tensor.
+            upd_step, _, upd_norm, (params, versions) = r.updated[-1]
+            found = _localize.localize_update(sess, upd_step, upd_norm,
+                                              {id(p): v for p, v in zip(params, versions)})
+            if found:
+                self._report("optimizer", lambda: found)
+                release()
+                return False
+        grads_bad = "grad" in got and not math.isfinite(got["grad"][0])
+        if late:
+            # Seen one step late: the update ran and the step cannot be replayed. Say what
+            # tripped where, and read every later step at once (localized as usual).
+            ev = {"loss": st_loss(got), "global grad norm": self._grad_norm}
+            self._report(trip, lambda: [_late.finding(trip, step, ev)])
+            self.late_read = False
+            if self._first is not None and trip != "data" and grads_bad:
+                self._poisoned = self._first
             return False
         skip = sess.on_anomaly is OnAnomaly.SKIP_STEP and optimizer is not None
         try:
             self._report(trip, lambda: self._localize(trip, step, grads))
         finally:
             self._release()
-        if not skip and optimizer is not None and self._first is not None and trip != "data" \
-                and "grad" in got and not math.isfinite(got["grad"][0]):
+        if not skip and optimizer is not None and self._first is not None and trip != "data" and grads_bad:
             self._poisoned = self._first
         return skip
 
-    def _record_losses(self, keys: list[str], values: list[float], sites: list[Any]) -> None:
+    def _record_losses(self, keys: list[str], values: list[float], sites: list[Any], record: Any) -> None:
         """One loss series per backward call site (a GAN's D and G losses apart; issue 11): the
         first site is "loss", later ones "loss <file>:<line>"."""
         assert self.session is not None
@@ -344,7 +477,7 @@ class NonFiniteSentinel(Checker):
                 name = "loss" if not self._loss_series else f"loss {os.path.basename(site[0])}:{site[1]}" \
                     if site is not None else f"loss #{len(self._loss_series) + 1}"
                 self._loss_series[site] = name
-            self.session.record_series(name, v)
+            record(name, v)
 
     def _localize(self, trip: str, step: int, grads: list[torch.Tensor]) -> list[Finding]:
         assert self.session is not None
@@ -388,6 +521,11 @@ class NonFiniteSentinel(Checker):
         # Nothing of the step may outlive its sync (memory stays flat over long runs).
         st = self._step
         st.outputs, st.output_nodes, st.loss_calls, st.loss_nodes = [], [], [], []
+
+
+def st_loss(got: dict[str, list[float]]) -> float | None:
+    vals = got.get("loss_value")
+    return vals[0] if vals else None
 
 
 def _nan_or_posinf(v: float) -> bool:
