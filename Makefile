@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lab bench bench-triage clean browser
+.PHONY: demo test lint lab bench bench-triage clean browser
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,7 +19,13 @@ demo: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/torchtriage lab
 
-test: $(STAMP)
+# ruff and mypy (configured in pyproject.toml; issue 16). mypy's first run reads torch's
+# annotations (~40 s of CPU); later runs reuse .mypy_cache and take a few seconds.
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
+
+test: lint $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 tests
 
 bench: $(STAMP)

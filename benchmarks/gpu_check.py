@@ -131,7 +131,8 @@ def bitwise():
     a_loss, a_params, a_rng = _train(20, False)
     b_loss, b_params, b_rng = _train(20, True)
     same = torch.equal(a_loss, b_loss) and all(torch.equal(p, q) for p, q in zip(a_params, b_params))
-    return same and torch.equal(a_rng, b_rng), f"losses+params identical={same} cuda_rng identical={torch.equal(a_rng, b_rng)}"
+    rng_same = torch.equal(a_rng, b_rng)
+    return same and rng_same, f"losses+params identical={same} cuda_rng identical={rng_same}"
 
 
 @check("replay_rng")
@@ -365,7 +366,7 @@ def leakage():
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     syncing = 0
     with watch(model, opt) as s:
-        for epoch in range(3):
+        for _epoch in range(3):
             train, test = random_split(ds, [0.75, 0.25])
             batches = [(x.cuda(), y.cuda()) for x, y in DataLoader(train, batch_size=64)]
             torch.cuda.synchronize()
@@ -373,7 +374,7 @@ def leakage():
                 warnings.simplefilter("always")
                 torch.cuda.set_sync_debug_mode("warn")
                 try:
-                    for i, (x, y) in enumerate(batches):
+                    for x, y in batches:
                         loss = F.cross_entropy(model(x), y)
                         opt.zero_grad()
                         loss.backward()

@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             category, code = classify_template(row[2], row[3])
             cells = [c.replace("\t", " ").replace("\n", " ") for c in row] + [category, code]
             fh.write("\t".join(cells) + "\n")
-    print(f"{len(rows)} templates from torch {torch.__version__}, {len(kept)} on the issue's topics -> {os.path.relpath(out)}")
+    print(f"{len(rows)} templates from torch {torch.__version__}, {len(kept)} on the issue's topics "
+          f"-> {os.path.relpath(out)}")
     print("  " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
     return 0
 

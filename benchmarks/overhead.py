@@ -275,7 +275,8 @@ def main(argv=None):
         nan = float("nan")
         base_mem = nan if a.no_memory else peak_memory(workload, a.device, "baseline", 3, a.threads)
         for m in names:
-            mem = base_mem if m in ("baseline", "baseline_copy") or a.no_memory else peak_memory(workload, a.device, m, 3, a.threads)
+            mem = (base_mem if m in ("baseline", "baseline_copy") or a.no_memory
+                   else peak_memory(workload, a.device, m, 3, a.threads))
             rows.append({"workload": workload, "mode": m, "step_ms": med[m] * 1e3,
                          "time_ratio": med[m] / med["baseline"],
                          "first3_ms": first[m] * 1e3, "first3_ratio": first[m] / first["baseline"],

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import sys
-import os
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-from torchtriage._repro._shrink import ddmin  # noqa: E402
+from torchtriage._repro._shrink import ddmin
 
 
 def count(n: int, culprits: set[int], together: bool) -> tuple[int, list[int]]:

@@ -133,7 +133,8 @@ def main() -> int:
                 continue
             # Exact copies and shared users cannot be over-counted (64-bit digests, exact keys), so
             # found/injected is their recall; near copies are flagged rows, random look-alikes included.
-            recall = (f"exact {r['exact']}/{injected['exact']}, users' rows {r['group_rows']}/{injected['group_rows']}, "
+            recall = (f"exact {r['exact']}/{injected['exact']}, "
+                      f"users' rows {r['group_rows']}/{injected['group_rows']}, "
                       f"near: {r['near']} rows flagged ({injected['near']} injected)")
             print(f"{engine:>7}: {r['seconds']:.0f} s, peak RSS {r['peak_rss_mib']:.0f} MiB, "
                   f"{args.rows / r['seconds']:,.0f} rows/s; found {recall}", flush=True)

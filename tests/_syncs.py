@@ -49,7 +49,8 @@ class SyncCounter(TorchFunctionMode):
         name = _sync_name(func, args, kwargs)
         if name is not None:
             f, via_torch = sys._getframe(1), False
-            while f is not None and (f.f_code.co_filename.startswith(_TORCH) or f.f_code.co_name == "__torch_function__"):
+            while f is not None and (f.f_code.co_filename.startswith(_TORCH) or
+                                     f.f_code.co_name == "__torch_function__"):
                 via_torch |= f.f_code.co_filename.startswith(_TORCH)
                 f = f.f_back
             ours = f is not None and f.f_code.co_filename.startswith(_PKG)

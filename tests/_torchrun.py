@@ -50,7 +50,8 @@ def torchrun(args: list[str], *, cwd: Path, nproc: int = 2, timeout: float = 120
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--monitor-interval", "0.2", *args]
     token = uuid.uuid4().hex
-    full_env = dict(os.environ, TORCHTRIAGE_TEST_TOKEN=token, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    full_env = dict(os.environ, TORCHTRIAGE_TEST_TOKEN=token,
+                    PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
                     OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **(env or {}))
     proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)

@@ -61,7 +61,8 @@ def _seed_and_no_leaked_hooks():
     assert before == after, "a torchtriage hook or patch was left installed"
 
 
-def run_cli(*args: str, cwd: str | os.PathLike[str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, cwd: str | os.PathLike[str] | None = None,
+            timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """Run `python -m torchtriage ARGS` in a subprocess; returns the completed process."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "torchtriage", *args], capture_output=True, text=True,

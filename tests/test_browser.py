@@ -56,7 +56,8 @@ def open_page(browser, tmp_path):
         page = browser.new_page(viewport={"width": 1200, "height": 900})
         pages.append(page)
         problems: list[str] = []
-        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+                if m.type in ("error", "warning") else None)
         page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
         page.on("request", lambda r: problems.append(f"request: {r.url}") if not r.url.startswith("file:") else None)
         page.goto(f"file://{path}")

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_cli
 
 import bugs
 import torchtriage
+from conftest import run_cli
 from torchtriage import Severity, TriageInternalWarning
 from torchtriage._session import Session
 

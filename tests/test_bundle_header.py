@@ -14,9 +14,9 @@ import struct
 
 import pytest
 import torch
-from test_repro import _train_with_poison
 
 import torchtriage
+from test_repro import _train_with_poison
 from torchtriage._repro import _safetensors
 from torchtriage._repro._pickle_scan import looks_like_pickle
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
+import corpus
 import torchtriage
+from conftest import run_cli
 from torchtriage import Severity, TriageInternalWarning
 from torchtriage._session import Session
-from conftest import run_cli
-import corpus
 
 
 def _build(name):

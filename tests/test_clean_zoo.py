@@ -13,8 +13,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchtriage
-from torchtriage import Severity
 from conftest import run_cli
+from torchtriage import Severity
 from zoo import clean as z
 
 

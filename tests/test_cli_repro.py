@@ -142,8 +142,8 @@ def test_generated_test_fails_on_the_bug_and_passes_after_the_fix(nan_bundle, tm
                          cwd=work)
     assert code == 0, err
     test = work / "regress" / "test_test_nonfinite_output.py"
-    assert out.splitlines()[-1] == (f"make-test: wrote regress/test_test_nonfinite_output.py, regress/FIX.md "
-                                         f"and the minimal bundle regress/test_nonfinite_output_bundle")
+    assert out.splitlines()[-1] == ("make-test: wrote regress/test_test_nonfinite_output.py, regress/FIX.md "
+                                         "and the minimal bundle regress/test_nonfinite_output_bundle")
     fix = (work / "regress" / "FIX.md").read_text()
     assert "# Fix record: numerical/test.nonfinite_output module='' op='forward'" in fix
     assert "- samples [37] of the original batch of 64; sequence prefix -" in fix

@@ -127,9 +127,11 @@ def test_every_category_of_issue_2_has_an_example():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["run", "missing_script.py"], "torchtriage: error: script 'missing_script.py' not found (working directory: {cwd})"),
+    (["run", "missing_script.py"], "torchtriage: error: script 'missing_script.py' not found "
+                                   "(working directory: {cwd})"),
     (["run", "bad.py"], "torchtriage: error: bad.py:1: syntax error: '(' was never closed"),
-    (["run", "--json", "afile/r.json", "ok.py"], "torchtriage: error: --json afile/r.json: folder {cwd}/afile does not exist"),
+    (["run", "--json", "afile/r.json", "ok.py"], "torchtriage: error: --json afile/r.json: "
+                                                 "folder {cwd}/afile does not exist"),
     (["run", "--json", ".", "ok.py"], "torchtriage: error: --json .: is a folder, expected a file path"),
     (["run"], "torchtriage: error: run: no script given; usage: torchtriage run [--json PATH] SCRIPT [ARGS...]"),
     (["run", "--checks", "nope", "ok.py"], "torchtriage: error: --checks: unknown check(s) nope; accepted: triage"),
@@ -163,13 +165,15 @@ def test_options_after_the_script_belong_to_the_script(tmp_path, capsys):
 
 SILENT_FAILURE_CASES = [
     # scripts that finish (exit 0) with a wrong run: the primary finding names the user's line
-    ("grad_not_in_optimizer.py", "gradient.not_in_optimizer", "head", "opt = torch.optim.SGD(model.encoder.parameters()"),
+    ("grad_not_in_optimizer.py", "gradient.not_in_optimizer", "head",
+     "opt = torch.optim.SGD(model.encoder.parameters()"),
     ("lr_explodes.py", "numerical.nonfinite_forward", "2", "loss = nn.functional.mse_loss(model(x), y)"),
     ("nan_in_forward.py", "numerical.nonfinite_forward", "encoder.2", "return torch.log(x)"),
 ]
 
 
-@pytest.mark.parametrize("script, code, module, line_text", SILENT_FAILURE_CASES, ids=[c[0] for c in SILENT_FAILURE_CASES])
+@pytest.mark.parametrize("script, code, module, line_text", SILENT_FAILURE_CASES,
+                         ids=[c[0] for c in SILENT_FAILURE_CASES])
 def test_scripts_that_finish_but_are_wrong(script, code, module, line_text, tmp_path, capsys):
     path = EXAMPLES / script
     assert main(["run", "--json", str(tmp_path / "r.json"), str(path)]) == 0

@@ -8,7 +8,6 @@ import json
 import pytest
 
 from conftest import run_cli
-
 from torchtriage._cli import main
 
 

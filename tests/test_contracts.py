@@ -11,7 +11,6 @@ import torch.nn as nn
 
 import torchtriage
 from torchtriage import Category, ConfigError, ContractError, audit_tensor, expect
-
 from zoo import forward as z
 
 FORMS = ("accepted: a dim name (B, T, C, batch), a non-negative integer, '*' (any one dim), "
@@ -44,10 +43,12 @@ def test_named_dims_bind_consistently_and_ellipsis_and_ndim_errors():
     assert audit_tensor(x, shape="A ... B C").primary.message == "tensor: has 2 dims, expected at least 3"
     assert audit_tensor(x, shape="B 5").primary.message == "tensor: dim 1 is 4, expected 5"
     assert audit_tensor(x, device="meta").primary.message == "tensor: device is cpu, expected meta"
-    assert audit_tensor(x, dtype=("float16", torch.bfloat16)).primary.message == "tensor: dtype is float32, expected float16|bfloat16"
+    assert (audit_tensor(x, dtype=("float16", torch.bfloat16)).primary.message
+            == "tensor: dtype is float32, expected float16|bfloat16")
 
 
-@pytest.mark.parametrize("shape, token", [("B T-1", "'T-1'"), ("B 3.5", "'3.5'"), (("B", -1), "-1"), (("B", 2.5), "2.5")])
+@pytest.mark.parametrize("shape, token", [("B T-1", "'T-1'"), ("B 3.5", "'3.5'"),
+                                          (("B", -1), "-1"), (("B", 2.5), "2.5")])
 def test_malformed_shape_names_the_bad_token_and_the_accepted_forms(shape, token):
     with pytest.raises(ConfigError, match=re.escape(f"shape spec {shape!r}: token {token} is not valid; {FORMS}")):
         audit_tensor(torch.zeros(1), shape=shape)
@@ -62,9 +63,11 @@ def test_other_malformed_specs():
         audit_tensor(torch.zeros(1), device="gpu")
     with pytest.raises(ConfigError, match=re.escape("contiguous='yes' is not valid; accepted: True, False, None")):
         audit_tensor(torch.zeros(1), contiguous="yes")
-    with pytest.raises(ConfigError, match=re.escape("contract fields layout are unknown; accepted: shape, dtype, device, contiguous")):
+    with pytest.raises(ConfigError, match=re.escape("contract fields layout are unknown; accepted: "
+                                                    "shape, dtype, device, contiguous")):
         expect(nn.Linear(2, 2), inputs={"shape": "B C", "layout": "strided"})
-    with pytest.raises(ConfigError, match=re.escape("on_fail='explode' is not valid; accepted: 'raise', 'warn', 'record'")):
+    with pytest.raises(ConfigError, match=re.escape("on_fail='explode' is not valid; "
+                                                    "accepted: 'raise', 'warn', 'record'")):
         expect(nn.Linear(2, 2), inputs="B C", on_fail="explode")
     with pytest.raises(TypeError, match="expect\\(\\) takes an nn.Module, got Tensor"):
         expect(torch.zeros(1), inputs="B C")
@@ -138,7 +141,7 @@ def test_dims_bound_by_the_inputs_hold_for_tuple_outputs_and_reset_between_calls
             return x[:, :-1], mask.float()  # the first output drops a time step
 
     m = Split()
-    with torchtriage.watch(m, checks=[], on_anomaly="record", report=False) as s:
+    with torchtriage.watch(m, checks=[], on_anomaly="record", report=False):
         with expect(m, inputs={"x": "B T C", "mask": "B T"}, outputs=("B T C", "B T")):
             with pytest.raises(ContractError, match=re.escape(
                     "Split output[0]: dim 1 is 4, but T was bound to 5\n")) as info:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tests._syncs import SyncCounter
 
 import torchtriage
 from torchtriage import Report, Severity, Stage
@@ -13,8 +14,6 @@ from torchtriage._repro import _tree
 from torchtriage._repro._bundle import Bundle
 from torchtriage._summary import summarize
 from torchtriage._triage._explain import ExceptionTriage
-
-from tests._syncs import SyncCounter
 
 
 def _bundle(meta=None, tensors=None):
@@ -124,6 +123,7 @@ def test_oom_evidence_reads_no_values_and_names_the_device_that_ran_out(monkeypa
         pass
     f = s.report.primary
     assert (f.code, f.stage, f.module) == ("memory.oom", Stage.FORWARD, "")
-    assert (f.evidence["cuda_device"], f.evidence["cuda_allocated_mb"], f.evidence["cuda_reserved_mb"]) == (1, 70.0, 75.0)
+    assert ((f.evidence["cuda_device"], f.evidence["cuda_allocated_mb"], f.evidence["cuda_reserved_mb"])
+            == (1, 70.0, 75.0))
     assert read == []  # shapes only: no full-size temporaries on a device that is full
     assert str(f.evidence["param fc.weight"]) == "float32[4, 4] cpu"

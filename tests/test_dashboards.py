@@ -126,7 +126,8 @@ def test_wandb_offline_run_holds_the_series_and_the_findings(tmp_path):
     assert [row["torchtriage/step"] for row in steps] == [0, 1, 2, 3]
     assert [row["torchtriage/loss"] for row in steps] == pytest.approx(losses)
     assert all(row["torchtriage/lr"] == pytest.approx(0.1) and row["torchtriage/grad_norm"] > 0 for row in steps)
-    assert [(r["torchtriage/step"], r["torchtriage/anomaly"]) for r in history if "torchtriage/anomaly" in r] == [(0, 1)]
+    assert ([(r["torchtriage/step"], r["torchtriage/anomaly"]) for r in history if "torchtriage/anomaly" in r]
+            == [(0, 1)])
     assert summary["torchtriage/ok"] is False
     assert summary["torchtriage/report"].startswith("== torchtriage report ==\n-- Primary --\n✗ [silent] prediction "
                                                     "[16, 1] and target [16] broadcast to [16, 16] in mse_loss")

@@ -125,7 +125,8 @@ def test_find_unused_parameters_without_unused_parameters_is_an_info(tmp_path):
     assert res.returncode == 0, res.stderr
     assert [(f["code"], f["severity"]) for f in report["findings"]] == [("distributed.find_unused_idle", "info")]
     f = report["findings"][0]
-    assert f["message"] == "find_unused_parameters=True, but every parameter received a gradient in each of the 3 step(s)"
+    assert (f["message"]
+            == "find_unused_parameters=True, but every parameter received a gradient in each of the 3 step(s)")
     assert "static_graph=True" in f["next_check"]
     assert report["primary"] is None
 
@@ -186,7 +187,8 @@ def test_collectives_called_in_a_different_order_are_named(tmp_path):
     b = _line("mismatched_all_reduce.py", "dist.all_reduce(count)")
     assert (f["code"], f["severity"], f["line"]) == ("distributed.rank_dependent_collectives", "error", a)
     assert f["message"] == (f"The ranks called different collectives: call 1 is all_reduce() at "
-                            f"mismatched_all_reduce.py:{a} on rank 0 but all_reduce() at mismatched_all_reduce.py:{b} on rank 1")
+                            f"mismatched_all_reduce.py:{a} on rank 0 "
+                            f"but all_reduce() at mismatched_all_reduce.py:{b} on rank 1")
 
 
 def test_parameters_that_differ_across_ranks_at_the_start(tmp_path):
@@ -222,7 +224,8 @@ def test_watch_inside_a_ddp_script_merges_on_rank_0(tmp_path):
     assert (primary["code"], primary["rank"], primary["step"], primary["op"]) == (
         "numerical.nonfinite_loss", 0, 1, "aten::log")
     [received] = _by_code(report, "distributed.nonfinite_received")
-    assert (received["rank"], received["step"], received["severity"], received["evidence"]["origin rank"]) == (1, 1, "info", 0)
+    assert ((received["rank"], received["step"], received["severity"], received["evidence"]["origin rank"])
+            == (1, 1, "info", 0))
 
 
 def test_fsdp_nan_from_one_rank_without_replay_or_hang(tmp_path):
@@ -270,7 +273,8 @@ def test_single_process_reports_carry_no_rank_keys_and_load_no_distributed_check
                       "m = nn.Linear(2, 1)\n"
                       "with torchtriage.watch(m, report=False) as s:\n"
                       "    m(torch.tensor([[1.0, float('nan')]])).sum().backward()\n"
-                      "print(s.report.to_dict()['findings'][0].keys() >= {'code'}, 'rank' in s.report.to_dict()['findings'][0],"
+                      "print(s.report.to_dict()['findings'][0].keys() >= {'code'}, "
+                      "'rank' in s.report.to_dict()['findings'][0],"
                       " 'torchtriage._distributed._checker' in sys.modules)\n")
     env = {"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     import os

@@ -45,7 +45,8 @@ def _one(report, code):
 def test_epoch_scheduler_stepped_per_batch():
     s, _ = _watch(z.loop_epoch_scheduler_stepped_per_batch)
     f = _one(s.report, "dynamics.epoch_scheduler_per_batch")
-    assert (f.category, f.severity, f.stage, f.step, f.op) == (Category.SILENT, Severity.WARNING, Stage.OPTIMIZER, 20, "StepLR")
+    assert ((f.category, f.severity, f.stage, f.step, f.op)
+            == (Category.SILENT, Severity.WARNING, Stage.OPTIMIZER, 20, "StepLR"))
     assert (f.file, f.line) == (ZOO, _line("# BUG: per batch (StepLR counts epochs)"))
     assert f.message == ("StepLR is stepped at every optimizer step (every batch): the lr fell to 1.00% of its "
                          "initial value by step 20, and 20 steps have run at that lr since")
@@ -192,7 +193,8 @@ def test_rnn_without_clipping_explodes_named_before_the_nan():
 def test_clip_grad_norm_in_the_wrong_place(loop, code, bug):
     s, _ = _watch(loop)
     f = _one(s.report, code)
-    assert (f.category, f.severity, f.op, f.line) == (Category.GRADIENT, Severity.WARNING, "clip_grad_norm_", _line(bug))
+    assert ((f.category, f.severity, f.op, f.line)
+            == (Category.GRADIENT, Severity.WARNING, "clip_grad_norm_", _line(bug)))
     assert f.evidence["max_norm"] == 1.0
     assert "zero_grad(), loss.backward(), clip_grad_norm_(...), optimizer.step()" in f.next_check
 
@@ -292,7 +294,8 @@ def test_series_store_is_bounded_and_keeps_anomalies_exact():
         store.add("loss", i, float(i))
     pts = store.points("loss")
     assert len(pts) <= HEAD + TAIL + MIDDLE + 11
-    assert pts[:HEAD] == [(i, float(i)) for i in range(HEAD)] and pts[-TAIL:] == [(i, float(i)) for i in range(n - TAIL, n)]
+    assert (pts[:HEAD]
+            == [(i, float(i)) for i in range(HEAD)] and pts[-TAIL:] == [(i, float(i)) for i in range(n - TAIL, n)])
     assert [(i, float(i)) for i in range(49_995, 50_006)] == [p for p in pts if 49_995 <= p[0] <= 50_005]
     assert [p[0] for p in pts] == sorted(p[0] for p in pts) and store.count("loss") == n
     assert store.decimated() == ["loss"]
@@ -300,8 +303,8 @@ def test_series_store_is_bounded_and_keeps_anomalies_exact():
 
 # ---------------------------------------------------------------------------- pictures
 def test_terminal_report_has_a_loss_sparkline():
-    from torchtriage.report import render_text
     from torchtriage._render._spark import sparkline
+    from torchtriage.report import render_text
 
     assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
     assert sparkline([1.0, None, float("nan"), 1e4]) == "▁ ×█"  # log scale: 1 and 1e4 at the ends
@@ -325,7 +328,7 @@ def test_html_chart_of_a_decimated_series_uses_the_kept_steps():
     from torchtriage import Report
     from torchtriage.report import render_html
 
-    steps = list(range(0, 2000)) + list(range(2000, 100_000, 64))
+    steps = list(range(2000)) + list(range(2000, 100_000, 64))
     rep = Report((), meta={"series_steps": {"loss": steps}}, series={"loss": [1.0 / (1 + s) for s in steps]})
     ticks = re.findall(r'class="tick"[^>]*text-anchor="middle">(\d+)<', render_html(rep))
     assert ticks == ["0", "20000", "40000", "60000", "80000"]  # steps, not the 3,531 kept points' indices
@@ -346,7 +349,8 @@ def test_gpt_without_causal_mask_under_run(tmp_path):
     assert p.returncode == 0, p.stderr
     findings = json.loads(out.read_text(encoding="utf-8"))["findings"]
     assert [(f["code"], f["line"], f["evidence"]["probe"]) for f in findings] == [
-        ("silent.attention_sees_future", _line("# BUG: no causal mask"), "automatic: targets are the inputs shifted by one")]
+        ("silent.attention_sees_future", _line("# BUG: no causal mask"),
+         "automatic: targets are the inputs shifted by one")]
     assert re.search(r"\nloss [▁▂▃▄▅▆▇█]{4}  [0-9.]+ → [0-9.]+, steps 0–3\n", p.stderr), p.stderr
 
 

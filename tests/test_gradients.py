@@ -12,11 +12,11 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tests.zoo import gradients as zoo
 
 import torchtriage
 from torchtriage import Category, Severity, Stage
 from torchtriage.report import render_json  # noqa: F401  (JSON renderer is part of the contract)
-from tests.zoo import gradients as zoo
 
 
 def _line(obj, marker):
@@ -68,7 +68,8 @@ def test_detach_names_op_module_and_line():
     assert (f.severity, f.stage, f.step, f.module, f.op) == (Severity.ERROR, Stage.FORWARD, 0, "", "Tensor.detach")
     assert f.parameter == "enc.weight" and f.evidence["parameters"] == ["enc.weight", "enc.bias"]
     assert _same_file(f.file, zoo) and f.line == _line(zoo.DetachedEncoder.forward, "CUT: detach")
-    assert f.message.startswith("2 parameter(s) (enc.weight, ...) get no gradient: their path to the loss is cut by Tensor.detach")
+    assert f.message.startswith("2 parameter(s) (enc.weight, ...) get no gradient: "
+                                "their path to the loss is cut by Tensor.detach")
 
 
 def test_no_grad_names_module_and_line():
@@ -205,7 +206,8 @@ def test_dead_relu_zero_gradient():
     f, downstream = report.filter(code="gradient.zero")  # fc2.weight too: its input is all zeros
     assert (f.module, f.parameter, f.evidence["output_ever_positive"]) == ("fc1", "fc1.weight", False)
     assert f.evidence["parameters"] == ["fc1.weight", "fc1.bias"] and downstream.parameter == "fc2.weight"
-    assert f.cause == "fc1's outputs were never positive on this batch: a following ReLU passes no gradient (dead units)"
+    assert (f.cause
+            == "fc1's outputs were never positive on this batch: a following ReLU passes no gradient (dead units)")
 
 
 def test_multiplied_by_zero():
@@ -519,7 +521,8 @@ def test_float_then_tensor_is_a_cut():
         warnings.simplefilter("ignore", UserWarning)  # PyTorch's own "converting a tensor ... to a scalar"
         report = _watch(model, torch.optim.SGD(model.parameters(), lr=0.1))
     f = _one(report, "gradient.cut_to_python")
-    assert (f.op, f.parameter, f.evidence["parameters"]) == ("Tensor.float", "gate.weight", ["gate.weight", "gate.bias"])
+    assert ((f.op, f.parameter, f.evidence["parameters"])
+            == ("Tensor.float", "gate.weight", ["gate.weight", "gate.bias"]))
     assert f.line == _line(zoo.FloatRebuild.forward, "CUT: float")
 
 

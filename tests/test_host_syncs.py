@@ -28,12 +28,11 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tests._syncs import SyncCounter
 
 import torchtriage
 from torchtriage import Severity
 from torchtriage._deferred import DeferredFlags, read_scalars
-
-from tests._syncs import SyncCounter
 
 WARMUP = 3  # max(gradients_window=2, silent_warmup=3)
 
@@ -176,7 +175,8 @@ def scheduled_with_eval():
     return [model], [opt], step
 
 
-LOOPS = {"scheduled_with_eval": scheduled_with_eval, "transformer_lm": lm, "cnn": cnn, "gan": gan, "amp_bf16": amp_bf16, "grad_scaler": grad_scaler,
+LOOPS = {"scheduled_with_eval": scheduled_with_eval, "transformer_lm": lm, "cnn": cnn,
+         "gan": gan, "amp_bf16": amp_bf16, "grad_scaler": grad_scaler,
          "grad_accumulation": grad_accumulation}
 
 

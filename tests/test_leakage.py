@@ -89,10 +89,11 @@ def test_shared_indices_and_a_real_content_copy_are_told_apart():
     x = torch.arange(40, dtype=torch.float32).reshape(20, 2)
     x[15] = x[2]  # a content copy at another index
     ds = TensorDataset(x, torch.zeros(20))
-    r = check_splits(torch.utils.data.Subset(ds, range(0, 12)), torch.utils.data.Subset(ds, range(10, 20)))
+    r = check_splits(torch.utils.data.Subset(ds, range(12)), torch.utils.data.Subset(ds, range(10, 20)))
     assert only(r, "data.subset_index_overlap").evidence["examples"] == [10, 11]
     f = only(r, "data.exact_duplicate")
-    assert (f.evidence["duplicated_rows"], f.evidence["examples"][0]["train"], f.evidence["examples"][0]["test"]) == (1, 2, 5)
+    assert ((f.evidence["duplicated_rows"], f.evidence["examples"][0]["train"], f.evidence["examples"][0]["test"])
+            == (1, 2, 5))
 
 
 def test_clean_random_split_has_zero_findings():
@@ -103,7 +104,7 @@ def test_clean_random_split_has_zero_findings():
 
 def test_dataloaders_with_overlapping_samplers():
     ds = TensorDataset(torch.randn(20, 8), torch.zeros(20))
-    a = DataLoader(ds, sampler=SubsetRandomSampler(list(range(0, 12))))
+    a = DataLoader(ds, sampler=SubsetRandomSampler(list(range(12))))
     b = DataLoader(ds, sampler=SubsetRandomSampler(list(range(10, 20))))
     f = only(check_splits(a, b), "data.subset_index_overlap")
     assert f.evidence["shared_indices"] == 2 and f.evidence["examples"] == [10, 11]

@@ -13,8 +13,8 @@ import json
 
 import numpy as np
 import pytest
-
 import tests.test_leakage as in_process
+
 from torchtriage import check_splits
 from torchtriage._leakage import _engines
 
@@ -51,7 +51,8 @@ def test_in_process_suite_on_duckdb(name, monkeypatch, request):
 def dask_client():
     pytest.importorskip("dask.dataframe")
     distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0",
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address="127.0.0.1:0",
                                        silence_logs=50)
     client = distributed.Client(cluster)
     try:
@@ -226,7 +227,8 @@ def test_duckdb_out_of_memory_is_one_line(tmp_path, cli):
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith("torchtriage: error: the duckdb engine failed: ")
-    assert lines[0].endswith("a larger --memory-limit (or memory_limit=) or more free disk for its spill folder may help")
+    assert lines[0].endswith(
+        "a larger --memory-limit (or memory_limit=) or more free disk for its spill folder may help")
 
 
 # --- DuckDB's queries spill: answers under a cap far below their working set ----------------

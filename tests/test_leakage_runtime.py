@@ -16,14 +16,13 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tests._syncs import SyncCounter
 from torch.utils.data import DataLoader, Subset, TensorDataset, random_split
 
 import torchtriage
+from conftest import run_cli
 from torchtriage import Session, Severity
 from torchtriage._leakage._runtime._fingerprint import dense_keys, row_keys, sparse_keys
-
-from conftest import run_cli
-from tests._syncs import SyncCounter
 
 SCRIPTS = Path(__file__).parent / "zoo" / "leakage_run"
 
@@ -33,12 +32,13 @@ def split_line(script: Path) -> int:
     return next(i for i, line in enumerate(lines, 1) if line.rstrip().endswith("# SPLIT"))
 
 
-def run_script(name: str, checks=("leakage",)):  # noqa: B006 - a tuple, never mutated
+def run_script(name: str, checks=("leakage",)):  # a tuple, never mutated
     """The script under a discovering session (what `torchtriage run` does), in this process."""
     path = SCRIPTS / name
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with Session(discover=True, on_anomaly="record", report=False, checks=list(checks) if isinstance(checks, tuple) else checks) as s:
+        with Session(discover=True, on_anomaly="record", report=False,
+                     checks=list(checks) if isinstance(checks, tuple) else checks) as s:
             namespace = runpy.run_path(str(path), run_name="__main__")
     return s.report, namespace, path
 

@@ -89,7 +89,8 @@ def test_find_frame_walks_outward_within_depth_and_stop():
 
 def test_user_frame_from_stack_names_this_line():
     frame = user_frame_from_stack(1)
-    assert frame is not None and frame.file == __file__ and frame.function == "test_user_frame_from_stack_names_this_line"
+    assert frame is not None and frame.file == __file__
+    assert frame.function == "test_user_frame_from_stack_names_this_line"
     assert frame.source == "frame = user_frame_from_stack(1)"
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode
-from zoo import silent as z
 
 import torchtriage
+from zoo import silent as z
 
 
 def _stack():

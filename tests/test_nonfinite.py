@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tests.zoo import nonfinite as zoo
 
 import torchtriage
 from torchtriage import Severity, Stage
-from tests.zoo import nonfinite as zoo
 
 LOG_LINE = "return torch.log(x)  # BUG: log(0) for the zeros the ReLU made"
 
@@ -56,9 +56,11 @@ def test_nan_only_in_backward_is_traced_to_the_forward_op_and_module():
     (f,) = _errors(s)
     assert (f.code, f.stage, f.step, f.module, f.op) == ("numerical.nonfinite_backward", Stage.BACKWARD, 0,
                                                         "dist", "aten::sqrt")
-    assert f.evidence["source_line"] == "return torch.sqrt(((a - b) ** 2).sum(-1, keepdim=True))  # BUG: no eps, distance 0"
+    assert f.evidence["source_line"] == ("return torch.sqrt(((a - b) ** 2).sum(-1, keepdim=True))"
+                                         "  # BUG: no eps, distance 0")
     assert f.evidence["backward node"] == "SqrtBackward0" and f.evidence["zeros in saved result"] == 8
-    assert f.message.startswith("The forward pass is finite but the gradient is not: the backward of aten::sqrt in module dist")
+    assert f.message.startswith("The forward pass is finite but the gradient is not: "
+                                "the backward of aten::sqrt in module dist")
 
 
 def test_inf_in_the_loss_from_log_of_zero():

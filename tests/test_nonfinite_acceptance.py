@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tests.zoo import nonfinite as zoo
 
 import torchtriage
 from torchtriage import Severity, Stage
-from tests.zoo import nonfinite as zoo
 
 
 def _watch(model, opt=None, **kw):
@@ -80,7 +80,8 @@ def test_dataclass_output_weight_sharing_and_checkpointing_are_localized():
         with _watch(model, opt) as s:
             _train(model, opt, [torch.randn(4, 4)] * 2, pick=pick)
         (f,) = _errors(s)
-        assert (f.code, f.stage, f.step, f.module, f.op) == ("numerical.nonfinite_forward", Stage.FORWARD, 0, module, op)
+        assert ((f.code, f.stage, f.step, f.module, f.op)
+                == ("numerical.nonfinite_forward", Stage.FORWARD, 0, module, op))
         assert f.evidence["source_line"] == line
         where = "<root>" if module == "" else module
         assert f.message == f"{kind} first produced by {op} in module {where} during the forward pass (step 0)"

@@ -8,11 +8,10 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tests._syncs import SyncCounter
 
 import torchtriage
 from torchtriage import ConfigError, Severity, Stage
-
-from tests._syncs import SyncCounter
 
 
 def _errors(s):

@@ -72,7 +72,8 @@ def execute(cells, tmp_path, monkeypatch):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
     client = nbclient.NotebookClient(nb, kernel_name=_kernel(tmp_path, monkeypatch), timeout=120,
-                                     startup_timeout=60, allow_errors=True, resources={"metadata": {"path": str(tmp_path)}})
+                                     startup_timeout=60, allow_errors=True,
+                                     resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
     return nb
 
@@ -98,7 +99,8 @@ def test_cell_magic_shows_the_report_below_the_cell(tmp_path, monkeypatch):
     assert text.startswith("== torchtriage report ==\n-- Primary --\n✗ [numerical] -Inf first produced by "
                            "aten::log in module 2 during the forward pass (step 0)\n")
     html = shown.data["text/html"]
-    assert re.match(r'<div class="torchtriage-report" id="(tt[0-9a-f]{8}-report)" lang="en"><style>\n?#\1 table, ', html)
+    assert re.match(r'<div class="torchtriage-report" id="(tt[0-9a-f]{8}-report)" lang="en">'
+                    r'<style>\n?#\1 table, ', html)
     assert '<section class="card error primary">' in html and "numerical.nonfinite_forward" in html
     assert "<script" not in html and "body {" not in html  # scoped: nothing restyles the notebook
 

@@ -11,8 +11,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 
+from conftest import run_cli
 from torchtriage._outputs import OutputError, check_output, write_output
 
 OK_SCRIPT = "open('ran.txt', 'w').write('ran')\nprint('script output')\n"
@@ -149,7 +149,8 @@ def test_report_html_outputs(tmp_path):
     assert run.returncode == 0, run.stderr
     p = run_cli("report", "r.json", "--html", "/sys/x.html", cwd=tmp_path)
     assert p.returncode == 2
-    assert p.stderr.startswith("torchtriage: error: --html /sys/x.html: not writable (") and len(p.stderr.splitlines()) == 1
+    assert (p.stderr.startswith("torchtriage: error: --html /sys/x.html: not writable (") and len(p.stderr.splitlines())
+            == 1)
     p = run_cli("report", "r.json", "--html", "/dev/full", cwd=tmp_path)
     assert p.returncode == 2
     _one_error_line(p.stderr, "torchtriage: error: --html /dev/full: cannot write the output: No space left on device")

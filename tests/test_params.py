@@ -7,10 +7,10 @@ import inspect
 
 import torch
 import torch.nn as nn
+from tests.zoo import step as zoo
 
 import torchtriage
 from torchtriage import Severity, Stage
-from tests.zoo import step as zoo
 
 
 def _line(obj, marker):
@@ -126,7 +126,8 @@ def test_leaf_no_optimizer_holds_is_at_most_info():
             opt.step()
     found = s.report.filter(code="gradient.leaf_not_registered")
     assert [f.severity for f in found] == [Severity.INFO]
-    assert found[0].message.startswith("the loss depends on a tensor [1] with requires_grad=True that no optimizer holds")
+    assert found[0].message.startswith("the loss depends on a tensor [1] with requires_grad=True "
+                                       "that no optimizer holds")
 
 
 def test_leaf_no_optimizer_holds_whose_grad_grows_is_a_warning():

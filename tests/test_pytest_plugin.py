@@ -64,7 +64,8 @@ def project(pytester):
 def test_inert_without_the_flag(project):
     result = project.runpytest_subprocess("-q", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=4, failed=1)  # only the test that fails by itself
-    result.stdout.fnmatch_lines(["E       AssertionError: the test's own failure", "*", "*", "FAILED test_training.py::test_bad_and_failing - AssertionError*"])
+    result.stdout.fnmatch_lines(["E       AssertionError: the test's own failure", "*", "*",
+                                 "FAILED test_training.py::test_bad_and_failing - AssertionError*"])
     result.stdout.no_fnmatch_line("*torchtriage found*")
 
 

@@ -82,7 +82,8 @@ def test_failing_assertions_show_the_rendered_report(pytester):
                                  HEAD + "*"], consecutive=False)
     # a comparison with a Report: the plugin's explanation
     result.stdout.fnmatch_lines(["*def test_compare(triage):*",
-                                 "E       *assert Report == Report failed; the report:",  # "AssertionError: " only when not on CI
+                                 "E       *assert Report == Report failed; "
+                                 "the report:",  # "AssertionError: " only when not on CI
                                  "E         == torchtriage report ==",
                                  "E         -- Primary --",
                                  f"E         {HEAD}*"], consecutive=False)

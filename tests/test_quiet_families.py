@@ -7,7 +7,6 @@ import copy
 import io
 import pickle
 
-import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

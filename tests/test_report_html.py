@@ -11,11 +11,10 @@ import pytest
 import torch
 
 import torchtriage
-from torchtriage import Finding, Report
-from torchtriage.report import dump_json, load_json, render_html, render_json, render_text
-from torchtriage._render._svg import MAX_POINTS, line_chart
-
 from conftest import run_cli
+from torchtriage import Finding, Report
+from torchtriage._render._svg import MAX_POINTS, line_chart
+from torchtriage.report import dump_json, load_json, render_html, render_json, render_text
 from zoo.reports import REPORTS, nan_report
 
 VOID = {"meta", "br", "hr", "img", "input", "link", "rect", "line", "circle", "polyline", "path"}
@@ -154,7 +153,8 @@ def test_render_html_rejects_non_reports():
 # ---------------------------------------------------------------------- charts
 def test_charts_mark_primary_step_nonfinite_points_and_choose_log_scale():
     page = render_html(nan_report())
-    loss = page[page.index("<figcaption class=\"chart-title\">loss"):page.index("<figcaption class=\"chart-title\">grad_norm")]
+    loss = page[page.index("<figcaption class=\"chart-title\">loss"):
+                page.index("<figcaption class=\"chart-title\">grad_norm")]
     grad = page[page.index("<figcaption class=\"chart-title\">grad_norm"):]
     assert "log scale" not in loss and "log scale" in grad
     assert loss.count('<path class="bad"') == 2 and grad.count('<path class="bad"') == 1
@@ -272,7 +272,8 @@ def test_cli_report_unwritable_html_path(tmp_path):
     dump_json(Report(), tmp_path / "r.json")
     proc = run_cli("report", "r.json", "--html", str(tmp_path / "no" / "r.html"), cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr == f"torchtriage: error: --html {tmp_path / 'no' / 'r.html'}: folder {tmp_path / 'no'} does not exist\n"
+    assert (proc.stderr
+            == f"torchtriage: error: --html {tmp_path / 'no' / 'r.html'}: folder {tmp_path / 'no'} does not exist\n")
 
 
 def test_json_golden_is_the_public_schema():

@@ -15,8 +15,14 @@ import torchtriage
 from torchtriage import BundleError
 from torchtriage._repro import _safetensors
 from torchtriage._repro._shrink import ddmin
-from zoo.repro import (ClampedNorm, NonFiniteOutputFlag, PoisonedTokenRow, RaisesOnNegativeSample,
-                       ZeroNormDivides, zero_sample_batch)
+from zoo.repro import (
+    ClampedNorm,
+    NonFiniteOutputFlag,
+    PoisonedTokenRow,
+    RaisesOnNegativeSample,
+    ZeroNormDivides,
+    zero_sample_batch,
+)
 
 
 def _read(path):
@@ -182,7 +188,8 @@ def test_replay_rejects_a_model_that_does_not_match(bundle):
             "shape differs: fc.weight bundle (1, 8) vs model (1, 4)")) as e:
         torchtriage.replay(bundle, model=model)
     assert e.value.path.endswith("model.safetensors")
-    with pytest.raises(BundleError, match=r"missing in the bundle: 0.weight, 0.bias; not in the model: fc.weight, fc.bias"):
+    with pytest.raises(BundleError,
+                       match=r"missing in the bundle: 0.weight, 0.bias; not in the model: fc.weight, fc.bias"):
         torchtriage.replay(bundle, model=nn.Sequential(nn.Linear(8, 1)))
 
 
@@ -199,7 +206,8 @@ def test_shrink_finds_the_single_poisoned_sample_in_log_n_replays(bundle):
     result = torchtriage.shrink(bundle, lambda b: torchtriage.replay(b, factory=_factory()), log=lines.append)
     assert result.samples == (37,) and result.batch_size == 64 and result.prefix is None
     assert result.replays == len(lines) <= 1 + 2 * 6  # the initial check + at most 2 per halving
-    assert lines[0] == "shrink: replay 1: 64 sample(s) [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, ...], prefix - -> reproduced"
+    assert (lines[0]
+            == "shrink: replay 1: 64 sample(s) [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, ...], prefix - -> reproduced")
     assert lines[-1] == "shrink: replay 10: 1 sample(s) [37], prefix - -> reproduced"
     x = result.bundle.batch().args[0]
     assert x.shape == (1, 8) and torch.equal(x, torch.zeros(1, 8))
@@ -307,7 +315,8 @@ def test_malformed_safetensors_header_is_refused(tmp_path):
 
 def test_safetensors_roundtrip_all_dtypes(tmp_path):
     tensors = {"f32": torch.randn(2, 3), "bf16": torch.randn(4).bfloat16(), "f16": torch.randn(1).half(),
-               "i64": torch.arange(5), "bool": torch.tensor([True, False]), "u8": torch.tensor([1, 255], dtype=torch.uint8),
+               "i64": torch.arange(5), "bool": torch.tensor([True, False]),
+               "u8": torch.tensor([1, 255], dtype=torch.uint8),
                "empty": torch.zeros(0, 3), "scalar": torch.tensor(2.5, dtype=torch.float64)}
     _safetensors.save(tensors, tmp_path / "t.safetensors", metadata={"k": "v"})
     back, meta = _safetensors.load(tmp_path / "t.safetensors")

@@ -119,7 +119,8 @@ def test_q4_live_tensors_from_the_seed_example():
         inferred = leaf * 2
     assert diagnose_none_grad(detached) == "tensor disconnected from graph"
     assert diagnose_none_grad(no_grad_value) == "gradient tracking disabled"
-    assert diagnose_none_grad(non_leaf).startswith("non-leaf tensor: its .grad is not kept unless you call retain_grad()")
+    assert diagnose_none_grad(non_leaf).startswith("non-leaf tensor: its .grad is not kept "
+                                                   "unless you call retain_grad()")
     assert diagnose_none_grad(inferred).startswith("created under torch.inference_mode()")
     assert diagnose_none_grad(leaf) == "grad is not None: it exists"
 
@@ -164,11 +165,14 @@ def test_q5_in_chinese(monkeypatch):
 # Q6 ---------------------------------------------------------------------------------
 def test_q6_seed_examples_and_clean():
     cases = [
-        ([{"stage": "loss", "finite": False}, {"stage": "activation", "finite": True}, {"stage": "gradient", "finite": True}],
+        ([{"stage": "loss", "finite": False}, {"stage": "activation", "finite": True},
+          {"stage": "gradient", "finite": True}],
          {"zone": "loss", "step": 1, "next_check": "inspect_loss_inputs_and_numeric_range"}),
-        ([{"stage": "loss", "finite": True}, {"stage": "activation", "finite": False}, {"stage": "gradient", "finite": False}],
+        ([{"stage": "loss", "finite": True}, {"stage": "activation", "finite": False},
+          {"stage": "gradient", "finite": False}],
          {"zone": "activation", "step": 2, "next_check": "inspect_forward_activation"}),
-        ([{"stage": "loss", "finite": True}, {"stage": "activation", "finite": True}, {"stage": "gradient", "finite": False}],
+        ([{"stage": "loss", "finite": True}, {"stage": "activation", "finite": True},
+          {"stage": "gradient", "finite": False}],
          {"zone": "gradient", "step": 3, "next_check": "return_to_Q4_gradient_chain"}),
         ([{"stage": "loss", "finite": True}], {"zone": "ok", "step": None, "next_check": "continue_monitoring"}),
     ]
@@ -191,4 +195,5 @@ def test_q6_from_a_report_of_a_watched_run():
     zone = locate_failure_zone(s.report)
     assert (zone["zone"], zone["step"]) == ("activation", 2)
     assert zone["next_check"].startswith("use drop_last=True in the DataLoader")
-    assert locate_failure_zone(torchtriage.Report()) == {"zone": "ok", "step": None, "next_check": "continue_monitoring"}
+    assert (locate_failure_zone(torchtriage.Report())
+            == {"zone": "ok", "step": None, "next_check": "continue_monitoring"})

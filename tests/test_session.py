@@ -150,7 +150,8 @@ def test_policy_raise_warn_record_and_dedup():
 
 
 def test_bad_options_name_what_is_accepted():
-    with pytest.raises(torchtriage.ConfigError, match=r"on_anomaly='explode' is not valid; accepted: 'warn', 'raise', 'skip_step', 'record'"):
+    with pytest.raises(torchtriage.ConfigError,
+                       match=r"on_anomaly='explode' is not valid; accepted: 'warn', 'raise', 'skip_step', 'record'"):
         torchtriage.watch(_mlp(), on_anomaly="explode")
     with pytest.raises(torchtriage.ConfigError, match=r"unknown check 'nope'; accepted: triage"):
         torchtriage.watch(_mlp(), checks=["nope"])

@@ -4,8 +4,8 @@ reference loops produce no finding at all."""
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
 import sys
+from collections import OrderedDict
 
 import pytest
 import torch
@@ -105,7 +105,8 @@ def test_numerics_unchanged_by_the_loss_region():
 @pytest.mark.parametrize("model,loss,targets,features,code,message", [
     (z.DoubleSoftmaxClassifier, "cross_entropy", lambda: torch.randint(0, 4, (16,)), 6,
      "silent.probabilities_to_cross_entropy",
-     "cross_entropy received probabilities (softmax output), but it applies log_softmax itself: softmax is applied twice"),
+     "cross_entropy received probabilities (softmax output), "
+     "but it applies log_softmax itself: softmax is applied twice"),
     (z.SigmoidBeforeLogitsLoss, "binary_cross_entropy_with_logits", lambda: torch.randint(0, 2, (16,)).float(), 5,
      "silent.sigmoid_before_logits_loss",
      "binary_cross_entropy_with_logits received probabilities (sigmoid output), but it applies sigmoid itself"),
@@ -150,7 +151,7 @@ def test_raw_logits_that_happen_to_lie_in_0_1_are_not_called_sigmoid_outputs():
         d.bias.fill_(0.5)
     x, y = torch.rand(16, 8), torch.ones(16, 1)
     logits = d(x).detach()
-    assert 0 <= float(logits.min()) and float(logits.max()) <= 1
+    assert float(logits.min()) >= 0 and float(logits.max()) <= 1
     with torchtriage.watch(d, checks=["silent"], on_anomaly="record", report=False) as s:
         F.binary_cross_entropy_with_logits(d(x), y).backward()
         F.binary_cross_entropy_with_logits(torch.sigmoid(d(x)).view(16), y.view(16)).backward()  # the bug
@@ -166,7 +167,8 @@ def test_unshifted_labels_in_session():
     f = _one(report, "silent.labels_not_shifted")
     assert f.message == ("cross_entropy targets equal the input tokens at the same positions: "
                          "labels are not shifted for next-token prediction")
-    assert (f.step, f.stage, f.line) == (0, Stage.LOSS, _line_of("loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids.reshape(-1))"))
+    loss_line = _line_of("loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids.reshape(-1))")
+    assert (f.step, f.stage, f.line) == (0, Stage.LOSS, loss_line)
     assert f.evidence["positions_equal_to_input"] == "96/96"
 
 
@@ -204,7 +206,8 @@ def test_check_padding():
     model.train()
     f = torchtriage.check_padding(model, ids, 0, mask).primary
     assert f.code == "silent.padding_leaks"
-    assert f.message == "outputs at real tokens changed when only PAD (0) positions changed: padding leaks into the model"
+    assert (f.message
+            == "outputs at real tokens changed when only PAD (0) positions changed: padding leaks into the model")
     assert model.training  # mode restored
     with pytest.raises(ValueError, match="input_ids hold no pad_id=99"):
         torchtriage.check_padding(model, ids, 99)
@@ -215,7 +218,8 @@ class _Seq2Seq(nn.Module):
     def __init__(self, vocab=40, d=16):
         super().__init__()
         self.src_emb, self.tgt_emb = nn.Embedding(vocab, d), nn.Embedding(vocab, d)
-        self.enc, self.dec, self.out = nn.GRU(d, d, batch_first=True), nn.GRU(d, d, batch_first=True), nn.Linear(d, vocab)
+        self.enc, self.dec = nn.GRU(d, d, batch_first=True), nn.GRU(d, d, batch_first=True)
+        self.out = nn.Linear(d, vocab)
 
     def forward(self, src, tgt_in=None, decoder_input_ids=None, attention_mask=None):
         _, h = self.enc(self.src_emb(src))
@@ -419,12 +423,14 @@ def test_check_training_loop_public():
 # ---------------------------------------------------------------------------------- 5. overflow
 def test_exp_overflow_public_seed_and_margin():
     f = torchtriage.check_exp_overflow(torch.tensor([1000.0, 1001.0])).primary
-    assert (f.code, f.evidence["direct_all_finite"], f.evidence["stable_sum"]) == ("silent.exp_overflow", False, "1.000000")
+    assert ((f.code, f.evidence["direct_all_finite"], f.evidence["stable_sum"])
+            == ("silent.exp_overflow", False, "1.000000"))
     near = torchtriage.check_exp_overflow(torch.tensor([[80.0, 1.0]])).primary  # finite, 8.7 below the limit
     assert near.severity is Severity.WARNING and near.evidence["exp_overflowed"] is False
     assert near.message == "exp input reaches 80.0 in float32, 8.03 below the overflow limit 88.72"
     assert not torchtriage.check_exp_overflow(torch.tensor([[10.0, 1.0]]))
-    assert torchtriage.check_exp_overflow(torch.tensor([[9.0, 1.0]], dtype=torch.float16)).primary.evidence["limit"] == 11.09
+    assert (torchtriage.check_exp_overflow(torch.tensor([[9.0, 1.0]], dtype=torch.float16)).primary.evidence["limit"]
+            == 11.09)
 
 
 def test_hand_written_softmax_near_overflow_in_session():

@@ -8,10 +8,10 @@ import inspect
 
 import torch
 import torch.nn as nn
+from tests.zoo import step as zoo
 
 import torchtriage
 from torchtriage import Severity, Stage
-from tests.zoo import step as zoo
 
 
 def _line(obj, marker):
@@ -139,7 +139,8 @@ def test_gan_finding_names_the_model_by_its_variable_and_the_page_marks_only_it(
     assert list(s.report.meta["models"]) == ["G", "netD"]
     # one loss series per backward call site: D's loss and G's loss apart
     g_line = _line(zoo.gan, "g_loss.backward()")
-    assert sorted(k for k in s.series if not k.startswith("lr")) == sorted(["loss", f"loss step.py:{g_line}", "grad_norm"])
+    assert (sorted(k for k in s.series if not k.startswith("lr"))
+            == sorted(["loss", f"loss step.py:{g_line}", "grad_norm"]))
     assert {"lr", "lr[1.0]"} <= set(s.series)  # optimizer 0 (optD) and optimizer 1 (optG), group 0 each
     from torchtriage._render._tree import render_tree
 
@@ -206,7 +207,8 @@ def test_torchtriage_run_names_the_raw_parameter_and_the_cut(tmp_path):
     proc = run_cli("run", "--json", str(out), str(script), timeout=120)
     assert proc.returncode == 0, proc.stderr
     (f,) = [d for d in json.loads(out.read_text())["findings"] if d["category"] == "gradient"]
-    assert (f["code"], f["parameter"], f["op"], f["line"]) == ("gradient.cut_to_python", "means_coef", "Tensor.item", 11)
+    assert ((f["code"], f["parameter"], f["op"], f["line"])
+            == ("gradient.cut_to_python", "means_coef", "Tensor.item", 11))
 
 
 def test_ops_on_the_batch_before_the_model():

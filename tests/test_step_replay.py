@@ -10,9 +10,9 @@ import math
 import pytest
 import torch
 import torch.nn as nn
-from zoo import step as zoo
 
 import torchtriage
+from zoo import step as zoo
 
 STEP = zoo.__file__
 
@@ -116,7 +116,8 @@ def test_an_op_that_is_not_plain_data_is_stored_as_its_result_and_named(tmp_path
         opt.step()
     bundle = torchtriage.load_bundle(tmp_path / "b")
     (left,) = bundle.meta["batch"]["step"]["left_out"]
-    assert left == f"rand at line {_line(test_an_op_that_is_not_plain_data_is_stored_as_its_result_and_named, 'keep = torch.rand')} (Generator): its result is stored"
+    this = test_an_op_that_is_not_plain_data_is_stored_as_its_result_and_named
+    assert left == f"rand at line {_line(this, 'keep = torch.rand')} (Generator): its result is stored"
 
     def factory():
         torch.manual_seed(0)
@@ -126,5 +127,6 @@ def test_an_op_that_is_not_plain_data_is_stored_as_its_result_and_named(tmp_path
     result = torchtriage.replay(bundle, factory=factory)
     assert result.reproduced, result.describe()
     assert (result.matched.op, result.matched.file, result.matched.line) == (
-        "aten::sqrt", __file__, _line(test_an_op_that_is_not_plain_data_is_stored_as_its_result_and_named, "loss = torch.sqrt"))
-    assert result.notes[-1].startswith("note: ops not stored in the bundle (their results were stored instead): rand at line")
+        "aten::sqrt", __file__, _line(this, "loss = torch.sqrt"))
+    assert result.notes[-1].startswith(
+        "note: ops not stored in the bundle (their results were stored instead): rand at line")

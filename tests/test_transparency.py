@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_cli
-from zoo import transparency as T
 
 import torchtriage
+from conftest import run_cli
+from zoo import transparency as T
 
 CATALOGUE = Path(T.__file__)
 
@@ -45,7 +45,8 @@ def test_baseline_outcomes_are_the_expected_ones(baseline):
     # The catalogue means what it says: these work without torchtriage, these raise.
     raised = sorted(k for k, v in baseline.items() if v[0] == "raise")
     assert raised == ["detect_anomaly_nan", "load_state_dict_strict", "torch_load_module_weights_only"]
-    assert baseline["detect_anomaly_nan"][1:3] == ["RuntimeError", "Function 'MulBackward0' returned nan values in its 0th output."]
+    assert (baseline["detect_anomaly_nan"][1:3]
+            == ["RuntimeError", "Function 'MulBackward0' returned nan values in its 0th output."])
 
 
 @pytest.mark.parametrize("checks", ["default", "nonfinite"], ids=["global_hooks", "root_hooks"])

@@ -13,7 +13,6 @@ import torchtriage
 from torchtriage import Category, Stage
 from torchtriage._catalogue import catalogue, fields_of
 from torchtriage._triage import RULES, classify
-
 from zoo import forward as z
 
 HERE = __file__
@@ -133,7 +132,8 @@ def test_meta_tensor_read_is_a_device_fault():
 
 LOSS_CASES = [
     (z.ce_with_column_target, "shape", "shape.loss_target_dims",
-     "loss: the target has too many dimensions for class indices (0D or 1D target tensor expected, multi-target not supported)"),
+     "loss: the target has too many dimensions for class indices "
+     "(0D or 1D target tensor expected, multi-target not supported)"),
     (z.ce_with_other_batch, "shape", "shape.loss_batch", "loss: input batch size 4 differs from target batch size 5"),
     (z.ce_with_float_target, "dtype", "dtype.loss_target", "loss target has dtype Float, expected Long or Byte"),
 ]
@@ -188,7 +188,8 @@ CUDA_MESSAGES = [
     ("Input type (torch.cuda.HalfTensor) and weight type (torch.cuda.FloatTensor) should be the same",
      "dtype.half_input", "half-precision and float32 operands meet (Half and Float)"),
     ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB",
-     "memory.oom", "out of memory: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB"),
+     "memory.oom", "out of memory: RuntimeError: CUDA out of memory. "
+                   "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB"),
     ("expected scalar type Long but found Float", "dtype.scalar_type", "an op expected dtype Long but found Float"),
     ("Found dtype Float but expected Long", "dtype.loss_target", "loss target has dtype Float, expected Long"),
 ]
@@ -208,18 +209,19 @@ def test_out_of_memory_error_type_is_memory_whatever_the_text():
         raise torch.OutOfMemoryError("allocator gave up")
     except torch.OutOfMemoryError as e:
         f = torchtriage.triage_exception(e).primary
-    assert (f.category, f.code, f.message) == (Category.MEMORY, "memory.oom", "out of memory: OutOfMemoryError: allocator gave up")
+    assert ((f.category, f.code, f.message)
+            == (Category.MEMORY, "memory.oom", "out of memory: OutOfMemoryError: allocator gave up"))
 
 
 def test_unknown_exception_is_other_with_the_user_line_never_forced():
     model = z.CleanMLP()
 
     def step():
-        {}["missing"]  # noqa: B018
+        {}["missing"]
 
     f, _ = _watched(model, step)
     assert (f.category, f.code, f.message) == (Category.OTHER, "other.exception", "KeyError: 'missing'")
-    assert f.file == HERE and f.evidence["source_line"] == '{}["missing"]  # noqa: B018'
+    assert f.file == HERE and f.evidence["source_line"] == '{}["missing"]'
     assert torchtriage.classify_issue(KeyError("x")) == ["other"]
 
 

@@ -316,7 +316,7 @@ class ContractHandle:
         return path, label
 
     def _pre(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         dims: dict[str, int] = {}
         self._stack.append(dims)
         if self.inputs is None:
@@ -324,7 +324,7 @@ class ContractHandle:
         self._apply(module, self._pick_inputs(args, kwargs), dims, "input", Stage.FORWARD)
 
     def _post(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         dims = self._stack.pop() if self._stack else {}
         if self.outputs is None or (output is None and sys.exc_info()[0] is not None):
             return  # forward raised: nothing to check, the user's exception goes on
@@ -349,7 +349,8 @@ class ContractHandle:
         findings = []
         for tname, value, spec in items:
             for f in check(value, spec, dims):
-                findings.append(_finding(f, where=label + " ", tensor=tname, t=value, module=path, stage=stage, dims=dims))
+                findings.append(_finding(f, where=label + " ", tensor=tname, t=value,
+                                         module=path, stage=stage, dims=dims))
         if not findings:
             return
         report = Report(tuple(f.replace(order=i) for i, f in enumerate(findings)))

@@ -37,8 +37,8 @@ def read_scalars(tensors: Sequence[torch.Tensor]) -> list[float]:
         dtype = torch.float32 if flat[0].device.type == "mps" else torch.float64
         first = flat[0].dtype
         if first.is_floating_point and all(t.dtype is first for t in flat):
-            return torch.cat(flat).to(dtype).tolist()  # type: ignore[no-any-return]  # one conversion
-        return torch.cat([t.to(dtype) for t in flat]).tolist()  # type: ignore[no-any-return]
+            return torch.cat(flat).to(dtype).tolist()  # one conversion
+        return torch.cat([t.to(dtype) for t in flat]).tolist()
     # Mixed devices (model parallel, a CPU batch with CUDA outputs). Moving an accelerator's
     # number to the CPU one at a time would sync each time, and a blocking CPU→CUDA copy syncs
     # the stream too: the CPU's numbers are read where they are, the accelerators' numbers are

@@ -30,7 +30,8 @@ def _redact(name: str, value: str) -> str:
 def _packages() -> dict[str, str]:
     out: dict[str, str] = {}
     for dist in metadata.distributions():
-        name = dist.metadata.get("Name")
+        # PackageMetadata's protocol leaves out get(); the email.message.Message it is has it
+        name = dist.metadata.get("Name")  # type: ignore[attr-defined]
         if name:
             out[name] = dist.version
     return dict(sorted(out.items(), key=lambda kv: kv[0].lower()))

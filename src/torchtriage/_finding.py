@@ -73,7 +73,7 @@ def _coerce(enum_cls: type[enum.Enum], value: Any, field: str) -> Any:
     try:
         return enum_cls(value)
     except ValueError:
-        accepted = ", ".join(repr(m.value) for m in enum_cls)  # type: ignore[attr-defined]
+        accepted = ", ".join(repr(m.value) for m in enum_cls)
         raise ValueError(f"Finding.{field}={value!r} is not valid; accepted: {accepted}") from None
 
 
@@ -204,6 +204,6 @@ def from_catalogue(category: Category | str, code: str, message_key: str, *,
         attrs["cause"] = msg(cause_key, **fields)
     if next_key:
         attrs["next_check"] = msg(next_key, **fields)
-    return Finding(category=category, code=code, message=msg(message_key, **fields),
+    return Finding(category=Category(category), code=code, message=msg(message_key, **fields),
                    file=frame.file if frame is not None else None, line=frame.line if frame is not None else None,
                    evidence=ev, **attrs)

@@ -11,7 +11,7 @@ as `torchtriage.report`) turn it into terminal text, JSON (a public, versioned c
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ._catalogue import msg
@@ -73,7 +73,7 @@ class Report:
     def __len__(self) -> int:
         return len(self.findings)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Finding]:
         return iter(self.findings)
 
     def filter(

@@ -67,12 +67,9 @@ def _is_user_file(filename: str) -> bool:
     path = os.path.abspath(filename)
     if path == _HERE or path.startswith(_HERE + os.sep):
         return False
-    for root in _ROOTS + tuple(_extra_library_roots):
-        if path.startswith(root + os.sep):
-            # A user's script may live under a checkout that sits in site-packages only
-            # when installed; an editable install of the user's code lives elsewhere.
-            return False
-    return True
+    # A user's script may live under a checkout that sits in site-packages only
+    # when installed; an editable install of the user's code lives elsewhere.
+    return not any(path.startswith(root + os.sep) for root in _ROOTS + tuple(_extra_library_roots))
 
 
 def _source_line(filename: str, lineno: int) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import sys
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn as nn
@@ -23,18 +23,19 @@ from torch.nn.modules import module as _module_mod
 from torch.nn.modules.loss import _Loss
 from torch.optim import optimizer as _optim_mod
 
-from ._checker import LOSS_FUNCTIONS, LossCall, overrides
+from ._checker import LOSS_FUNCTIONS, Checker, LossCall, overrides
 from ._errors import AnomalyError
 from ._findings import Stage
 from ._frames import find_frame, note_optimizer_frame, user_frame_from_stack, user_stack_frame
 from ._patching import Patches
-from ._step import called_functionally
 from ._roothook import RootHook  # pickles and deep-copies inert, with the user's model
+from ._step import called_functionally
 from ._transparent import HookOwner, remove_handle, standing_aside
 from ._transparent import install as _install_transparency
 from ._transparent import uninstall as _uninstall_transparency
 
 if TYPE_CHECKING:
+    from ._patching import Patches
     from ._session import Session
 
 
@@ -46,6 +47,28 @@ class SessionHooks(HookOwner):
     """Installing, removing and running the session's hooks (mixed into `Session`). The hooks'
     own state is created by `_init_hooks` (called from `Session.__init__`); the rest they read
     (checkers, the clock, the watched models and optimizers) is the session's."""
+
+    if TYPE_CHECKING:  # what this mixin uses of `Session`, declared for the type checker only
+        checkers: list[Checker]
+        discover: bool
+        step: int
+        stage: Stage | None
+        _names: weakref.WeakKeyDictionary[nn.Module, str]
+        _roots: weakref.WeakKeyDictionary[nn.Module, str]
+        _optimizers: list[weakref.ref[torch.optim.Optimizer]]
+        _clock: weakref.ref[torch.optim.Optimizer] | None
+        _broken: set[str]
+        _pending_end: bool
+
+        @property
+        def models(self) -> list[nn.Module]: ...
+        def module_name(self, module: nn.Module) -> str | None: ...
+        def watch_model(self, model: nn.Module, label: str | None = None) -> None: ...
+        def watch_optimizer(self, optimizer: torch.optim.Optimizer) -> None: ...
+        def _begin_step_if_needed(self) -> None: ...
+        def _end_step(self) -> None: ...
+        def _emit(self, event: str, *args: Any) -> None: ...
+        def _internal_error(self, where: str, e: BaseException) -> None: ...
 
     def _init_hooks(self) -> None:
         self._installed = False
@@ -79,7 +102,7 @@ class SessionHooks(HookOwner):
         self._handles.append(_optim_mod.register_optimizer_step_pre_hook(self._opt_pre))
         self._handles.append(_optim_mod.register_optimizer_step_post_hook(self._opt_post))
         self._patch(torch.autograd, "backward", self._wrap_backward(torch.autograd.backward))
-        _install_transparency(self)  # our hooks invisible to copy / pickle / jit.script (issue 10)
+        _install_transparency(cast("Session", self))  # our hooks invisible to copy / pickle / jit.script (issue 10)
         if self.discover:
             self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init(torch.optim.Optimizer.__init__))
         if needs("on_loss"):
@@ -151,7 +174,7 @@ class SessionHooks(HookOwner):
         self._patches.patch(obj, attr, new)
 
     def _fwd_pre(self, module: nn.Module, args: tuple[Any, ...]) -> None:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         if self._busy or self._in_backward or standing_aside():
             return
         try:
@@ -184,7 +207,7 @@ class SessionHooks(HookOwner):
 
     def _fwd_post(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                   output: Any = _RAISED) -> None:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         if self._busy or self._in_backward or standing_aside():
             return
         try:
@@ -210,7 +233,7 @@ class SessionHooks(HookOwner):
 
         @functools.wraps(original)
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            __tracebackhide__ = True  # noqa: F841
+            __tracebackhide__ = True
             if session._busy or standing_aside():
                 return original(tensors, *args, **kwargs)
             roots = (tensors,) if isinstance(tensors, torch.Tensor) else tuple(tensors)
@@ -242,7 +265,7 @@ class SessionHooks(HookOwner):
 
         @functools.wraps(original)
         def loss(*args: Any, **kwargs: Any) -> Any:
-            __tracebackhide__ = True  # noqa: F841
+            __tracebackhide__ = True
             if session._busy or session._in_loss or standing_aside():
                 # _in_loss: a TorchFunctionMode on the stack (a check's tracer, the user's own)
                 # re-dispatches F.<loss> to this wrapper from inside the first call: one call.
@@ -274,7 +297,7 @@ class SessionHooks(HookOwner):
 
         @functools.wraps(original)
         def __init__(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
-            __tracebackhide__ = True  # noqa: F841
+            __tracebackhide__ = True
             original(opt, *args, **kwargs)
             if not session._busy:
                 try:
@@ -297,8 +320,8 @@ class SessionHooks(HookOwner):
             return True
         return False
 
-    def _opt_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        __tracebackhide__ = True  # noqa: F841
+    def _opt_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> tuple[Any, dict[str, Any]] | None:
+        __tracebackhide__ = True
         if self._busy or not self._known_optimizer(optimizer):
             return None
         if self._clock is None:
@@ -325,7 +348,7 @@ class SessionHooks(HookOwner):
 
         @functools.wraps(closure)
         def wrapped(*args: Any, **kwargs: Any) -> Any:
-            __tracebackhide__ = True  # noqa: F841
+            __tracebackhide__ = True
             result = closure(*args, **kwargs)
             if not announced and not session._busy:  # LBFGS calls it several times per step
                 announced.append(True)
@@ -336,7 +359,7 @@ class SessionHooks(HookOwner):
         return wrapped
 
     def _opt_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         if self._busy or not self._known_optimizer(optimizer):
             return
         self._emit("on_optimizer_step_post", optimizer)
@@ -347,7 +370,7 @@ class SessionHooks(HookOwner):
             self._maybe_narrow_module_hooks()
 
 
-def _loss_module_name(session: Session) -> str | None:
+def _loss_module_name(session: SessionHooks) -> str | None:
     # Called from a loss module's forward? Look one level up for `self`.
     f = find_frame(lambda f: isinstance(f.f_locals.get("self"), nn.Module), sys._getframe(2), depth=4)
     if f is None:

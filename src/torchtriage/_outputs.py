@@ -111,9 +111,9 @@ def write_output(path: str, data: str | bytes, flag: str) -> None:
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise OutputError(msg("outputs.is_folder", flag=flag, path=path))
     try:
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            _write_in_place(target, raw)
-        elif not _write_atomic(target, raw, st):
+        # a FIFO or a device is written in place, as is a file whose folder refuses a temporary file
+        special = st is not None and not stat.S_ISREG(st.st_mode)
+        if special or not _write_atomic(target, raw, st):
             _write_in_place(target, raw)
     except OSError as e:
         raise OutputError(msg("outputs.write_failed", flag=flag, path=path, reason=_reason(e))) from None

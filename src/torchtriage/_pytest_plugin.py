@@ -16,7 +16,7 @@ fixture gets the whole report as a "torchtriage" section (pytest shortens long r
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -84,7 +84,7 @@ def triage(request: Any) -> Iterator[Any]:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[Any]:
+def pytest_runtest_makereport(item: Any, call: Any) -> Generator[None, Any, Any]:
     rep = yield
     session = item.stash.get(_KEY, None)
     if session is not None and call.when == "call" and rep.failed:

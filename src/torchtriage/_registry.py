@@ -39,7 +39,7 @@ def load(name: str) -> type[Checker]:
     if name not in CHECKS:
         raise ConfigError(f"unknown check {name!r}; accepted: {', '.join(CHECKS)}")
     module, _, cls = CHECKS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), cls)
 
 
 def build(checks: object) -> list[Checker]:

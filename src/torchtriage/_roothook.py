@@ -20,7 +20,7 @@ class RootHook:
         self._method = method
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         session = self._session() if self._session is not None else None
         if session is None:
             return None

@@ -102,7 +102,8 @@ def audit_tensor_contract(actual: Any, expected: Mapping[str, Any]) -> dict[str,
 
     Example:
         >>> r = audit_tensor_contract(torch.randn(2, 4, 8).transpose(1, 2),
-        ...                           {"shape": (2, 8, 4), "dtype": "torch.float32", "device": "cpu", "contiguous": True})
+        ...                           {"shape": (2, 8, 4), "dtype": "torch.float32", "device": "cpu",
+        ...                            "contiguous": True})
         >>> [k for k, ok in r["checks"].items() if not ok]
         ['contiguous_ok']
     """
@@ -241,7 +242,7 @@ def _from_session(t: torch.Tensor) -> str | None:
 
     sess = current_session()
     name = sess.param_index.name(t) if sess is not None else None
-    if name is None:
+    if sess is None or name is None:
         return None
     for f in sess.report.findings:
         names = f.evidence.get("parameters") if isinstance(f.evidence, Mapping) else None
@@ -344,8 +345,8 @@ def locate_failure_zone(records: Any) -> dict[str, Any]:
         f = records.primary
         if f is None:
             return {"zone": "ok", "step": None, "next_check": "continue_monitoring"}
-        zone = _STAGE_ZONE.get(f.stage, f.category.value) if f.stage is not None else f.category.value
-        return {"zone": zone, "step": f.step, "next_check": f.next_check, "finding": f}
+        where = _STAGE_ZONE.get(f.stage, f.category.value) if f.stage is not None else f.category.value
+        return {"zone": where, "step": f.step, "next_check": f.next_check, "finding": f}
     if not isinstance(records, list):
         raise TypeError(msg("seed.records_not_list", got=type(records).__name__))
     for idx, record in enumerate(records, start=1):

@@ -18,14 +18,14 @@ import time
 import warnings
 import weakref
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn as nn
 
 from . import _registry
 from ._catalogue import msg, set_language
-from ._checker import LOSS_FUNCTIONS as LOSS_FUNCTIONS  # noqa: F401  (re-export)
+from ._checker import LOSS_FUNCTIONS as LOSS_FUNCTIONS
 from ._checker import Checker, overrides
 from ._config import OnAnomaly, parse_late_read, parse_on_anomaly
 from ._errors import AnomalyError, TriageInternalWarning, TriageWarning
@@ -329,7 +329,7 @@ class Session(SessionHooks):
             raise
         return self
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if self._adopted_by is not None:
             return False
         try:

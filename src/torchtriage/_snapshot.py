@@ -132,15 +132,15 @@ class SnapshotKeeper(Checker):
         if self.tape is None:
             return
         if self.wants_tape(step):
-            self.tape.push()
+            self.tape.push_mode()
         else:
-            self.tape.pop()
+            self.tape.pop_mode()
 
     def tape_failed(self) -> None:
         self.mode = "off"
         self._failed = True
         self._armed_until = self._held_until = -1
-        if self.tape is not None and self.tape.pop():
+        if self.tape is not None and self.tape.pop_mode():
             self.tape = None
 
     def recording(self) -> StepRecord | None:
@@ -217,5 +217,5 @@ class SnapshotKeeper(Checker):
     def on_end(self) -> None:
         self._open = False
         if self.tape is not None:
-            self.tape.pop()
+            self.tape.pop_mode()
         self._early = StepRecord()

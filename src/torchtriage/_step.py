@@ -25,6 +25,7 @@ import dataclasses
 import itertools
 import os
 import sys
+from types import FrameType
 from typing import Any
 
 import torch
@@ -106,7 +107,7 @@ _LIBRARY_CALLERS = tuple(os.path.join(_TORCH, d) + os.sep for d in ("optim", "au
 def _not_step_code() -> bool:
     """An op run by a check's hook (a sentinel's sum) or by torch's own machinery. Mode handlers
     (`__torch_function__`: ours and the user's, stacked) and torch's dispatch are transparent."""
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     while f is not None:
         code = f.f_code
         file = code.co_filename
@@ -147,7 +148,7 @@ class StepTape(TorchFunctionMode):
         self.on_stack = False
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         kwargs = kwargs or {}
         self.inside += 1
         try:
@@ -165,12 +166,12 @@ class StepTape(TorchFunctionMode):
             self.owner.tape_failed()
         return out
 
-    def push(self) -> None:
+    def push_mode(self) -> None:
         if not self.on_stack:
             push_mode(self)  # under the user's modes: their blocks pop their own
             self.on_stack = True
 
-    def pop(self) -> bool:
+    def pop_mode(self) -> bool:
         """Take the mode off the stack (keeping modes pushed above it); False when that must wait
         (inside one of our own calls, where torch has popped us and will push us back)."""
         if not self.on_stack:

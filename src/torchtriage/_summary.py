@@ -66,7 +66,7 @@ def summarize(t: Any) -> TensorSummary | None:
     if not isinstance(t, torch.Tensor):
         return None
     try:
-        base = dict(
+        base: dict[str, Any] = dict(
             shape=tuple(t.shape),
             dtype=str(t.dtype),
             device=str(t.device),

@@ -160,7 +160,7 @@ def _wrap_export(original: Any, session: Session) -> Any:
     # global module hook selects): while it traces, our global hooks are out and we are paused.
     @functools.wraps(original)
     def export(*args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         with hidden_global_hooks(), session.paused():
             return original(*args, **kwargs)
 
@@ -214,5 +214,6 @@ def remove_handle(handle: Any) -> None:
     with contextlib.suppress(Exception):
         handle.remove()
     flags = getattr(_module_mod, "_global_forward_hooks_with_kwargs", None)
-    if isinstance(flags, dict) and getattr(handle, "id", None) in flags and handle.id not in _module_mod._global_forward_hooks:
+    if (isinstance(flags, dict) and getattr(handle, "id", None) in flags
+            and handle.id not in _module_mod._global_forward_hooks):
         del flags[handle.id]

@@ -91,11 +91,11 @@ class TinyLM(nn.Module):
         return self.head(h + self.out(att @ v))
 
 
-def LeakyAttentionLM() -> TinyLM:  # noqa: N802 - named after its bug, like the classes
+def LeakyAttentionLM() -> TinyLM:  # named after its bug, like the classes
     return TinyLM(causal=False)
 
 
-def PadLeakingLM() -> TinyLM:  # noqa: N802
+def PadLeakingLM() -> TinyLM:
     """A bidirectional encoder that ignores its attention mask."""
     return TinyLM(causal=False, use_mask=False)
 

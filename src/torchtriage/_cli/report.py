@@ -13,8 +13,8 @@ import os
 import sys
 from typing import Any
 
-from . import fail
 from .._outputs import OutputError, check_output, write_output
+from . import fail
 
 
 def register(sub: Any) -> None:
@@ -57,7 +57,8 @@ def _load(path: str) -> tuple[Any, str | None]:
                 raise ValueError(f"'{key}' must be an object")
         return Report.from_dict(data), None
     except (ValueError, TypeError, KeyError, AttributeError) as e:
-        return None, msg("cli.report.bad_schema", path=path, error=str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return None, msg("cli.report.bad_schema", path=path,
+                         error=str(e).splitlines()[0] if str(e) else type(e).__name__)
 
 
 def report_command(args: argparse.Namespace) -> int:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import types
 import sys
 import traceback
+import types
 from typing import Any
 
 from . import fail
@@ -22,7 +22,8 @@ def register(sub: Any) -> None:
                        epilog=msg("cli.run_exit_codes"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", metavar="PATH", help="write the report as JSON (also when the script fails; "
                                                    "'-' for standard output, after the script's own output)")
-    p.add_argument("--html", metavar="PATH", help="write the report as a standalone HTML page ('-' for standard output)")
+    p.add_argument("--html", metavar="PATH",
+                   help="write the report as a standalone HTML page ('-' for standard output)")
     # REMAINDER: everything after `-m MODULE` is the module's arguments, as with `python -m`.
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
                    help="run a module as `python -m MODULE ARGS...` does (instead of SCRIPT)")
@@ -220,7 +221,7 @@ def _run_and_report(args: argparse.Namespace, session: Any, target: Any, old_arg
     dist = session.checker("distributed")
     if dist is not None:
         # every rank hands in its report; rank 0 writes and prints the merged one, once (issue 15)
-        merged = dist.gather(report)  # type: ignore[attr-defined]
+        merged = dist.gather(report)
         if merged is not None:
             exit_code = _emit_report(args, merged, error, exit_code)
     else:

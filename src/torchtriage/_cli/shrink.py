@@ -24,10 +24,9 @@ def register(sub: Any) -> None:
 def shrink_command(args: argparse.Namespace) -> int:
     from .._catalogue import msg
     from .._errors import BundleError
+    from .._outputs import check_folder_output
     from .._repro import shrink
     from .._repro._source import source_from_args
-
-    from .._outputs import check_folder_output
 
     problem = check_folder_output(args.out, "--out") if args.out else None
     if problem:  # before the replays, which take a while

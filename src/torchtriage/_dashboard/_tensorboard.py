@@ -41,8 +41,8 @@ class TensorBoardSink:
             self.writer.add_scalar(name, value, global_step=step)
 
     def report(self, report: Report, markers: dict[int, float]) -> None:
-        from ..report import render_text
         from .._render._text import render_finding
+        from ..report import render_text
 
         for step, value in sorted(markers.items()):
             self.writer.add_scalar(PREFIX + "anomaly", value, global_step=step)

@@ -57,8 +57,8 @@ class WandbSink:
 
     def report(self, report: Report, markers: dict[int, float]) -> None:
         wandb = _import_wandb()
-        from ..report import render_text
         from .._render._fragment import render_fragment
+        from ..report import render_text
 
         for step, value in sorted(markers.items()):
             self.run.log({STEP: step, PREFIX + "anomaly": value})

@@ -21,12 +21,12 @@ from .._checker import Checker
 from .._findings import Category, Finding, Report, Severity, Stage, from_catalogue
 from .._frames import user_frame_from_stack
 from .._patching import Patches
+from ._collectives import Tracker, wrap_collectives
 from ._ddp import DDPWatch, find_unused_idle, is_ddp, received_finding, replayable, unused_finding
 from ._env import RankInfo, rank_info, run_dir
 from ._merge import merge
-from ._shards import is_dtensor, is_sharded
-from ._collectives import Tracker, wrap_collectives
 from ._rundir import RunDir, open_rundir
+from ._shards import is_dtensor, is_sharded
 from ._watchdog import ENDED_GRACE, MERGE_WAIT, STALL_EXIT_CODE, Watchdog
 
 END_GRACE = 15.0  # seconds rank 0 waits for the other ranks' reports beyond their stall timeout

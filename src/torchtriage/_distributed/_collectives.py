@@ -94,7 +94,7 @@ def _wrap(tracker: Tracker, name: str, fn: Any) -> Any:
 
     @functools.wraps(fn)
     def collective(*args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         tracker.enter(label, user_frame_from_stack(2))
         try:
             return fn(*args, **kwargs)

@@ -35,8 +35,10 @@ class DDPWatch:
 
     def __init__(self, ddp: nn.Module, flags: _deferred.DeferredFlags, tracker: Any = None) -> None:
         self.ddp = ddp
-        self.names = [n for n, p in ddp.module.named_parameters() if p.requires_grad]
-        params = [p for _, p in ddp.module.named_parameters() if p.requires_grad]
+        inner = ddp.module
+        assert isinstance(inner, nn.Module)  # DistributedDataParallel.module: the wrapped model
+        self.names = [n for n, p in inner.named_parameters() if p.requires_grad]
+        params = [p for _, p in inner.named_parameters() if p.requires_grad]
         self.used: set[int] = set()
         self.sums: list[torch.Tensor] = []
         self.flags = flags

@@ -50,9 +50,10 @@ def rank_info() -> RankInfo | None:
     if dist.is_available() and dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
     else:
-        rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
-        if rank is None or world is None:
+        env_rank, env_world = _env_int("RANK"), _env_int("WORLD_SIZE")
+        if env_rank is None or env_world is None:
             return None
+        rank, world = env_rank, env_world
     local = _env_int("LOCAL_RANK")
     return RankInfo(rank, rank if local is None else local, world, socket.gethostname())
 

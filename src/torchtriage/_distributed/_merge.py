@@ -45,7 +45,8 @@ def merge(records: dict[int, dict[str, Any]], world_size: int, stall: dict[str, 
     hosts = {rec.get("host") for rec in records.values()}
     if len(hosts) <= 1:
         findings = [f.replace(host=None) for f in findings]
-    ordered = sorted(findings, key=lambda f: (f.step is None, f.step or 0, f.rank if f.rank is not None else -1, f.order))
+    ordered = sorted(findings, key=lambda f: (f.step is None, f.step or 0,
+                                              f.rank if f.rank is not None else -1, f.order))
     findings = [f.replace(order=i + 1) for i, f in enumerate(ordered)]
     return Report(tuple(findings), meta=_meta(records, world_size), series=_series(records))
 
@@ -174,7 +175,8 @@ def _describe(rank: int, rec: dict[str, Any] | None) -> tuple[str, tuple[str, st
         return msg("dist.frozen", rank=rank, function=func, where=where), (f"{func}()", where)
     ended = rec.get("ended") or {}
     if not rec.get("stalled"):
-        how = msg("dist.ended_error", error=ended.get("error", "")) if ended.get("how") == "error" else msg("dist.ended_ok")
+        how = (msg("dist.ended_error", error=ended.get("error", "")) if ended.get("how") == "error"
+               else msg("dist.ended_ok"))
         return msg("dist.ended", rank=rank, how=how), None
     p = rec.get("pending")
     if p:
@@ -224,7 +226,7 @@ def _stall_finding(records: dict[int, dict[str, Any]], world_size: int, stall: d
 def _sites(rec: dict[str, Any]) -> list[tuple[str, str, int]]:
     c = rec.get("collectives") or {}
     sites = {int(k): tuple(v) for k, v in (c.get("sites") or {}).items()}
-    return [sites[i] for i in c.get("sequence", []) if i in sites]  # type: ignore[misc]
+    return [sites[i] for i in c.get("sequence", []) if i in sites]
 
 
 def _site_text(site: tuple[str, str, int] | None) -> str:

@@ -75,7 +75,8 @@ class Watchdog(threading.Thread):
         try:
             if signal.getsignal(DUMP_SIGNAL) not in (signal.SIG_DFL, None):
                 return
-            self._fh = open(o.rundir.file(f"fh-{o.info.rank}.txt"), "w", encoding="utf-8")
+            # open for the session's life: faulthandler writes to it until _unregister_dump closes it
+            self._fh = open(o.rundir.file(f"fh-{o.info.rank}.txt"), "w", encoding="utf-8")  # noqa: SIM115
             faulthandler.register(DUMP_SIGNAL, file=self._fh, all_threads=True, chain=False)
         except (OSError, ValueError, RuntimeError):
             self._fh = None

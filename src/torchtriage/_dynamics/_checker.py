@@ -13,9 +13,10 @@ step's end (one read per step).
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
@@ -27,12 +28,15 @@ from .._frames import user_frame_from_stack
 from .._nonfinite._sentinel import foreach_norm
 from .._silent._common import first_tensor, is_index_tensor
 from ._causal import probe, shift_share
-from ._trends import Growth, PRIOR_MIN_STEPS, Spikes, TINY_UPDATE, at_prior, label_entropy, loss_not_lower
 from ._common import finding, num
 from ._evalcode import MetricRegion, dim_finding, node_checks
 from ._layers import Sample, Vanishing, _local, grad_params, layer_kind, layer_names, per_layer, update_ratio
 from ._order import StepOrder
 from ._schedules import ScheduleWatch, lr_value
+from ._trends import PRIOR_MIN_STEPS, TINY_UPDATE, Growth, Spikes, at_prior, label_entropy, loss_not_lower
+
+if TYPE_CHECKING:
+    from .._session import Session
 
 MAX_LR_SERIES = 8
 _RECURRENT = ("RNN", "LSTM", "GRU")
@@ -44,6 +48,7 @@ class DynamicsChecker(Checker):
     code that broadcasts, softmax over the wrong dimension, attention that sees the future."""
 
     name = "dynamics"
+    session: Session  # attached before on_start: every event below runs with it
 
     def on_start(self, session: Any) -> None:
         opts = session.options
@@ -125,10 +130,12 @@ class DynamicsChecker(Checker):
         inp, tgt, kw = call.input, call.target, call.kwargs
         if not isinstance(inp, torch.Tensor) or not isinstance(tgt, torch.Tensor):
             return
-        if call.name == "cross_entropy" and inp.dim() >= 2 and inp.shape[1] == 1 and ("ce1", call.frame) not in self.reported:
+        if (call.name == "cross_entropy" and inp.dim() >= 2 and inp.shape[1] == 1
+                and ("ce1", call.frame) not in self.reported):
             # cross_entropy's own log_softmax over one class: the loss is exactly 0 whatever the model does
             self.reported.add(("ce1", call.frame))
-            self._add(dim_finding(dict(name="silent.softmax_single_unit", op="cross_entropy", dim=1, shape=list(inp.shape),
+            self._add(dim_finding(dict(name="silent.softmax_single_unit", op="cross_entropy", dim=1,
+                                       shape=list(inp.shape),
                                        constant="0"), call.frame, self._step))
         with torch.no_grad():
             if call.name == "cross_entropy" and is_index_tensor(tgt) and inp.dim() >= 2:
@@ -164,9 +171,9 @@ class DynamicsChecker(Checker):
 
     def _queue_shift(self, tgt: torch.Tensor, ignore: int) -> None:
         snap = self.session.snapshot
-        model = snap.model if snap is not None else None
-        if model is None or model in self.probed or not snap.args:
+        if snap is None or snap.model is None or snap.model in self.probed or not snap.args:
             return
+        model = snap.model
         nums = shift_share(tgt, snap.args[0], ignore)
         if nums is None:
             return
@@ -209,7 +216,7 @@ class DynamicsChecker(Checker):
                 sample = Sample(step, params, layer_names(self.session, params))
                 self.samples[id(optimizer)] = sample
                 names = sample.names
-                self.flags.add(sample.grad_norms, lambda v, s=step: self._layer_grads(s, names, v))
+                self.flags.add(sample.grad_norms, functools.partial(self._layer_grads, step, names))
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         self.order.in_step = False
@@ -218,8 +225,8 @@ class DynamicsChecker(Checker):
         if sample is not None:
             names, norms = sample.update_norms()
             if norms:
-                self.flags.add(norms, lambda v, s=sample.step, n=names, lr=optimizer.param_groups[0].get("lr"):
-                               self._updates(s, n, v, lr))
+                lr = optimizer.param_groups[0].get("lr")  # the rate of this step, not of the read's
+                self.flags.add(norms, functools.partial(self._updates, sample.step, names, lr=lr))
 
     def on_step_end(self, step: int) -> None:
         self._leave_region()
@@ -275,7 +282,8 @@ class DynamicsChecker(Checker):
             self._add(finding("divergence", category=Category.NUMERICAL, stage=Stage.LOSS, step=grow["start"],
                               series="loss", start=grow["start"], first=num(grow["first"]), last=num(grow["last"]),
                               steps=grow["steps"], rate=f"{grow['rate']:.3g}",
-                              evidence={"series": "loss", "start_step": grow["start"], "value_at_start": num(grow["first"]),
+                              evidence={"series": "loss", "start_step": grow["start"],
+                                        "value_at_start": num(grow["first"]),
                                         "step_now": grow["end"], "value_now": num(grow["last"]),
                                         "growth_per_step": f"×{grow['rate']:.3g}", "lr": self._lr_text()}))
         if (self.prior is not None and self._step >= PRIOR_MIN_STEPS and self._step % 10 == 0
@@ -304,13 +312,15 @@ class DynamicsChecker(Checker):
         self.session.health.pin(step)
         ev = {"grad_norm": num(v), "largest_layer": layer, "layer_type": kind, "clipping_seen": self.order.clip_seen}
         if grow is not None:
-            ev.update(start_step=grow["start"], norm_at_start=num(grow["first"]), growth_per_step=f"×{grow['rate']:.3g}")
+            ev.update(start_step=grow["start"], norm_at_start=num(grow["first"]),
+                      growth_per_step=f"×{grow['rate']:.3g}")
         else:
             ev.update(spike_factor=f"×{factor:.3g}")
         self._add(finding("exploding_gradients", category=Category.GRADIENT, stage=Stage.BACKWARD, step=step,
                           module=layer, variant="growth" if grow is not None else None,
                           cause="dynamics.exploding_gradients.cause" + (".rnn" if rnn else ""),
-                          norm=num(v), factor=f"{factor:.3g}" if factor else "", layer="(root)" if layer == "" else (layer or "?"),
+                          norm=num(v), factor=f"{factor:.3g}" if factor else "",
+                          layer="(root)" if layer == "" else (layer or "?"),
                           start=step, first=num(grow["first"]) if grow else "", steps=grow["steps"] if grow else 0,
                           evidence=ev))
 

@@ -15,9 +15,10 @@ ops. It checks, by shapes only (no device read):
     tensor computed from the model's output and one that is not (the labels), reported when a
     number (a 0-d tensor) was computed from its result — the metric as computed and with aligned
     shapes are read then (once per line); a mask built by broadcasting is not a metric;
-  * on tensors computed from the model's output: softmax / log_softmax over a dimension of size 1 (constant output: constant loss, zero
-    gradients) and softmax / log_softmax / argmax over dim 0 of a (batch, classes) tensor that
-    is not square (a square one is a similarity matrix, where dim 0 is legitimate).
+  * on tensors computed from the model's output: softmax / log_softmax over a dimension of
+    size 1 (constant output: constant loss, zero gradients) and softmax / log_softmax / argmax
+    over dim 0 of a (batch, classes) tensor that is not square (a square one is a similarity
+    matrix, where dim 0 is legitimate).
 """
 
 from __future__ import annotations
@@ -195,15 +196,16 @@ class MetricRegion(RegionMode):
                                            "metric_computed": num(computed), "metric_aligned": num(aligned),
                                            "in": "evaluation" if self.evaluation else "training step"}))
         for fields, frame in self.dims:
-            key = (fields["name"], frame)
-            if key in reported:
+            dim_key = (fields["name"], frame)
+            if dim_key in reported:
                 continue
-            reported.add(key)
+            reported.add(dim_key)
             found.append(dim_finding(fields, frame, step))
         return found
 
 
-def dim_finding(fields: dict[str, Any], frame: UserFrame | None, step: int | None, module: str | None = None) -> Finding:
+def dim_finding(fields: dict[str, Any], frame: UserFrame | None, step: int | None,
+                module: str | None = None) -> Finding:
     fields = dict(fields)
     name = fields.pop("name")
     single = name.endswith("single_unit")

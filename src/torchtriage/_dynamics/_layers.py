@@ -72,9 +72,9 @@ class Sample:
         if not keep:
             return [], []
         with torch.no_grad():
-            before = [self.before[i] for i in keep]  # type: ignore[misc]
+            before = [b for b in self.before if b is not None]  # the slices of `keep`, in order
             after = [_flat(self.params[i])[:SLICE] for i in keep]  # type: ignore[index]
-            delta = torch._foreach_sub(after, before)
+            delta = list(torch._foreach_sub(after, before))
             norms = foreach_norm(delta) + foreach_norm(before)
         self.before, self.params = [], []
         return [self.names[i] for i in keep], norms

@@ -26,7 +26,7 @@ from torch.nn.utils import clip_grad as _clip_grad
 
 from .._catalogue import msg
 from .._errors import TriageInternalWarning
-from .._findings import Finding, Severity, Stage
+from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack, user_stack_frame
 from ._common import finding
 
@@ -41,7 +41,8 @@ class StepOrder:
         self.backwards: list[tuple[bool, str, tuple[Any, ...]]] = []  # (after own forward, node, call site)
         self.frame: UserFrame | None = None  # the user's line of the step's backward calls (from the second)
         self.forward_since_backward = False
-        self.clip: tuple[int, bool, float | None, UserFrame | None] | None = None  # (backwards then, after step, max_norm, frame)
+        # (backwards then, after step, max_norm, frame)
+        self.clip: tuple[int, bool, float | None, UserFrame | None] | None = None
         self.clip_seen = False
         self.bad_clip: dict[str, int] = {}
         self.accum_hits = 0
@@ -61,7 +62,7 @@ class StepOrder:
 
         @functools.wraps(original)
         def wrapped(*args: Any, **kwargs: Any) -> Any:  # (named like the other pass-through wrappers)
-            __tracebackhide__ = True  # noqa: F841
+            __tracebackhide__ = True
             if not order.broken:
                 try:
                     max_norm = args[1] if len(args) > 1 else kwargs.get("max_norm")
@@ -107,10 +108,11 @@ class StepOrder:
                 self.bad_clip[kind] = self.bad_clip.get(kind, 0) + 1
                 if self.bad_clip[kind] == 2 and kind not in self.reported:
                     self.reported.add(kind)
-                    out.append(finding(kind, category="gradient", stage=Stage.BACKWARD, step=step, frame=frame,
+                    out.append(finding(kind, category=Category.GRADIENT, stage=Stage.BACKWARD, step=step, frame=frame,
                                        op="clip_grad_norm_", cause="dynamics.clip_order.cause",
                                        next_key="dynamics.clip_order.next",
-                                       evidence={"max_norm": max_norm, "backward_calls_after_clip": len(self.backwards) - at,
+                                       evidence={"max_norm": max_norm,
+                                                 "backward_calls_after_clip": len(self.backwards) - at,
                                                  "steps_seen_like_this": 2}))
         bw = self.backwards
         if (not self.closure and len(bw) >= 2 and all(own for own, _, _ in bw) and len({site for _, _, site in bw}) == 1
@@ -120,7 +122,7 @@ class StepOrder:
                 self.reported.add("accum")
                 kind = type(opt).__name__
                 adaptive = kind in ADAPTIVE
-                out.append(finding("accumulation_not_divided", category="gradient", stage=Stage.BACKWARD,
+                out.append(finding("accumulation_not_divided", category=Category.GRADIENT, stage=Stage.BACKWARD,
                                    severity=Severity.INFO if adaptive else Severity.WARNING, step=step,
                                    frame=self.frame, op="backward", count=len(bw), optimizer=kind,
                                    cause="dynamics.accumulation_not_divided.cause" + (".adaptive" if adaptive else ""),

@@ -97,7 +97,7 @@ class ScheduleWatch:
 
         @functools.wraps(original)
         def step(sched: Any, *args: Any, **kwargs: Any) -> Any:
-            __tracebackhide__ = True  # noqa: F841
+            __tracebackhide__ = True
             if getattr(sched, "_step_count", 1) != 0 and not watch.broken:  # not the constructor's step
                 try:
                     watch.called(sched)
@@ -152,7 +152,8 @@ class ScheduleWatch:
         if all(v == 0 for v in now):
             if self.was_positive and self.zero_since is None:
                 self.zero_since = step
-            if self.zero_since is not None and step - self.zero_since + 1 >= LR_ZERO_STEPS and "lr_zero" not in self.reported:
+            if (self.zero_since is not None and step - self.zero_since + 1 >= LR_ZERO_STEPS
+                    and "lr_zero" not in self.reported):
                 self.reported.add("lr_zero")
                 self.session.health.pin(self.zero_since)
                 out.append(finding("lr_zero", stage=Stage.OPTIMIZER, step=self.zero_since, start=self.zero_since,

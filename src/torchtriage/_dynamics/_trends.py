@@ -49,7 +49,7 @@ class Growth:
             i -= 1
         n = len(pts) - 1 - i
         first, last = pts[i][1], value
-        assert first is not None
+        assert first is not None and last is not None  # both passed _ok()
         if not ((n >= GROWTH_STEPS and last / first >= GROWTH) or (n >= 3 and last / first >= GROWTH ** 2)):
             return None
         self.done = True

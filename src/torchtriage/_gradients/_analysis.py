@@ -25,6 +25,7 @@ and it is never a stray leaf. `params()` gives the parameters to judge: the sess
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import math
 import re
@@ -83,7 +84,7 @@ def _variant_key(key: str, variant: str) -> str:
     return f"{key}.{variant}" if variant and has_message(f"{key}.{variant}") else key
 
 
-def _parent(path: str) -> str | None:
+def _parent(path: str | None) -> str | None:
     if not path:
         return None
     return path.rpartition(".")[0]
@@ -201,12 +202,18 @@ class Analysis:
             with torch.no_grad():
                 if device.type != "cpu":  # one fused launch
                     norms = torch.stack(torch._foreach_norm(grads, float("inf")))
-                    self.flags.add([norms], lambda vals, ids=ids: self.norms.append((ids, vals)))
+                    self.flags.add([norms], functools.partial(self._keep_norms, ids))
                     continue
                 # On the CPU the foreach inf-norm takes a slow path (3 ms for a 1 M-parameter
                 # model, 8x the min and max of each gradient): the max-abs from those instead.
                 ext = [torch.stack(torch.aminmax(g)) if g.numel() else g.new_zeros(2) for g in grads]
-                self.flags.add([torch.stack(ext)], lambda vals, ids=ids: self.norms.append((ids, _max_abs(vals))))
+                self.flags.add([torch.stack(ext)], functools.partial(self._keep_max_abs, ids))
+
+    def _keep_norms(self, ids: list[int], vals: list[float]) -> None:
+        self.norms.append((ids, vals))
+
+    def _keep_max_abs(self, ids: list[int], minmax: list[float]) -> None:
+        self.norms.append((ids, _max_abs(minmax)))
 
     def optimizer_step(self, index: int, optimizer: torch.optim.Optimizer, *, require_grad: bool = True) -> None:
         if self._unstepped:
@@ -238,8 +245,8 @@ class Analysis:
         stale = self._stale(optimizers, current, opt_of, step, {f.parameter for f in recreated})
         out += stale
         out += self._foreign(current, models, step, held=set(opt_of))
-        trainable = {pid: info for model, _ in models for p in model.parameters()
-                     if p.requires_grad and (pid := id(p)) in current and (info := current[pid])}
+        trainable = {pid: current[pid] for model, _ in models for p in model.parameters()
+                     if p.requires_grad and (pid := id(p)) in current}
         if self.params_fn is not None:
             # raw tensors an optimizer holds: parameters too (issue 11)
             # (except those of a stale optimizer: the old tensors it holds are that one finding)
@@ -310,7 +317,8 @@ class Analysis:
                 from .._frames import optimizer_frame
 
                 out.append(make_finding("gradient.optimizer_stale", Severity.ERROR, Stage.OPTIMIZER,
-                                        step=step, frame=optimizer_frame(opt), optimizer=oi, optimizer_class=type(opt).__name__,
+                                        step=step, frame=optimizer_frame(opt), optimizer=oi,
+                                        optimizer_class=type(opt).__name__,
                                         held=len(held), not_in_model=len(foreign),
                                         model_params_not_in_optimizer=missing[:10],
                                         missing=len(missing)))
@@ -326,10 +334,10 @@ class Analysis:
             known |= unregistered_leaf_ids(model)
         out = []
         by_line: dict[Any, CutRecord] = {}
-        for rec in self.cuts:
-            if rec.kind == "leaf_created":
-                for lid in rec.leaves:
-                    by_line[lid] = rec
+        for cut in self.cuts:
+            if cut.kind == "leaf_created":
+                for lid in cut.leaves:
+                    by_line[lid] = cut
         for lid, (shape, _) in self.foreign_leaves.items():
             if lid in known or lid in self.input_leaves or lid in held:
                 continue  # a leaf an optimizer holds is optimized on purpose (an image, a raw weight)
@@ -343,8 +351,9 @@ class Analysis:
             severity = Severity.ERROR if inside else (Severity.WARNING if grows else Severity.INFO)
             out.append(make_finding("gradient.leaf_not_registered", severity,
                                     Stage.FORWARD, variant="" if inside else ("grows" if grows else "outside"),
-                                    module=rec.module if rec else None, op=rec.op if rec else None,
-                                    frame=rec.frame if rec else None, step=step, shape=shape,
+                                    module=rec.module if rec is not None else None,
+                                    op=rec.op if rec is not None else None,
+                                    frame=rec.frame if rec is not None else None, step=step, shape=shape,
                                     is_leaf=True, requires_grad=True))
         return out
 
@@ -423,7 +432,8 @@ class Analysis:
                 variant = "inference_mode" if rec.kind == "inference_mode" else ""
                 extra = {"mode": _MODES[variant]} if code == "cut_no_grad" else {}
                 out.append(make_finding(f"gradient.{code}", Severity.ERROR, Stage.FORWARD,
-                                        module=rec.module if rec.module is not None else (owners[0] if owners else None),
+                                        module=(rec.module if rec.module is not None
+                                                else (owners[0] if owners else None)),
                                         parameter=first.qualname, op=rec.op, frame=rec.frame, step=step,
                                         variant=variant, wording="" if owners or rec.module else "raw",
                                         affected=owners[:10], **extra, **common))
@@ -514,7 +524,7 @@ class Analysis:
 
         # With one optimizer, the line to change is the one that built it (known under `run`).
         frame = optimizer_frame(optimizers[0]) if len(optimizers) == 1 else None
-        groups: dict[str, list[str]] = {}
+        groups: dict[str | None, list[str]] = {}
         for model, _ in models:
             for p in model.parameters():
                 pid = id(p)

@@ -139,6 +139,7 @@ class GradientChecker(Checker):
             self._first_step = step
         if self.active and self.analysis is None:
             sess = self.session
+            assert sess is not None  # a step is only seen while attached
             self.analysis = Analysis(self._models(), params=lambda: sess.param_index.tensors())
             self.analysis.grad_reads = self._grad_reads  # one set, filled by the tracer
             _deferred.ride(self.session, self.analysis.flags)
@@ -230,7 +231,7 @@ class GradientChecker(Checker):
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         if self._zero_grad_reported:
             return
-        sample = []
+        sample: list[tuple[Any, Any, int]] = []
         for group in optimizer.param_groups:
             for p in group["params"]:
                 if p.grad is not None and len(sample) < _SAMPLE:

@@ -102,7 +102,7 @@ def diagnose_gradients(model: nn.Module, loss: LossArg,
         findings.append(explain_loss_without_grad(loss, cuts, roots, [model], step=None, backward_frame=call_frame))
         for oi, opt in enumerate(optimizers):
             analysis.optimizer_step(oi, opt, require_grad=False)
-        analysis.reached = {pid for pid in analysis.params}  # nothing more to say per parameter
+        analysis.reached = set(analysis.params)  # nothing more to say per parameter
         findings += analysis.conclude(optimizers, step=None)
         return Report(tuple(findings), meta={"function": "diagnose_gradients"})
     r = reach([loss])

@@ -37,9 +37,10 @@ def explain_loss_without_grad(loss: torch.Tensor, cuts: list[CutRecord], root_ca
         models: the watched models.
     """
     by_kind: dict[str, list[CutRecord]] = {}
-    for rec in cuts:
-        by_kind.setdefault(rec.kind, []).append(rec)
-    variant, rec, frame = "leaf", None, None
+    for cut in cuts:
+        by_kind.setdefault(cut.kind, []).append(cut)
+    variant, frame = "leaf", None
+    rec: CutRecord | None = None
     rebuild = None
     for tp in by_kind.get("to_python", []):
         later = [r for i, r in enumerate(cuts) if r.kind == "rebuild" and i > cuts.index(tp)]

@@ -15,8 +15,8 @@ import torch
 import torch.nn as nn
 
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
-from .._params import ParamInfo as ParamInfo  # noqa: F401  (the one index, issue 11)
-from .._params import index_parameters as index_parameters  # noqa: F401
+from .._params import ParamInfo as ParamInfo  # the one index (issue 11)
+from .._params import index_parameters as index_parameters
 
 _MAX_ITEMS = 64  # a container's elements inspected (a list of 10k tensors is data, not layers)
 
@@ -62,7 +62,8 @@ def registration_findings(model: nn.Module) -> list[Finding]:
                     if n:
                         hidden_modules.append(f"{attr}{sub}")
                         trainable += n
-                elif isinstance(item, torch.Tensor) and item.requires_grad and item.is_leaf and id(item) not in registered:
+                elif (isinstance(item, torch.Tensor) and item.requires_grad
+                      and item.is_leaf and id(item) not in registered):
                     hidden_tensors.append(f"{attr}{sub}")
                     trainable += item.numel()
             if hidden_modules:

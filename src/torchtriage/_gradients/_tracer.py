@@ -14,8 +14,9 @@ parameters) whose gradient path ends there:
     nonleaf_grad  `.grad` read on a non-leaf tensor that does not retain its grad
 
 Each (kind, module, line) is one record per step; a detach inside a loop (one per block) adds
-the leaves of at most `MAX_WALKS_PER_KEY` calls to it, so it costs a few graph walks per step. Python runs per op while the mode is on: the checker turns it on for the
-analysis window (the first steps) and off afterwards.
+the leaves of at most `MAX_WALKS_PER_KEY` calls to it, so it costs a few graph walks per step.
+Python runs per op while the mode is on: the checker turns it on for the analysis window (the
+first steps) and off afterwards.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import torch
@@ -45,7 +47,7 @@ MAX_WALKS_PER_KEY = 8
 def _called_by_torchtriage() -> bool:
     """True when the op was called by another check's hook (a sentinel's sum, a probe's
     detach), not by the user's code: those must not read as cuts on the user's line."""
-    f = sys._getframe(2)  # skip this function and __torch_function__; then torch's own frames
+    f: FrameType | None = sys._getframe(2)  # skip this function and __torch_function__; then torch's own frames
     # and other modes' __torch_function__ (a mode stacked above this one calls down into it)
     while f is not None and (f.f_code.co_filename.startswith(_TORCH) or f.f_code.co_name == "__torch_function__"):
         f = f.f_back
@@ -109,7 +111,7 @@ class CutTracer(TorchFunctionMode):
         self.records = 0
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if getattr(func, "__self__", None) is _GRAD_DESCRIPTOR and self.failed is None:

@@ -14,10 +14,10 @@ import numpy as np
 
 from .._catalogue import msg
 from .._findings import Finding, Report
+from ._compare import MAX_EXAMPLES, _same_dataset, compare, finding
 from ._engines import scan_all
 from ._ids import id_columns
 from ._preprocess import check_normalizer, check_vocabulary, normalizer_stats, vocabulary
-from ._compare import MAX_EXAMPLES, _same_dataset, compare, finding
 from ._scan import Options
 from ._sources import Source, make_source, make_spec
 
@@ -94,7 +94,7 @@ def check_splits(
     specs = {role: make_spec(role, value, sources) for role, value in (("groups", groups), ("time", time),
                                                                        ("labels", labels))}
     roles = {sp.column for sp in specs.values() if sp is not None and sp.column}
-    ids = id_columns(sources, roles | set(ignore) | set(content) | {files}, int(chunk_size))
+    ids = id_columns(sources, roles | set(ignore) | set(content) | ({files} if files else set()), int(chunk_size))
     opts = Options(groups=specs["groups"], time=specs["time"],
                    labels=specs["labels"], ignore=set(ignore) | set(ids), files=files,
                    near=bool(near), tokens=bool(vocabs), stats=bool(norms), chunk=int(chunk_size), progress=progress)
@@ -106,7 +106,8 @@ def check_splits(
         empty = [s.source for s in scans if not s.n]
         if empty:  # "no finding" on an empty split would read as a clean split
             raise ValueError(msg("leakage.empty_split", name=empty[0].name, given=empty[0].what))
-        findings += compare(store, scans, groups, near=near, threshold=float(near_threshold), timed=opts.time is not None)
+        findings += compare(store, scans, groups, near=near,
+                            threshold=float(near_threshold), timed=opts.time is not None)
     finally:
         store.close()
     findings += _fitted_before_split(norms, vocabs, scans)
@@ -173,9 +174,11 @@ def _index_overlap(sources: list[Source]) -> list[Finding]:
         for b in sources[i + 1:]:
             if not _same_dataset(a, b):
                 continue
+            assert a.indices is not None and b.indices is not None  # _same_dataset checked
             shared = np.intersect1d(a.indices, b.indices)
             if len(shared):
                 first, second = sorted((a, b), key=lambda s: _RANK[s.name])
+                assert first.indices is not None and second.indices is not None  # as a's and b's
                 out.append(finding("subset_index_overlap", "error", "index", {
                     "pair": f"{first.name}/{second.name}", "shared_indices": int(len(shared)),
                     f"{first.name}_size": len(first.indices), f"{second.name}_size": len(second.indices),

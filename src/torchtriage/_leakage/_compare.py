@@ -67,7 +67,8 @@ def _group_overlap(store: Store, an: str, bn: str, spec: Any) -> list[Finding]:
     column = spec if isinstance(spec, str) else "groups"
     return [finding("group_overlap", "error", "group", {
         "pair": f"{an}/{bn}", "groups": g.common, "overlapping_groups": g.count,
-        f"groups_in_{an}": g.groups_a, f"groups_in_{bn}": g.groups_b, f"rows_in_{an}": g.rows_a, f"rows_in_{bn}": g.rows_b},
+        f"groups_in_{an}": g.groups_a, f"groups_in_{bn}": g.groups_b,
+        f"rows_in_{an}": g.rows_a, f"rows_in_{bn}": g.rows_b},
         a=an, b=bn, count=g.count, column=column, examples=", ".join(map(repr, g.common[:3])))]
 
 
@@ -117,6 +118,7 @@ def _exact(store: Store, a: Scan, b: Scan) -> list[Finding]:
     exclude = None
     if _same_dataset(a.source, b.source):
         # Rows that are the very same index of one dataset: subset_index_overlap said so already.
+        assert a.source.indices is not None and b.source.indices is not None  # _same_dataset checked
         exclude = np.isin(b.source.indices, a.source.indices)
     m = store.exact(an, bn, exclude)
     if not m.count:

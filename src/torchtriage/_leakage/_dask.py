@@ -23,8 +23,19 @@ from .._catalogue import msg
 from ._near import NUM_PERM, SIM_BANDS, SIM_BITS, TEXT_BANDS, sim_bands, similarity, text_bands
 from ._scan import Part, Scan, Scanner
 from ._sources import Block, Source
-from ._store import (BAND_CAP, MAX_EXAMPLES, MAX_GROUPS, Conflicts, GroupOverlap, Matches, Near, Repeats, Store,
-                     TimeOrder, choose_examples)
+from ._store import (
+    BAND_CAP,
+    MAX_EXAMPLES,
+    MAX_GROUPS,
+    Conflicts,
+    GroupOverlap,
+    Matches,
+    Near,
+    Repeats,
+    Store,
+    TimeOrder,
+    choose_examples,
+)
 
 
 def _need(module: str) -> Any:
@@ -112,7 +123,11 @@ def connect(address: str) -> Any:
 def _read(dd: Any, src: Source) -> Any:
     from ._tables import file_format
 
-    paths = src.paths or [src.path]
+    if src.paths:
+        paths = src.paths
+    else:
+        assert src.path is not None  # a file source: one path, or its shards
+        paths = [src.path]
     fmt = file_format(paths[0])
     if fmt == "parquet":
         return dd.read_parquet(paths)
@@ -191,9 +206,10 @@ class DaskStore(Store):
 
     def close(self) -> None:
         self.frames.clear()
-        if getattr(self, "_own", None) is not None:
+        own = getattr(self, "_own", None)
+        if own is not None:
             self.client.close()
-            self._own.close()
+            own.close()
             self._own = None
 
     def _cols(self, split: str) -> list[str]:
@@ -231,7 +247,8 @@ class DaskStore(Store):
         if not len(common):
             return None
         keys = sorted(common.index.tolist())
-        return GroupOverlap(keys[:MAX_GROUPS], len(keys), int(na), int(nb), int(common["ca"].sum()), int(common["cb"].sum()))
+        return GroupOverlap(keys[:MAX_GROUPS], len(keys), int(na), int(nb),
+                            int(common["ca"].sum()), int(common["cb"].sum()))
 
     def time_order(self, a: str, b: str) -> TimeOrder | None:
         end = self._compute(self.frames[a]["t"].max())[0]
@@ -243,7 +260,8 @@ class DaskStore(Store):
         if not count:
             return None
         first = first.sort_values(["t", "row"])
-        return TimeOrder(float(end), float(start), int(count), [(int(r), float(t)) for r, t in zip(first["row"], first["t"])])
+        return TimeOrder(float(end), float(start), int(count),
+                         [(int(r), float(t)) for r, t in zip(first["row"], first["t"])])
 
     def exact(self, a: str, b: str, exclude_b: np.ndarray | None = None) -> Matches:
         fa = self.frames[a].groupby("exact")["row"].min().rename("ra").to_frame()

@@ -24,8 +24,19 @@ import numpy as np
 from .._catalogue import msg
 from ._near import NUM_PERM, SIM_BITS, sim_bands, similarity, text_bands
 from ._scan import Part
-from ._store import (BAND_CAP, MAX_EXAMPLES, MAX_GROUPS, Conflicts, GroupOverlap, Matches, Near, Repeats, Store,
-                     TimeOrder, choose_examples)
+from ._store import (
+    BAND_CAP,
+    MAX_EXAMPLES,
+    MAX_GROUPS,
+    Conflicts,
+    GroupOverlap,
+    Matches,
+    Near,
+    Repeats,
+    Store,
+    TimeOrder,
+    choose_examples,
+)
 
 _PAIR_BATCH = 1 << 18
 _NEAR_TABLES = ("n_ma", "n_mc", "n_ca", "n_j", "n_p", "n_q")
@@ -52,7 +63,8 @@ def _near_steps(a: str, b: str) -> list[str]:
         f"FROM n_ma SEMI JOIN (SELECT band, key FROM n_mc WHERE c > {BAND_CAP}) USING (band, key)) "
         f"WHERE rn <= {BAND_CAP}",
         "DROP TABLE n_ma",
-        f"CREATE OR REPLACE TABLE n_j AS SELECT ca.row AS ia, bb.row AS ib FROM n_ca AS ca JOIN b_{b} AS bb USING (band, key)",
+        f"CREATE OR REPLACE TABLE n_j AS SELECT ca.row AS ia, bb.row AS ib "
+        f"FROM n_ca AS ca JOIN b_{b} AS bb USING (band, key)",
         "DROP TABLE n_ca",
     ]
 
@@ -177,12 +189,15 @@ class DuckStore(Store):
                           f"CAST(sig AS BLOB) AS sig, valid FROM _part")
                 self._cols[split] = {"labels": True, "groups": True, "times": True}
             else:
-                self._run(f"INSERT INTO t_{split} SELECT row, exact, label, grp, t, CAST(sig AS BLOB), valid FROM _part")
+                self._run(f"INSERT INTO t_{split} "
+                          "SELECT row, exact, label, grp, t, CAST(sig AS BLOB), valid FROM _part")
             if kind is not None:
+                assert part.sig is not None  # a kind of near search comes with signatures
                 bands = (text_bands if kind == "text" else sim_bands)(part.sig)
                 ok = np.asarray(part.valid, bool)
                 nb = bands.shape[1]
-                btbl = pa.table({"row": np.repeat(rows[ok], nb), "band": np.tile(np.arange(nb, dtype=np.int8), int(ok.sum())),
+                btbl = pa.table({"row": np.repeat(rows[ok], nb),
+                                 "band": np.tile(np.arange(nb, dtype=np.int8), int(ok.sum())),
                                  "key": bands[ok].reshape(-1)})
                 self.con.register("_bands", btbl)
                 try:
@@ -253,7 +268,8 @@ class DuckStore(Store):
                                           "FROM ga JOIN gb USING (grp)")
         if not count:
             return None
-        common = [r[0] for r in self._all(with_ + f"SELECT grp FROM ga JOIN gb USING (grp) ORDER BY grp LIMIT {MAX_GROUPS}")]
+        common = [r[0] for r in self._all(
+            with_ + f"SELECT grp FROM ga JOIN gb USING (grp) ORDER BY grp LIMIT {MAX_GROUPS}")]
         # count(*) over a GROUP BY, not count(DISTINCT): a DISTINCT aggregate's hash table does not spill.
         na = self._one(f"SELECT count(*) FROM (SELECT grp FROM t_{a} GROUP BY grp)")[0]
         nb = self._one(f"SELECT count(*) FROM (SELECT grp FROM t_{b} GROUP BY grp)")[0]
@@ -335,7 +351,8 @@ class DuckStore(Store):
                     pass
 
     def _near_scored(self, kind: str | None, b: str, threshold: float) -> Near:
-        sql = f"SELECT q.ia, q.ib, q.sa, y.sig AS sb FROM n_q AS q JOIN t_{b} AS y ON y.row = q.ib WHERE q.ea <> y.exact"
+        sql = (f"SELECT q.ia, q.ib, q.sa, y.sig AS sb FROM n_q AS q JOIN t_{b} AS y "
+               "ON y.row = q.ib WHERE q.ea <> y.exact")
         dtype, width = (np.uint32, NUM_PERM) if kind == "text" else (np.uint64, SIM_BITS // 64)
         keep_a, keep_b, keep_s = [], [], []
         import duckdb

@@ -41,8 +41,8 @@ def normalizer_stats(obj: Any) -> dict[str, np.ndarray] | None:
     std_attrs = ("std_", "std") if hasattr(obj, "max_abs_") or hasattr(obj, "center_") else ("scale_", "std_", "std")
     for name, attrs in (("mean", ("mean_", "mean")), ("std", std_attrs), ("maxabs", ("max_abs_",)),
                         ("var", ("var_",)), ("min", ("data_min_",)), ("max", ("data_max_",))):
-        for a in attrs:
-            v = _arr(getattr(obj, a, None)) if not callable(getattr(obj, a, None)) else None
+        for attr in attrs:
+            v = _arr(getattr(obj, attr, None)) if not callable(getattr(obj, attr, None)) else None
             if v is not None:
                 out[name] = v
                 break

@@ -20,10 +20,19 @@ from typing import Any
 import numpy as np
 
 from .._catalogue import msg
+from ._hashing import (
+    array_row_digests,
+    cell_word,
+    file_digest,
+    float_words,
+    key_of,
+    object_words,
+    row_digests,
+    sample_digest,
+    to_numpy,
+)
 from ._near import MIN_DIM, NUM_PERM, per_sample_normalize, reduce_images, simhash, text_of, text_signature
-from ._hashing import (array_row_digests, cell_word, file_digest, float_words, key_of, object_words,
-                       row_digests, sample_digest, to_numpy)
-from ._sources import Block, Source, Spec, sample_input, sample_label, _NONE
+from ._sources import _NONE, Block, Source, Spec, sample_input, sample_label
 
 _TOKEN = re.compile(r"\w+")
 MAX_SHOWN_LABELS = 4096
@@ -64,9 +73,13 @@ class Stats:
     @staticmethod
     def _nan_part(x: np.ndarray) -> list[np.ndarray]:
         with np.errstate(invalid="ignore"):
-            return [np.isfinite(x).sum(0).astype(np.float64), np.nansum(x, 0), np.nansum(x * x, 0),
-                    np.nanmin(np.where(np.isfinite(x), x, np.nan), 0) if np.isfinite(x).any() else np.full(x.shape[1], np.nan),
-                    np.nanmax(np.where(np.isfinite(x), x, np.nan), 0) if np.isfinite(x).any() else np.full(x.shape[1], np.nan)]
+            finite = np.isfinite(x)
+            if finite.any():
+                masked = np.where(finite, x, np.nan)
+                lo, hi = np.nanmin(masked, 0), np.nanmax(masked, 0)
+            else:
+                lo, hi = np.full(x.shape[1], np.nan), np.full(x.shape[1], np.nan)
+            return [finite.sum(0).astype(np.float64), np.nansum(x, 0), np.nansum(x * x, 0), lo, hi]
 
     def _merge(self, layout: str, part: list[np.ndarray], width: int) -> None:
         old = self.acc.get(layout)
@@ -122,7 +135,7 @@ class _Shared:
         self.scale: np.ndarray | None = None
 
     def standardize(self, v: np.ndarray) -> np.ndarray:
-        if self.center is None:
+        if self.center is None or self.scale is None:  # (set together)
             with np.errstate(invalid="ignore"):
                 self.center = np.nan_to_num(np.nanmean(v, 0)) if len(v) else np.zeros(v.shape[1])
                 sd = np.nan_to_num(np.nanstd(v, 0)) if len(v) else np.ones(v.shape[1])
@@ -244,7 +257,7 @@ class Scanner:
         all_labels = True
         for part in self.parts(src, sc):
             exact.append(part.exact)
-            if part.sig is not None:
+            if part.sig is not None and part.valid is not None:  # (set together)
                 sigs.append(part.sig)
                 valid.append(part.valid)
             if part.labels is None:
@@ -270,8 +283,9 @@ class Scanner:
             return self._table(src, block, sc)
         if src.kind == "array":
             vals = block.values
+            assert vals is not None  # an array source's blocks carry their values
             self._array_stats(vals, sc)
-            return array_row_digests(vals), self._near_arrays(vals, sc)  # type: ignore[arg-type]
+            return array_row_digests(vals), self._near_arrays(vals, sc)
         if block.inputs is not None:
             vals = block.inputs
             self._array_stats(vals, sc)
@@ -372,7 +386,7 @@ class Scanner:
         arrays = [to_numpy(x) for x in inputs]
         shapes = {a.shape for a in arrays if a is not None and a.dtype.kind in "biuf"}
         if len(shapes) == 1:
-            stacked = np.stack([np.asarray(a, np.float64) for a in arrays])  # type: ignore[arg-type]
+            stacked = np.stack([np.asarray(a, np.float64) for a in arrays])
             self._array_stats(stacked, sc)
             if self.opts.near and all(a is not None for a in arrays):
                 return self._near_arrays(stacked, sc)

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from .._catalogue import msg
-from ._tables import file_columns, file_format, is_shards, iter_file, iter_files, iter_frame, shard_columns, shard_paths
 from ._hashing import to_numpy
+from ._tables import file_columns, file_format, is_shards, iter_file, iter_files, iter_frame, shard_columns, shard_paths
 
 ACCEPTED = ("torch Dataset / Subset / DataLoader, numpy array, torch tensor, pandas DataFrame, "
             "list or tuple of samples, or a path to a .csv / .jsonl / .parquet file")
@@ -91,6 +91,7 @@ class Source:
 
     def _sample_blocks(self, size: int) -> Iterator[Block]:
         ds, idx = self.root, self.indices
+        assert idx is not None  # a samples source always has its indices
         tensors = getattr(ds, "tensors", None)
         if tensors is not None and type(ds).__name__ == "TensorDataset":
             # Gather rows in bulk: same digests as item by item, without a Python call per row.
@@ -110,6 +111,7 @@ class Source:
             return self.obj[i]
         if self.kind == "table":
             return None if self.path else self.obj.iloc[i].to_dict()
+        assert self.indices is not None  # a samples source always has its indices
         return self.root[int(self.indices[i])]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -63,7 +64,7 @@ class Repeats:
 @dataclasses.dataclass
 class Conflicts:
     count: int                                      # inputs seen with more than one label
-    examples: list[list[tuple[int, int, int]]]      # (split index, row, label word), by digest
+    examples: Sequence[Sequence[tuple[int, int, int | str]]]  # (split index, row, label word or, from dask, its text)
 
 
 @dataclasses.dataclass

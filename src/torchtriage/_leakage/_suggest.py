@@ -13,13 +13,14 @@ import hashlib
 import json
 import os
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from .._catalogue import msg
-from ._tables import iter_file, need
 from ._hashing import key_of
+from ._tables import iter_file, need
 
 OUT_FORMATS = (".csv", ".jsonl", ".parquet")
 
@@ -79,7 +80,7 @@ def suggest_split(paths: dict[str, str], group: str, out: str, chunk: int = 6553
 
 
 def _records(paths: dict[str, str], group: str, assign: dict[str, str], header: list[str], split_col: str,
-             chunk: int):  # type: ignore[no-untyped-def]
+             chunk: int) -> Iterator[dict[str, Any]]:
     for path in paths.values():
         for cols in iter_file(path, chunk):
             n = len(cols[group])

@@ -47,7 +47,7 @@ class PendingRead:
     def values(self) -> list[float]:
         if self.event is not None:
             self.event.synchronize()  # done long ago: the next step has been queued since
-        return self.host.tolist()  # type: ignore[no-any-return]
+        return self.host.tolist()
 
 
 def start(scalars: list[torch.Tensor], buffers: dict[Any, torch.Tensor]) -> PendingRead | None:

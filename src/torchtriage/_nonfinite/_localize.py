@@ -11,17 +11,29 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+from torch.utils._pytree import tree_leaves
 
 from .._catalogue import msg
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._summary import summarize
 from ._families import base_name, explain, kind_of, kind_text
-from ._replay import (FirstNonFiniteNode, NodeMap, call_model, float_leaves, graph_nodes, node_frame, node_evidence, node_op,
-                      replay_loss, replaying)
-from torch.utils._pytree import tree_leaves
-
+from ._replay import (
+    FirstNonFiniteNode,
+    NodeMap,
+    call_model,
+    float_leaves,
+    graph_nodes,
+    node_evidence,
+    node_frame,
+    node_op,
+    replay_loss,
+    replaying,
+)
+from ._steplocalize import backward as step_backward
+from ._steplocalize import forward as step_forward
+from ._steplocalize import loss as step_loss
+from ._steplocalize import why_not
 from ._trace import ModuleStack, OpTracer, Origin, nonfinite
-from ._steplocalize import backward as step_backward, forward as step_forward, loss as step_loss, why_not
 
 
 def _finding(code: str, key: str, stage: Stage, step: int, *, module: str | None = None, op: str | None = None,
@@ -52,7 +64,7 @@ def _namer(session: Any) -> Any:
 
 
 def _mod_text(module: str | None, model: str | None = None) -> str:
-    text = msg("nonfinite.root") if not module else module
+    text = module or msg("nonfinite.root")
     # several models in the step: say which one (issue 11)
     return msg("nonfinite.module_of", module=text, model=model) if model is not None else text
 
@@ -169,7 +181,8 @@ def _forward_finding(session: Any, tracer: OpTracer, bad: torch.Tensor, step: in
         # the first non-finite value is in the data.
         d = localize_data(session, step, any_kind=True)
         if d is not None:
-            return d.replace(evidence=dict(d.evidence, **{"became NaN at": f"{origin.op} in {_mod_text(origin.module)}"}))
+            return d.replace(evidence=dict(d.evidence,
+                                           **{"became NaN at": f"{origin.op} in {_mod_text(origin.module)}"}))
     return f
 
 
@@ -213,7 +226,7 @@ def _where(frame: Any) -> str | None:
 @torch.no_grad()
 def _walk_loss_graph(state: Any, step: int, frame: Any) -> Finding | None:
     """Re-evaluate, in forward order, the ops of the loss's graph captured before backward."""
-    for seq, op, saved in sorted(state.loss_nodes, key=lambda n: n[0]):
+    for _seq, op, saved in sorted(state.loss_nodes, key=lambda n: n[0]):
         name = base_name(op)
         fn = getattr(torch, name, None)
         x = saved.get("self")
@@ -288,7 +301,8 @@ def localize_backward(session: Any, state: Any, step: int) -> Finding:
         ev["forward call"] = entry[1]
     bad_in = node_evidence(node, g_in, g_out, ev)
     if call is None:
-        ev["note"] = "replayed with a gradient of ones at the model outputs (the loss was not a torch.nn.functional call)"
+        ev["note"] = ("replayed with a gradient of ones at the model outputs "
+                      "(the loss was not a torch.nn.functional call)")
     kind = kind_text(kind_of(bad_in))
     return _finding("numerical.nonfinite_backward", "nonfinite.backward", Stage.BACKWARD, step, module=module,
                     op=op, frame=node_frame(node), cause=msg("nonfinite.cause.backward", op=op),
@@ -334,7 +348,7 @@ def localize_data(session: Any, step: int, any_kind: bool = False) -> Finding | 
     snap = session.snapshot
     if snap is None or not snap.has_batch:
         return None
-    from torch.utils._pytree import tree_flatten_with_path, keystr
+    from torch.utils._pytree import keystr, tree_flatten_with_path
 
     leaves, _ = tree_flatten_with_path((snap.args, snap.kwargs))
     for path, t in leaves:
@@ -369,7 +383,8 @@ def _before_model(session: Any, f: Finding, bad: torch.Tensor, any_kind: bool) -
         inputs = [a for a in tree_leaves((op.args, op.kwargs)) if isinstance(a, torch.Tensor)]
         if any(a is target for a in inputs):
             break  # in place: its input is gone
-        earlier = next((a for a in inputs if (a.is_floating_point() or a.is_complex()) and nonfinite(a, any_kind)), None)
+        earlier = next((a for a in inputs
+                        if (a.is_floating_point() or a.is_complex()) and nonfinite(a, any_kind)), None)
         if earlier is None:
             break  # finite inputs, non-finite output: this op
         target = earlier

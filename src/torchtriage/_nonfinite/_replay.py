@@ -32,8 +32,8 @@ def replaying(session: Any, snap: Any, model: nn.Module | list[nn.Module],
     rng = torch.get_rng_state()
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
     models = model if isinstance(model, list) else [model]
-    seen: set[int] = set()
-    buffers = [(b, b.detach().clone()) for m in models for b in m.buffers() if id(b) not in seen and not seen.add(id(b))]
+    unique = {id(b): b for m in models for b in m.buffers()}  # a buffer shared by two models, once
+    buffers = [(b, b.detach().clone()) for b in unique.values()]
     with contextlib.ExitStack() as stack:
         stack.enter_context(session.paused())
         for device_type, dtype in autocast:

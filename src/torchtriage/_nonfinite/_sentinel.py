@@ -33,13 +33,13 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .. import _deferred
 from .._catalogue import msg
 from .._checker import Checker, LossCall
 from .._config import OnAnomaly
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack
 from .._modes import own_modes_off
-from .. import _deferred
 from ._amp import ScalerWatch
 from ._late import PendingRead
 from ._late import finding as late_finding
@@ -428,7 +428,7 @@ class NonFiniteSentinel(Checker):
                     # (with non-finite gradients the bad update is a consequence, reported already)
                     found = localize_update(sess, upd_step, self._grad_norm)
                     if found:  # else: finite but huge parameters overflowed the norm; the forward shows it
-                        self._report("optimizer", lambda: found)
+                        self._report("optimizer", lambda found=found: found)
                         release()
                         return False
         trip = _trip(got, scaled_overflow_ok)
@@ -578,7 +578,7 @@ def _read(scalars: list[torch.Tensor], riders: list[_deferred.DeferredFlags] = (
         try:
             # The common case, all flags on one device: one stack (it promotes mixed float dtypes
             # exactly: float16/32 -> float32/64) and no per-flag conversion. Every flag is 0-dim.
-            return torch.stack(scalars).tolist()  # type: ignore[no-any-return]
+            return torch.stack(scalars).tolist()
         except RuntimeError:  # flags on several devices
             return _deferred.read_scalars(scalars)
     values = _deferred.read_scalars([*scalars, *extra])

@@ -26,8 +26,16 @@ import torch
 from .._catalogue import msg
 from .._findings import Finding, Stage
 from ._families import kind_of, kind_text
-from ._replay import (FirstNonFiniteNode, NodeMap, float_leaves, graph_nodes, node_evidence, node_frame, node_op,
-                      replaying)
+from ._replay import (
+    FirstNonFiniteNode,
+    NodeMap,
+    float_leaves,
+    graph_nodes,
+    node_evidence,
+    node_frame,
+    node_op,
+    replaying,
+)
 from ._stepreplay import NotReplayable, Replayed, replay_step, usable
 from ._trace import ModuleStack, OpTracer, nonfinite
 
@@ -173,10 +181,7 @@ def backward(session: Any, state: Any, step: int, namer: Any, make: Any) -> Find
     kind = kind_text(kind_of(bad_in))
     key = "nonfinite.backward" if tape is None else "nonfinite.backward_code"
     several = len({id(c.model) for c in record.calls}) > 1 or len(session.models) > 1
-    if several and module is not None and model is not None:
-        extra_model = {"model": model}
-    else:
-        extra_model = {}
+    extra_model = {"model": model} if several and module is not None and model is not None else {}
     f = make("numerical.nonfinite_backward", key, Stage.BACKWARD, step, module=module, **extra_model,
              op=op, parameter=names[0] if names else None, frame=frame, cause=msg("nonfinite.cause.backward", op=op),
              next_check=msg("nonfinite.next.backward"), evidence=ev, kind=kind,
@@ -189,7 +194,7 @@ def _backward_watched(backwards: list[Any], watch: FirstNonFiniteNode) -> list[t
     `watch`'s hook on every node, until one call meets the first non-finite node; returns the
     leaves whose gradient came out non-finite in the last call run."""
     bad_leaves: list[torch.Tensor] = []
-    for bw, roots, grads in backwards:
+    for _bw, roots, grads in backwards:
         roots = [r for r in roots if isinstance(r, torch.Tensor) and r.requires_grad]
         if not roots:
             continue

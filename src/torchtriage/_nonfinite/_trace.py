@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import weakref
 from typing import Any, Callable
 
@@ -26,8 +27,6 @@ import torch.nn as nn
 from torch.nn.modules import module as _module_mod
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-
-import sys
 
 from .._frames import UserFrame, find_frame, in_user_file, user_frame_of
 

@@ -109,7 +109,7 @@ ul.tree summary {{ cursor: pointer; }}
 </main>
 </body>
 </html>
-"""
+"""  # noqa: E501 (the page's CSS, a rule set per line: the golden files compare the page byte for byte)
 
 _TENSOR_COLUMNS = ("shape", "dtype", "device", "contiguous", "numel", "nan", "posinf", "neginf", "min", "max")
 _TENSOR_HEADERS = ("shape", "dtype", "device", "contiguous", "numel", "NaN", "+Inf", "-Inf", "min", "max")
@@ -148,7 +148,8 @@ def _tensor_cells(d: Mapping[str, Any]) -> str:
         elif col == "dtype" and isinstance(v, str):
             text = v.replace("torch.", "")
         elif col in ("min", "max"):
-            text = fmt(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else _plain(v) if v is not None else "–"
+            text = (fmt(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                    else _plain(v) if v is not None else "–")
         elif v is None:
             text = "–"
         else:
@@ -209,9 +210,11 @@ def _where_rows(f: Finding) -> str:
     if f.cause:
         rows.append(f"<tr><th>{escape(msg('report.cause'))}</th><td>{escape(f.cause)}</td></tr>")
     if f.next_check:
-        rows.append(f'<tr><th>{escape(msg("report.next"))}</th><td><div class="next">{escape(f.next_check)}</div></td></tr>')
+        rows.append(f'<tr><th>{escape(msg("report.next"))}</th><td><div class="next">'
+                    f'{escape(f.next_check)}</div></td></tr>')
     if f.count > 1:
-        rows.append(f"<tr><th>{escape(msg('html.seen'))}</th><td>{escape(msg('report.count', count=f.count))}</td></tr>")
+        rows.append(f"<tr><th>{escape(msg('html.seen'))}</th>"
+                    f"<td>{escape(msg('report.count', count=f.count))}</td></tr>")
     return f'<table class="kv">{"".join(rows)}</table>' if rows else ""
 
 
@@ -281,7 +284,8 @@ def models_html(report: Report) -> str:
                 trees.append(tree)
     if not trees:
         return ""
-    legend = (f'<p class="legend"><span><span class="mod named">module</span> {escape(msg("html.legend_finding"))}</span>'
+    legend = (f'<p class="legend"><span><span class="mod named">module</span> '
+              f'{escape(msg("html.legend_finding"))}</span>'
               f'<span><span class="mod propagated">module</span> {escape(msg("html.legend_propagated"))}</span></p>')
     return f"<h2>{escape(msg('html.model'))}</h2>{legend}{''.join(trees)}"
 

@@ -37,7 +37,7 @@ def sparkline(values: Sequence[Any], width: int = WIDTH) -> str:
     if not ys:
         return "".join("×" if v is not None else " " for v in buckets)
     log = min(ys) > 0 and max(ys) / min(ys) >= 100
-    tr = (lambda v: math.log10(v)) if log else (lambda v: v)  # noqa: E731
+    tr = (lambda v: math.log10(v)) if log else (lambda v: v)
     lo, hi = tr(min(ys)), tr(max(ys))
     out = []
     for v in buckets:

@@ -15,7 +15,7 @@ from ._bundle import ReplayBatch as ReplayBatch
 from ._bundle import load_bundle as load_bundle
 from ._maketest import make_test as make_test
 from ._recorder import ReproRecorder as ReproRecorder
-from ._result import ReplayResult as ReplayResult
 from ._replay import replay as replay
+from ._result import ReplayResult as ReplayResult
 from ._shrink import ShrinkResult as ShrinkResult
 from ._shrink import shrink as shrink

@@ -29,7 +29,8 @@ import torch
 from .._catalogue import msg
 from .._errors import BundleError
 from .._findings import Finding, Report
-from ._safetensors import load as load_tensors, save as save_tensors
+from ._safetensors import load as load_tensors
+from ._safetensors import save as save_tensors
 from ._tree import decode, keys
 
 FORMAT = "torchtriage.bundle/1"
@@ -167,7 +168,7 @@ class Bundle:
         t = self.tensors.get("optimizer.safetensors")
         if t is None or index >= len(opts):
             return None
-        return decode(opts[index]["state"], t)  # type: ignore[no-any-return]
+        return decode(opts[index]["state"], t)
 
     def restore_rng(self) -> None:
         """Put the CPU (and CUDA) RNG back where they were at the failing step's start."""

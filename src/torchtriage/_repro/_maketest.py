@@ -89,6 +89,7 @@ def make_test(bundle: Bundle, out_dir: str, *, factory: str | None = None, scrip
                  f"    from {module} import {func}\n\n    return {func}()\n")
         replay_args = "factory=_build"
     else:
+        assert script is not None  # exactly one of factory and script, checked above
         # Relative to the test file when possible, so that the test survives a move or a clone.
         try:
             rel = os.path.relpath(os.path.abspath(script), os.path.abspath(out_dir))

@@ -86,7 +86,7 @@ class ReproRecorder(Checker):
         if not self.active or self.written is not None:
             return
         tb = "".join(traceback.format_exception(type(exc), exc, _trim(exc.__traceback__)))
-        trigger = {"kind": "exception", "type": type(exc).__name__, "message": str(exc)[:2000]}
+        trigger: dict[str, Any] = {"kind": "exception", "type": type(exc).__name__, "message": str(exc)[:2000]}
         frame = user_frame_from_tb(exc.__traceback__)
         if frame is not None:
             trigger.update(file=frame.file, line=frame.line)
@@ -309,8 +309,9 @@ def _step_inputs(sess: Any, snap: Any, batch: Any, tensors: dict[str, torch.Tens
                  unsupported: list[str]) -> list[dict[str, Any]]:
     """The step's other external inputs (targets, masks, weights, second model inputs; issue 11):
     every tensor that entered the step from outside it, except the first model call's batch and
-    the recorded loss calls' targets (stored already), the parameters, buffers and optimizer state. Stored beside the batch, so `Bundle.select`
-    slices those that share its leading dimension with it."""
+    the recorded loss calls' targets (stored already), the parameters, buffers and optimizer
+    state. Stored beside the batch, so `Bundle.select` slices those that share its leading
+    dimension with it."""
     if snap is None:
         return []
     from torch.utils._pytree import tree_leaves

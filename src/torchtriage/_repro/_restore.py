@@ -14,13 +14,14 @@ from .._catalogue import msg
 from .._errors import BundleError
 from ._bundle import Bundle
 
+
 def resolve_checks(bundle: Bundle, checks: Any) -> tuple[Any, list[str]]:
     """The checks to replay with: given ones, else the bundle's registered checks."""
     if checks is not None:
         return checks, []
-    names = [n for n in bundle.meta.get("checks", []) if n in _registry.CHECKS and n != "repro"]
-    names = [n for n in names if n in _registry.available()] or "default"
-    notes = []
+    recorded = [n for n in bundle.meta.get("checks", []) if n in _registry.CHECKS and n != "repro"]
+    names: list[str] | str = [n for n in recorded if n in _registry.available()] or "default"
+    notes: list[str] = []
     custom = bundle.meta.get("custom_checks") or []
     if custom:
         notes.append(msg("repro.note.custom_checks", names=", ".join(custom)))

@@ -14,6 +14,7 @@ from .._catalogue import msg
 from .._findings import Finding, Report
 from ._bundle import Bundle
 
+
 @dataclasses.dataclass(frozen=True)
 class ReplayResult:
     """The outcome of one replay.

@@ -32,7 +32,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim import optimizer as _optim_mod
-
 from torch.overrides import TorchFunctionMode
 
 from .._catalogue import msg
@@ -164,8 +163,6 @@ class _Injector:
 
 
 def replay_script(bundle: Bundle, script: str, script_args: list[str] | None, checks: Any) -> ReplayResult:
-    from .._session import Session
-
     if not os.path.isfile(script):
         raise BundleError(msg("repro.no_script", script=script), script)
     if script_args is None:

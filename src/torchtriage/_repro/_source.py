@@ -34,7 +34,7 @@ class Source:
             fn = getattr(importlib.import_module(module), func)
         except (ImportError, AttributeError) as e:
             raise ValueError(msg("repro.cli.factory_import", value=self.factory, error=str(e))) from None
-        return fn  # type: ignore[no-any-return]
+        return fn
 
     def run(self, bundle: Bundle) -> ReplayResult:
         """Replay `bundle` once. A model built by the factory is reused across replays when

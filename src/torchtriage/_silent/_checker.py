@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
@@ -36,11 +36,15 @@ from ._sampling import TrainModeOutputs
 from ._sequence import token_plans
 from ._shapes import aligned, broadcast_finding, grows
 
+if TYPE_CHECKING:
+    from .._session import Session
+
 
 class SilentChecker(Checker):
     """Finds computations that run, raise nothing, and are wrong (registry name "silent")."""
 
     name = "silent"
+    session: Session  # attached before on_start: every event below runs with it
 
     def on_start(self, session: Any) -> None:
         opts = session.options

@@ -10,7 +10,7 @@ from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import UserFrame
 
 
-def finding(name: str, *, severity: Severity | str = Severity.ERROR, stage: Stage | str | None = Stage.LOSS,
+def finding(name: str, *, severity: Severity = Severity.ERROR, stage: Stage | None = Stage.LOSS,
             frame: UserFrame | None = None, module: str | None = None, op: str | None = None,
             parameter: str | None = None, step: int | None = None,
             evidence: dict[str, Any] | None = None, variant: str | None = None,

@@ -14,7 +14,6 @@ the verdict needs no number at all; otherwise it rests on a few reductions read 
 from __future__ import annotations
 
 import re
-
 from typing import Any
 
 import torch
@@ -42,7 +41,7 @@ _VIEWS = re.compile(r"(Unsafe)?(View|Reshape|Squeeze|Unsqueeze|Alias|Expand|Tran
                     r"(Alias)?Backward\d*$")
 
 
-def _probabilities(name: str, inp: torch.Tensor, dim: int, verdict: str, sev: Severity) -> Plan:
+def _probabilities(name: str, inp: torch.Tensor, dim: int | None, verdict: str, sev: Severity) -> Plan:
     made_by = producer(inp)
     if made_by.startswith(("SoftmaxBackward", "SigmoidBackward")):
         return _const(dict(name=verdict, severity=sev, loss=name, producer=made_by.replace("Backward0", "").lower(),
@@ -50,7 +49,7 @@ def _probabilities(name: str, inp: torch.Tensor, dim: int, verdict: str, sev: Se
     if dim is None and inp.grad_fn is not None:
         # Sigmoid: the graph names the producer. Raw logits of a young model often all lie in
         # [0, 1] (a GAN discriminator's first steps), so values alone must not accuse them.
-        fn = inp.grad_fn
+        fn: torch.autograd.graph.Node | None = inp.grad_fn
         while fn is not None and _VIEWS.match(fn.name()):
             fn = next((f for f, _ in fn.next_functions if f is not None), None)
         if fn is not None and fn.name().startswith("SigmoidBackward"):

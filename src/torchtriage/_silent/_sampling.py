@@ -80,7 +80,7 @@ class TrainModeOutputs(TorchFunctionMode):
         return keys
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         kwargs = kwargs or {}
         if not self.active:
             return func(*args, **kwargs)

@@ -67,7 +67,8 @@ def token_plans(target: Any, ids: Any, *, ignore_index: int = -100, reduction: s
         grid = target
     if grid is None or grid.dim() != 2 or grid.shape[1] < 3:
         return plans
-    if is_index_tensor(attention_mask) or (isinstance(attention_mask, torch.Tensor) and attention_mask.dtype == torch.bool):
+    if is_index_tensor(attention_mask) or (
+            isinstance(attention_mask, torch.Tensor) and attention_mask.dtype == torch.bool):
         if attention_mask.shape == grid.shape and attention_mask.device == grid.device:
             pad = (attention_mask == 0) & (grid != ignore_index)
             if is_index_tensor(ids) and ids.shape == grid.shape and ids.device == grid.device:
@@ -149,8 +150,9 @@ def _call(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor | None) -> tor
 
 
 def _probe(model: nn.Module, fn: Any) -> Any:
-    from .._session import current_session
     import contextlib
+
+    from .._session import current_session
 
     was = model.training
     sess = current_session()
@@ -164,7 +166,8 @@ def _probe(model: nn.Module, fn: Any) -> Any:
 
 def _check_ids(input_ids: Any, where: str) -> None:
     if not is_index_tensor(input_ids) or input_ids.dim() != 2:
-        got = f"{input_ids.dtype} {list(input_ids.shape)}" if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        got = (f"{input_ids.dtype} {list(input_ids.shape)}" if isinstance(input_ids, torch.Tensor)
+               else type(input_ids).__name__)
         raise TypeError(f"{where}: input_ids must be a (batch, time) integer tensor, got {got}")
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from .._findings import Report, Severity, Stage
+from .._findings import Finding, Report, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack
 from ._common import finding, fmt, shape
 
@@ -64,7 +64,7 @@ def aligned(prediction: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tenso
 def broadcast_finding(*, op: str, prediction_shape: tuple[int, ...], target_shape: tuple[int, ...],
                       result_shape: tuple[int, ...], computed: float | None, fixed: float | None,
                       frame: UserFrame | None, module: str | None = None, step: int | None = None,
-                      severity: Severity = Severity.ERROR):
+                      severity: Severity = Severity.ERROR) -> Finding:
     return finding(
         "loss_broadcast", severity=severity, stage=Stage.LOSS, frame=frame, module=module, op=op, step=step,
         evidence={"prediction_shape": prediction_shape, "target_shape": target_shape,

@@ -145,7 +145,7 @@ class Context:
     def parameters(self) -> list[tuple[str, torch.Tensor]]:
         if self.module is None:
             return []
-        own = list(self.module.named_parameters(recurse=False))
+        own: list[tuple[str, torch.Tensor]] = list(self.module.named_parameters(recurse=False))
         own += [(f"buffer {n}", b) for n, b in self.module.named_buffers(recurse=False) if b is not None]
         if not own:
             own = list(self.module.named_parameters())

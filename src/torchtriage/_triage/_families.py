@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 import torch.nn as nn
@@ -23,7 +23,7 @@ from ._operands import Operand, lines_before, lookup
 from ._rules import Rule, _dtype_pair, _r
 from ._structure import ddp_unused, empty_optimizer
 
-Fields = Optional[Tuple[str, Dict[str, Any]]]
+Fields = Optional[tuple[str, dict[str, Any]]]
 
 
 def _ops(ctx: Any) -> list[Operand]:
@@ -144,14 +144,14 @@ def _squeezed(ctx: Any) -> tuple[str, str] | None:
     if isinstance(base, ast.Name):
         # h = x.squeeze() on an earlier line of the same function (the last such line wins)
         rx = re.compile(rf"^\s*{re.escape(base.id)}\s*=\s*(?P<src>.+)\.squeeze\(\s*\)\s*(?:#.*)?$")
-        found = None
+        source = None
         for _, line in lines_before(site.frame):
             hit = rx.match(line)
             if hit:
-                found = hit.group("src")
-        if found is not None:
+                source = hit.group("src")
+        if source is not None:
             try:
-                ok, value = lookup(ast.parse(found.strip(), mode="eval").body, site.frame)
+                ok, value = lookup(ast.parse(source.strip(), mode="eval").body, site.frame)
             except SyntaxError:
                 ok, value = False, None
             return base.id, _of_shape(value if ok else None)
@@ -242,7 +242,8 @@ FAMILIES: tuple[Rule, ...] = (
          _r(r"(?P<opname>\w+)\(\): could not infer output dtype\. Input dtype must be either a floating point "
             r"or complex dtype\. Got: (?P<got>\w+)"), refine=_integer_reduction),
     Rule("dtype.integer_reduction", Category.DTYPE,
-         _r(r"(?P<opname>std and var|\w+) only supports? floating point and complex dtypes"), refine=_integer_reduction),
+         _r(r"(?P<opname>std and var|\w+) only supports? floating point "
+            r"and complex dtypes"), refine=_integer_reduction),
     Rule("dtype.kernel_dtype", Category.DTYPE,
          _r(r"\"(?P<kernel>\w+)\" not implemented for '(?P<got>\w+)'"), (RuntimeError, NotImplementedError),
          refine=_kernel_dtype),

@@ -213,7 +213,8 @@ RULES: tuple[Rule, ...] = (
          _r(r"Target size \((?P<target>torch\.Size\(\[[^\]]*\]\))\) must be the same as input size "
             r"\((?P<input>torch\.Size\(\[[^\]]*\]\))\)"), (ValueError, RuntimeError)),
     Rule("shape.batchnorm_one_sample", Category.SHAPE,
-         _r(r"Expected more than 1 value per channel when training, got input size (?P<size>torch\.Size\(\[[^\]]*\]\))"),
+         _r(r"Expected more than 1 value per channel when training, "
+            r"got input size (?P<size>torch\.Size\(\[[^\]]*\]\))"),
          (ValueError,), op="batch_norm"),
     # gradient
     Rule("gradient.no_graph", Category.GRADIENT,

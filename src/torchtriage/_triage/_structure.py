@@ -106,7 +106,8 @@ def ddp_unused(m: re.Match[str], ctx: Any) -> tuple[str, dict[str, Any]] | None:
     step = ctx.step
     fields: dict[str, Any] = {
         "params": ", ".join(names) or "?",
-        "when": msg("triage.ddp.step", step=step - 1) if isinstance(step, int) and step > 0 else msg("triage.ddp.previous"),
+        "when": msg("triage.ddp.step", step=step - 1)
+        if isinstance(step, int) and step > 0 else msg("triage.ddp.previous"),
         "branch": (msg("triage.ddp.branch", file=os.path.basename(branch[0]), line=branch[1], source=branch[2])
                    if branch else msg("triage.ddp.no_branch")),
     }

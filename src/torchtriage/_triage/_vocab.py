@@ -47,21 +47,26 @@ _DEVICES = r"(?:devices?|cuda(?::\d+)?|cpu|mps|meta|xpu|hpu|gpu|accelerator|priv
 
 SIGNALS: tuple[Signal, ...] = (
     # shape: dims, ranks, sizes, element counts
-    _s("shape.dim_range_any", 5, r"dim(?:ension)?\w*\s+(?:\S+\s+){0,3}out of range|expected .*dim\w* .*in (?:the )?range|"
+    _s("shape.dim_range_any", 5, r"dim(?:ension)?\w*\s+(?:\S+\s+){0,3}out of range|"
+                                 r"expected .*dim\w* .*in (?:the )?range|"
                              r"\binvalid dim(?:ension)?\b|\bdim(?:ension)? \S+ is out of bounds"),
     _s("shape.rank", 3, r"\b\d-?D\b|\d+-dimensional|number of dimensions|\bndims?\b|\bdim\(\)|\brank\b|\bunbatched\b|"
-                        r"\bbatched\b|\b(?:zero|one|two|three|four|five|\d)[- ]dim|\bscalar tensors?\b|\bdimensionality\b|"
+                        r"\bbatched\b|\b(?:zero|one|two|three|four|five|\d)[- ]dim|"
+                        r"\bscalar tensors?\b|\bdimensionality\b|"
                         r"\b0-d\b|\bat least \w+ dim|\bnon-?empty \d|\bvector\b|\bmatrix\b|\bmatrices\b"),
-    _s("shape.numel", 3, r"\bnumel\b|number of elements|is invalid for input of size|\bmore than one (?:value|element)\b|"
+    _s("shape.numel", 3, r"\bnumel\b|number of elements|is invalid for input of size|"
+                         r"\bmore than one (?:value|element)\b|"
                          r"\bone element\b|\bsingle element\b|\b\d+ elements\b|\bempty tensors?\b"),
     _s("shape.size", 2, r"\bsizes?\b|\bshapes?\b|\blength\b|\bchannels?\b|\bbatch(?:_size|es)?\b|\bsingleton\b|"
                         r"\bbroadcast\w*|\bexpand\w*|\bmatch\w* .*\b(?:size|shape|dim)|\bdim(?:ension)?s?\b|"
-                        r"\bsame number\b|too (?:small|large|big)|\bwindow\b|\bkernel_size\b|\bpadding\b|\bstride\b.*\bsize|"
+                        r"\bsame number\b|too (?:small|large|big)|\bwindow\b|"
+                        r"\bkernel_size\b|\bpadding\b|\bstride\b.*\bsize|"
                         r"\bsplit\w*\b|\bchunks?\b|\bsections?\b|\bheads?\b|\bembed_dim\b|\bsequence\b|\bslices?\b"),
     _s("data.index_range", 3, r"\bindex\w*\b.*\b(?:out of (?:range|bounds)|exceeds?)|out of bounds|"
                               r"\bindices? \S+ out of range|\bout of range in self\b"),
     # dtype: scalar types, floating point vs integers, unsupported kernels
-    _s("dtype.unsupported", 5, r"not implemented for '\w+'|\bnot (?:yet )?(?:supported|implemented) for (?:dtype|\w+ dtype|"
+    _s("dtype.unsupported", 5, r"not implemented for '\w+'|\bnot (?:yet )?(?:supported|implemented) "
+                               r"for (?:dtype|\w+ dtype|"
                                + _DTYPES + r"\b)|unsupported (?:scalar ?type|dtype)"),
     _s("dtype.floating_required", 4, r"floating[ -]point|\bfloating\b|\bcomplex\b.*\b(?:dtype|type)|\breal[- ]valued\b|"
                                      r"must be (?:a )?float"),
@@ -73,7 +78,8 @@ SIGNALS: tuple[Signal, ...] = (
     _s("dtype.mismatch", 3, r"\b(?:Long|Float|Double|Half|Int|Byte|Bool|Short|Char|BFloat16)Tensor\b"),
     _s("dtype.unsupported", 2, r"\b(?:non-)?complex\b|\bboolean\b|\bdatatypes?\b|\bitemsize\b"),
     # device: where tensors live
-    _s("device.placement", 5, r"same device|different devices?|on the same|devices? mismatch|is not on the expected device|"
+    _s("device.placement", 5, r"same device|different devices?|on the same|devices? mismatch|"
+                              r"is not on the expected device|"
                              r"(?:tensor|argument|input|index|indices)\w* (?:is |are )?on (?:a )?" + _DEVICES),
     _s("device.pinning", 4, r"\bpin(?:ned|ning)?\b|\bpin_memory\b"),
     _s("device.meta", 4, r"\bmeta tensors?\b|\bmeta device\b"),

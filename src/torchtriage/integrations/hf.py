@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Literal
 
 from .._catalogue import msg
 
@@ -27,7 +27,7 @@ from ._common import SessionHolder
 __all__ = ["TriageTrainerCallback"]
 
 
-class TriageTrainerCallback(TrainerCallback):  # type: ignore[misc]
+class TriageTrainerCallback(TrainerCallback):
     """A `transformers.TrainerCallback` that runs torchtriage's checks over `trainer.train()`.
 
     The session opens in `on_train_begin` (the Trainer passes the model and the optimizer;
@@ -88,7 +88,7 @@ class TriageTrainerCallback(TrainerCallback):  # type: ignore[misc]
     def __enter__(self) -> TriageTrainerCallback:
         return self
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         self._holder.close(exc)
         return False
 

@@ -3,8 +3,8 @@
 The same digest family as `_hashing.py` (splitmix64's finalizer with its constants), written with
 torch integer ops so that a training batch on an accelerator is hashed there, without a copy
 to the host. A row's digest is the wrapping sum, over its non-zero cells, of
-``cells(word, salt(column))`` (a bijection that keeps 0 at 0), finalized by one more ``mix``: a sum over non-zero cells only, so
-a dense row and the same row in a scipy sparse matrix (a vectorizer's output) agree.
+``cells(word, salt(column))`` (a bijection that keeps 0 at 0), finalized by one more ``mix``:
+a sum over non-zero cells only, so a dense row and the same row in a scipy sparse matrix (a vectorizer's output) agree.
 
 Canonical words: every number is compared as its float32 value (so a float64 numpy array and
 the float32 tensor made from it agree, int 3 = float 3.0; ``-0.0`` is ``0.0``, one NaN; integers
@@ -15,9 +15,8 @@ fingerprinted on `WIDE` (512) evenly spaced values plus the row sum (bounded cos
 
 from __future__ import annotations
 
-from typing import Any
-
 import math
+from typing import Any
 
 import numpy as np
 import torch

@@ -23,6 +23,7 @@ import importlib.machinery
 import sys
 import threading
 import weakref
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -118,12 +119,12 @@ class Patches:
             idx = torch.as_tensor(dataset.indices, dtype=torch.int64).reshape(-1)[idx]
             dataset = dataset.dataset
         if isinstance(dataset, TensorDataset) and dataset.tensors:
-            rows = dataset.tensors[0]
+            rows: Any = dataset.tensors[0]
         else:
             rows = getattr(dataset, "data", None)
-            if not hasattr(rows, "shape") or len(rows) != len(dataset):  # type: ignore[arg-type]
+            if not hasattr(rows, "shape") or len(rows) != len(dataset):
                 return
-            if int(np.prod(rows.shape)) > MAX_DATA_CELLS:  # type: ignore[union-attr]
+            if int(np.prod(rows.shape)) > MAX_DATA_CELLS:
                 return  # e.g. an image folder's raw pixels: the transformed batches never match
         self.watch.extend_subset(dataset, rows, idx, user_frame_from_stack(), kind)
 
@@ -201,7 +202,7 @@ class Patches:
         def split(cv: Any, *args: Any, **kwargs: Any) -> Any:
             if _inside():
                 return original(cv, *args, **kwargs)
-            caller, f = "", sys._getframe(1)
+            f: FrameType | None = sys._getframe(1)
             for _ in range(4):  # through a mixin's `split` that calls super().split()
                 if f is None or f.f_code.co_name != "split":
                     break

@@ -23,7 +23,7 @@ import torch
 from ..._deferred import read_scalars
 from ..._findings import Finding, from_catalogue
 from ..._frames import UserFrame
-from ._base import HELD, SKETCH_ROWS, TRAIN, Base, Draw
+from ._base import HELD, SKETCH_ROWS, Base, Draw
 from ._fingerprint import row_keys
 
 if TYPE_CHECKING:
@@ -189,11 +189,11 @@ def conclude(watch: LeakageWatch) -> None:
         draws = [d for d in base.draws if d.side is not None and len(d.parts) > 1]
         if not draws:
             continue
-        only_held = [(d.side == HELD)[:base.m] for d in draws]
+        only_held = [(side == HELD)[:base.m] for d in draws if (side := d.side) is not None]  # all of draws
         for token, trained in list(base.trained.items()):
             tr = trained[:base.m].bool()
             ev = base.evaluated.get(token)
-            for d, h in zip(draws, only_held):
+            for h in only_held:
                 hits = _on(h, tr.device) & tr
                 values += [hits.sum(), _first_true(hits, _on(base.first, tr.device)),
                            (_on(h, tr.device) & _on(ev[:base.m].bool(), tr.device)).sum() if ev is not None
@@ -204,7 +204,7 @@ def conclude(watch: LeakageWatch) -> None:
             rate = max(base.rate, fit.rate)
             sampled = (base.uk & (rate - 1)) == 0
             inside = torch.isin(base.uk, keys) & sampled
-            for d, h in zip(draws, only_held):
+            for h in only_held:
                 hits = h & inside
                 values += [hits.sum(), _first_true(hits, base.first)]
             plans.append((_fit_verdict(watch, base, draws, fit, rate), 2 * len(draws)))
@@ -223,7 +223,7 @@ def _trained_verdict(watch: LeakageWatch, base: Base, draws: list[Draw], label: 
 
     def judge(v: list[float]) -> None:
         rows = [(v[3 * i], v[3 * i + 1], v[3 * i + 2]) for i in range(len(draws))]
-        if min(r[0] for r in rows) <= 0:
+        if min(r[0] for r in rows) <= 0 or watch.session is None:
             return  # the model kept to the training side of some draw (one model per fold)
         evaluated = [i for i, r in enumerate(rows) if r[2] > 0]
         i = evaluated[-1] if evaluated else len(draws) - 1
