@@ -35,6 +35,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ._safetensors import supported
+from ._tree import encode_scalar
 
 _NAMESPACES: dict[str, Any] = {
     "torch": torch, "torch.Tensor": torch.Tensor, "torch.nn.functional": F, "torch.linalg": torch.linalg,
@@ -138,12 +139,9 @@ class _Encoder:
             if id(obj) in self.known:
                 return self.known[id(obj)]
             return self.external(obj)
-        if obj is None or isinstance(obj, (bool, str)):
-            return {"t": "value", "v": obj}
-        if isinstance(obj, int):
-            return {"t": "value", "v": int(obj)}
-        if isinstance(obj, float):
-            return {"t": "float", "v": repr(float(obj))}
+        scalar = encode_scalar(obj)
+        if scalar is not None:
+            return scalar
         if isinstance(obj, torch.dtype):
             return {"t": "dtype", "v": str(obj).removeprefix("torch.")}
         if isinstance(obj, torch.device):

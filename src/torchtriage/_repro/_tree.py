@@ -17,6 +17,18 @@ import torch
 from ._safetensors import supported
 
 
+def encode_scalar(obj: Any) -> dict[str, Any] | None:
+    """The spec of None, a bool, str, int or float (JSON has no nan/inf: a float is kept as
+    its repr); None for anything else."""
+    if obj is None or isinstance(obj, (bool, str)):
+        return {"t": "value", "v": obj}
+    if isinstance(obj, int):
+        return {"t": "value", "v": int(obj)}
+    if isinstance(obj, float):
+        return {"t": "float", "v": repr(float(obj))}
+    return None
+
+
 def encode(obj: Any, prefix: str, tensors: dict[str, torch.Tensor], skipped: list[str] | None = None) -> Any:
     if isinstance(obj, torch.Tensor):
         if not supported(obj):
@@ -30,13 +42,9 @@ def encode(obj: Any, prefix: str, tensors: dict[str, torch.Tensor], skipped: lis
         tensors[name] = obj.detach()
         return {"t": "tensor", "key": name, "requires_grad": bool(obj.requires_grad),
                 "device": str(obj.device)}
-    if obj is None or isinstance(obj, (bool, str)):
-        return {"t": "value", "v": obj}
-    if isinstance(obj, int):
-        return {"t": "value", "v": int(obj)}
-    if isinstance(obj, float):
-        # JSON has no nan/inf: keep them as strings with a marker.
-        return {"t": "float", "v": repr(float(obj))}
+    scalar = encode_scalar(obj)
+    if scalar is not None:
+        return scalar
     if isinstance(obj, (list, tuple)):
         kind = "tuple" if isinstance(obj, tuple) else "list"
         return {"t": kind, "items": [encode(v, f"{prefix}.{i}", tensors, skipped) for i, v in enumerate(obj)]}
