@@ -295,3 +295,22 @@ def test_gradscaler_scale_that_keeps_collapsing_is_a_warning():
     (f,) = _errors(s)
     assert (f.code, f.severity, f.step) == ("numerical.amp_scale_collapse", Severity.WARNING, 9)
     assert f.message == "GradScaler keeps skipping steps: 10 skipped in a row, loss scale down to 128.0 (step 9)"
+
+
+def test_a_nan_batch_whose_update_was_applied_makes_later_trips_its_consequence():
+    # one corrupt record at step 2; the optimizer applies its NaN gradient, so every later step
+    # trips on NaN parameters: that is the batch's consequence, not a parameter edited elsewhere
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torchtriage.watch(model, opt, checks=["nonfinite"], on_anomaly="record", report=False) as s:
+        for step in range(5):
+            x, y = torch.randn(16, 4), torch.randn(16, 1)
+            if step == 2:
+                x[3, 1] = float("nan")
+            loss = ((model(x) - y) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    [f] = [g for g in s.report if g.severity is Severity.ERROR]
+    assert (f.code, f.stage, f.step, f.count) == ("numerical.nonfinite_data", Stage.DATA, 2, 3)

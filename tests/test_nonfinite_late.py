@@ -58,10 +58,9 @@ def test_a_nan_batch_read_one_step_late_names_its_step_and_stage():
     assert f.message == ("A non-finite value first showed in the batch of step 3, read one step late "
                          "(late_read=True): the step's update was applied and the step was not replayed")
     assert "without late_read=True" in f.next_check
-    # later steps are read at once and localized as without late_read: the NaN parameters the
-    # applied update left (the immediate read reports the same at step 4)
-    assert [(g.code, g.stage, g.step) for g in _errors(s)[1:]] == [
-        ("numerical.nonfinite_parameter", Stage.PARAMETER, 4)]
+    # the applied update left NaN parameters: steps 4 and 5 trip on them, a consequence counted
+    # on the first finding, not a new problem (the immediate read does the same)
+    assert len(_errors(s)) == 1 and f.count == 3
 
 
 class ExpHead(nn.Module):

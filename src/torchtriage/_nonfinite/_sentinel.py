@@ -454,7 +454,7 @@ class NonFiniteSentinel(Checker):
             ev = {"loss": st_loss(got), "global grad norm": self._grad_norm}
             self._report(trip, lambda: [late_finding(trip, step, ev)])
             self.late_read = False
-            if self._first is not None and trip != "data" and grads_bad:
+            if self._first is not None and grads_bad:
                 self._poisoned = self._first
             return False
         skip = sess.on_anomaly is OnAnomaly.SKIP_STEP and optimizer is not None
@@ -462,7 +462,7 @@ class NonFiniteSentinel(Checker):
             self._report(trip, lambda: self._localize(trip, step, grads))
         finally:
             self._release()
-        if not skip and optimizer is not None and self._first is not None and trip != "data" and grads_bad:
+        if not skip and optimizer is not None and self._first is not None and grads_bad:
             self._poisoned = self._first
         return skip
 
