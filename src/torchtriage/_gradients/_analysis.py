@@ -38,7 +38,7 @@ import torch.nn as nn
 from .._catalogue import has_message
 from .._deferred import DeferredFlags, read_scalars
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
-from .._frames import UserFrame
+from .._frames import UserFrame, optimizer_frame
 from ._static import ParamInfo, index_parameters, unregistered_leaf_ids
 from ._tracer import CutRecord
 
@@ -314,8 +314,6 @@ class Analysis:
             # Parameters of a model nobody watches are normal (a GAN's other net); stale means the
             # watched model also has trainable parameters that no optimizer holds.
             if foreign and missing:
-                from .._frames import optimizer_frame
-
                 out.append(make_finding("gradient.optimizer_stale", Severity.ERROR, Stage.OPTIMIZER,
                                         step=step, frame=optimizer_frame(opt), optimizer=oi,
                                         optimizer_class=type(opt).__name__,
@@ -520,8 +518,6 @@ class Analysis:
     def _not_in_optimizer(self, trainable: dict[int, ParamInfo], opt_of: dict[int, Any],
                           step: int | None, models: list[tuple[nn.Module, str]],
                           optimizers: list[torch.optim.Optimizer] = ()) -> list[Finding]:  # type: ignore[assignment]
-        from .._frames import optimizer_frame
-
         # With one optimizer, the line to change is the one that built it (known under `run`).
         frame = optimizer_frame(optimizers[0]) if len(optimizers) == 1 else None
         groups: dict[str | None, list[str]] = {}
@@ -542,8 +538,11 @@ class Analysis:
         out = []
         for (oi, gi), (zero, steps) in self.lr_zero.items():
             if steps and zero == steps:
+                opt = optimizers[oi] if oi < len(optimizers) else None
+                # the line to change is the one that built the optimizer (known under `run`)
                 out.append(make_finding("gradient.lr_zero", Severity.WARNING, Stage.OPTIMIZER, step=step,
-                                        op=type(optimizers[oi]).__name__ if oi < len(optimizers) else None,
+                                        op=type(opt).__name__ if opt is not None else None,
+                                        frame=optimizer_frame(opt) if opt is not None else None,
                                         optimizer=oi, group=gi, lr=0.0, steps=steps))
         return out
 
