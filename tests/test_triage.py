@@ -315,3 +315,16 @@ def test_rules_are_specific_before_general():
     assert hit is not None and hit[0].code == "dtype.matmul"
     assert classify(RuntimeError("something else entirely")) is None
     assert re.fullmatch(r"\w+\.\w+", RULES[0].code)
+
+
+@pytest.mark.parametrize("text,code", [
+    # nn.MultiheadAttention's own words say "2D"; the two shapes say the sizes differ
+    ("The shape of the 2D attn_mask is torch.Size([6, 6]), but should be (5, 5).", "shape.size"),
+    ("The shape of the 3D attn_mask is torch.Size([2, 6, 6]), but should be (4, 5, 5).", "shape.size"),
+    ("Expected input of shape (8, 3, 32, 32), got (8, 32, 32)", "shape.rank"),
+    ("Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: [16, 4]", "shape.rank"),
+])
+def test_two_printed_shapes_tell_a_size_mismatch_from_a_rank_mismatch(text, code):
+    from torchtriage._triage._vocab import read
+
+    assert read(text).code == code

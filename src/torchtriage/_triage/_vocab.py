@@ -141,10 +141,37 @@ def read(text: str, operands: Sequence[Operand] = ()) -> Reading | None:
         words.setdefault("device", []).append(" / ".join(sorted(named)))
     if not scores:
         return None
+    _weigh_shapes(text, best)
     _weigh_operands(text, operands, scores, best)
     order = [c.value for c in CATEGORY_ORDER]
     cat = max(scores, key=lambda c: (scores[c], -order.index(c)))
     return Reading(best[cat][1], scores, tuple(words.get(cat, ())))
+
+
+_SHAPE = re.compile(r"torch\.Size\(\[([\d,\s]*)\]\)|[(\[](\d+(?:,\s*\d+)+),?[)\]]")
+
+
+def shapes_in(text: str) -> list[tuple[int, ...]]:
+    """The shapes a message prints: `torch.Size([6, 6])`, `(5, 5)`, `[16, 4]` (two or more
+    numbers, or a torch.Size of any rank)."""
+    out = []
+    for m in _SHAPE.finditer(text):
+        body = m.group(1) if m.group(1) is not None else m.group(2)
+        out.append(tuple(int(v) for v in re.findall(r"\d+", body)))
+    return out
+
+
+def _weigh_shapes(text: str, best: dict[str, tuple[int, str]]) -> None:
+    """Two shapes printed side by side tell rank from size: the same number of dimensions with
+    other sizes is a size mismatch, whatever words ("2D") the message uses; another number of
+    dimensions is a rank mismatch."""
+    if best.get("shape", (0, ""))[1] not in ("shape.rank", "shape.size"):
+        return
+    found = shapes_in(text)
+    if len(found) < 2 or len(set(found)) < 2:
+        return
+    ranks = {len(sh) for sh in found}
+    best["shape"] = (best["shape"][0], "shape.size" if len(ranks) == 1 else "shape.rank")
 
 
 def _weigh_operands(text: str, operands: Sequence[Operand], scores: dict[str, int],
