@@ -50,11 +50,7 @@ EXPECT: dict[str, Expect] = {
         gap="module names the loss class ('CrossEntropyLoss'), not the nn.Softmax module "
             "(linear_relu_stack.5) that made the probabilities"),
     "dqn_mse_broadcast": Expect("silent.loss_broadcast", E),
-    "vae_log_of_negative": Expect(
-        "numerical.nonfinite_loss", E,
-        noise="after the NaN, the loss graphs of steps 0 and 1 stay alive in a reference cycle of "
-              "torchtriage's own step records, and silent.loss_graph_kept reports them as the user's "
-              "(whenever the cycle collector has not run yet: always with it off)"),
+    "vae_log_of_negative": Expect("numerical.nonfinite_loss", E),
     "nanogpt_eval_left_on": Expect("silent.eval_mode_while_training", W, module=""),
     "glue_param_group_missing": Expect("gradient.not_in_optimizer", E, module="classifier",
                                        parameter="classifier.weight", mode="discover"),
@@ -227,12 +223,8 @@ from bugs import {name}
 """
 
 
-CLI_NOISE = {"vae_log_of_negative": EXPECT["vae_log_of_negative"].noise}
-
-
 @pytest.mark.parametrize("name", ["dqn_mse_broadcast", "cifar10_stale_optimizer", "mnist_rnn_bn_batch_of_one",
-                                  pytest.param("vae_log_of_negative", marks=pytest.mark.xfail(
-                                      strict=True, reason=CLI_NOISE["vae_log_of_negative"]))])
+                                  "vae_log_of_negative"])
 def test_bug_through_the_cli(tmp_path, name):
     """`torchtriage run` on the unchanged loop: the same primary finding in the JSON report and
     nothing else loud, the script's exit status (1 when it raised), the primary on stderr."""

@@ -314,3 +314,33 @@ def test_a_nan_batch_whose_update_was_applied_makes_later_trips_its_consequence(
             opt.step()
     [f] = [g for g in s.report if g.severity is Severity.ERROR]
     assert (f.code, f.stage, f.step, f.count) == ("numerical.nonfinite_data", Stage.DATA, 2, 3)
+
+
+def test_a_localized_step_leaves_no_reference_cycle_holding_the_users_tensors():
+    # the op tracer kept the frame that started the replay, whose locals hold the tracer: a cycle
+    # that kept the failing step's tensors and graph alive until the cycle collector ran
+    import gc
+    import weakref
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    gc.collect()
+    gc.disable()
+    try:
+        with torchtriage.watch(model, opt, checks=["nonfinite"], on_anomaly="record", report=False) as s:
+            x, y = torch.randn(16, 4), torch.randn(16, 1)
+            loss = torch.log(model(x) - y).mean()  # log of negatives: NaN in the loss
+            kept = weakref.ref(loss)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            del loss
+            for _ in range(2):  # later steps open and release the recorded step
+                opt.zero_grad()
+                ((model(x) - y) ** 2).mean().backward()
+                opt.step()
+        assert [f.code for f in s.report if f.severity is Severity.ERROR][:1] == ["numerical.nonfinite_loss"]
+        assert kept() is None
+    finally:
+        gc.enable()

@@ -111,6 +111,15 @@ class OpTracer(TorchDispatchMode):
         # from torchtriage's code, where no user frame is on the stack).
         self.frame_hint: UserFrame | None = None
 
+    def __exit__(self, *exc: Any) -> None:
+        # The stop frame's locals hold this tracer (and through its origins, the user's step
+        # tensors): kept past the replay, it is a reference cycle that keeps a step's autograd
+        # graph alive until the cycle collector happens to run.
+        try:
+            super().__exit__(*exc)
+        finally:
+            self.stop_frame = None
+
     def origin_of(self, t: Any) -> Origin | None:
         if not isinstance(t, torch.Tensor):
             return None
