@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch.overrides import TorchFunctionMode
 
-from torchtriage._modes import own_modes_off
+from torchtriage._modestack import own_modes_off
 
 
 class Counting(TorchFunctionMode):

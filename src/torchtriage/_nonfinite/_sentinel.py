@@ -39,7 +39,7 @@ from .._checker import Checker, LossCall
 from .._config import OnAnomaly
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack
-from .._modes import own_modes_off
+from .._modestack import own_modes_off
 from ._amp import ScalerWatch
 from ._late import PendingRead
 from ._late import finding as late_finding
