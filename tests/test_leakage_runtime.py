@@ -115,11 +115,33 @@ def test_randperm_split_redrawn_every_epoch():
     assert data_findings(report) == [("data.heldout_trained", "error", line), ("data.split_redrawn", "warning", line)]
 
 
+
+def test_rows_known_by_index_text_samples_packed_by_a_collate_fn():
+    """A list of (label, token ids) samples batched as EmbeddingBag ids + offsets by two worker
+    processes: no batch holds a stored row, the loader's indices say which rows it holds."""
+    report, ns, path = run_script("leak_text_samples_whole_list.py")
+    assert data_findings(report) == [("data.heldout_trained", "error", split_line(path))]
+    f = report.findings[0]
+    assert f.evidence["split_call"] == "random_split" and f.evidence["model"] == "model"
+    assert f.evidence["count"] == f.evidence["held_out_rows"] == 15  # every held-out sample, once an epoch
+    assert f.evidence["example_index"] in ns["val_ds"].indices
+    assert f.evidence["estimated"] is False
+
+
+def test_rows_known_by_index_augmented_on_load():
+    report, ns, path = run_script("leak_augmented_on_load_whole_set.py")
+    assert data_findings(report) == [("data.heldout_trained", "error", split_line(path))]
+    f = report.findings[0]
+    assert f.evidence["split_call"] == "Subset"
+    assert f.evidence["count"] == f.evidence["held_out_rows"] == 30
+    assert f.evidence["example_index"] in ns["test_ds"].indices
+
 # ---------------------------------------------------------------- leaky scripts (scikit-learn)
 @pytest.mark.parametrize("name, preprocessor", [
     ("leak_sk_scaler_before_split.py", "StandardScaler"),
     ("leak_sk_scaler_fit_on_full_after_split.py", "MinMaxScaler"),
     ("leak_sk_tfidf_before_split.py", "TfidfVectorizer"),
+    ("leak_sk_encoder_before_split.py", "OneHotEncoder"),
     ("leak_sk_kfold_scaler_on_all.py", "StandardScaler"),
 ])
 def test_sklearn_preprocessor_fitted_on_test_rows(name, preprocessor):
@@ -175,9 +197,10 @@ def test_torchtriage_run(tmp_path, name, expected):
 # ---------------------------------------------------------------- watch() and the frame rules
 def test_watch_block_with_a_leaky_loop_and_hooks_removed_after():
     import sklearn.model_selection._split as sk_split
+    from torch.utils.data.dataloader import _BaseDataLoaderIter as It
 
     saved = (Subset.__init__, torch.randperm, torch.Tensor.__getitem__, sk_split.BaseShuffleSplit.split,
-             list(sys.meta_path))
+             list(sys.meta_path), It.__next__, It._next_index, It._reset)
     torch.manual_seed(0)
     X = torch.randn(100, 3)
     y = X.sum(1)
@@ -195,7 +218,7 @@ def test_watch_block_with_a_leaky_loop_and_hooks_removed_after():
     assert codes == ["data.heldout_trained"]
     assert s.report.findings[0].evidence["count"] == 20
     assert (Subset.__init__, torch.randperm, torch.Tensor.__getitem__, sk_split.BaseShuffleSplit.split,
-            list(sys.meta_path)) == saved
+            list(sys.meta_path), It.__next__, It._next_index, It._reset) == saved
     assert "__getitem__" not in vars(torch.Tensor)  # never patched: torch.tensor([t0, t1]) must keep working
     assert torch._C._len_torch_function_stack() == 0  # the index watch left with the session
     assert perm.numel() == 100
