@@ -136,6 +136,17 @@ def test_rows_known_by_index_augmented_on_load():
     assert f.evidence["count"] == f.evidence["held_out_rows"] == 30
     assert f.evidence["example_index"] in ns["test_ds"].indices
 
+
+def test_one_model_carried_across_kfold_subsets():
+    """Subset pairs per fold (KFold over the indices), one model for all folds: the last fold's
+    held-out rows were trained on in the folds before. (A new model per fold is quiet:
+    clean_kfold_subsets.py; the folds partition the rows, so they are no redraw either.)"""
+    report, ns, path = run_script("leak_kfold_one_model_across_folds.py")
+    assert data_findings(report) == [("data.heldout_trained", "error", split_line(path))]
+    f = report.findings[0]
+    assert f.evidence["draws"] == 4 and f.evidence["count"] == f.evidence["held_out_rows"] == 25
+    assert f.evidence["example_index"] in ns["va"].tolist()  # the last fold's held-out rows
+
 # ---------------------------------------------------------------- leaky scripts (scikit-learn)
 @pytest.mark.parametrize("name, preprocessor", [
     ("leak_sk_scaler_before_split.py", "StandardScaler"),

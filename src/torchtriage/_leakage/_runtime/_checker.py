@@ -109,14 +109,15 @@ class LeakageWatch(Checker):
 
     def extend_subset(self, dataset: Any, rows: Any, indices: Any, frame: UserFrame | None, kind: str) -> None:
         """A `Subset` made by hand or by random_split: the parts of one draw arrive one by one.
-        A part disjoint from the open draw of its dataset (drawn in the same step) joins it."""
+        A part disjoint from the open draw of its dataset joins it (also after training steps:
+        a validation Subset is often made after the training loop that used its sibling)."""
         base = self.base_for(dataset, rows)
         if base is None:
             return
         idx = torch.as_tensor(indices, dtype=torch.int64).reshape(-1).cpu()
         last = base.draws[-1] if base.draws else None
         parts, where = [idx], frame
-        if last is not None and last.open and last.steps == self.steps:
+        if last is not None and last.open:
             covered = torch.zeros(base.n, dtype=torch.bool)
             for p in last.parts:
                 covered[p] = True
