@@ -147,6 +147,60 @@ def test_one_model_carried_across_kfold_subsets():
     assert f.evidence["draws"] == 4 and f.evidence["count"] == f.evidence["held_out_rows"] == 25
     assert f.evidence["example_index"] in ns["va"].tolist()  # the last fold's held-out rows
 
+
+class _ShuffledBatches(torch.utils.data.Sampler):
+    """A batch sampler yielding numpy arrays of indices (as bucketing samplers often do)."""
+
+    def __init__(self, n, size, seed=0):
+        self.n, self.size, self.rng = n, size, np.random.default_rng(seed)
+
+    def __iter__(self):
+        order = self.rng.permutation(self.n)
+        return iter(np.array_split(order, self.n // self.size))
+
+    def __len__(self):
+        return self.n // self.size
+
+
+def test_rows_known_by_index_under_watch_with_a_numpy_batch_sampler_and_padded_dicts():
+    """Tokenized samples as dicts in a list, padded by a collate_fn into a dict of tensors,
+    batches from a batch sampler of numpy indices, the training loader over the whole list: a
+    `watch()` block sees the split made inside it and the validation rows trained on."""
+    rng = np.random.default_rng(0)
+    samples = [{"input_ids": rng.integers(1, 30, rng.integers(3, 9)).tolist(), "label": int(rng.integers(0, 2))}
+               for _ in range(48)]
+
+    def pad(batch):
+        width = max(len(b["input_ids"]) for b in batch)
+        ids = torch.tensor([b["input_ids"] + [0] * (width - len(b["input_ids"])) for b in batch])
+        labels = torch.tensor([b["label"] for b in batch])
+        return {"input_ids": ids, "attention_mask": (ids != 0).long(), "labels": labels}
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(30, 8, padding_idx=0)
+            self.head = nn.Linear(8, 2)
+
+        def forward(self, input_ids, attention_mask):
+            h = (self.emb(input_ids) * attention_mask.unsqueeze(-1)).sum(1) / attention_mask.sum(1, keepdim=True)
+            return self.head(h)
+
+    torch.manual_seed(0)
+    model = Classifier()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        train_ds, val_ds = random_split(samples, [36, 12])
+        for batch in DataLoader(samples, batch_sampler=_ShuffledBatches(48, 8), collate_fn=pad):  # the bug
+            loss = F.cross_entropy(model(batch["input_ids"], batch["attention_mask"]), batch["labels"])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    assert [(f.code, f.severity) for f in s.report.findings] == [("data.heldout_trained", Severity.ERROR)]
+    f = s.report.findings[0]
+    assert f.evidence["count"] == f.evidence["held_out_rows"] == 12
+    assert f.evidence["example_index"] in val_ds.indices
+
 # ---------------------------------------------------------------- leaky scripts (scikit-learn)
 @pytest.mark.parametrize("name, preprocessor", [
     ("leak_sk_scaler_before_split.py", "StandardScaler"),

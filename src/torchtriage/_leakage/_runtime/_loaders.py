@@ -25,6 +25,7 @@ import dataclasses
 import weakref
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from ._base import Base
@@ -162,15 +163,20 @@ class LoaderIndex:
 
 
 def _as_rows(indices: Any) -> torch.Tensor | None:
-    if isinstance(indices, int):
-        return torch.tensor([indices], dtype=torch.int64)
+    """A sampler's batch as int64 positions on the host: ints, numpy integers, a list or an
+    array of them; None for anything else (an iterable dataset's None, keys of a dict-like
+    dataset: not positions)."""
     if isinstance(indices, torch.Tensor):
-        if indices.is_floating_point() or indices.device.type != "cpu":
-            return None  # a sampler's indices live on the host; anything else is not positions
+        if indices.is_floating_point() or indices.is_complex() or indices.device.type != "cpu":
+            return None
         return indices.detach().to(torch.int64).reshape(-1)
-    if isinstance(indices, (list, tuple)) and indices and all(isinstance(i, int) for i in indices):
-        return torch.tensor(indices, dtype=torch.int64)
-    return None  # an iterable dataset's None, a sampler of keys: not positions in the dataset
+    if isinstance(indices, (int, np.integer)) and not isinstance(indices, bool):
+        return torch.tensor([int(indices)], dtype=torch.int64)
+    if isinstance(indices, (list, tuple, np.ndarray)) and len(indices):
+        arr = np.asarray(indices)
+        if arr.dtype.kind in "iu" and arr.ndim == 1:
+            return torch.from_numpy(arr.astype(np.int64, copy=False))
+    return None
 
 
 def _tensors(obj: Any, depth: int = 0) -> list[torch.Tensor]:
