@@ -44,7 +44,8 @@ def state_bytes(watch: LeakageWatch) -> int:
                  *b.trained.values(), *b.evaluated.values()]
         if b.keys is not None:
             parts.append(b.keys)
-        total += sum(t.numel() * t.element_size() for t in parts)
+        unique = {t.data_ptr(): t for t in parts}  # a base known by index shares `uk` and `first`
+        total += sum(t.numel() * t.element_size() for t in unique.values())
     return total
 
 

@@ -14,8 +14,8 @@ A `Base` is the rows a split indexes (a TensorDataset's first tensor, the X give
 
 A dataset whose rows cannot be fingerprinted (a list of samples, files read on access) is a
 `Base.indexed`: each row's "digest" is its index, and only DataLoader batches, whose indices the
-sampler gives (`_loaders.py`), are matched with it (16 bytes per row, the same sampling above
-`SKETCH_ROWS`).
+sampler gives (`_loaders.py`), are matched with it (8 bytes per kept row, the same sampling
+above `SKETCH_ROWS`: the kept indices are multiples of ``rate``).
 
 Every array lives on the device of the batches compared with it; nothing here reads a value
 back to the host (the checker reads its numbers with the session's per-step read, or once at
@@ -74,7 +74,7 @@ class Draw:
 class Base:
     """Rows that splits index, as a sketch of digests (see the module docstring)."""
 
-    def __init__(self, obj: Any, rows: Any, n: int, keys: torch.Tensor, *, by_index: bool = False) -> None:
+    def __init__(self, obj: Any, rows: Any, n: int, keys: torch.Tensor | None, *, by_index: bool = False) -> None:
         self.by_index = by_index  # rows known by their index only (see `indexed`)
         self.ref = _ref(obj)
         if self.ref is None and by_index:  # a plain list of samples: held until the session ends
@@ -85,18 +85,23 @@ class Base:
         self.rate = 1
         while n // self.rate > SKETCH_ROWS:
             self.rate *= 2
-        self.device = keys.device
-        kept = torch.arange(n, device=keys.device)
-        if self.rate > 1:
-            keep = (keys & (self.rate - 1)) == 0
-            kept = kept[keep]  # once per base, at split time (not in a step)
-            keys = keys[keep]
-        uk, inverse = torch.unique(keys, sorted=True, return_inverse=True)
-        first = torch.full((uk.numel(),), n, dtype=torch.int64, device=keys.device)
-        self.uk = uk
-        self.first = first.scatter_reduce_(0, inverse, kept, reduce="amin")
         # Digests of every row, kept for small bases (to place later draws without rehashing).
-        self.keys = keys if self.rate == 1 and not by_index else None  # (an index base's are its indices)
+        self.keys: torch.Tensor | None = None
+        if keys is None:  # by index: the kept rows' indices are the sorted digests and first rows
+            self.device = torch.device("cpu")
+            self.uk = self.first = torch.arange(0, n, self.rate, dtype=torch.int64)
+        else:
+            self.device = keys.device
+            kept = torch.arange(n, device=keys.device)
+            if self.rate > 1:
+                keep = (keys & (self.rate - 1)) == 0
+                kept = kept[keep]  # once per base, at split time (not in a step)
+                keys = keys[keep]
+            uk, inverse = torch.unique(keys, sorted=True, return_inverse=True)
+            first = torch.full((uk.numel(),), n, dtype=torch.int64, device=keys.device)
+            self.uk = uk
+            self.first = first.scatter_reduce_(0, inverse, kept, reduce="amin")
+            self.keys = keys if self.rate == 1 else None
         self.draws: list[Draw] = []
         # Marks by model token (not by the model: a model that dies before the session ends, e.g.
         # one built inside main(), still has its verdict; tokens are never reused, unlike ids).
@@ -141,7 +146,7 @@ class Base:
         """A dataset whose rows cannot be fingerprinted (a list of (label, tokens) samples, files
         read on access, pixels too many to hash): each row is its own index, so only DataLoader
         batches, whose indices are known (`_loaders.py`), are compared with its splits."""
-        return cls(obj, obj, n, torch.arange(n, dtype=torch.int64), by_index=True)
+        return cls(obj, obj, n, None, by_index=True)
 
     def index_positions(self, rows: torch.Tensor) -> torch.Tensor | None:
         """Sorted positions of the rows at these base indices (None: too many rows to keep
