@@ -137,3 +137,26 @@ def test_hf_callback_writes_into_the_trainers_wandb_run(tmp_path):
     assert summary["torchtriage/report"] == ("== torchtriage report ==\n"
                                              "No finding: nothing looked wrong in what torchtriage watched.")
     assert _findings_table(tmp_path, summary) == []
+
+
+def test_hf_callback_writes_tensorboard_event_files(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from test_integrations import _gpt2, _train
+
+    transformers, model = _gpt2()
+    from torchtriage.integrations.hf import TriageTrainerCallback
+
+    cb = TriageTrainerCallback(tensorboard=tmp_path / "tb", report=False)
+    _train(transformers, model, cb, tmp_path, steps=3)
+    ea = EventAccumulator(str(tmp_path / "tb"), size_guidance={"scalars": 0, "tensors": 0})
+    ea.Reload()
+    assert [e.step for e in ea.Scalars("torchtriage/loss")] == [0, 1, 2]
+    assert [e.value for e in ea.Scalars("torchtriage/loss")] == pytest.approx(cb.report.series["loss"])
+    assert [e.value for e in ea.Scalars("torchtriage/grad_norm")] == pytest.approx(cb.report.series["grad_norm"])
+    # the Trainer's linear schedule from 5e-5, read after each optimizer step (two parameter groups)
+    assert [e.value for e in ea.Scalars("torchtriage/lr/optimizer0/group0")] == pytest.approx(
+        [5e-5, 5e-5 * 2 / 3, 5e-5 / 3])
+    assert "torchtriage/anomaly" not in ea.Tags()["scalars"]
+    (report,) = [e.tensor_proto.string_val[0].decode() for e in ea.Tensors("torchtriage/report/text_summary")]
+    assert "No finding" in report
