@@ -58,3 +58,21 @@ def test_accelerate_launch_correct_loop_stays_quiet(tmp_path):
     assert report["findings"] == []
     assert res.stderr.count("No finding") == 1
     assert "TriageInternalWarning" not in res.stderr
+
+
+def test_a_launcher_that_started_one_process_is_not_read_as_a_tensor_rank_fault(tmp_path, monkeypatch):
+    """`accelerate launch --cpu --num_processes 2` without an MPI host file starts one process, with
+    no RANK: init_process_group's "environment variable RANK expected" was read as `shape.rank`."""
+    import torch.distributed as dist
+
+    import torchtriage
+
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ValueError, match="environment variable RANK expected, but not set"):
+        with torchtriage.watch(report=False) as session:
+            dist.init_process_group("gloo")
+    [finding] = session.report.findings
+    assert (finding.code, finding.category.value, finding.op) == (
+        "other.exception", "other", "torch.distributed.init_process_group")
+    assert "environment variable RANK expected, but not set" in finding.evidence["exception"]
