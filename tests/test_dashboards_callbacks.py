@@ -142,6 +142,7 @@ def test_hf_callback_writes_into_the_trainers_wandb_run(tmp_path):
 def test_hf_callback_writes_tensorboard_event_files(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     from test_integrations import _gpt2, _train
 
     transformers, model = _gpt2()
