@@ -185,3 +185,22 @@ def test_wandb_leaves_the_users_own_step_numbers_alone(tmp_path):
     assert [r["torchtriage/step"] for r in ours] == [0, 1, 2, 3]
     assert [r["torchtriage/loss"] for r in ours] == pytest.approx([r["my/loss"] for r in history if "my/loss" in r])
     assert summary["torchtriage/ok"] is True
+
+
+def test_tensorboard_marks_the_step_of_a_dynamics_finding(tmp_path):
+    """The anomaly marker is at the step of each warning, the dynamics checks' too: here a StepLR
+    stepped per batch (tests/test_dynamics.py), with the lr curve that shows it."""
+    pytest.importorskip("tensorboard")
+    import torchtriage
+    from zoo import dynamics as z
+
+    models, opts, train = z.loop_epoch_scheduler_stepped_per_batch()
+    with torchtriage.watch(models, opts, on_anomaly="record", report=False, tensorboard=tmp_path / "tb") as s:
+        train()
+    [f] = s.report.filter(code="dynamics.epoch_scheduler_per_batch")
+    ea = _events(tmp_path / "tb")
+    assert [(e.step, e.value) for e in ea.Scalars("torchtriage/anomaly")] == [(f.step, 1.0)] == [(20, 1.0)]
+    lr = [e.value for e in ea.Scalars("torchtriage/lr")]
+    assert lr[0] == pytest.approx(0.1) and lr[25] == pytest.approx(0.001) and len(lr) == 64
+    [(_, text)] = _texts(ea, "torchtriage/findings/text_summary")
+    assert "StepLR is stepped at every optimizer step" in text
