@@ -241,6 +241,13 @@ def test_softmax_over_the_batch_dimension():
                          "the batch instead of across classes")
 
 
+def test_argmax_over_the_batch_dimension_in_validation():
+    s, _ = _watch(z.loop_argmax_over_batch_in_validation)
+    f = _one(s.report, "silent.softmax_over_batch")
+    assert (f.severity, f.op, f.line) == (Severity.WARNING, "argmax", _line("# BUG: argmax over the batch"))
+    assert (f.evidence["input_shape"], f.evidence["dim"]) == ((128, 4), 0)
+    assert f.message.startswith("argmax over dim 0, the batch dimension (shape [")
+
 def test_validation_metric_in_train_mode_with_dropout():
     s, _ = _watch(z.loop_validation_in_train_mode)
     f = _one(s.report, "silent.train_mode_while_evaluating")

@@ -360,6 +360,7 @@ class SilentChecker(Checker):
         # graphs from two or more earlier steps still alive, so their number grows with the
         # steps. Losses that live until the next iteration reassigns them (a GAN's
         # errD = errD_real + errD_fake, with one step per backward) keep one graph per line.
+        # A warning (issue 13): the numbers are right, the run wastes memory until it runs out.
         by_line: dict[Any, list[tuple[int, Any]]] = {}
         for s, f in old:
             by_line.setdefault((getattr(f, "file", None), getattr(f, "line", None)), []).append((s, f))
@@ -367,7 +368,7 @@ class SilentChecker(Checker):
         if kept is not None:
             old = kept
             frame = old[0][1]
-            self._add(finding("loss_graph_kept", severity=Severity.ERROR, stage=Stage.LOSS, frame=frame, step=step,
+            self._add(finding("loss_graph_kept", severity=Severity.WARNING, stage=Stage.LOSS, frame=frame, step=step,
                               evidence={"old_loss_graphs_alive": len(old),
                                         "from_steps": sorted({s for s, _ in old})[:8]}))
 
