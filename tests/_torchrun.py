@@ -49,6 +49,23 @@ def torchrun(args: list[str], *, cwd: Path, nproc: int = 2, timeout: float = 120
     """`python -m torch.distributed.run --nproc-per-node N ARGS`, its output and exit code."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--monitor-interval", "0.2", *args]
+    return launch(cmd, cwd=cwd, timeout=timeout, env=env)
+
+
+def accelerate_launch(args: list[str], *, cwd: Path, nproc: int = 2, timeout: float = 120.0,
+                      env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`accelerate launch --multi_gpu --num_processes N ARGS` (on a CPU-only machine the script's
+    `Accelerator(cpu=True)` makes it gloo), its output and exit code."""
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(nproc),
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port()),
+           "--monitor_interval", "0.2", *args]
+    return launch(cmd, cwd=cwd, timeout=timeout, env={"HF_HOME": str(cwd / "hf-home"), **(env or {})})
+
+
+def launch(cmd: list[str], *, cwd: Path, timeout: float = 120.0,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a launcher command, bounded; assert that none of its processes is left behind."""
     token = uuid.uuid4().hex
     full_env = dict(os.environ, TORCHTRIAGE_TEST_TOKEN=token,
                     PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _torchrun import torchrun
+from _torchrun import accelerate_launch, torchrun
 from torchtriage import Finding, Report
 from torchtriage._distributed import _merge
 
@@ -68,11 +68,14 @@ def test_nan_from_one_ranks_data_is_diagnosed_on_that_rank_and_received_on_the_o
 
 
 def test_a_ranks_bundle_replays_in_one_process_and_says_what_it_cannot_replay(tmp_path):
-    res, report = _run(tmp_path, "nan_one_rank.py", "--bundle", str(tmp_path / "bundle"))
+    # "metric": the step also all-reduces its loss for logging, a collective of its own
+    res, report = _run(tmp_path, "nan_one_rank.py", "--bundle", str(tmp_path / "bundle"), script_args=["metric"])
     assert res.returncode == 0, res.stderr
     assert sorted(p.name for p in (tmp_path / "bundle").iterdir()) == ["rank-1"]  # the rank that made it
     meta = json.loads((tmp_path / "bundle" / "rank-1" / "meta.json").read_text())
-    assert meta["distributed"] == {"rank": 1, "world_size": 2, "ddp": True, "step_collectives": []}
+    metric = _line("nan_one_rank.py", "dist.all_reduce(logged)")
+    assert meta["distributed"] == {"rank": 1, "world_size": 2, "ddp": True,
+                                   "step_collectives": [f"all_reduce() at nan_one_rank.py:{metric}"]}
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src")
     out = subprocess.run([sys.executable, "-m", "torchtriage", "replay", str(tmp_path / "bundle" / "rank-1")],
@@ -81,7 +84,9 @@ def test_a_ranks_bundle_replays_in_one_process_and_says_what_it_cannot_replay(tm
     assert out.stdout.splitlines() == [
         "reproduced: numerical/numerical.nonfinite_data module=None op=None",
         "this step ran under DistributedDataParallel (rank 1 of 2): its all-reduce needs the other ranks, "
-        "so a single-process replay computes the local gradients only"]
+        "so a single-process replay computes the local gradients only",
+        f"the step called collectives (all_reduce() at nan_one_rank.py:{metric}): in a single-process replay they "
+        "see this rank's values only; to reproduce what the other ranks sent, replay the whole job under torchrun"]
     assert "rank=" not in out.stderr
 
 
@@ -204,8 +209,13 @@ def test_parameters_that_differ_across_ranks_at_the_start(tmp_path):
 
 
 def test_a_correct_ddp_loop_stays_quiet(tmp_path):
-    res, report = _run(tmp_path, "clean_ddp.py", script_args=[str(tmp_path)])
+    # --json -: every rank shares the standard output, so a report written by each rank would
+    # show twice; the merged one is written once, by rank 0
+    res = torchrun(["-m", "torchtriage", "run", "--json", "-", str(ZOO / "clean_ddp.py"), str(tmp_path)],
+                   cwd=tmp_path, timeout=120, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
     assert res.returncode == 0, res.stderr
+    assert res.stdout.count('"schema": "torchtriage.report/1"') == 1, res.stdout
+    report = json.loads(res.stdout)
     assert report["findings"] == [], res.stderr
     assert res.stderr.count("== torchtriage report ==") == 1
     assert "No finding" in res.stderr
@@ -266,7 +276,80 @@ def test_hf_trainer_under_torchrun_is_quiet_but_for_the_find_unused_info(tmp_pat
     assert "ddp_find_unused_parameters=False" in report["findings"][0]["next_check"]
 
 
+def test_ddp_checks_ride_the_one_host_read_per_step(tmp_path):
+    # the local-gradient sums (before DDP's all-reduce) and the first step's fingerprints are
+    # queued on the device and read with the sentinel's one read per optimizer step, on each rank
+    res = torchrun([str(ZOO / "ddp_host_reads.py"), str(tmp_path)], cwd=tmp_path,
+                   env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
+    assert res.returncode == 0, res.stderr
+    for rank in (0, 1):
+        data = json.loads((tmp_path / f"reads-{rank}.json").read_text())
+        assert data["findings"] == []
+        assert len(data["per_step"]) == 6
+        for calls in data["per_step"]:
+            assert [name for name, _ in calls] == ["tolist"], calls
+            assert "_nonfinite/_sentinel.py:_read" in calls[0][1], calls
+
+
+def test_watch_stall_timeout_reports_the_mismatch_and_ends_the_job(tmp_path):
+    res = torchrun([str(ZOO / "watch_stall.py")], cwd=tmp_path, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
+    assert res.returncode != 0
+    assert "exit code 124" in res.stderr and "exitcode  : 124" in res.stderr
+    assert res.stderr.count("== torchtriage report ==") == 1
+    backward = _line("watch_stall.py", "loss.backward()")
+    barrier = _line("watch_stall.py", "dist.barrier()")
+    assert (f"rank 0 waits in the gradient all-reduce of backward() at watch_stall.py:{backward}; "
+            f"rank 1 waits in barrier() at watch_stall.py:{barrier}") in res.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_accelerate_launch(tmp_path):
+    pytest.importorskip("accelerate")
+    out = tmp_path / "report.json"
+    res = accelerate_launch(["-m", "torchtriage", "run", "--json", str(out), str(ZOO / "accelerate_nan.py")],
+                            cwd=tmp_path, timeout=180, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("== torchtriage report ==") == 1
+    report = json.loads(out.read_text())
+    assert report["meta"]["world_size"] == 2 and report["meta"]["distributed"]["ddp"] is True
+    primary = report["findings"][report["primary"]]
+    assert (primary["code"], primary["rank"], primary["step"], primary["line"]) == (
+        "numerical.nonfinite_data", 1, 2, _line("accelerate_nan.py", 'x[3, 1] = float("nan")'))
+    [received] = _by_code(report, "distributed.nonfinite_received")
+    assert (received["rank"], received["step"], received["severity"], received["evidence"]["origin rank"]) == (
+        0, 2, "info", 1)
+    assert [f["code"] for f in report["findings"] if f["rank"] == 0 and f["severity"] != "info"] == []
+
+
 # ---------------------------------------------------------------- without launching ranks
+def test_the_default_stall_timeout_is_a_multiple_of_the_slowest_step_with_a_floor():
+    from types import SimpleNamespace
+
+    from torchtriage._distributed import _watchdog
+
+    owner = SimpleNamespace(slowest_step=2.0)
+    dog = _watchdog.Watchdog(owner, timeout=None)
+    assert dog.timeout() == _watchdog.FLOOR == 300.0  # 20 x 2 s is below the floor
+    owner.slowest_step = 40.0
+    assert dog.timeout() == _watchdog.MULTIPLE * 40.0 == 800.0
+    assert _watchdog.Watchdog(owner, timeout=3.0).timeout() == 3.0  # --stall-timeout / stall_timeout=
+
+
+def test_findings_name_the_host_when_the_ranks_run_on_several():
+    def rec(rank, host):
+        f = Finding("gradient", "gradient.x", "m", step=1, severity="warning").to_dict()
+        return {"rank": rank, "local_rank": 0, "host": host, "ended": {"how": "ok"},
+                "report": {"findings": [f] if rank == 1 else [], "meta": {"steps": 2}},
+                "collectives": {"sites": {}, "sequence": [], "total": 0}}
+
+    two = _merge.merge({0: rec(0, "node-a"), 1: rec(1, "node-b")}, 2)
+    assert [(f.rank, f.local_rank, f.host) for f in two.findings] == [(1, 0, "node-b")]
+    assert two.findings[0].to_dict()["host"] == "node-b"
+    assert two.meta["ranks"]["1"]["host"] == "node-b"
+    one = _merge.merge({0: rec(0, "node-a"), 1: rec(1, "node-a")}, 2)
+    assert one.findings[0].host is None and "host" not in one.findings[0].to_dict()
+
+
 def test_single_process_reports_carry_no_rank_keys_and_load_no_distributed_check(tmp_path):
     script = tmp_path / "one.py"
     script.write_text("import sys, torch, torchtriage, torch.nn as nn\n"

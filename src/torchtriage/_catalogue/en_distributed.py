@@ -51,5 +51,5 @@ MESSAGES = {
     "dist.cause.sharded": "the value became NaN or Inf in this rank's own {stage}: the other ranks' values were finite until the reduce-scatter.",
     "dist.next.sharded": "Replay the step in one process without FSDP (torchtriage run --bundle, then torchtriage replay) to find the op and the line.",
     "dist.replay_needs_pg": "this step ran under DistributedDataParallel (rank {rank} of {world}): its all-reduce needs the other ranks, so a single-process replay computes the local gradients only",
-    "dist.replay_collectives": "the step called collectives ({ops}); a single-process replay cannot run them: replay the whole job under torchrun instead",
+    "dist.replay_collectives": "the step called collectives ({ops}): in a single-process replay they see this rank's values only; to reproduce what the other ranks sent, replay the whole job under torchrun",
 }

@@ -45,5 +45,5 @@ MESSAGES = {
     "dist.cause.sharded": "该值在本 rank 自己的 {stage} 中变为 NaN 或 Inf：其他 rank 的值在 reduce-scatter 之前都是有限的。",
     "dist.next.sharded": "在不使用 FSDP 的单进程中重放这一步（torchtriage run --bundle，然后 torchtriage replay），以找到算子和代码行。",
     "dist.replay_needs_pg": "这一步运行在 DistributedDataParallel 下（rank {rank}，共 {world} 个）：它的 all-reduce 需要其他 rank，单进程重放只计算本地梯度",
-    "dist.replay_collectives": "这一步调用了集合通信（{ops}）；单进程重放无法运行它们：请在 torchrun 下重放整个作业",
+    "dist.replay_collectives": "这一步调用了集合通信（{ops}）：单进程重放中它们只看到本 rank 的值；要重现其他 rank 发送的内容，请在 torchrun 下重放整个作业",
 }
