@@ -251,6 +251,14 @@ def test_fsdp_nan_from_one_rank_without_replay_or_hang(tmp_path):
     assert "TriageInternalWarning" not in res.stderr
 
 
+def test_a_correct_fsdp_loop_stays_quiet_but_for_the_fsdp_info(tmp_path):
+    res, report = _run(tmp_path, "fsdp_nan.py", "--stall-timeout", "20")
+    assert res.returncode == 0, res.stderr
+    assert [(f["code"], f["severity"], f["evidence"]["ranks"]) for f in report["findings"]] == [
+        ("distributed.fsdp_limits", "info", [0, 1])], res.stderr
+    assert report["primary"] is None and "TriageInternalWarning" not in res.stderr
+
+
 def test_lightning_ddp_strategy_under_torchrun(tmp_path):
     pytest.importorskip("lightning")
     res, report = _run(tmp_path, "lightning_ddp_nan.py", "--stall-timeout", "30", timeout=240)

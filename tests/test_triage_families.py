@@ -721,3 +721,20 @@ def test_empty_optimizer_without_a_typo_or_from_an_empty_list():
                          "IterableNoInit defines no __init__, so no layer was ever assigned")
     f = _check(optimizer_of_empty_list, "gradient", "gradient.optimizer_empty")
     assert f.message == "optimizer got no parameters: params (list) is empty: the iterable of parameters held nothing"
+
+
+@pytest.mark.parametrize("text, operands, code", [
+    # the same words, read alone and then with the failing call's tensors
+    ("size mismatch between input and target", (), "shape.size"),
+    ("size mismatch between input and target", (("pred", "cpu", torch.float32), ("target", "meta", torch.float32)),
+     "device.placement"),  # tensors on two devices: the mismatch is where they live
+    ("expected a tensor with matching dtype and layout", (), "layout.sparse"),
+    ("expected a tensor with matching dtype and layout",
+     (("pred", "cpu", torch.float32), ("labels", "cpu", torch.int64)), "dtype.mismatch"),  # an integer beside a float
+])
+def test_the_operands_weigh_with_the_words(text, operands, code):
+    from torchtriage._triage._operands import Operand
+    from torchtriage._triage._vocab import read
+
+    ops = [Operand.of(name, torch.zeros(2, device=device, dtype=dtype)) for name, device, dtype in operands]
+    assert read(text, ops).code == code
