@@ -208,6 +208,18 @@ def test_parameters_that_differ_across_ranks_at_the_start(tmp_path):
     assert "Seed every rank the same" in f["next_check"]
 
 
+@pytest.mark.parametrize("mode", ["keep", "broadcast"])
+def test_buffers_that_differ_across_ranks_unless_ddp_broadcasts_them(tmp_path, mode):
+    res, report = _run(tmp_path, "per_rank_buffer.py", script_args=[mode] if mode == "keep" else [])
+    assert res.returncode == 0, res.stderr
+    if mode == "broadcast":  # DDP's default copies rank 0's buffers at every forward
+        assert report["findings"] == [], res.stderr
+        return
+    [f] = report["findings"]
+    assert (f["code"], f["severity"], f["evidence"]["differ"]) == (
+        "distributed.params_differ", "error", ["model.module.mean"])
+
+
 def test_a_correct_ddp_loop_stays_quiet(tmp_path):
     # --json -: every rank shares the standard output, so a report written by each rank would
     # show twice; the merged one is written once, by rank 0
