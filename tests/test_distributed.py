@@ -153,6 +153,10 @@ def test_a_collective_mismatch_that_would_hang_is_reported_and_ended(tmp_path, r
         f"rank 0 waits in the gradient all-reduce of backward() at early_stop_barrier.py:{backward}; "
         f"rank 1 waits in barrier() at early_stop_barrier.py:{barrier}")
     assert f"early_stop_barrier.py:{barrier} in <module>: dist.barrier()" in f["evidence"]["rank 1 stack"][0]
+    branch = _line("early_stop_barrier.py", "if rank == 1 and step == 2:")
+    assert f["evidence"]["rank-dependent branch"] == [f"early_stop_barrier.py:{branch} if rank == 1 and step == 2:"]
+    assert f["cause"].endswith(
+        f"The ranks part at a condition on the rank (early_stop_barrier.py:{branch} if rank == 1 and step == 2:).")
     assert report["meta"]["exit_code"] == 124
 
 
@@ -194,6 +198,8 @@ def test_collectives_called_in_a_different_order_are_named(tmp_path):
     assert f["message"] == (f"The ranks called different collectives: call 1 is all_reduce() at "
                             f"mismatched_all_reduce.py:{a} on rank 0 "
                             f"but all_reduce() at mismatched_all_reduce.py:{b} on rank 1")
+    branch = _line("mismatched_all_reduce.py", "if rank == 0:")
+    assert f["evidence"]["rank-dependent branch"] == [f"mismatched_all_reduce.py:{branch} if rank == 0:"]
 
 
 def test_parameters_that_differ_across_ranks_at_the_start(tmp_path):
@@ -409,6 +415,25 @@ def test_merge_orders_by_step_and_names_the_first_differing_collective():
     [seq] = merged.filter(code="distributed.rank_dependent_collectives")
     assert seq.message == ("The ranks called different collectives: call 2 is all_reduce() at train.py:12 on "
                            "rank 0 but barrier() at train.py:10 on rank 1")
+
+
+def test_the_branch_on_the_rank_around_a_collective(tmp_path):
+    from torchtriage._distributed._branch import rank_branch
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch.distributed as dist\n"
+                      "for epoch in range(2):\n"
+                      "    if dist.get_rank() == 0:\n"
+                      "        dist.all_reduce(total)\n"
+                      "    while not trainer.is_global_zero and waiting:\n"
+                      "        dist.barrier()\n"
+                      "    if epoch > 0:\n"
+                      "        dist.barrier()\n")
+    assert rank_branch(str(script), 4) == "train.py:3 if dist.get_rank() == 0:"
+    assert rank_branch(str(script), 6) == "train.py:5 while not trainer.is_global_zero and waiting:"
+    assert rank_branch(str(script), 8) is None  # a condition on the epoch, the same on every rank
+    assert rank_branch(str(script), 3) is None  # the condition's own line is not under it
+    assert rank_branch(str(tmp_path / "gone.py"), 3) is None
 
 
 def test_bad_stall_timeout_is_one_line_and_exit_2(tmp_path, capsys):
