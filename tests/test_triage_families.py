@@ -297,6 +297,40 @@ def test_bmm_einsum_and_conv_rank_and_channel_mismatches():
     assert "permute(0, 3, 1, 2)" in f.next_check
 
 
+def bmm_inner_size():
+    scores = torch.randn(2, 3, 4)
+    values = torch.randn(2, 5, 6)
+    return torch.bmm(scores, values)  # BUG
+
+
+def einsum_size_mismatch():
+    a = torch.randn(2, 3, 4)
+    b = torch.randn(2, 5, 6)
+    return torch.einsum("bij,bjk->bik", a, b)  # BUG
+
+
+def conv1d_on_batch_seq_features():
+    conv = nn.Conv1d(16, 32, 3)
+    seq = torch.randn(4, 100, 16)  # (batch, time, features): Conv1d wants (batch, channels, time)
+    return conv(seq)  # BUG
+
+
+def test_bmm_einsum_and_conv_size_and_channel_mismatches():
+    f = _check(bmm_inner_size, "shape", "shape.bmm",
+               {"scores": "float32[2, 3, 4] cpu", "values": "float32[2, 5, 6] cpu"})
+    assert f.message == "batched matmul operands do not fit: expected batch2 to start with [2, 4], got [2, 5]"
+    f = _check(einsum_size_mismatch, "shape", "shape.einsum_size",
+               {"a": "float32[2, 3, 4] cpu", "b": "float32[2, 5, 6] cpu"})
+    assert f.message.startswith("torch._VF.einsum: einsum subscript j is 5 in operand 1 but 4 earlier")
+    f = _check(conv1d_on_batch_seq_features, "shape", "shape.conv_channels", {"seq": "float32[4, 100, 16] cpu"})
+    assert f.message == ("Conv1d: convolution expects 16 input channels, got 100 "
+                         "(input [4, 100, 16], weight [32, 16, 3])")
+    assert f.next_check == ("check in_channels and the axis order: Conv1d reads (batch, channels, length) and the "
+                            "input's last axis holds the expected channels, so it is (batch, length, features): "
+                            "pass x.transpose(1, 2)")
+    assert f.module == "Conv1d"
+
+
 def reshape_wrong_numel():
     feats = torch.randn(6, 5)
     return feats.reshape(4, 8)  # BUG
