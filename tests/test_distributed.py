@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _torchrun import accelerate_launch, torchrun
+from _torchrun import accelerate_launch, free_port, launch, torchrun
 from torchtriage import Finding, Report
 from torchtriage._distributed import _merge
 
@@ -327,6 +327,22 @@ def test_watch_stall_timeout_reports_the_mismatch_and_ends_the_job(tmp_path):
     assert (f"rank 0 waits in the gradient all-reduce of backward() at watch_stall.py:{backward}; "
             f"rank 1 waits in barrier() at watch_stall.py:{barrier}") in res.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_mp_spawn_without_a_launcher_store_exchanges_through_the_groups_store(tmp_path):
+    # no torchrun: no agent store; "run-{rank}": no shared folder either, as on separate hosts.
+    # The records go through the store the process group was created on.
+    out = tmp_path / "report.json"
+    res = launch([sys.executable, str(ZOO / "spawn_nan.py"), str(out), str(free_port())], cwd=tmp_path,
+                 timeout=180, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run-{rank}")})
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("== torchtriage report ==") == 1
+    report = json.loads(out.read_text())
+    assert [(f["code"], f["severity"], f["rank"], f["step"]) for f in report["findings"]] == [
+        ("numerical.nonfinite_data", "error", 1, 1), ("distributed.nonfinite_received", "info", 0, 1)]
+    assert report["findings"][1]["evidence"]["origin rank"] == 1
+    assert {r: v["ended"] for r, v in report["meta"]["ranks"].items()} == {"0": "ok", "1": "ok"}
+    assert not list(tmp_path.glob("run-*/*"))
 
 
 def test_accelerate_launch(tmp_path):

@@ -69,7 +69,7 @@ class DistributedChecker(Checker):
         # read by the repro recorder: a bundle says which rank it is and what the step needed
         session.meta["distributed"] = {"rank": self.info.rank, "world_size": self.info.world_size,
                                        "ddp": False, "step_collectives": self.tracker.step_ops}
-        self.rundir = open_rundir(run_dir(), self.info.rank, self.info.world_size)
+        self.rundir = open_rundir(run_dir(self.info.rank), self.info.rank, self.info.world_size)
         wrap_collectives(self.tracker, torch.distributed, self._patches)
         timeout = session.options.get("stall_timeout")
         self.writer = session.options.get("report_writer")
