@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _torchrun import accelerate_launch, free_port, launch, torchrun
+from _torchrun import free_port, launched, torchrun
 from torchtriage import Finding, Report
 from torchtriage._distributed import _merge
 
@@ -333,7 +333,7 @@ def test_mp_spawn_without_a_launcher_store_exchanges_through_the_groups_store(tm
     # no torchrun: no agent store; "run-{rank}": no shared folder either, as on separate hosts.
     # The records go through the store the process group was created on.
     out = tmp_path / "report.json"
-    res = launch([sys.executable, str(ZOO / "spawn_nan.py"), str(out), str(free_port())], cwd=tmp_path,
+    res = launched([sys.executable, str(ZOO / "spawn_nan.py"), str(out), str(free_port())], cwd=tmp_path,
                  timeout=180, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run-{rank}")})
     assert res.returncode == 0, res.stderr
     assert res.stderr.count("== torchtriage report ==") == 1
@@ -343,24 +343,6 @@ def test_mp_spawn_without_a_launcher_store_exchanges_through_the_groups_store(tm
     assert report["findings"][1]["evidence"]["origin rank"] == 1
     assert {r: v["ended"] for r, v in report["meta"]["ranks"].items()} == {"0": "ok", "1": "ok"}
     assert not list(tmp_path.glob("run-*/*"))
-
-
-def test_accelerate_launch(tmp_path):
-    pytest.importorskip("accelerate")
-    out = tmp_path / "report.json"
-    res = accelerate_launch(["-m", "torchtriage", "run", "--json", str(out), str(ZOO / "accelerate_nan.py")],
-                            cwd=tmp_path, timeout=180, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
-    assert res.returncode == 0, res.stderr
-    assert res.stderr.count("== torchtriage report ==") == 1
-    report = json.loads(out.read_text())
-    assert report["meta"]["world_size"] == 2 and report["meta"]["distributed"]["ddp"] is True
-    primary = report["findings"][report["primary"]]
-    assert (primary["code"], primary["rank"], primary["step"], primary["line"]) == (
-        "numerical.nonfinite_data", 1, 2, _line("accelerate_nan.py", 'x[3, 1] = float("nan")'))
-    [received] = _by_code(report, "distributed.nonfinite_received")
-    assert (received["rank"], received["step"], received["severity"], received["evidence"]["origin rank"]) == (
-        0, 2, "info", 1)
-    assert [f["code"] for f in report["findings"] if f["rank"] == 0 and f["severity"] != "info"] == []
 
 
 # ---------------------------------------------------------------- without launching ranks
