@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _torchrun import torchrun
+from _torchrun import free_port, launched, torchrun
 from torchtriage import Finding, Report
 from torchtriage._distributed import _merge
 
@@ -68,11 +68,14 @@ def test_nan_from_one_ranks_data_is_diagnosed_on_that_rank_and_received_on_the_o
 
 
 def test_a_ranks_bundle_replays_in_one_process_and_says_what_it_cannot_replay(tmp_path):
-    res, report = _run(tmp_path, "nan_one_rank.py", "--bundle", str(tmp_path / "bundle"))
+    # "metric": the step also all-reduces its loss for logging, a collective of its own
+    res, report = _run(tmp_path, "nan_one_rank.py", "--bundle", str(tmp_path / "bundle"), script_args=["metric"])
     assert res.returncode == 0, res.stderr
     assert sorted(p.name for p in (tmp_path / "bundle").iterdir()) == ["rank-1"]  # the rank that made it
     meta = json.loads((tmp_path / "bundle" / "rank-1" / "meta.json").read_text())
-    assert meta["distributed"] == {"rank": 1, "world_size": 2, "ddp": True, "step_collectives": []}
+    metric = _line("nan_one_rank.py", "dist.all_reduce(logged)")
+    assert meta["distributed"] == {"rank": 1, "world_size": 2, "ddp": True,
+                                   "step_collectives": [f"all_reduce() at nan_one_rank.py:{metric}"]}
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src")
     out = subprocess.run([sys.executable, "-m", "torchtriage", "replay", str(tmp_path / "bundle" / "rank-1")],
@@ -81,7 +84,9 @@ def test_a_ranks_bundle_replays_in_one_process_and_says_what_it_cannot_replay(tm
     assert out.stdout.splitlines() == [
         "reproduced: numerical/numerical.nonfinite_data module=None op=None",
         "this step ran under DistributedDataParallel (rank 1 of 2): its all-reduce needs the other ranks, "
-        "so a single-process replay computes the local gradients only"]
+        "so a single-process replay computes the local gradients only",
+        f"the step called collectives (all_reduce() at nan_one_rank.py:{metric}): in a single-process replay they "
+        "see this rank's values only; to reproduce what the other ranks sent, replay the whole job under torchrun"]
     assert "rank=" not in out.stderr
 
 
@@ -148,6 +153,10 @@ def test_a_collective_mismatch_that_would_hang_is_reported_and_ended(tmp_path, r
         f"rank 0 waits in the gradient all-reduce of backward() at early_stop_barrier.py:{backward}; "
         f"rank 1 waits in barrier() at early_stop_barrier.py:{barrier}")
     assert f"early_stop_barrier.py:{barrier} in <module>: dist.barrier()" in f["evidence"]["rank 1 stack"][0]
+    branch = _line("early_stop_barrier.py", "if rank == 1 and step == 2:")
+    assert f["evidence"]["rank-dependent branch"] == [f"early_stop_barrier.py:{branch} if rank == 1 and step == 2:"]
+    assert f["cause"].endswith(
+        f"The ranks part at a condition on the rank (early_stop_barrier.py:{branch} if rank == 1 and step == 2:).")
     assert report["meta"]["exit_code"] == 124
 
 
@@ -189,6 +198,8 @@ def test_collectives_called_in_a_different_order_are_named(tmp_path):
     assert f["message"] == (f"The ranks called different collectives: call 1 is all_reduce() at "
                             f"mismatched_all_reduce.py:{a} on rank 0 "
                             f"but all_reduce() at mismatched_all_reduce.py:{b} on rank 1")
+    branch = _line("mismatched_all_reduce.py", "if rank == 0:")
+    assert f["evidence"]["rank-dependent branch"] == [f"mismatched_all_reduce.py:{branch} if rank == 0:"]
 
 
 def test_parameters_that_differ_across_ranks_at_the_start(tmp_path):
@@ -203,9 +214,26 @@ def test_parameters_that_differ_across_ranks_at_the_start(tmp_path):
     assert "Seed every rank the same" in f["next_check"]
 
 
-def test_a_correct_ddp_loop_stays_quiet(tmp_path):
-    res, report = _run(tmp_path, "clean_ddp.py", script_args=[str(tmp_path)])
+@pytest.mark.parametrize("mode", ["keep", "broadcast"])
+def test_buffers_that_differ_across_ranks_unless_ddp_broadcasts_them(tmp_path, mode):
+    res, report = _run(tmp_path, "per_rank_buffer.py", script_args=[mode] if mode == "keep" else [])
     assert res.returncode == 0, res.stderr
+    if mode == "broadcast":  # DDP's default copies rank 0's buffers at every forward
+        assert report["findings"] == [], res.stderr
+        return
+    [f] = report["findings"]
+    assert (f["code"], f["severity"], f["evidence"]["differ"]) == (
+        "distributed.params_differ", "error", ["model.module.mean"])
+
+
+def test_a_correct_ddp_loop_stays_quiet(tmp_path):
+    # --json -: every rank shares the standard output, so a report written by each rank would
+    # show twice; the merged one is written once, by rank 0
+    res = torchrun(["-m", "torchtriage", "run", "--json", "-", str(ZOO / "clean_ddp.py"), str(tmp_path)],
+                   cwd=tmp_path, timeout=120, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count('"schema": "torchtriage.report/1"') == 1, res.stdout
+    report = json.loads(res.stdout)
     assert report["findings"] == [], res.stderr
     assert res.stderr.count("== torchtriage report ==") == 1
     assert "No finding" in res.stderr
@@ -241,6 +269,14 @@ def test_fsdp_nan_from_one_rank_without_replay_or_hang(tmp_path):
     assert "TriageInternalWarning" not in res.stderr
 
 
+def test_a_correct_fsdp_loop_stays_quiet_but_for_the_fsdp_info(tmp_path):
+    res, report = _run(tmp_path, "fsdp_nan.py", "--stall-timeout", "20")
+    assert res.returncode == 0, res.stderr
+    assert [(f["code"], f["severity"], f["evidence"]["ranks"]) for f in report["findings"]] == [
+        ("distributed.fsdp_limits", "info", [0, 1])], res.stderr
+    assert report["primary"] is None and "TriageInternalWarning" not in res.stderr
+
+
 def test_lightning_ddp_strategy_under_torchrun(tmp_path):
     pytest.importorskip("lightning")
     res, report = _run(tmp_path, "lightning_ddp_nan.py", "--stall-timeout", "30", timeout=240)
@@ -266,7 +302,78 @@ def test_hf_trainer_under_torchrun_is_quiet_but_for_the_find_unused_info(tmp_pat
     assert "ddp_find_unused_parameters=False" in report["findings"][0]["next_check"]
 
 
+def test_ddp_checks_ride_the_one_host_read_per_step(tmp_path):
+    # the local-gradient sums (before DDP's all-reduce) and the first step's fingerprints are
+    # queued on the device and read with the sentinel's one read per optimizer step, on each rank
+    res = torchrun([str(ZOO / "ddp_host_reads.py"), str(tmp_path)], cwd=tmp_path,
+                   env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
+    assert res.returncode == 0, res.stderr
+    for rank in (0, 1):
+        data = json.loads((tmp_path / f"reads-{rank}.json").read_text())
+        assert data["findings"] == []
+        assert len(data["per_step"]) == 6
+        for calls in data["per_step"]:
+            assert [name for name, _ in calls] == ["tolist"], calls
+            assert "_nonfinite/_sentinel.py:_read" in calls[0][1], calls
+
+
+def test_watch_stall_timeout_reports_the_mismatch_and_ends_the_job(tmp_path):
+    res = torchrun([str(ZOO / "watch_stall.py")], cwd=tmp_path, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
+    assert res.returncode != 0
+    assert "exit code 124" in res.stderr and "exitcode  : 124" in res.stderr
+    assert res.stderr.count("== torchtriage report ==") == 1
+    backward = _line("watch_stall.py", "loss.backward()")
+    barrier = _line("watch_stall.py", "dist.barrier()")
+    assert (f"rank 0 waits in the gradient all-reduce of backward() at watch_stall.py:{backward}; "
+            f"rank 1 waits in barrier() at watch_stall.py:{barrier}") in res.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_mp_spawn_without_a_launcher_store_exchanges_through_the_groups_store(tmp_path):
+    # no torchrun: no agent store; "run-{rank}": no shared folder either, as on separate hosts.
+    # The records go through the store the process group was created on.
+    out = tmp_path / "report.json"
+    res = launched([sys.executable, str(ZOO / "spawn_nan.py"), str(out), str(free_port())], cwd=tmp_path,
+                 timeout=180, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run-{rank}")})
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("== torchtriage report ==") == 1
+    report = json.loads(out.read_text())
+    assert [(f["code"], f["severity"], f["rank"], f["step"]) for f in report["findings"]] == [
+        ("numerical.nonfinite_data", "error", 1, 1), ("distributed.nonfinite_received", "info", 0, 1)]
+    assert report["findings"][1]["evidence"]["origin rank"] == 1
+    assert {r: v["ended"] for r, v in report["meta"]["ranks"].items()} == {"0": "ok", "1": "ok"}
+    assert not list(tmp_path.glob("run-*/*"))
+
+
 # ---------------------------------------------------------------- without launching ranks
+def test_the_default_stall_timeout_is_a_multiple_of_the_slowest_step_with_a_floor():
+    from types import SimpleNamespace
+
+    from torchtriage._distributed import _watchdog
+
+    owner = SimpleNamespace(slowest_step=2.0)
+    dog = _watchdog.Watchdog(owner, timeout=None)
+    assert dog.timeout() == _watchdog.FLOOR == 300.0  # 20 x 2 s is below the floor
+    owner.slowest_step = 40.0
+    assert dog.timeout() == _watchdog.MULTIPLE * 40.0 == 800.0
+    assert _watchdog.Watchdog(owner, timeout=3.0).timeout() == 3.0  # --stall-timeout / stall_timeout=
+
+
+def test_findings_name_the_host_when_the_ranks_run_on_several():
+    def rec(rank, host):
+        f = Finding("gradient", "gradient.x", "m", step=1, severity="warning").to_dict()
+        return {"rank": rank, "local_rank": 0, "host": host, "ended": {"how": "ok"},
+                "report": {"findings": [f] if rank == 1 else [], "meta": {"steps": 2}},
+                "collectives": {"sites": {}, "sequence": [], "total": 0}}
+
+    two = _merge.merge({0: rec(0, "node-a"), 1: rec(1, "node-b")}, 2)
+    assert [(f.rank, f.local_rank, f.host) for f in two.findings] == [(1, 0, "node-b")]
+    assert two.findings[0].to_dict()["host"] == "node-b"
+    assert two.meta["ranks"]["1"]["host"] == "node-b"
+    one = _merge.merge({0: rec(0, "node-a"), 1: rec(1, "node-a")}, 2)
+    assert one.findings[0].host is None and "host" not in one.findings[0].to_dict()
+
+
 def test_single_process_reports_carry_no_rank_keys_and_load_no_distributed_check(tmp_path):
     script = tmp_path / "one.py"
     script.write_text("import sys, torch, torchtriage, torch.nn as nn\n"
@@ -306,6 +413,25 @@ def test_merge_orders_by_step_and_names_the_first_differing_collective():
     [seq] = merged.filter(code="distributed.rank_dependent_collectives")
     assert seq.message == ("The ranks called different collectives: call 2 is all_reduce() at train.py:12 on "
                            "rank 0 but barrier() at train.py:10 on rank 1")
+
+
+def test_the_branch_on_the_rank_around_a_collective(tmp_path):
+    from torchtriage._distributed._branch import rank_branch
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch.distributed as dist\n"
+                      "for epoch in range(2):\n"
+                      "    if dist.get_rank() == 0:\n"
+                      "        dist.all_reduce(total)\n"
+                      "    while not trainer.is_global_zero and waiting:\n"
+                      "        dist.barrier()\n"
+                      "    if epoch > 0:\n"
+                      "        dist.barrier()\n")
+    assert rank_branch(str(script), 4) == "train.py:3 if dist.get_rank() == 0:"
+    assert rank_branch(str(script), 6) == "train.py:5 while not trainer.is_global_zero and waiting:"
+    assert rank_branch(str(script), 8) is None  # a condition on the epoch, the same on every rank
+    assert rank_branch(str(script), 3) is None  # the condition's own line is not under it
+    assert rank_branch(str(tmp_path / "gone.py"), 3) is None
 
 
 def test_bad_stall_timeout_is_one_line_and_exit_2(tmp_path, capsys):

@@ -58,3 +58,56 @@ def test_a_message_without_any_fault_vocabulary_stays_other(table):
         ("other", "other.exception")
     assert bench.classify_template("KeyError", "Expected all tensors to have the same size") == \
         ("other", "other.exception")
+
+
+def _miner():
+    spec = importlib.util.spec_from_file_location("_tt_mine_torch_errors", ROOT / "benchmarks" / "mine_torch_errors.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _stored(path):
+    """(topic, source, type, template) -> (category, code) as the table recorded them when mined."""
+    out = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.startswith(("#", "topic\t")):
+                cells = line.rstrip("\n").split("\t")
+                out[tuple(cells[:4])] = (cells[4], cells[5])
+    return out
+
+
+def test_the_miner_reproduces_the_table_from_the_installed_torch(table):
+    # The table is the miner's output, not a hand-made list: mining one shared library (ELF
+    # .rodata) and one Python source of the installed torch gives exactly the table's rows of
+    # that source (a text seen first in an earlier file is filed under that file).
+    import torch
+
+    bench, version, rows = table
+    if torch.__version__ != version:
+        pytest.skip(f"the table comes from torch {version}, this is {torch.__version__}")
+    miner = _miner()
+    templates = {r[3] for r in rows}
+    lib = miner.TORCH / "lib" / "libc10.so"
+    if not lib.exists():
+        pytest.skip("no libc10.so (not an ELF build)")
+    mined = {t.strip() for t in miner.library_strings(lib)}
+    mined = {t for t in mined if miner.is_message(t) and miner.topic_of(t) != "other"}
+    filed = {r[3] for r in rows if r[1] == "lib/libc10.so"}
+    assert filed and filed <= mined and mined <= templates
+    src = miner.TORCH / "optim" / "optimizer.py"
+    mined_py = {(e, t.strip()) for e, t in miner.python_messages(src)
+                if miner.is_message(t.strip()) and miner.topic_of(t.strip()) != "other"}
+    filed_py = {(r[2], r[3]) for r in rows if r[1] == "optim/optimizer.py"}
+    assert filed_py and filed_py <= mined_py and {t for _, t in mined_py} <= templates
+    assert ("ValueError", "optimizer got an empty parameter list") in mined_py
+
+
+def test_nothing_the_table_recorded_as_classified_reads_worse_now(table):
+    # The category/code columns are the triage's reading when the table was mined: a template
+    # that had a specific code then must not fall back to `other` now.
+    bench, _, _ = table
+    worse = [(key[3], was) for key, was in _stored(TABLES[-1]).items()
+             if was[0] != "other" and bench.classify_template(key[2], key[3])[0] == "other"]
+    assert worse == []

@@ -73,10 +73,17 @@ def numpy_of_grad_tensor():
     return pred.numpy()  # BUG
 
 
+def asarray_of_meta_tensor():
+    emb = torch.zeros(4, 2, device="meta")  # stands for embeddings left on the GPU
+    return np.asarray(emb)  # BUG
+
+
 def test_numpy_on_accelerator_and_requires_grad_tensors():
     f = _check(numpy_of_meta_tensor, "device", "device.numpy", {"feats": "float32[2, 3] meta"})
     assert f.message == "Tensor.numpy: feats is on meta: NumPy can only read CPU memory (feats: float32[2, 3] meta)"
     assert f.next_check.startswith("use feats.detach().cpu().numpy()")
+    f = _check(asarray_of_meta_tensor, "device", "device.numpy", {"emb": "float32[4, 2] meta"})
+    assert f.message == "Tensor.numpy: emb is on meta: NumPy can only read CPU memory (emb: float32[4, 2] meta)"
     f = _check(asarray_of_grad_tensor, "gradient", "gradient.numpy_requires_grad",
                {"w": "float32[3] cpu requires_grad"})
     assert f.message.startswith("Tensor.numpy: w requires grad")
@@ -95,14 +102,28 @@ def test_pin_memory_of_a_tensor_already_on_a_device():
     assert f.message.startswith("Tensor.pin_memory: pin_memory() on a MetaFloatType tensor")
 
 
-def test_index_tensor_on_another_device_message():
-    # CUDA only (meta indexing does not raise): PyTorch's text, reproduced as a string
-    try:
-        raise RuntimeError("indices should be either on cpu or on the same device as the indexed tensor (cuda:0)")
-    except RuntimeError as e:
-        f = torchtriage.triage_exception(e).primary
+def class_counts_with_labels_on_another_device():
+    labels = torch.tensor([0, 2, 2], device="meta")  # stands for the batch's labels on the GPU
+    counts = torch.zeros(3)
+    return counts.index_add_(0, labels, torch.ones(3))  # BUG
+
+
+def test_index_tensor_on_another_device_names_the_index():
+    f = _check(class_counts_with_labels_on_another_device, "device", "device.index",
+               {"counts": "float32[3] cpu", "labels": "int64[3] meta"})
+    assert f.message == ("Tensor.index_add_: the index labels is on meta, the indexed tensor on cpu "
+                         "(counts: float32[3] cpu, labels: int64[3] meta)")
+    assert f.next_check.startswith("move the index with labels.to(x.device)")
+
+
+def test_index_tensor_on_another_device_cuda_text():
+    # CUDA's indexing check (x[idx] with idx on another GPU, or a CUDA index into a CPU tensor)
+    # names only the indexed tensor's device: an index on the CPU is accepted, so the index is
+    # "on a device other than cpu"; meta indexing does not run that check (text as CUDA prints it)
+    e = RuntimeError("indices should be either on cpu or on the same device as the indexed tensor (cuda:0)")
+    f = torchtriage.triage_exception(e).primary
     assert (f.category, f.code) == (Category.DEVICE, "device.index")
-    assert f.message == "the index is on cpu, the indexed tensor on cuda:0"
+    assert f.message == "the index is on a device other than cpu, the indexed tensor on cuda:0"
 
 
 # ---------------------------------------------------------------- dtype
@@ -194,7 +215,7 @@ def test_dim_out_of_range_after_squeeze_of_a_batch_of_one():
                          "removed every dimension of size 1, the batch dimension of a one-sample batch too "
                          "(logits: float32[5] cpu view)")
     assert f.next_check.startswith("name the dimension to drop: squeeze(-1)")
-    f = _check(squeeze_inline_then_sum, "shape", "shape.dim_range_squeeze")
+    f = _check(squeeze_inline_then_sum, "shape", "shape.dim_range_squeeze", {"batch": "float32[1, 5] cpu"})
     assert "batch.squeeze() (squeezed from [1, 5]) is 1-D" in f.message
 
 
@@ -220,6 +241,12 @@ def outer_of_matrix():
     return torch.outer(u, v)  # BUG
 
 
+def ger_of_matrix():
+    u = torch.randn(2, 2)
+    v = torch.randn(3)
+    return torch.ger(u, v)  # BUG
+
+
 def test_one_dimensional_only_ops():
     f = _check(dot_of_matrices, "shape", "shape.one_d_only", {"q": "float32[2, 4] cpu", "k": "float32[2, 4] cpu"})
     assert f.message == ("torch.dot: dot takes 1-D vectors, got 2-D and 2-D tensors "
@@ -230,6 +257,8 @@ def test_one_dimensional_only_ops():
         "requires_grad": False, "is_view": False, "is_leaf": True}
     f = _check(outer_of_matrix, "shape", "shape.one_d_only", {"u": "float32[2, 2] cpu"})
     assert "outer takes 1-D vectors, got 2-D tensors" in f.message
+    f = _check(ger_of_matrix, "shape", "shape.one_d_only", {"u": "float32[2, 2] cpu", "v": "float32[3] cpu"})
+    assert f.message.startswith("torch.ger: outer takes 1-D vectors, got 2-D tensors")
 
 
 def bmm_of_2d():
@@ -266,6 +295,40 @@ def test_bmm_einsum_and_conv_rank_and_channel_mismatches():
     assert f.module == "Conv2d"
     f = _check(conv_wrong_channels, "shape", "shape.conv_channels", {"img": "float32[2, 28, 28, 3] cpu"})
     assert "permute(0, 3, 1, 2)" in f.next_check
+
+
+def bmm_inner_size():
+    scores = torch.randn(2, 3, 4)
+    values = torch.randn(2, 5, 6)
+    return torch.bmm(scores, values)  # BUG
+
+
+def einsum_size_mismatch():
+    a = torch.randn(2, 3, 4)
+    b = torch.randn(2, 5, 6)
+    return torch.einsum("bij,bjk->bik", a, b)  # BUG
+
+
+def conv1d_on_batch_seq_features():
+    conv = nn.Conv1d(16, 32, 3)
+    seq = torch.randn(4, 100, 16)  # (batch, time, features): Conv1d wants (batch, channels, time)
+    return conv(seq)  # BUG
+
+
+def test_bmm_einsum_and_conv_size_and_channel_mismatches():
+    f = _check(bmm_inner_size, "shape", "shape.bmm",
+               {"scores": "float32[2, 3, 4] cpu", "values": "float32[2, 5, 6] cpu"})
+    assert f.message == "batched matmul operands do not fit: expected batch2 to start with [2, 4], got [2, 5]"
+    f = _check(einsum_size_mismatch, "shape", "shape.einsum_size",
+               {"a": "float32[2, 3, 4] cpu", "b": "float32[2, 5, 6] cpu"})
+    assert f.message.startswith("torch._VF.einsum: einsum subscript j is 5 in operand 1 but 4 earlier")
+    f = _check(conv1d_on_batch_seq_features, "shape", "shape.conv_channels", {"seq": "float32[4, 100, 16] cpu"})
+    assert f.message == ("Conv1d: convolution expects 16 input channels, got 100 "
+                         "(input [4, 100, 16], weight [32, 16, 3])")
+    assert f.next_check == ("check in_channels and the axis order: Conv1d reads (batch, channels, length) and the "
+                            "input's last axis holds the expected channels, so it is (batch, length, features): "
+                            "pass x.transpose(1, 2)")
+    assert f.module == "Conv1d"
 
 
 def reshape_wrong_numel():
@@ -327,7 +390,10 @@ def backward_of_per_sample_loss():
 
 
 def test_backward_through_a_freed_graph_and_of_a_non_scalar():
-    _check(backward_twice, "gradient", "gradient.backward_twice", {"loss": "float32[] cpu requires_grad non-leaf"})
+    f = _check(backward_twice, "gradient", "gradient.backward_twice",
+               {"loss": "float32[] cpu requires_grad non-leaf"})
+    # the gradient seed torch passes on through *args is no operand of the user's
+    assert [k for k in f.evidence if k.startswith("operand ")] == ["operand loss"]
     f = _check(backward_of_per_sample_loss, "gradient", "gradient.non_scalar",
                {"loss": "float32[4] cpu requires_grad non-leaf"})
     assert f.message == "backward() on loss of shape [4]: only a scalar has an implicit gradient"
@@ -342,7 +408,9 @@ def saved_output_modified_inplace():
 
 
 def test_version_counter_error_names_the_tensor_and_the_line_that_made_it():
-    f = _check(saved_output_modified_inplace, "gradient", "gradient.inplace_saved")
+    f = _check(saved_output_modified_inplace, "gradient", "gradient.inplace_saved",
+               {"gate": "float32[2, 1] cpu requires_grad non-leaf",  # the tensor changed in place
+                "gate.sum()": "float32[] cpu requires_grad non-leaf"})  # what backward() was called on
     line = _bug_line(saved_output_modified_inplace) - 2
     assert f.next_check.endswith(f"; it is gate (test_triage_families.py:{line} gate = x.sigmoid())")
     assert f.evidence["produced_by"] == f"; it is gate (test_triage_families.py:{line} gate = x.sigmoid())"
@@ -478,7 +546,9 @@ def test_every_error_listed_in_the_issue_gets_a_specific_code():
              asarray_of_grad_tensor, half_times_float, bmm_of_2d, einsum_missing_batch, reshape_wrong_numel,
              rnn_batch_first_confusion, inplace_on_leaf, backward_twice, saved_output_modified_inplace,
              gather_with_float_index, cross_entropy_float_target, float64_numpy_input, std_of_integer_labels,
-             transpose_out_of_range, pin_memory_of_device_tensor, outer_of_matrix, conv_wrong_channels]
+             transpose_out_of_range, pin_memory_of_device_tensor, outer_of_matrix, conv_wrong_channels,
+             asarray_of_meta_tensor, ger_of_matrix, class_counts_with_labels_on_another_device,
+             numpy_of_grad_tensor, softmax_of_integer_scores, squeeze_inline_then_sum]
     codes = {fn.__name__: _triage(fn).code for fn in cases}
     assert [n for n, c in codes.items() if c.startswith("other.")] == []
 
@@ -507,6 +577,20 @@ def test_an_unknown_torch_error_stays_other_but_names_function_operands_and_line
     assert f.message == "RuntimeError: all elements of input should be between 0 and 1"
     assert f.cause.startswith("not recognized: torchtriage does not know this error, so it names no category")
     assert "probs: float32[2] cpu" in f.cause and f.evidence["function"] == "torch._C._nn.binary_cross_entropy"
+
+
+def bce_module_out_of_range():
+    criterion = nn.BCELoss()
+    probs = torch.tensor([1.5, 0.2])
+    return criterion(probs, torch.ones(2))  # BUG
+
+
+def test_an_unknown_error_in_a_module_names_the_module():
+    f = _check(bce_module_out_of_range, "other", "other.exception", {"probs": "float32[2] cpu"})
+    assert f.module == "BCELoss"
+    assert f.cause == ("not recognized: torchtriage does not know this error, so it names no category; it surfaced "
+                       "in BCELoss (torch._C._nn.binary_cross_entropy) at your line (probs: float32[2] cpu, "
+                       "target: float32[2] cpu)")
 
 
 def test_a_users_own_raise_is_never_read_by_vocabulary():
@@ -539,6 +623,8 @@ def test_zh_messages_for_a_family():
      "device.rnn_hidden", "the RNN's input is on cuda:0 but its initial state hx is on cpu"),
     ("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first.",
      "device.numpy", "tensor is on cuda:0: NumPy can only read CPU memory"),
+    ("can't convert mps:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first.",
+     "device.numpy", "tensor is on mps:0: NumPy can only read CPU memory"),
     ("cannot pin 'torch.cuda.FloatTensor' only dense CPU tensors can be pinned",
      "device.pin_memory", "pin_memory() on a torch.cuda.FloatTensor tensor: only dense CPU tensors can be pinned"),
     ("Expected object of device type cuda but got device type cpu for argument #1 'self' in call to _th_addmm",
@@ -669,3 +755,20 @@ def test_empty_optimizer_without_a_typo_or_from_an_empty_list():
                          "IterableNoInit defines no __init__, so no layer was ever assigned")
     f = _check(optimizer_of_empty_list, "gradient", "gradient.optimizer_empty")
     assert f.message == "optimizer got no parameters: params (list) is empty: the iterable of parameters held nothing"
+
+
+@pytest.mark.parametrize("text, operands, code", [
+    # the same words, read alone and then with the failing call's tensors
+    ("size mismatch between input and target", (), "shape.size"),
+    ("size mismatch between input and target", (("pred", "cpu", torch.float32), ("target", "meta", torch.float32)),
+     "device.placement"),  # tensors on two devices: the mismatch is where they live
+    ("expected a tensor with matching dtype and layout", (), "layout.sparse"),
+    ("expected a tensor with matching dtype and layout",
+     (("pred", "cpu", torch.float32), ("labels", "cpu", torch.int64)), "dtype.mismatch"),  # an integer beside a float
+])
+def test_the_operands_weigh_with_the_words(text, operands, code):
+    from torchtriage._triage._operands import Operand
+    from torchtriage._triage._vocab import read
+
+    ops = [Operand.of(name, torch.zeros(2, device=device, dtype=dtype)) for name, device, dtype in operands]
+    assert read(text, ops).code == code

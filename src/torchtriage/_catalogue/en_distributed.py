@@ -24,6 +24,7 @@ MESSAGES = {
     # rank-dependent control flow
     "dist.sequence": "The ranks called different collectives: call {index} is {first} on rank {rank_a} but {second} on rank {rank_b}",
     "dist.cause.sequence": "code around a collective depends on the rank (or on rank-local data such as the loss or the number of batches): the ranks pair up different calls, which hangs or silently mixes tensors.",
+    "dist.cause.rank_branch": " The ranks part at a condition on the rank ({branch}).",
     "dist.next.sequence": "Make every rank call the same collectives in the same order: decide early stops and skips from a value all ranks agree on (all_reduce a flag first); give every rank the same number of batches (DistributedSampler, drop_last=True).",
     "dist.counts": "{op} at {where} ran {counts}: the code around it depends on the rank",
     # stalls
@@ -51,5 +52,5 @@ MESSAGES = {
     "dist.cause.sharded": "the value became NaN or Inf in this rank's own {stage}: the other ranks' values were finite until the reduce-scatter.",
     "dist.next.sharded": "Replay the step in one process without FSDP (torchtriage run --bundle, then torchtriage replay) to find the op and the line.",
     "dist.replay_needs_pg": "this step ran under DistributedDataParallel (rank {rank} of {world}): its all-reduce needs the other ranks, so a single-process replay computes the local gradients only",
-    "dist.replay_collectives": "the step called collectives ({ops}); a single-process replay cannot run them: replay the whole job under torchrun instead",
+    "dist.replay_collectives": "the step called collectives ({ops}): in a single-process replay they see this rank's values only; to reproduce what the other ranks sent, replay the whole job under torchrun",
 }

@@ -21,6 +21,7 @@ MESSAGES = {
     "triage.device.index": "{call}the index{index} is on {a}, the indexed tensor on {b}{ops}",
     "triage.device.index.cause": "an index tensor (token ids, a mask, a gather index) was built on another device than the tensor it indexes",
     "triage.device.index.next": "move the index with {index_name}.to(x.device), or build it with device=x.device",
+    "triage.device.index_elsewhere": "a device other than cpu",
     "triage.device.cuda_error": "{call}CUDA reported an error: {what}",
     "triage.device.cuda_error.cause": "CUDA kernels run asynchronously: the error surfaces at a later call, so the line shown may not be the failing op; a device-side assert is most often an index or class label out of range",
     "triage.device.cuda_error.next": "rerun with CUDA_LAUNCH_BLOCKING=1 (or the same step on the CPU) to get the failing op and its exact message; check index and label ranges",

@@ -20,6 +20,7 @@ MESSAGES = {
     "dist.next.params_differ": "在构建模型前给每个 rank 设置相同的随机种子，在每个 rank 上加载检查点，或用 DistributedDataParallel 包装模型（它会广播 rank 0 的值）。",
     "dist.sequence": "各 rank 调用了不同的集合通信：第 {index} 次调用在 rank {rank_a} 上是 {first}，在 rank {rank_b} 上却是 {second}",
     "dist.cause.sequence": "集合通信周围的代码依赖于 rank（或依赖于 rank 本地的数据，如损失或批次数）：各 rank 配对了不同的调用，这会卡住或悄悄混用张量。",
+    "dist.cause.rank_branch": " 各 rank 在一个依赖 rank 的条件处分道（{branch}）。",
     "dist.next.sequence": "让每个 rank 以相同顺序调用相同的集合通信：根据所有 rank 一致的值决定提前停止或跳过（先 all_reduce 一个标志）；让每个 rank 的批次数相同（DistributedSampler，drop_last=True）。",
     "dist.counts": "{where} 处的 {op} 执行次数为 {counts}：它周围的代码依赖于 rank",
     "dist.stall": "作业停滞了 {seconds:.0f} 秒：{summary}",
@@ -45,5 +46,5 @@ MESSAGES = {
     "dist.cause.sharded": "该值在本 rank 自己的 {stage} 中变为 NaN 或 Inf：其他 rank 的值在 reduce-scatter 之前都是有限的。",
     "dist.next.sharded": "在不使用 FSDP 的单进程中重放这一步（torchtriage run --bundle，然后 torchtriage replay），以找到算子和代码行。",
     "dist.replay_needs_pg": "这一步运行在 DistributedDataParallel 下（rank {rank}，共 {world} 个）：它的 all-reduce 需要其他 rank，单进程重放只计算本地梯度",
-    "dist.replay_collectives": "这一步调用了集合通信（{ops}）；单进程重放无法运行它们：请在 torchrun 下重放整个作业",
+    "dist.replay_collectives": "这一步调用了集合通信（{ops}）：单进程重放中它们只看到本 rank 的值；要重现其他 rank 发送的内容，请在 torchrun 下重放整个作业",
 }

@@ -17,6 +17,7 @@ MESSAGES = {
     "triage.device.index": "{call}索引{index} 在 {a} 上，被索引的张量在 {b} 上{ops}",
     "triage.device.index.cause": "索引张量（token id、掩码、gather 索引）创建在与被索引张量不同的设备上",
     "triage.device.index.next": "用 {index_name}.to(x.device) 移动索引，或用 device=x.device 创建它",
+    "triage.device.index_elsewhere": "cpu 以外的设备",
     "triage.device.cuda_error": "{call}CUDA 报告了错误：{what}",
     "triage.device.cuda_error.cause": "CUDA 内核异步执行：错误在之后的调用中才出现，所以显示的行可能不是出错的运算；device-side assert 最常见的原因是索引或类别标签越界",
     "triage.device.cuda_error.next": "用 CUDA_LAUNCH_BLOCKING=1 重跑（或在 CPU 上运行同一步）以得到出错的运算和确切信息；检查索引和标签的范围",

@@ -8,6 +8,7 @@ stalls explained.
     _checker.py      `DistributedChecker`: the session check that ties them together
     _watchdog.py     the stall watchdog thread: stacks of every rank, one finding, a clean exit
     _merge.py        the ranks' records -> one `Report`
+    _branch.py       the `if` on the rank around a collective (rank-dependent control flow)
 
 `unused_parameters(session)` is the small public hook the exception triage can call to explain
 DDP's "Expected to have finished reduction in the prior iteration" with parameter names.

@@ -69,7 +69,7 @@ class DistributedChecker(Checker):
         # read by the repro recorder: a bundle says which rank it is and what the step needed
         session.meta["distributed"] = {"rank": self.info.rank, "world_size": self.info.world_size,
                                        "ddp": False, "step_collectives": self.tracker.step_ops}
-        self.rundir = open_rundir(run_dir(), self.info.rank, self.info.world_size)
+        self.rundir = open_rundir(run_dir(self.info.rank), self.info.rank, self.info.world_size)
         wrap_collectives(self.tracker, torch.distributed, self._patches)
         timeout = session.options.get("stall_timeout")
         self.writer = session.options.get("report_writer")
@@ -196,7 +196,10 @@ class DistributedChecker(Checker):
     def _fingerprint(self, model: nn.Module, label: str) -> None:
         """One number per parameter and buffer at the first forward (read with the step's one
         read); the merged report compares the ranks' numbers."""
-        named = [(f"{label}.{n}", t) for n, t in (*model.named_parameters(), *model.named_buffers())
+        # DDP with broadcast_buffers=True (its default) copies rank 0's buffers into every rank
+        # at each forward: buffers that differ before it are made equal, not a fault
+        buffers = () if is_ddp(model) and getattr(model, "broadcast_buffers", False) else tuple(model.named_buffers())
+        named = [(f"{label}.{n}", t) for n, t in (*model.named_parameters(), *buffers)
                  if t.is_floating_point() and t.numel() and not is_dtensor(t)]  # shards differ by design
         if not named or len(named) > 4096:
             return

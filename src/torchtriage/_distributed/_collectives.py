@@ -11,6 +11,7 @@ the session's backward instead (`Tracker.enter("backward", ...)`).
 from __future__ import annotations
 
 import functools
+import os
 import time
 from typing import Any
 
@@ -57,7 +58,8 @@ class Tracker:
             if len(self.sequence) < MAX_SEQUENCE:
                 self.sequence.append(site)
             if op != "backward" and len(self.step_ops) < 64:
-                self.step_ops.append(op)
+                where = f" at {os.path.basename(frame.file)}:{frame.line}" if frame else ""
+                self.step_ops.append(f"{op}{where}")
 
     def leave(self) -> None:
         self._depth = max(0, self._depth - 1)

@@ -58,7 +58,7 @@ def rank_info() -> RankInfo | None:
     return RankInfo(rank, rank if local is None else local, world, socket.gethostname())
 
 
-def run_dir() -> str:
+def run_dir(rank: int | None = None) -> str:
     """The folder the ranks of this job write to: TORCHTRIAGE_RUN_DIR, else one under the
     temporary folder named after what the job's ranks on this host share (torchrun's run id,
     the rendezvous address and restart count, and the launching process)."""
@@ -66,7 +66,7 @@ def run_dir() -> str:
     if given:
         # "{rank}" in it gives each rank its own folder, as ranks on separate hosts have: the
         # exchange then goes through torchrun's store alone (what the tests use to check it)
-        return given.replace("{rank}", os.environ.get("RANK", "0"))
+        return given.replace("{rank}", str(rank) if rank is not None else os.environ.get("RANK", "0"))
     parts = [os.environ.get(k, "") for k in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
                                              "TORCHELASTIC_RESTART_COUNT")]
     parts.append(str(os.getppid()))

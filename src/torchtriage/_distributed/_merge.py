@@ -18,6 +18,7 @@ from typing import Any
 
 from .._catalogue import msg
 from .._findings import Category, Finding, Report, Severity
+from ._branch import rank_branch
 
 
 def merge(records: dict[int, dict[str, Any]], world_size: int, stall: dict[str, Any] | None = None) -> Report:
@@ -217,10 +218,24 @@ def _stall_finding(records: dict[int, dict[str, Any]], world_size: int, stall: d
         stack = records[r].get("stack") or records[r].get("fh_stack")
         if stack and records[r].get("stalled"):
             evidence[f"rank {r} stack"] = stack
+    cause = msg("dist.cause.stall_same" if same else "dist.cause.stall")
+    if not same:
+        sites = [((records[r].get("pending") or {}).get("file"), (records[r].get("pending") or {}).get("line"))
+                 for r in sorted(in_collective)]
+        cause += _branches(sites, evidence)
     return Finding(Category.DISTRIBUTED, "distributed.stall", msg("dist.stall", seconds=seconds, summary=summary),
                    severity=Severity.ERROR, step=p.get("step"), file=p.get("file"), line=p.get("line"),
-                   rank=first, cause=msg("dist.cause.stall_same" if same else "dist.cause.stall"),
-                   next_check=msg("dist.next.stall"), evidence=evidence)
+                   rank=first, cause=cause, next_check=msg("dist.next.stall"), evidence=evidence)
+
+
+def _branches(sites: list[tuple[str | None, int | None]], evidence: dict[str, Any]) -> str:
+    """The `if` on the rank around the collectives the ranks disagree on: a sentence for the
+    cause (and the evidence entry), or "" when none is found."""
+    found = list(dict.fromkeys(b for b in (rank_branch(f, n) for f, n in sites) if b))
+    if not found:
+        return ""
+    evidence["rank-dependent branch"] = found
+    return msg("dist.cause.rank_branch", branch="; ".join(found))
 
 
 def _sites(rec: dict[str, Any]) -> list[tuple[str, str, int]]:
@@ -257,12 +272,13 @@ def _sequence_finding(records: dict[int, dict[str, Any]]) -> Finding | None:
         b = other[idx] if idx < len(other) else None
         site = a or b
         assert site is not None
+        evidence: dict[str, Any] = {f"rank {ranks[0]} calls": len(base), f"rank {r} calls": len(other)}
+        cause = msg("dist.cause.sequence") + _branches([(x[1], x[2]) for x in (a, b) if x is not None], evidence)
         return Finding(Category.DISTRIBUTED, "distributed.rank_dependent_collectives",
                        msg("dist.sequence", index=idx + 1, first=_site_text(a), rank_a=ranks[0],
                            second=_site_text(b), rank_b=r),
                        severity=Severity.ERROR, file=site[1] or None, line=site[2] or None,
-                       cause=msg("dist.cause.sequence"), next_check=msg("dist.next.sequence"),
-                       evidence={f"rank {ranks[0]} calls": len(base), f"rank {r} calls": len(other)})
+                       cause=cause, next_check=msg("dist.next.sequence"), evidence=evidence)
     return None
 
 

@@ -117,10 +117,11 @@ class RunDir:
 
 
 class StoreRunDir(RunDir):
-    """The same exchange through torchrun's agent store as well (a TCPStore the launching agent
-    serves, shared by every host, alive after a worker dies), so that ranks on several hosts
-    meet without a shared folder. Every file is also written locally; a store that stops
-    answering is dropped and the files carry on."""
+    """The same exchange through a store as well, so that ranks on several hosts meet without a
+    shared folder: torchrun's agent store (a TCPStore the launching agent serves, shared by
+    every host, alive after a worker dies), else the store the process group was created on
+    (`mp.spawn`, a launcher of your own). Every file is also written locally; a store that
+    stops answering is dropped and the files carry on."""
 
     NAMES = ("hb-{r}.json", "report-{r}.json", "dump-{r}.json")
     SHARED = ("stall.json", "done.json", "leader")
@@ -175,9 +176,14 @@ class StoreRunDir(RunDir):
 
 
 def open_rundir(path: str, rank: int, world_size: int) -> RunDir:
-    """A `StoreRunDir` under torchrun (its agent serves the store), else a folder only."""
+    """A `StoreRunDir` under torchrun (its agent serves the store), else one on the store of the
+    process group already initialized (`mp.spawn`, a launcher of your own: `watch()` comes after
+    `init_process_group`), else a folder only."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true":
-        return RunDir(path, rank, world_size)
+        store = _group_store()
+        if store is None:
+            return RunDir(path, rank, world_size)
+        return StoreRunDir(path, rank, world_size, store)
     addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
     if not addr or not port:
         return RunDir(path, rank, world_size)
@@ -193,3 +199,18 @@ def open_rundir(path: str, rank: int, world_size: int) -> RunDir:
     except Exception:
         return RunDir(path, rank, world_size)
     return StoreRunDir(path, rank, world_size, store)
+
+
+def _group_store() -> Any:
+    """The store the default process group was created on (its TCPStore is served by a thread
+    of rank 0's process: it answers while the group's collectives are blocked), or None."""
+    try:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        return dist.PrefixStore("torchtriage/", _get_default_store())
+    except Exception:  # another torch, a group without a store: the folder carries the exchange
+        return None

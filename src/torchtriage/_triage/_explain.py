@@ -201,6 +201,9 @@ def _operand_evidence(ev: dict[str, Any], ctx: Context, fields: dict[str, Any], 
             ev[key] = fields[key]
     if fields.get("producer"):
         ev["produced_by"] = fields["producer"].strip()
+    modified = fields.get("modified")
+    if modified is not None:  # the tensor changed in place, by the user's name for it
+        ev.setdefault(f"operand {modified.name}", modified)
 
 
 def _first_line(exc: BaseException) -> str:

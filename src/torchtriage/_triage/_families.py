@@ -71,8 +71,14 @@ def _numpy_grad(m: re.Match[str], ctx: Any) -> Fields:
 
 
 def _index_device(m: re.Match[str], ctx: Any) -> Fields:
-    idx = _named(ctx, lambda o: o.device != m.group("b") and not o.is_floating, "")
-    return "device.index", {"index": f" {idx}" if idx else "", "index_name": idx or "idx"}
+    # CUDA's indexing check names only the indexed tensor's device (an index on the CPU is
+    # accepted): the index's own device comes from the operands when the message lacks it.
+    indexed, told = m.group("b"), m.groupdict().get("a")
+    idx = next((o for o in _ops(ctx) if not o.is_floating and o.device != indexed
+                and (told is None or o.device == told)), None)
+    where = told or (idx.device if idx is not None else msg("triage.device.index_elsewhere"))
+    name = idx.name if idx is not None else ""
+    return "device.index", {"a": where, "index": f" {name}" if name else "", "index_name": name or "idx"}
 
 
 # ---------------------------------------------------------------- dtype
@@ -233,8 +239,13 @@ FAMILIES: tuple[Rule, ...] = (
     Rule("device.pin_memory", Category.DEVICE,
          _r(r"cannot pin '(?P<ttype>[\w.]+)'"), op="pin_memory"),
     Rule("device.index", Category.DEVICE,
-         _r(r"indices should be either on (?P<a>\w+) or on the same device as the indexed tensor \((?P<b>[^)]+)\)"),
+         _r(r"indices should be either on cpu or on the same device as the indexed tensor \((?P<b>[^)]+)\)"),
          (RuntimeError, IndexError), op="indexing", refine=_index_device),
+    # index_add_ / index_copy_ / index_fill_ / take / put_: the index's device differs from self's
+    Rule("device.index", Category.DEVICE,
+         _r(r"(?P<opname>\w+)\(\): self, index and (?:source|out) expected to be in the same device, but got "
+            r"(?:\(self\) |self\.device = )(?P<b>[^,\s]+), (?:\(index\) |index\.device = )(?!(?P=b),)(?P<a>[^,\s]+),"),
+         refine=_index_device),
     Rule("device.cuda_error", Category.DEVICE,
          _r(r"CUDA error: (?P<what>[^\n]+)"), (RuntimeError,)),
     # dtype

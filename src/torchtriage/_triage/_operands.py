@@ -81,13 +81,19 @@ class CallSite:
     node: ast.AST
     frame: types.FrameType
 
-    def arguments(self) -> list[tuple[str, Any]]:
-        """(name as written, value) of the call's receiver and arguments that are plain names."""
+    def arguments(self, *, starred: bool = True) -> list[tuple[str, Any]]:
+        """(name as written, value) of the call's receiver and arguments that are plain names
+        (`starred=False`: without `*args`, whose items torch's own code passes on unnamed)."""
         nodes: list[ast.AST] = []
         node = self.node
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Attribute):
                 nodes.append(node.func.value)
+                root = node.func.value
+                while isinstance(root, ast.Call) and isinstance(root.func, ast.Attribute):
+                    root = root.func.value  # x.squeeze().sum(1): x, the chain's first tensor
+                if root is not node.func.value:
+                    nodes.append(root)
             nodes += list(node.args) + [k.value for k in node.keywords]
         elif isinstance(node, ast.BinOp):
             nodes += [node.left, node.right]
@@ -99,6 +105,8 @@ class CallSite:
             flat += list(n.elts) if isinstance(n, (ast.List, ast.Tuple)) else [n]
         for n in flat:
             if isinstance(n, ast.Starred):
+                if not starred:
+                    continue
                 n = n.value
             found, value = lookup(n, self.frame)
             if found:
@@ -209,6 +217,9 @@ class Sites:
 
     inner: CallSite | None
     user: CallSite | None
+    # `gate.sum().backward()`: the tensor the user's method was called on when it is not a plain
+    # name, as the method's own frame holds it (`self`), named by the user's expression
+    receiver: tuple[str, torch.Tensor] | None = None
 
     @property
     def function(self) -> str | None:
@@ -229,12 +240,28 @@ def sites_of(tb: types.TracebackType | None) -> Sites:
     if not entries:
         return Sites(None, None)
     inner = call_at(*entries[-1])
-    user = None
-    for f, lasti in reversed(entries):
+    user, receiver = None, None
+    for k in range(len(entries) - 1, -1, -1):
+        f, lasti = entries[k]
         if is_user_file(f.f_code.co_filename):
-            user = call_at(f, lasti) if (f, lasti) != entries[-1] else inner
+            user = call_at(f, lasti) if k != len(entries) - 1 else inner
+            if user is not None and k + 1 < len(entries):
+                receiver = _receiver_from_callee(user, entries[k + 1][0])
             break
-    return Sites(inner, user)
+    return Sites(inner, user, receiver)
+
+
+def _receiver_from_callee(site: CallSite, callee: types.FrameType) -> tuple[str, torch.Tensor] | None:
+    """The receiver of `EXPR.method(...)` when EXPR is not a name (nothing is evaluated: the
+    method's frame holds it as `self`, when that frame is the method's own)."""
+    node = site.node
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return None
+    base = node.func.value
+    if isinstance(base, (ast.Name, ast.Attribute)) or callee.f_code.co_name != node.func.attr:
+        return None
+    value = callee.f_locals.get("self")
+    return (ast.unparse(base), value) if isinstance(value, torch.Tensor) else None
 
 
 def operands_of(sites: Sites, extra: list[tuple[str, torch.Tensor]] = ()) -> list[Operand]:  # type: ignore[assignment]
@@ -254,9 +281,11 @@ def operands_of(sites: Sites, extra: list[tuple[str, torch.Tensor]] = ()) -> lis
                 add(f"{name}[{i}]", v, by_user)
 
     # The user's names first (`h0`, not torch's `hx`), then the innermost call's own arguments.
+    if sites.receiver is not None:
+        add(*sites.receiver, True)
     for site in (sites.user, sites.inner):
         if site is not None:
-            for name, value in site.arguments():
+            for name, value in site.arguments(starred=site is sites.user):
                 add(name, value, site is sites.user)
     for name, value in extra:
         add(name, value, False)

@@ -126,6 +126,15 @@ def _view_layout(m: re.Match[str], ctx: Any) -> tuple[str, dict[str, Any]] | Non
     return "layout.view_noncontiguous", {"detail": detail}
 
 
+def _conv_channels(m: re.Match[str], ctx: Any) -> tuple[str, dict[str, Any]] | None:
+    """The channel axis to fix, by the input's rank and where its expected channels sit: a
+    (batch, length, features) sequence given to Conv1d needs transpose(1, 2), not NHWC's permute."""
+    shape = [int(v) for v in re.findall(r"-?\d+", m.group("input"))]
+    last = len(shape) >= 3 and shape[-1] == int(m.group("expected"))
+    key = {3: "seq", 4: "image", 5: "volume"}.get(len(shape), "image")
+    return "shape.conv_channels", {"layout_fix": msg(f"triage.conv_layout.{key}" + (".last" if last else ""))}
+
+
 def _scalar_type(m: re.Match[str], ctx: Any) -> tuple[str, dict[str, Any]] | None:
     if ctx.stage is Stage.LOSS or ctx.loss_function is not None:
         return "dtype.loss_target", {"got": m.group("got"), "expected": m.group("expected")}
@@ -203,7 +212,7 @@ RULES: tuple[Rule, ...] = (
          _r(r"shape '(?P<shape>\[[^\]]*\])' is invalid for input of size (?P<numel>\d+)"), op="view/reshape"),
     Rule("shape.conv_channels", Category.SHAPE,
          _r(r"weight of size (?P<weight>\[[^\]]*\]), expected input(?P<input>\[[^\]]*\]) to have "
-            r"(?P<expected>\d+) channels, but got (?P<got>\d+) channels")),
+            r"(?P<expected>\d+) channels, but got (?P<got>\d+) channels"), refine=_conv_channels),
     Rule("shape.loss_batch", Category.SHAPE,
          _r(r"Expected input batch_size \((?P<input>\d+)\) to match target batch_size \((?P<target>\d+)\)"),
          (ValueError, RuntimeError)),

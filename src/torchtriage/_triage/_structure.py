@@ -25,7 +25,7 @@ import torch.nn as nn
 
 from .._catalogue import msg
 from .._frames import is_user_file
-from ._operands import lines_before, lookup
+from ._operands import Operand, lines_before, lookup
 
 
 # ---------------------------------------------------------------- optimizer
@@ -173,7 +173,8 @@ def inplace_producer(fields: dict[str, Any], ctx: Any) -> dict[str, Any]:
         return {"producer": ""}
     _, name, v, f = min(candidates, key=lambda c: c[0])
     line = _anomaly_line(_node_named(v.grad_fn, node)) or _assignment_line(f, name)
-    return {"producer": msg("triage.inplace.producer", name=name, where=f" ({line})" if line else "")}
+    return {"producer": msg("triage.inplace.producer", name=name, where=f" ({line})" if line else ""),
+            "modified": Operand.of(name, v)}
 
 
 def _node_named(grad_fn: Any, node: Any, depth: int = 4) -> Any:

@@ -1,5 +1,7 @@
-# Rank 1's batch at step 2 holds a NaN; DDP's all-reduce hands it to rank 0.
+# Rank 1's batch at step 2 holds a NaN; DDP's all-reduce hands it to rank 0. With the argument
+# "metric", each step also all-reduces the loss for logging (a collective of the step's own).
 import datetime
+import sys
 
 import torch
 import torch.distributed as dist
@@ -17,6 +19,9 @@ for step in range(4):
     if rank == 1 and step == 2:
         x[3, 1] = float("nan")  # a corrupt sample on one rank
     loss = model(x).pow(2).mean()
+    if sys.argv[1:] == ["metric"]:
+        logged = loss.detach().clone()
+        dist.all_reduce(logged)
     opt.zero_grad()
     loss.backward()
     opt.step()
