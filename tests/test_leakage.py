@@ -210,6 +210,29 @@ def test_near_duplicate_table_rows():
     assert check_splits(train, test[4:]).findings == ()
 
 
+def test_near_duplicate_numbers_flag_copies_not_neighbours():
+    """Numbers default to SimHash 0.98 (at most 2 of 128 bits differ, about 3 degrees): a test
+    row 8 degrees from a train row is a neighbour, not a copy (SimHash 0.9 is an 18-degree
+    cone, which millions of low-dimensional rows fill by chance); near_threshold=0.9 still
+    reports it. The copy moved by up to 2% per value is reported either way."""
+    rng = np.random.default_rng(3)
+    train = rng.standard_normal((300, 12))
+    test = rng.standard_normal((40, 12))
+    u = train[7] / np.linalg.norm(train[7])
+    w = rng.standard_normal(12)
+    w -= (w @ u) * u
+    w /= np.linalg.norm(w)
+    test[5] = np.linalg.norm(train[7]) * (np.cos(np.radians(8)) * u + np.sin(np.radians(8)) * w)
+    test[9] = (train[11] * (1 + 0.02 * rng.uniform(-1, 1, 12))).round(4)  # a re-measured copy
+    f = only(check_splits(train, test), "data.near_duplicate")
+    assert f.evidence["threshold"] == 0.98 and f.evidence["rows_with_near_duplicate"] == 1
+    assert [(e["train"], e["test"]) for e in f.evidence["examples"]] == [(11, 9)]
+    loose = only(check_splits(train, test, near_threshold=0.9), "data.near_duplicate")
+    assert loose.evidence["rows_with_near_duplicate"] == 2
+    pairs = {(e["train"], e["test"]): e["similarity"] for e in loose.evidence["examples"]}
+    assert set(pairs) == {(7, 5), (11, 9)} and 0.9 <= pairs[(7, 5)] < 0.98
+
+
 # --- preprocessing fitted before the split -------------------------------------------------
 
 def test_scaler_fitted_on_all_data():

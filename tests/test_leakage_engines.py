@@ -64,7 +64,8 @@ def dask_client():
 
 DASK_CASES = ["test_seed_writer_overlap_reports_writer_a", "test_exact_duplicates_match_across_dtypes",
               "test_duplicates_inside_test", "test_conflicting_labels_from_tensor_dataset", "test_near_duplicate_text",
-              "test_near_duplicate_table_rows", "test_time_leakage_with_dates_and_clean_order",
+              "test_near_duplicate_table_rows", "test_near_duplicate_numbers_flag_copies_not_neighbours",
+              "test_time_leakage_with_dates_and_clean_order",
               "test_shared_indices_and_a_real_content_copy_are_told_apart", "test_scaler_fitted_on_all_data"]
 
 
@@ -289,6 +290,10 @@ def test_duckdb_queries_spill_under_a_small_cap():
         near, want = duck.near("train", "test", 0.9), mem.near("train", "test", 0.9)
         assert near.rows == want.rows and near.rows >= 200  # 100 copies, 100 near copies, and look-alikes
         assert near.examples == want.examples
+        # The band tables follow the threshold: rebuilt at the numbers' default (3 bands of 43 bits).
+        strict, want = duck.near("train", "test", 0.98), mem.near("train", "test", 0.98)
+        assert strict == want and strict.rows == 100  # the near copies only (exact copies are told apart)
+        assert duck.con.execute("SELECT count(DISTINCT band) FROM b_train").fetchone()[0] == 3
         assert duck.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name LIKE 'n\\_%' "
                                 "ESCAPE '\\'").fetchone()[0] == 0  # the search's step tables are dropped
         # A group-by's own floor at 2 threads is above 24 MB: the other answers get 48 MB.

@@ -29,8 +29,8 @@ def register(sub: Any) -> None:
     p.add_argument("--content", metavar="COLS", default="",
                    help="comma-separated columns compared as content even if they look like row ids")
     p.add_argument("--file-column", metavar="COL", help="column of file paths, compared by the files' bytes")
-    p.add_argument("--near-threshold", metavar="X", type=float, default=0.9,
-                   help="near-duplicate similarity threshold in (0, 1] (default 0.9)")
+    p.add_argument("--near-threshold", metavar="X", type=float, default=None,
+                   help="near-duplicate similarity threshold in (0, 1] (default 0.9 for texts, 0.98 for numbers)")
     p.add_argument("--no-near", action="store_true", help="skip the near-duplicate search")
     p.add_argument("--engine", default="auto", choices=("auto", "memory", "duckdb", "dask"),
                    help=msg("leakage.cli.engine"))

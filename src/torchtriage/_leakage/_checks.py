@@ -38,7 +38,7 @@ def check_splits(
     content: Sequence[str] = (),
     files: str | None = None,
     near: bool = True,
-    near_threshold: float = 0.9,
+    near_threshold: float | None = None,
     chunk_size: int = 65536,
     progress: bool | None = None,
     engine: str = "auto",
@@ -63,7 +63,8 @@ def check_splits(
             ``data.id_column``).
         files: a table column of file paths, hashed by the files' bytes instead of their names.
         near, near_threshold: look for near duplicates with a similarity at least this
-            (texts: shingle Jaccard; numbers: share of equal SimHash bits, 1 - angle/pi).
+            (texts: shingle Jaccard, default 0.9; numbers: share of equal SimHash bits,
+            1 - angle/pi, default 0.98).
         chunk_size: rows per chunk; memory holds digests (about 8-40 bytes a row), not rows.
         progress: periodic progress lines on stderr (None: only for scans longer than 2 s).
         engine: where the comparisons run: "memory" (numpy in this process), "duckdb"
@@ -84,7 +85,7 @@ def check_splits(
         ['writer-a']
     """
     __tracebackhide__ = True
-    if not 0.0 < float(near_threshold) <= 1.0:
+    if near_threshold is not None and not 0.0 < float(near_threshold) <= 1.0:
         raise ValueError(msg("leakage.bad_threshold", given=near_threshold))
     if int(chunk_size) < 1:
         raise ValueError(msg("leakage.bad_chunk", given=chunk_size))
@@ -106,8 +107,8 @@ def check_splits(
         empty = [s.source for s in scans if not s.n]
         if empty:  # "no finding" on an empty split would read as a clean split
             raise ValueError(msg("leakage.empty_split", name=empty[0].name, given=empty[0].what))
-        findings += compare(store, scans, groups, near=near,
-                            threshold=float(near_threshold), timed=opts.time is not None)
+        given = None if near_threshold is None else float(near_threshold)  # None: each kind's default
+        findings += compare(store, scans, groups, near=near, threshold=given, timed=opts.time is not None)
     finally:
         store.close()
     findings += _fitted_before_split(norms, vocabs, scans)
@@ -119,7 +120,7 @@ def check_splits(
                     for f in findings]
     findings = [f.replace(order=i) for i, f in enumerate(findings)]
     meta = {"check": "splits", "splits": {s.source.name: {"rows": s.n, "source": s.source.what} for s in scans},
-            "near_threshold": float(near_threshold), "engine": store.engine}
+            "near_threshold": None if near_threshold is None else float(near_threshold), "engine": store.engine}
     return Report(tuple(findings), meta=meta)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from .._catalogue import msg
 from .._findings import Finding, from_catalogue
+from ._near import default_threshold
 from ._scan import Scan
 from ._sources import Source, sample_input
 from ._store import MAX_EXAMPLES, Store
@@ -38,7 +39,7 @@ def _pairs(names: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def compare(store: Store, scans: list[Scan], groups_spec: Any, *, near: bool, threshold: float,
+def compare(store: Store, scans: list[Scan], groups_spec: Any, *, near: bool, threshold: float | None,
             timed: bool) -> list[Finding]:
     by = {s.source.name: s for s in scans}
     pairs = _pairs(list(by))
@@ -165,11 +166,12 @@ def _conflicts(store: Store, scans: list[Scan]) -> list[Finding]:
         "inputs_with_conflicting_labels": c.count, "examples": examples}, count=c.count)]
 
 
-def _near_dups(store: Store, a: Scan, b: Scan, threshold: float) -> list[Finding]:
+def _near_dups(store: Store, a: Scan, b: Scan, given: float | None) -> list[Finding]:
     an, bn = a.source.name, b.source.name
     kind = store.near_kind(an)
     if kind is None or kind != store.near_kind(bn):
         return []
+    threshold = default_threshold(kind, given)
     r = store.near(an, bn, threshold)
     if not r.rows:
         return []

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._catalogue import msg
-from ._near import NUM_PERM, SIM_BANDS, SIM_BITS, TEXT_BANDS, sim_bands, similarity, text_bands
+from ._near import NUM_PERM, SIM_BITS, band_keys, similarity
 from ._scan import Part, Scan, Scanner
 from ._sources import Block, Source
 from ._store import (
@@ -306,19 +306,18 @@ class DaskStore(Store):
                              for k, r, s in zip(sel["k"], sel["row"], sel["lshow"])])
         return Conflicts(int(count), examples)
 
-    def _bands(self, split: str, kind: str) -> Any:
+    def _bands(self, split: str, kind: str, threshold: float) -> Any:
         f = self.frames[split]
         width = NUM_PERM if kind == "text" else SIM_BITS // 64
         sig_cols = [f"s{k}" for k in range(width)]
-        band_fn = text_bands if kind == "text" else sim_bands
 
         def explode(df: Any) -> Any:
             import pandas as pd
 
             df = df[df["valid"]]
             sig = df[sig_cols].to_numpy()
-            bands = band_fn(sig.astype(np.uint32 if kind == "text" else np.uint64))
-            nb = bands.shape[1] if len(bands) else (TEXT_BANDS if kind == "text" else SIM_BANDS)
+            bands = band_keys(kind, sig.astype(np.uint32 if kind == "text" else np.uint64), threshold)
+            nb = bands.shape[1]
             return pd.DataFrame({"row": np.repeat(df["row"].to_numpy(), nb),
                                  "band": np.tile(np.arange(nb, dtype=np.int8), len(df)),
                                  "key": bands.reshape(-1).astype(np.uint64)})
@@ -330,8 +329,8 @@ class DaskStore(Store):
 
     def near(self, a: str, b: str, threshold: float) -> Near:
         kind = self.near_kind(a) or "num"
-        ba, sig_cols = self._bands(a, kind)
-        bb, _ = self._bands(b, kind)
+        ba, sig_cols = self._bands(a, kind, threshold)
+        bb, _ = self._bands(b, kind, threshold)
         # Per band key, the BAND_CAP smallest rows of a (as in process), then the candidate pairs.
         ca = ba.shuffle(on=["band", "key"]).map_partitions(
             lambda df: df.sort_values("row").groupby(["band", "key"], sort=False).head(BAND_CAP), meta=ba._meta)

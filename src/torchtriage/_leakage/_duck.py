@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .._catalogue import msg
-from ._near import NUM_PERM, SIM_BITS, sim_bands, similarity, text_bands
+from ._near import NUM_PERM, SIM_BITS, band_keys, similarity
 from ._scan import Part
 from ._store import (
     BAND_CAP,
@@ -161,6 +161,7 @@ class DuckStore(Store):
         self._n: dict[str, int] = {}
         self._cols: dict[str, dict[str, bool]] = {}
         self._sig: dict[str, tuple[str | None, int]] = {}  # split -> (kind, rows with a signature)
+        self._bands: dict[str, tuple[str, float | None]] = {}  # split -> layout of b_<split>
 
     # --- loading ----------------------------------------------------------------------------
     def add(self, split: str, part: Part) -> None:
@@ -191,22 +192,6 @@ class DuckStore(Store):
             else:
                 self._run(f"INSERT INTO t_{split} "
                           "SELECT row, exact, label, grp, t, CAST(sig AS BLOB), valid FROM _part")
-            if kind is not None:
-                assert part.sig is not None  # a kind of near search comes with signatures
-                bands = (text_bands if kind == "text" else sim_bands)(part.sig)
-                ok = np.asarray(part.valid, bool)
-                nb = bands.shape[1]
-                btbl = pa.table({"row": np.repeat(rows[ok], nb),
-                                 "band": np.tile(np.arange(nb, dtype=np.int8), int(ok.sum())),
-                                 "key": bands[ok].reshape(-1)})
-                self.con.register("_bands", btbl)
-                try:
-                    if not self._has(f"b_{split}"):
-                        self._run(f"CREATE TABLE b_{split} AS SELECT * FROM _bands")
-                    else:
-                        self._run(f"INSERT INTO b_{split} SELECT * FROM _bands")
-                finally:
-                    self.con.unregister("_bands")
         finally:
             self.con.unregister("_part")
         c = self._cols[split]
@@ -216,6 +201,41 @@ class DuckStore(Store):
         self._n[split] = self._n.get(split, 0) + part.n
         old_kind, old_rows = self._sig.get(split, (kind, 0))
         self._sig[split] = (kind if old_kind == kind else None, old_rows + (part.n if kind else 0))
+
+    def _band_table(self, split: str, kind: str, threshold: float) -> None:
+        """``b_<split>(row, band, key)``: the band keys of the split's valid rows, for this threshold.
+
+        Built when a search asks (the bands follow the threshold), from the stored signatures
+        read back in batches: the same keys as `_near.band_keys` in process.
+        """
+        import duckdb
+        import pyarrow as pa
+
+        layout = (kind, threshold if kind != "text" else None)
+        if self._bands.get(split) == layout:
+            return
+        dtype, width = (np.uint32, NUM_PERM) if kind == "text" else (np.uint64, SIM_BITS // 64)
+        self._run(f"DROP TABLE IF EXISTS b_{split}")
+        self._run(f"CREATE TABLE b_{split} (row BIGINT, band TINYINT, key UBIGINT)")
+        step = _PAIR_BATCH * 4
+        for lo in range(0, self._n.get(split, 0), step):  # row ranges: the rows were stored in order
+            try:
+                batch = self.con.sql(f"SELECT row, sig FROM t_{split} WHERE valid AND row >= {int(lo)} "
+                                     f"AND row < {int(lo + step)}").to_arrow_table()
+            except duckdb.Error as e:
+                raise ValueError(msg("leakage.duckdb_failed", error=str(e).splitlines()[0])) from None
+            if not batch.num_rows:
+                continue
+            keys = band_keys(kind, _rows_of(batch.column(1), dtype, width), threshold)
+            nb = keys.shape[1]
+            self.con.register("_bands", pa.table({"row": np.repeat(batch.column(0).to_numpy(), nb),
+                                                  "band": np.tile(np.arange(nb, dtype=np.int8), batch.num_rows),
+                                                  "key": keys.reshape(-1)}))
+            try:
+                self._run(f"INSERT INTO b_{split} SELECT * FROM _bands")
+            finally:
+                self.con.unregister("_bands")
+        self._bands[split] = layout
 
     def _has(self, table: str) -> bool:
         return bool(self._one("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table])[0])
@@ -333,9 +353,11 @@ class DuckStore(Store):
 
     def near(self, a: str, b: str, threshold: float) -> Near:
         kind = self.near_kind(a)
-        if not self._has(f"b_{a}") or not self._has(f"b_{b}"):
+        if kind is None or kind != self.near_kind(b):
             return Near(0, [])
         try:
+            self._band_table(a, kind, threshold)
+            self._band_table(b, kind, threshold)
             for sql in _near_steps(a, b):
                 self._run(sql)
             pairs = int(self._one("SELECT count(*) FROM n_j")[0])

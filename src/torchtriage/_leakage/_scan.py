@@ -134,13 +134,14 @@ class _Shared:
         self.center: np.ndarray | None = None
         self.scale: np.ndarray | None = None
 
-    def standardize(self, v: np.ndarray) -> np.ndarray:
+    def simhash(self, v: np.ndarray) -> np.ndarray:
+        """SimHash of the rows standardized by train's first chunk (its mean and std)."""
         if self.center is None or self.scale is None:  # (set together)
             with np.errstate(invalid="ignore"):
                 self.center = np.nan_to_num(np.nanmean(v, 0)) if len(v) else np.zeros(v.shape[1])
                 sd = np.nan_to_num(np.nanstd(v, 0)) if len(v) else np.ones(v.shape[1])
             self.scale = np.where(sd > 1e-12, sd, 1.0)
-        return (v - self.center) / self.scale
+        return simhash(v, self.center, self.scale)
 
 
 def to_seconds(value: Any, name: str) -> float:
@@ -189,7 +190,7 @@ def group_keys(values: Any) -> list[str]:
         v = values.astype(np.float64)
         if np.isfinite(v).all() and (v == np.floor(v)).all() and np.abs(v).max(initial=0) < 2**53:
             return v.astype(np.int64).astype(str).tolist()
-    if isinstance(values, list) and all(type(x) is str for x in values):
+    if isinstance(values, list) and set(map(type, values)) <= {str}:  # (map/set: no Python call per row)
         return values
     return [key_of(g) for g in values]
 
@@ -348,8 +349,7 @@ class Scanner:
             return ex, self._texts(list(cols[sh.text_col]), sc)
         if sh.num_cols and len(sh.num_cols) >= MIN_DIM:
             sc.near_kind = "num"
-            v = sh.standardize(mat)
-            return ex, (simhash(v), np.isfinite(mat).all(axis=1))
+            return ex, (sh.simhash(mat), np.isfinite(mat).all(axis=1))
         return ex, None
 
     def _array_stats(self, vals: np.ndarray, sc: Scan) -> None:
@@ -370,8 +370,7 @@ class Scanner:
             return None
         sc.near_kind = "num"
         if vals.ndim == 2 and per <= 1024:  # table-like rows: columns keep their own scale
-            v = self.shared.standardize(np.asarray(vals, np.float64))
-            return simhash(v), np.isfinite(vals).all(axis=1)
+            return self.shared.simhash(np.asarray(vals, np.float64)), np.isfinite(vals).all(axis=1)
         v, ok = per_sample_normalize(reduce_images(vals))
         return simhash(v), ok
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ._near import pairs_by_bands, sim_bands, similarity, text_bands
+from ._near import band_keys, pairs_by_bands, similarity
 
 MAX_EXAMPLES = 5
 MAX_GROUPS = 20
@@ -228,8 +228,8 @@ class MemoryStore(Store):
         va, vb = np.nonzero(sa.near_valid)[0], np.nonzero(sb.near_valid)[0]
         if not len(va) or not len(vb):
             return Near(0, [])
-        bands = text_bands if kind == "text" else sim_bands
-        ia, ib = pairs_by_bands(bands(sa.near_sig[va]), bands(sb.near_sig[vb]), BAND_CAP)
+        ia, ib = pairs_by_bands(band_keys(kind, sa.near_sig[va], threshold),
+                                band_keys(kind, sb.near_sig[vb], threshold), BAND_CAP)
         ia, ib = va[ia], vb[ib]
         sim = similarity(kind, sa.near_sig[ia], sb.near_sig[ib])
         keep = (sim >= threshold) & (sa.exact[ia] != sb.exact[ib])
