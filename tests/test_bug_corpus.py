@@ -97,10 +97,8 @@ EXPECT: dict[str, Expect] = {
     "lightning_ae_zero_std": Expect(
         "numerical.nonfinite_data", E,
         noise="watch mode: the same NaN batch at step 1 is a second finding (without a line)"),
-    "mingpt_adder_softmax_dim": Expect(
-        "silent.attention_sees_future", E, module="transformer.h.0.attn",
-        gap="missed: the causal probe reads the step snapshot's ids, which are empty or belong to "
-            "the previous root call when the model computes the loss inside forward"),
+    "mingpt_adder_softmax_dim": Expect("silent.attention_sees_future", E, module="transformer.h.0.attn",
+                                       mentions=("softmax",)),
 }
 
 

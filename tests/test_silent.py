@@ -199,6 +199,30 @@ def test_check_causal():
         torchtriage.check_causal(z.TinyLM(), ids, position=9)
 
 
+def test_check_causal_names_the_op_where_the_future_enters():
+    ids = torch.randint(0, 32, (2, 10))
+    f = torchtriage.check_causal(z.LeakyAttentionLM(), ids).primary
+    # the scores are not masked: the softmax over the keys is the first op whose outputs at the
+    # earlier positions change while its inputs there do not
+    assert (f.file, f.line, f.module, f.op) == (ZOO, _line_of("att = torch.softmax(scores, dim=-1)"), "", "softmax")
+    assert f.evidence["leaks_in"] == "softmax (<root>)"
+    f = torchtriage.check_causal(z.EncoderLM(causal=False), ids[:, :8] % 20).primary
+    assert (f.file, f.module, f.op) == (__file__, "enc.layers.0.self_attn", "EncoderLM")
+
+
+def test_check_causal_needs_an_output_per_position():
+    class LastOnly(nn.Module):  # minGPT's forward without targets: the logits of the last position
+        def __init__(self):
+            super().__init__()
+            self.lm = z.TinyLM()
+
+        def forward(self, ids):
+            return self.lm(ids)[:, [-1]]
+
+    with pytest.raises(ValueError, match=r"output \[2, 1, 32\] has no position axis of length 10"):
+        torchtriage.check_causal(LastOnly(), torch.randint(0, 32, (2, 10)))
+
+
 def test_check_padding():
     ids, mask = z.padded_tokens()
     assert not torchtriage.check_padding(z.TinyLM(causal=False), ids, 0, mask)

@@ -419,3 +419,52 @@ def loop_gpt(causal_mask: bool):
             loss.backward()
             opt.step()
     return model, opt, train
+
+
+class HandAttention(nn.Module):
+    def __init__(self, d: int, T: int, dim: int) -> None:
+        super().__init__()
+        self.qkv, self.proj, self.dim = nn.Linear(d, 3 * d), nn.Linear(d, d), dim
+        self.register_buffer("causal", torch.tril(torch.ones(T, T, dtype=torch.bool)))
+
+    def forward(self, h):
+        t = h.shape[1]
+        q, k, v = self.qkv(h).chunk(3, dim=-1)
+        att = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~self.causal[:t, :t], float("-inf"))
+        att = torch.softmax(att, dim=self.dim)  # BUG: dim=-2 mixes the queries, later ones included
+        return self.proj(att @ v)
+
+
+class LossInsideLM(nn.Module):
+    """A hand-written causal attention LM that computes its loss inside forward, as minGPT and
+    transformers models do (`logits, loss = model(idx, targets)`, `model(input_ids=, labels=)`)."""
+
+    def __init__(self, query_axis_softmax: bool, vocab: int = 24, d: int = 16, T: int = 12) -> None:
+        super().__init__()
+        self.embed, self.pos = nn.Embedding(vocab, d), nn.Embedding(T, d)
+        self.attn, self.head = HandAttention(d, T, -2 if query_axis_softmax else -1), nn.Linear(d, vocab)
+
+    def forward(self, input_ids, labels=None):
+        h = self.embed(input_ids) + self.pos(torch.arange(input_ids.shape[1], device=input_ids.device))
+        logits = self.head(h + self.attn(h))
+        loss = None if labels is None else F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                                           labels[:, 1:].reshape(-1))
+        return logits, loss
+
+
+def loop_loss_inside_forward(bug: bool, by_keyword: bool):
+    torch.manual_seed(0)
+    model = LossInsideLM(query_axis_softmax=bug)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = torch.randint(0, 24, (3, 8, 12))
+
+    def train():
+        for ids in data:
+            if by_keyword:
+                _, loss = model(input_ids=ids, labels=ids)
+            else:
+                _, loss = model(ids, ids)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model, opt, train
