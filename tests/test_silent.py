@@ -3,6 +3,7 @@ reference loops produce no finding at all."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from collections import OrderedDict
@@ -128,6 +129,46 @@ def test_loss_input_semantics_in_session(model, loss, targets, features, code, m
     assert (f.message, f.step, f.stage, f.op) == (message, 0, Stage.LOSS, loss)
     assert (f.file, f.line) == (ZOO, _line_of("loss_value = getattr(F, loss)(model(x), targets)"))
     assert len(report.findings) == 1
+
+
+def test_probabilities_finding_names_the_module_that_made_them():
+    # The input's producer is traced back through views to the module whose output it is (one
+    # replay of the model call with its graph); a softmax in the loop's own code keeps the loss.
+    x, y = torch.randn(16, 6), torch.randint(0, 4, (16,))
+
+    def run(model, make_input):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with torchtriage.watch(model, opt, checks=["silent"], on_anomaly="record", report=False) as s:
+            for _ in range(2):
+                loss = nn.CrossEntropyLoss()(make_input(model), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        return _one(s.report, "silent.probabilities_to_cross_entropy")
+
+    stack = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4), nn.Softmax(dim=1))
+    outer = nn.Sequential(OrderedDict(net=stack))
+    f = run(outer, lambda m: m(x).view(16, 4))
+    assert (f.module, f.evidence["made_by"], f.line) == ("net.3", "softmax (net.3)", sys._getframe().f_lineno - 9)
+    f = run(z.DoubleSoftmaxClassifier(), lambda m: m(x))
+    assert (f.module, f.evidence["made_by"]) == ("", "softmax (<root>)")  # the model's own forward
+    f = run(z.Classifier(), lambda m: torch.softmax(m(x), dim=1))
+    assert (f.module, "made_by" in f.evidence) == ("CrossEntropyLoss", False)
+    # the replay changes no number of the run (a dropout's RNG included)
+    trained = []
+    for watched in (False, True):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 16), nn.Dropout(0.5), nn.Linear(16, 4), nn.Softmax(dim=1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with (torchtriage.watch(model, opt, checks=["silent"], on_anomaly="record", report=False)
+              if watched else contextlib.nullcontext()):
+            for _ in range(3):
+                loss = F.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        trained.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*trained))
 
 
 def test_loss_input_checks_public_and_value_based():

@@ -31,6 +31,7 @@ from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules,
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
 from ._overflow import exp_nodes, overflow_verdict
 from ._plans import Plan, verdict_to_finding
+from ._producer import INPUT_VERDICTS, input_module
 from ._region import LossRegion
 from ._sampling import TrainModeOutputs
 from ._sequence import token_plans
@@ -82,17 +83,31 @@ class SilentChecker(Checker):
     def _add(self, f: Finding) -> None:
         self.session.add(f)
 
-    def _queue(self, plans: list[Plan], *, frame: Any, op: str | None, module: str | None = None) -> None:
+    def _queue(self, plans: list[Plan], *, frame: Any, op: str | None, module: str | None = None,
+               inp: torch.Tensor | None = None) -> None:
         step = self._step
         for plan in plans:
             def done(vals: list[float], plan: Plan = plan) -> None:
                 v = plan.decide(vals)
                 if v is not None:
+                    if v["name"] in INPUT_VERDICTS and inp is not None:
+                        v = self._with_producer(v, inp, frame)
                     self._add(verdict_to_finding(v, frame=frame, step=step, op=op, module=module))
             if plan.values:
                 self.flags.add(plan.values, done)
             else:
                 done([])
+
+    def _with_producer(self, v: dict[str, Any], inp: torch.Tensor, frame: Any) -> dict[str, Any]:
+        """The verdict on the module whose output the loss input is (the model's nn.Softmax),
+        found once per verdict and loss line."""
+        key = ("producer", v["name"], frame)
+        if key not in self._sites:
+            self._sites[key] = input_module(self.session, inp, self._autocast) or (None, None)
+        module, func = self._sites[key]
+        if module is None:
+            return v
+        return dict(v, module=module, evidence=dict(v.get("evidence") or {}, made_by=f"{func} ({module or '<root>'})"))
 
     def _stochastic_of(self, model: nn.Module) -> list[str]:
         found = self._stochastic.get(model)
@@ -161,7 +176,7 @@ class SilentChecker(Checker):
                                      reduction=kw.get("reduction", "mean"), attention_mask=mask,
                                      weighted=kw.get("weight") is not None, second=_second_tokens(snap, ids))
             plans += self._target_in_input_plans(ids, tgt)
-        self._queue(plans, frame=call.frame, op=call.name, module=call.module)
+        self._queue(plans, frame=call.frame, op=call.name, module=call.module, inp=inp)
 
     def _builtin_broadcast(self, call: LossCall) -> None:
         ps, ts = shape(call.input), shape(call.target)
