@@ -217,6 +217,8 @@ def test_log_softmax_over_one_unit_names_the_cause():
     s, _ = _watch(z.loop_log_softmax_over_one_unit)
     f = _one(s.report, "silent.softmax_single_unit")
     assert (f.severity, f.stage, f.module, f.step) == (Severity.ERROR, Stage.FORWARD, "", 0)
+    # the line of the model's forward where the op ran (one replay of the call), not the call
+    assert (f.file, f.line) == (ZOO, _line("# BUG: one unit"))
     assert f.message == "log_softmax over dim 1 of size 1 (shape [32, 1]): the output is always 0"
     assert "every gradient is exactly zero" in f.cause
     assert f.evidence["output_is_always"] == "0"
@@ -240,6 +242,13 @@ def test_softmax_over_the_batch_dimension():
     assert (f.severity, f.line, f.step) == (Severity.WARNING, _line("# BUG: dim 0 is the batch"), 0)
     assert f.message == ("softmax over dim 0, the batch dimension (shape [32, 4]): it works across the samples of "
                          "the batch instead of across classes")
+
+
+def test_log_softmax_module_over_the_batch_names_the_module():
+    # nn.LogSoftmax inside an nn.Sequential: no line of the user's inside it, so the call's line
+    s, _ = _watch(z.loop_log_softmax_module_over_batch)
+    f = _one(s.report, "silent.softmax_over_batch")
+    assert (f.module, f.line, f.step) == ("3", _line("# BUG: the model's LogSoftmax(dim=0)"), 0)
 
 
 def test_validation_metric_in_train_mode_with_dropout():

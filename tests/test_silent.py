@@ -152,6 +152,7 @@ def test_probabilities_finding_names_the_module_that_made_them():
     assert (f.module, f.evidence["made_by"], f.line) == ("net.3", "softmax (net.3)", sys._getframe().f_lineno - 9)
     f = run(z.DoubleSoftmaxClassifier(), lambda m: m(x))
     assert (f.module, f.evidence["made_by"]) == ("", "softmax (<root>)")  # the model's own forward
+    assert f.evidence["made_at"] == f"silent.py:{_line_of('return torch.softmax(super().forward(x), dim=1)')}"
     f = run(z.Classifier(), lambda m: torch.softmax(m(x), dim=1))
     assert (f.module, "made_by" in f.evidence) == ("CrossEntropyLoss", False)
     # the replay changes no number of the run (a dropout's RNG included)

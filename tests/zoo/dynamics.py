@@ -367,6 +367,20 @@ def loop_softmax_over_batch():
     return model, opt, train
 
 
+def loop_log_softmax_module_over_batch():
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4), nn.LogSoftmax(dim=0))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = _blobs()
+
+    def train():
+        for _ in range(3):
+            loss = F.nll_loss(model(x[:32]), y[:32])  # BUG: the model's LogSoftmax(dim=0)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model, opt, train
+
+
 def loop_validation_in_train_mode():
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 4))
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)

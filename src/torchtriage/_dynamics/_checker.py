@@ -27,6 +27,7 @@ from .._findings import Category, Finding, Severity, Stage
 from .._frames import user_frame_from_stack
 from .._nonfinite._sentinel import foreach_norm
 from .._silent._common import first_tensor, is_index_tensor
+from .._silent._node_site import node_site
 from ._causal import probe, shift_share, token_ids
 from ._common import finding, num
 from ._evalcode import MetricRegion, dim_finding, node_checks
@@ -134,13 +135,24 @@ class DynamicsChecker(Checker):
             found = node_checks(out, batch)
             if found is not None:
                 self.reported.add(("node", id(model)))
-                self._add(dim_finding(found, user_frame_from_stack(3), self._step, module=""))
+                call = (model, args, kwargs, output)
+                self._add(self._node_finding(found, call, out, user_frame_from_stack(3)))
         evaluation = not grad
         if self.region is None and ((evaluation and self.eval_regions < self.eval_passes)
                                     or (grad and self._step < self.warmup)):
             self.eval_regions += evaluation
             self.region = MetricRegion(self.session, batch, evaluation, output)
             self.region.enter()
+
+    def _node_finding(self, found: dict[str, Any], call: tuple[Any, ...], out: torch.Tensor,
+                      call_frame: Any) -> Finding:
+        """The softmax at the model's output: its module and line, from one replay of the call
+        (the user's line in the model's code; the call's line when there is none)."""
+        autocast = [(d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
+        model, args, kwargs, output = call
+        site = node_site(self.session, model, args, kwargs, output, out.grad_fn, autocast)
+        frame = site.frame if site is not None and site.frame is not None else call_frame
+        return dim_finding(found, frame, self._step, module=site.module if site is not None else "")
 
     def on_loss(self, call: LossCall) -> None:
         if self._step >= self.warmup:

@@ -14,6 +14,7 @@ All numbers a check needs are queued in `DeferredFlags` and read together at the
 from __future__ import annotations
 
 import math
+import os
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +30,9 @@ from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
 from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules, trainable_stochastic_modules
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
+from ._node_site import INPUT_VERDICTS, input_module
 from ._overflow import exp_nodes, overflow_verdict
 from ._plans import Plan, verdict_to_finding
-from ._producer import INPUT_VERDICTS, input_module
 from ._region import LossRegion
 from ._sampling import TrainModeOutputs
 from ._sequence import token_plans
@@ -103,11 +104,14 @@ class SilentChecker(Checker):
         found once per verdict and loss line."""
         key = ("producer", v["name"], frame)
         if key not in self._sites:
-            self._sites[key] = input_module(self.session, inp, self._autocast) or (None, None)
-        module, func = self._sites[key]
-        if module is None:
+            self._sites[key] = (input_module(self.session, inp, self._autocast), None)
+        site = self._sites[key][0]
+        if site is None:
             return v
-        return dict(v, module=module, evidence=dict(v.get("evidence") or {}, made_by=f"{func} ({module or '<root>'})"))
+        ev = dict(v.get("evidence") or {}, made_by=f"{site.func} ({site.module or '<root>'})")
+        if site.frame is not None:
+            ev["made_at"] = f"{os.path.basename(site.frame.file)}:{site.frame.line}"
+        return dict(v, module=site.module, evidence=ev)
 
     def _stochastic_of(self, model: nn.Module) -> list[str]:
         found = self._stochastic.get(model)
