@@ -402,6 +402,31 @@ def test_loss_graph_kept_across_steps():
     assert (f.step, f.severity) == (3, Severity.ERROR)
     assert f.evidence["from_steps"] == [0, 1]
     assert "a smaller batch will not fix it" in f.cause
+    # the line that keeps the graphs, not the line that made the loss
+    total_line = _line_of("total += loss  # keeps every step's graph alive")
+    assert (f.file, f.line) == (ZOO, total_line)
+    assert f.evidence["loss_made_at"] == f"silent.py:{total_line - 3}"
+
+
+@pytest.mark.parametrize("keep,holder", [
+    ("total = total + loss", True),
+    ("total = 0.9 * total + 0.1 * loss", True),
+    ("kept.append(loss)", False),  # no torch op holds them: the line that made the loss
+])
+def test_loss_graph_kept_names_the_accumulating_line(keep, holder):
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    src = ("def loop(model, opt, x, y):\n    total, kept = torch.zeros(()), []\n    for _ in range(5):\n"
+           "        opt.zero_grad()\n        loss = F.mse_loss(model(x), y)\n        (loss / 2).backward()\n"
+           f"        opt.step()\n        {keep}\n")
+    scope = {"torch": torch, "F": F}
+    exec(compile(src, __file__ + "-loop.py", "exec"), scope)  # a file of its own: lines 5 and 8
+    with torchtriage.watch(model, opt, checks=["silent"], on_anomaly="record", report=False) as s:
+        scope["loop"](model, opt, x, y)
+    f = _one(s.report, "silent.loss_graph_kept")
+    assert (f.file, f.line) == (__file__ + "-loop.py", 8 if holder else 5)
+    assert ("loss_made_at" in f.evidence) is holder
 
 
 def test_eval_mode_while_training():

@@ -374,6 +374,9 @@ class SilentChecker(Checker):
         if self._leaving:
             self._pop_left_modes()
         self.flags.resolve()
+        snap = self.session.snapshot
+        if self._warm() and snap is not None and snap.record.ops:
+            self.graphs.mark_holders(snap.record.ops)  # the taped ops on a loss (`total += loss`)
         old = self.graphs.alive_before(step)
         # Evidence of an accumulator (`total += loss`, `losses.append(loss)`): one line's loss
         # graphs from two or more earlier steps still alive, so their number grows with the
@@ -386,9 +389,14 @@ class SilentChecker(Checker):
         if kept is not None:
             old = kept
             frame = old[0][1]
+            ev: dict[str, Any] = {"old_loss_graphs_alive": len(old), "from_steps": sorted({s for s, _ in old})[:8]}
+            holder = self.graphs.holder_before(step)
+            if holder is not None:  # the line that keeps them (`total_loss += loss`), not the loss's
+                if frame is not None:
+                    ev["loss_made_at"] = f"{os.path.basename(frame.file)}:{frame.line}"
+                frame = holder
             self._add(finding("loss_graph_kept", severity=Severity.ERROR, stage=Stage.LOSS, frame=frame, step=step,
-                              evidence={"old_loss_graphs_alive": len(old),
-                                        "from_steps": sorted({s for s, _ in old})[:8]}))
+                              evidence=ev))
 
     def _queue_collapse(self) -> None:
         losses, self._losses = self._losses, []
