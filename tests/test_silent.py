@@ -252,6 +252,14 @@ def test_check_causal_names_the_op_where_the_future_enters():
     assert (f.file, f.module, f.op) == (__file__, "enc.layers.0.self_attn", "EncoderLM")
 
 
+def test_check_causal_tolerance_is_the_outputs_rounding():
+    # a fixed atol would be below one bfloat16 step and far above a float32 leak of 1e-5
+    ids = torch.randint(0, 32, (2, 16), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    assert not torchtriage.check_causal(z.TinyLM().to(torch.bfloat16), ids)
+    assert torchtriage.check_causal(z.LeakyAttentionLM().to(torch.bfloat16), ids).primary is not None
+
+
 def test_check_causal_needs_an_output_per_position():
     class LastOnly(nn.Module):  # minGPT's forward without targets: the logits of the last position
         def __init__(self):

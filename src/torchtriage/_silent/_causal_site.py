@@ -47,13 +47,13 @@ class LeakSite:
 
 def leak_tolerance(out: torch.Tensor) -> torch.Tensor:
     """The largest change of a causal model's past outputs that is rounding, not a leak (a device
-    scalar): 16 units in the last place of the output's dtype at the output's scale. A correct
+    scalar): 4 units in the last place of the output's dtype at the output's scale. A correct
     model's past outputs are computed from the same numbers in both runs (exactly equal as a
     rule); a freshly initialised GPT that sees the future changes its logits by ~1e-5 (weights of
     std 0.02), under the 1e-4 a fixed tolerance would need."""
     eps = torch.finfo(out.dtype).eps if out.is_floating_point() else 0.0
     scale = out.detach().abs().max().float() if out.numel() else torch.zeros((), device=out.device)
-    return 16.0 * eps * scale.clamp_min(1e-3)
+    return 4.0 * eps * scale.clamp_min(1e-3)
 
 
 def _past(t: Any, length: int, pos: int, first: int) -> torch.Tensor | None:

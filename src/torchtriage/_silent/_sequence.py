@@ -143,12 +143,12 @@ def check_token_shift(input_ids: torch.Tensor, labels: torch.Tensor, *, ignore_i
         return run_now(plans, frame=user_frame_from_stack(2), op="cross_entropy")
 
 
-def _call(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def _call(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor | None, *, native: bool = False) -> torch.Tensor:
     out = model(ids) if mask is None else model(ids, attention_mask=mask)
     t = first_tensor(out)
     if t is None:
         raise TypeError(f"the model returned {type(out).__name__}, with no logits tensor to compare")
-    return t.float()
+    return t if native else t.float()
 
 
 def _probe(model: nn.Module, fn: Any) -> Any:
@@ -183,7 +183,7 @@ def check_causal(model: nn.Module, input_ids: torch.Tensor, *, position: int | N
         input_ids: (B, T) token ids, T >= 2.
         position: the last position that must be unaffected; default T // 2 - 1.
         atol: the largest change in logits tolerated; default: rounding at the logits' scale
-            (16 units in the last place of their dtype times their largest magnitude).
+            (4 units in the last place of their dtype times their largest magnitude).
 
     Returns:
         A `Report` with `silent.attention_sees_future` (the first position whose logits changed
@@ -218,7 +218,7 @@ def causal_report(model: nn.Module, input_ids: torch.Tensor, pos: int, atol: flo
                                       torch.full_like(future[:, pos + 1:], hi))
 
     def run() -> tuple[torch.Tensor, torch.Tensor]:
-        return _call(model, input_ids, None), _call(model, future, None)
+        return _call(model, input_ids, None, native=True), _call(model, future, None, native=True)
 
     a, b = _probe(model, run)
     t = input_ids.shape[1]
@@ -226,9 +226,12 @@ def causal_report(model: nn.Module, input_ids: torch.Tensor, pos: int, atol: flo
         raise ValueError(f"check_causal: the model's output {list(a.shape)} has no position axis of length {t} "
                          f"(dim 1) for input_ids of shape {list(input_ids.shape)}: call it so that it returns "
                          "an output per position")
+    # rounding of the output's own dtype (a bfloat16 model's logits), the comparison in float32
+    tol = leak_tolerance(a[:, : pos + 1]) if atol is None else atol
+    a, b = a.float(), b.float()
     diff = (a[:, : pos + 1] - b[:, : pos + 1]).abs()
     per_pos = diff.reshape(diff.shape[0], diff.shape[1], -1).amax(dim=(0, 2))
-    changed = (per_pos > (leak_tolerance(a[:, : pos + 1]) if atol is None else atol)).nonzero()
+    changed = (per_pos > tol).nonzero()
     if changed.numel() == 0:
         return Report()
     first = int(changed[0, 0])
