@@ -29,7 +29,7 @@ import torch.nn as nn
 from torch.utils._pytree import tree_leaves
 
 from .._frames import UserFrame, find_frame, in_user_file, user_frame_of
-from .._nonfinite._localize import _namer
+from .._nonfinite._localize import _namer, _target
 from .._nonfinite._replay import NodeMap, replaying
 from .._nonfinite._trace import ModuleStack
 from ._loss_inputs import first_producing_node
@@ -61,7 +61,9 @@ def node_site(session: Any, model: nn.Module, args: tuple[Any, ...], kwargs: dic
     snap = session.snapshot
     if index is None or snap is None:
         return None
-    model = getattr(model, "_orig_mod", model)
+    model = _target(model)  # the eager module of a compiled one; DDP's local module
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return None  # its forward runs collectives: one rank replaying alone would wait forever
     mods = ModuleStack(_namer(session))
     nodes = _NodeLines(mods, sys._getframe())
     try:
