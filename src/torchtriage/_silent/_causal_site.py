@@ -28,11 +28,11 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from torch.nn.modules import module as _module_mod
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 from .._frames import UserFrame, in_user_file, user_frame_of
+from .._nonfinite._trace import ModuleStack
 
 BUDGET = 1 << 25  # elements of past regions kept from the first run (128 MB in float32)
 _CALL_CODES = frozenset(f.__code__ for f in (nn.Module._call_impl, nn.Module._wrapped_call_impl))
@@ -74,54 +74,25 @@ def _differs(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((a.float() - b.float()).abs().max() > leak_tolerance(a)) if a.numel() else False
 
 
-class _ModuleCalls:
-    """The modules running now (global forward hooks while the probe re-runs), by name."""
-
-    def __init__(self, names: dict[nn.Module, str]) -> None:
-        self.names = names
-        self.stack: list[nn.Module] = []
-        self._handles: list[Any] = []
-
-    def __enter__(self) -> _ModuleCalls:
-        def pre(module: nn.Module, args: Any) -> None:
-            self.stack.append(module)
-
-        def post(module: nn.Module, args: Any, output: Any) -> None:
-            if self.stack and self.stack[-1] is module:
-                self.stack.pop()
-
-        self._handles = [_module_mod.register_module_forward_pre_hook(pre),
-                         _module_mod.register_module_forward_hook(post, always_call=True)]
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-
-    def innermost(self) -> tuple[nn.Module | None, str | None]:
-        for m in reversed(self.stack):
-            name = self.names.get(m)
-            if name is not None:
-                return m, name
-        return None, None
-
-
-def _users_line(start: types.FrameType | None, module: nn.Module | None) -> UserFrame | None:
-    """The user's line that ran the op when it lies in `module`'s own code: walking out from the
-    op, a user frame comes before the frame that called `module` (else the op is library code)."""
+def _users_line(start: types.FrameType | None, calls: ModuleStack) -> UserFrame | None:
+    """The user's line that ran the op when it lies in the innermost module's own code: walking
+    out from the op, a user frame comes before the frame that called that module (else the op
+    is library code, `nn.MultiheadAttention`'s)."""
+    top = calls.top
     f = start
     while f is not None:
         if in_user_file(f):
             return user_frame_of(f)
-        if f.f_code in _CALL_CODES and module is not None and f.f_locals.get("self") is module:
-            return None
+        if f.f_code in _CALL_CODES and top is not None:
+            caller = f.f_locals.get("self")
+            if isinstance(caller, nn.Module) and calls.name_of(caller) == top:
+                return None
         f = f.f_back
     return None
 
 
 class _LeakSpy(TorchFunctionMode):
-    def __init__(self, ids: torch.Tensor, pos: int, calls: _ModuleCalls, reference: list[Any] | None) -> None:
+    def __init__(self, ids: torch.Tensor, pos: int, calls: ModuleStack, reference: list[Any] | None) -> None:
         super().__init__()
         self.length, self.pos, self.calls = ids.shape[1], pos, calls
         self.first_axis = 1 if ids.shape[0] == ids.shape[1] else 0
@@ -170,8 +141,8 @@ class _LeakSpy(TorchFunctionMode):
             for t in changed:
                 self.tainted[id(t)] = weakref.ref(t)
             return
-        module, name = self.calls.innermost()
-        self.site = LeakSite(getattr(func, "__name__", str(func)), name, _users_line(sys._getframe(2), module))
+        self.site = LeakSite(getattr(func, "__name__", str(func)), self.calls.top,
+                             _users_line(sys._getframe(2), self.calls))
         self.stopped = True
 
     def _is_tainted(self, t: torch.Tensor) -> bool:
@@ -183,7 +154,8 @@ def locate_leak(run: Callable[[torch.Tensor], Any], names: nn.Module, ids: torch
                 pos: int) -> LeakSite | None:
     """Run `run(ids)` then `run(future)` (the caller holds eval mode, no_grad and a paused
     session) and return the first op where the future reached a past position, or None."""
-    calls = _ModuleCalls({m: n for n, m in names.named_modules()})
+    named = {m: n for n, m in names.named_modules()}
+    calls = ModuleStack(named.get)
     first = _LeakSpy(ids, pos, calls, None)
     with calls:
         with first:
