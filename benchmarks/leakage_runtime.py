@@ -9,7 +9,9 @@ Measures, on whatever device is given (`--device cuda` on a GPU machine):
   * batch time: fingerprint + match training batches of 256 rows (what each step adds),
     per million rows trained on;
   * state: bytes the check keeps (sketch, draw, per-model marks), per million rows, and for
-    `--big` rows (the sketch caps the kept digests at 2**20 by sampling).
+    `--big` rows (the sketch caps the kept digests at 2**20 by sampling);
+  * rows known by index (a list of samples, files read on access): split time, state, and the
+    DataLoader batches of 256 indices looked up and marked, per million rows.
 Timings on a shared CPU are noisy: run it twice and keep the lower figure.
 """
 
@@ -42,7 +44,8 @@ def state_bytes(watch: LeakageWatch) -> int:
                  *b.trained.values(), *b.evaluated.values()]
         if b.keys is not None:
             parts.append(b.keys)
-        total += sum(t.numel() * t.element_size() for t in parts)
+        unique = {t.data_ptr(): t for t in parts}  # a base known by index shares `uk` and `first`
+        total += sum(t.numel() * t.element_size() for t in unique.values())
     return total
 
 
@@ -126,6 +129,30 @@ def batch_cost(rows: int, cols: int, device: str) -> float:
     return time.perf_counter() - t0
 
 
+def index_cost(rows: int) -> tuple[float, float, int]:
+    """A dataset known by its indices only (`Base.indexed`): a random_split's draw, then the
+    sampler's batches of 256 indices (Python ints, as a DataLoader hands them) looked up and
+    marked as trained."""
+    watch = LeakageWatch()
+    from torchtriage import _deferred
+    watch.session = _Session()
+    watch.flags = _deferred.DeferredFlags()
+    watch.bases, watch.fits, watch.pending, watch.steps, watch.redraws, watch._families = [], [], [], 0, {}, 0
+    samples = range(rows)  # what the base keeps does not depend on the samples' content
+    perm = torch.randperm(rows)
+    k = int(0.8 * rows)
+    t0 = time.perf_counter()
+    base = watch.observe(samples, None, [perm[:k], perm[k:]], None, "random_split").base
+    t1 = time.perf_counter()
+    order = torch.randperm(rows).tolist()
+    t2 = time.perf_counter()
+    for i in range(0, rows, 256):
+        pos = base.index_positions(torch.tensor(order[i:i + 256], dtype=torch.int64))
+        base.mark(base.trained, 1, pos)
+    t3 = time.perf_counter()
+    return t1 - t0, t3 - t2, state_bytes(watch)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -143,6 +170,9 @@ def main() -> None:
     check, step = step_ratio(a.cols, a.device)
     print(f"per batch of 256: check {check * 1e3:.3f} ms, MLP training step {step * 1e3:.3f} ms "
           f"(+{100 * check / step:.0f}%)")
+    s, b, state = index_cost(a.rows)
+    print(f"rows known by index ({a.rows:,}): split {s * per_m:.2f} s, batches of 256 indices "
+          f"{b * per_m:.2f} s per million rows; state {state * per_m / 2**20:.1f} MiB per million rows")
     if a.big:
         s, state, rate = split_cost(a.big, a.big_cols, a.device)
         print(f"split of {a.big:,} rows x {a.big_cols}: {s:.1f} s; state {state / 2**20:.1f} MiB "

@@ -112,7 +112,7 @@ def step(model, opt, batch, loss_fn):
 
 
 def modes():
-    out = ["baseline", "sentinel", "all_checks", "detect_anomaly"]
+    out = ["baseline", "sentinel", "all_checks", "all_but_dynamics", "detect_anomaly"]
     try:
         from transformers.debug_utils import DebugUnderflowOverflow  # noqa: F401
         out.append("hf_debug_underflow_overflow")
@@ -134,6 +134,13 @@ def instrument(mode: str, model, opt):
         import torchtriage
 
         with torchtriage.watch(model, opt, on_anomaly="record", report=False):  # the default checks
+            yield
+    elif mode == "all_but_dynamics":  # what the dynamics check (issue 19) adds: all_checks against this
+        import torchtriage
+        from torchtriage._registry import DEFAULT_CHECKS
+
+        checks = [c for c in DEFAULT_CHECKS if c != "dynamics"]
+        with torchtriage.watch(model, opt, checks=checks, on_anomaly="record", report=False):
             yield
     elif mode == "detect_anomaly":
         with warnings.catch_warnings():

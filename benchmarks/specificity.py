@@ -29,7 +29,10 @@ import corpus  # noqa: E402
 import torchtriage  # noqa: E402
 from torchtriage._session import Session  # noqa: E402
 
-_CHECKS = ("triage", "nonfinite", "gradients", "silent", "repro")
+_CHECKS = ("triage", "nonfinite", "gradients", "silent", "dynamics", "leakage", "repro")
+# `silent.*` codes that the dynamics check makes (evaluation and metric code).
+_DYNAMICS_SILENT = {"silent.metric_broadcast", "silent.softmax_single_unit", "silent.softmax_over_batch",
+                    "silent.attention_sees_future"}
 
 
 def run(name: str, mode: str) -> tuple[list, list[str], float]:
@@ -55,9 +58,11 @@ def run(name: str, mode: str) -> tuple[list, list[str], float]:
 
 def family(code: str) -> str:
     """The check that makes a finding with this code."""
+    if code in _DYNAMICS_SILENT:
+        return "dynamics"
     prefix = code.split(".")[0]
     return {"gradient": "gradients", "gradients": "gradients", "silent": "silent", "numerical": "nonfinite",
-            "repro": "repro", "crash": "crash"}.get(prefix, "triage")
+            "dynamics": "dynamics", "data": "leakage", "repro": "repro", "crash": "crash"}.get(prefix, "triage")
 
 
 def main() -> None:
@@ -99,7 +104,7 @@ def main() -> None:
           f"TriageInternalWarning: {internal_total}")
     print()
     print(f"{'family':<12} {'errors':>7} {'warnings':>9} {'infos':>6}   codes")
-    for fam in ["triage", "nonfinite", "gradients", "silent", "repro"] + sorted(set(table) - set(_CHECKS)):
+    for fam in list(_CHECKS) + sorted(set(table) - set(_CHECKS)):
         c = table.get(fam, collections.Counter())
         codes = sorted((k.split(":", 2)[1:], v) for k, v in c.items() if k.startswith("codes:"))
         text = ", ".join(f"{code} ({sev}) x{v}" for (code, sev), v in codes) or "-"

@@ -6,6 +6,7 @@ check, both as `watch(models, optimizers)` would see them and as the discovering
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -55,12 +56,21 @@ def test_corpus_loop_is_quiet(name, mode):
     assert not _loud(s.report), str(s.report)
 
 
+SOURCE = re.compile(r"Source: ([\w.-]+/[\w.-]+), (\S+?\.py)\b.*?commit ([0-9a-f]{40})", re.S)
+
+
 def test_corpus_size_and_headers():
-    assert len(corpus.LOOPS) >= 60
+    """At least 60 loops from 60 distinct source files, each header naming its source repository,
+    the path of the file the loop comes from and a full commit id. (nanoGPT's train.py gives two
+    loops: pretraining, and fine-tuning from a checkpoint followed by sample.py's sampling.)"""
+    sources = []
     for name in corpus.LOOPS:
         doc = corpus.load(name).__doc__ or ""
-        assert "Source: " in doc and "commit " in doc, f"{name}: header must name source, path and commit"
+        found = SOURCE.search(doc)
+        assert found, f"{name}: header must name source repository, path and commit"
+        sources.append(found.group(1, 2))
         assert hasattr(corpus.load(name), "build"), name
+    assert len(set(sources)) >= 60, sorted(sources)
 
 
 CLI_SCRIPT = """\

@@ -250,6 +250,13 @@ def test_log_softmax_module_over_the_batch_names_the_module():
     f = _one(s.report, "silent.softmax_over_batch")
     assert (f.module, f.line, f.step) == ("3", _line("# BUG: the model's LogSoftmax(dim=0)"), 0)
 
+def test_argmax_over_the_batch_dimension_in_validation():
+    s, _ = _watch(z.loop_argmax_over_batch_in_validation)
+    f = _one(s.report, "silent.softmax_over_batch")
+    assert (f.severity, f.op, f.line) == (Severity.WARNING, "argmax", _line("# BUG: argmax over the batch"))
+    assert (f.evidence["input_shape"], f.evidence["dim"]) == ((128, 4), 0)
+    assert f.message.startswith("argmax over dim 0, the batch dimension (shape [")
+
 
 def test_validation_metric_in_train_mode_with_dropout():
     s, _ = _watch(z.loop_validation_in_train_mode)

@@ -48,6 +48,10 @@ TORCH_PRIVATES = {
     "_saved_dim": "a softmax node's saved dim, to read which axis a loss normalised",
     "_step_count": "an LR scheduler's step counter: 0 before its first step()",
     "_local_tensor": "a DTensor's local shard without to_local()'s autograd wrapper",
+    "_dataset": "a DataLoader iterator's dataset (no public reference from the iterator to its loader), "
+                "to follow a batch's sampler indices to the split in the leakage check",
+    "_in_order": "whether a multi-worker DataLoader iterator returns batches in the order their "
+                 "indices were handed out (the leakage check pairs them first in first out)",
 }
 
 

@@ -115,11 +115,98 @@ def test_randperm_split_redrawn_every_epoch():
     assert data_findings(report) == [("data.heldout_trained", "error", line), ("data.split_redrawn", "warning", line)]
 
 
+
+def test_rows_known_by_index_text_samples_packed_by_a_collate_fn():
+    """A list of (label, token ids) samples batched as EmbeddingBag ids + offsets by two worker
+    processes: no batch holds a stored row, the loader's indices say which rows it holds."""
+    report, ns, path = run_script("leak_text_samples_whole_list.py")
+    assert data_findings(report) == [("data.heldout_trained", "error", split_line(path))]
+    f = report.findings[0]
+    assert f.evidence["split_call"] == "random_split" and f.evidence["model"] == "model"
+    assert f.evidence["count"] == f.evidence["held_out_rows"] == 15  # every held-out sample, once an epoch
+    assert f.evidence["example_index"] in ns["val_ds"].indices
+    assert f.evidence["estimated"] is False
+
+
+def test_rows_known_by_index_augmented_on_load():
+    report, ns, path = run_script("leak_augmented_on_load_whole_set.py")
+    assert data_findings(report) == [("data.heldout_trained", "error", split_line(path))]
+    f = report.findings[0]
+    assert f.evidence["split_call"] == "Subset"
+    assert f.evidence["count"] == f.evidence["held_out_rows"] == 30
+    assert f.evidence["example_index"] in ns["test_ds"].indices
+
+
+def test_one_model_carried_across_kfold_subsets():
+    """Subset pairs per fold (KFold over the indices), one model for all folds: the last fold's
+    held-out rows were trained on in the folds before. (A new model per fold is quiet:
+    clean_kfold_subsets.py; the folds partition the rows, so they are no redraw either.)"""
+    report, ns, path = run_script("leak_kfold_one_model_across_folds.py")
+    assert data_findings(report) == [("data.heldout_trained", "error", split_line(path))]
+    f = report.findings[0]
+    assert f.evidence["draws"] == 4 and f.evidence["count"] == f.evidence["held_out_rows"] == 25
+    assert f.evidence["example_index"] in ns["va"].tolist()  # the last fold's held-out rows
+
+
+class _ShuffledBatches(torch.utils.data.Sampler):
+    """A batch sampler yielding numpy arrays of indices (as bucketing samplers often do)."""
+
+    def __init__(self, n, size, seed=0):
+        self.n, self.size, self.rng = n, size, np.random.default_rng(seed)
+
+    def __iter__(self):
+        order = self.rng.permutation(self.n)
+        return iter(np.array_split(order, self.n // self.size))
+
+    def __len__(self):
+        return self.n // self.size
+
+
+def test_rows_known_by_index_under_watch_with_a_numpy_batch_sampler_and_padded_dicts():
+    """Tokenized samples as dicts in a list, padded by a collate_fn into a dict of tensors,
+    batches from a batch sampler of numpy indices, the training loader over the whole list: a
+    `watch()` block sees the split made inside it and the validation rows trained on."""
+    rng = np.random.default_rng(0)
+    samples = [{"input_ids": rng.integers(1, 30, rng.integers(3, 9)).tolist(), "label": int(rng.integers(0, 2))}
+               for _ in range(48)]
+
+    def pad(batch):
+        width = max(len(b["input_ids"]) for b in batch)
+        ids = torch.tensor([b["input_ids"] + [0] * (width - len(b["input_ids"])) for b in batch])
+        labels = torch.tensor([b["label"] for b in batch])
+        return {"input_ids": ids, "attention_mask": (ids != 0).long(), "labels": labels}
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(30, 8, padding_idx=0)
+            self.head = nn.Linear(8, 2)
+
+        def forward(self, input_ids, attention_mask):
+            h = (self.emb(input_ids) * attention_mask.unsqueeze(-1)).sum(1) / attention_mask.sum(1, keepdim=True)
+            return self.head(h)
+
+    torch.manual_seed(0)
+    model = Classifier()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        train_ds, val_ds = random_split(samples, [36, 12])
+        for batch in DataLoader(samples, batch_sampler=_ShuffledBatches(48, 8), collate_fn=pad):  # the bug
+            loss = F.cross_entropy(model(batch["input_ids"], batch["attention_mask"]), batch["labels"])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    assert [(f.code, f.severity) for f in s.report.findings] == [("data.heldout_trained", Severity.ERROR)]
+    f = s.report.findings[0]
+    assert f.evidence["count"] == f.evidence["held_out_rows"] == 12
+    assert f.evidence["example_index"] in val_ds.indices
+
 # ---------------------------------------------------------------- leaky scripts (scikit-learn)
 @pytest.mark.parametrize("name, preprocessor", [
     ("leak_sk_scaler_before_split.py", "StandardScaler"),
     ("leak_sk_scaler_fit_on_full_after_split.py", "MinMaxScaler"),
     ("leak_sk_tfidf_before_split.py", "TfidfVectorizer"),
+    ("leak_sk_encoder_before_split.py", "OneHotEncoder"),
     ("leak_sk_kfold_scaler_on_all.py", "StandardScaler"),
 ])
 def test_sklearn_preprocessor_fitted_on_test_rows(name, preprocessor):
@@ -175,9 +262,10 @@ def test_torchtriage_run(tmp_path, name, expected):
 # ---------------------------------------------------------------- watch() and the frame rules
 def test_watch_block_with_a_leaky_loop_and_hooks_removed_after():
     import sklearn.model_selection._split as sk_split
+    from torch.utils.data.dataloader import _BaseDataLoaderIter as It
 
     saved = (Subset.__init__, torch.randperm, torch.Tensor.__getitem__, sk_split.BaseShuffleSplit.split,
-             list(sys.meta_path))
+             list(sys.meta_path), It.__next__, It._next_index, It._reset)
     torch.manual_seed(0)
     X = torch.randn(100, 3)
     y = X.sum(1)
@@ -195,7 +283,7 @@ def test_watch_block_with_a_leaky_loop_and_hooks_removed_after():
     assert codes == ["data.heldout_trained"]
     assert s.report.findings[0].evidence["count"] == 20
     assert (Subset.__init__, torch.randperm, torch.Tensor.__getitem__, sk_split.BaseShuffleSplit.split,
-            list(sys.meta_path)) == saved
+            list(sys.meta_path), It.__next__, It._next_index, It._reset) == saved
     assert "__getitem__" not in vars(torch.Tensor)  # never patched: torch.tensor([t0, t1]) must keep working
     assert torch._C._len_torch_function_stack() == 0  # the index watch left with the session
     assert perm.numel() == 100

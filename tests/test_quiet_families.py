@@ -155,9 +155,10 @@ def _regression(keep):
     return _watch(model, opt, loop)
 
 
-def test_accumulated_loss_graphs_are_an_error():
+def test_accumulated_loss_graphs_are_a_warning():
+    """Their number grows with the steps: memory wasted (the numbers are right), so a warning."""
     f = _regression(lambda kept, i, loss: kept.append(loss)).filter(code="silent.loss_graph_kept")[0]
-    assert (f.severity, f.step, f.evidence["from_steps"]) == (Severity.ERROR, 3, [0, 1])
+    assert (f.severity, f.step, f.evidence["from_steps"]) == (Severity.WARNING, 3, [0, 1])
 
 
 def test_gan_loss_built_after_both_backwards_lives_one_iteration_quietly():

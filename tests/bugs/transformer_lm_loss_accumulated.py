@@ -9,7 +9,7 @@ commit e5f60c64367b2ff3c19e5b73a2c7eac4bf1269f1.
 Reduced: vocab 30, d_model 16, 2 heads, 2 layers, bptt 6, batch 4, 1 epoch.
 
 Mutation: `total_loss += loss` instead of `loss.item()`: every step's graph stays alive through the running total.
-Expected: error silent.loss_graph_kept at the `total_loss += loss` line.
+Expected: warning silent.loss_graph_kept at the `total_loss += loss` line.
 """
 
 import copy

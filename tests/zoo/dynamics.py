@@ -381,6 +381,27 @@ def loop_log_softmax_module_over_batch():
     return model, opt, train
 
 
+def loop_argmax_over_batch_in_validation():
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x, y = _blobs()
+    accs = []
+
+    def train():
+        for epoch in range(2):
+            for i in range(4):
+                loss = F.cross_entropy(model(x[i * 32:(i + 1) * 32]), y[i * 32:(i + 1) * 32])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            model.eval()
+            with torch.no_grad():
+                pred = model(x[128:]).argmax(0)  # BUG: argmax over the batch
+                accs.append((pred == y[128:][: pred.numel()]).float().mean().item())
+            model.train()
+    return model, opt, train
+
+
 def loop_validation_in_train_mode():
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 4))
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)

@@ -382,6 +382,7 @@ class SilentChecker(Checker):
         # graphs from two or more earlier steps still alive, so their number grows with the
         # steps. Losses that live until the next iteration reassigns them (a GAN's
         # errD = errD_real + errD_fake, with one step per backward) keep one graph per line.
+        # A warning (issue 13): the numbers are right, the run wastes memory until it runs out.
         by_line: dict[Any, list[tuple[int, Any]]] = {}
         for s, f in old:
             by_line.setdefault((getattr(f, "file", None), getattr(f, "line", None)), []).append((s, f))
@@ -395,7 +396,7 @@ class SilentChecker(Checker):
                 if frame is not None:
                     ev["loss_made_at"] = f"{os.path.basename(frame.file)}:{frame.line}"
                 frame = holder
-            self._add(finding("loss_graph_kept", severity=Severity.ERROR, stage=Stage.LOSS, frame=frame, step=step,
+            self._add(finding("loss_graph_kept", severity=Severity.WARNING, stage=Stage.LOSS, frame=frame, step=step,
                               evidence=ev))
 
     def _queue_collapse(self) -> None:

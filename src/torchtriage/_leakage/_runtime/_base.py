@@ -12,6 +12,11 @@ A `Base` is the rows a split indexes (a TensorDataset's first tensor, the X give
   evaluated (a forward under no_grad / inference_mode / eval() without an update);
 * the draws, each one byte per kept digest: 1 = on the training side, 2 = held out, 3 = both.
 
+A dataset whose rows cannot be fingerprinted (a list of samples, files read on access) is a
+`Base.indexed`: each row's "digest" is its index, and only DataLoader batches, whose indices the
+sampler gives (`_loaders.py`), are matched with it (8 bytes per kept row, the same sampling
+above `SKETCH_ROWS`: the kept indices are multiples of ``rate``).
+
 Every array lives on the device of the batches compared with it; nothing here reads a value
 back to the host (the checker reads its numbers with the session's per-step read, or once at
 the end).
@@ -69,26 +74,34 @@ class Draw:
 class Base:
     """Rows that splits index, as a sketch of digests (see the module docstring)."""
 
-    def __init__(self, obj: Any, rows: Any, n: int, keys: torch.Tensor) -> None:
+    def __init__(self, obj: Any, rows: Any, n: int, keys: torch.Tensor | None, *, by_index: bool = False) -> None:
+        self.by_index = by_index  # rows known by their index only (see `indexed`)
         self.ref = _ref(obj)
+        if self.ref is None and by_index:  # a plain list of samples: held until the session ends
+            self.ref = lambda: obj
         self.rows_ref = _ref(rows) if rows is not obj else self.ref
         self.n = n
-        self.row_shape = tuple(rows.shape[1:]) if hasattr(rows, "shape") else None
+        self.row_shape = tuple(rows.shape[1:]) if hasattr(rows, "shape") and not by_index else None
         self.rate = 1
         while n // self.rate > SKETCH_ROWS:
             self.rate *= 2
-        self.device = keys.device
-        kept = torch.arange(n, device=keys.device)
-        if self.rate > 1:
-            keep = (keys & (self.rate - 1)) == 0
-            kept = kept[keep]  # once per base, at split time (not in a step)
-            keys = keys[keep]
-        uk, inverse = torch.unique(keys, sorted=True, return_inverse=True)
-        first = torch.full((uk.numel(),), n, dtype=torch.int64, device=keys.device)
-        self.uk = uk
-        self.first = first.scatter_reduce_(0, inverse, kept, reduce="amin")
         # Digests of every row, kept for small bases (to place later draws without rehashing).
-        self.keys = keys if self.rate == 1 else None
+        self.keys: torch.Tensor | None = None
+        if keys is None:  # by index: the kept rows' indices are the sorted digests and first rows
+            self.device = torch.device("cpu")
+            self.uk = self.first = torch.arange(0, n, self.rate, dtype=torch.int64)
+        else:
+            self.device = keys.device
+            kept = torch.arange(n, device=keys.device)
+            if self.rate > 1:
+                keep = (keys & (self.rate - 1)) == 0
+                kept = kept[keep]  # once per base, at split time (not in a step)
+                keys = keys[keep]
+            uk, inverse = torch.unique(keys, sorted=True, return_inverse=True)
+            first = torch.full((uk.numel(),), n, dtype=torch.int64, device=keys.device)
+            self.uk = uk
+            self.first = first.scatter_reduce_(0, inverse, kept, reduce="amin")
+            self.keys = keys if self.rate == 1 else None
         self.draws: list[Draw] = []
         # Marks by model token (not by the model: a model that dies before the session ends, e.g.
         # one built inside main(), still has its verdict; tokens are never reused, unlike ids).
@@ -128,7 +141,25 @@ class Base:
         found = uk[pos] == keys if self.m else torch.zeros_like(keys, dtype=torch.bool)
         return torch.where(found, pos, torch.full_like(pos, self.m))
 
+    @classmethod
+    def indexed(cls, obj: Any, n: int) -> Base:
+        """A dataset whose rows cannot be fingerprinted (a list of (label, tokens) samples, files
+        read on access, pixels too many to hash): each row is its own index, so only DataLoader
+        batches, whose indices are known (`_loaders.py`), are compared with its splits."""
+        return cls(obj, obj, n, None, by_index=True)
+
+    def index_positions(self, rows: torch.Tensor) -> torch.Tensor | None:
+        """Sorted positions of the rows at these base indices (None: too many rows to keep
+        every row's digest; content matching covers those)."""
+        if self.by_index:
+            return self.positions(rows)
+        if self.keys is None:
+            return None
+        return self.positions(self.keys[rows if rows.device == self.keys.device else rows.to(self.keys.device)])
+
     def part_keys(self, idx: torch.Tensor) -> torch.Tensor | None:
+        if self.by_index:
+            return idx
         if self.keys is not None:
             return self.keys[idx.to(self.keys.device)]
         rows = self.rows()
@@ -147,11 +178,16 @@ class Base:
 
     def mark(self, table: dict[int, torch.Tensor], token: int, pos: torch.Tensor) -> None:
         arr = table.get(token)
-        if arr is None or arr.device != pos.device:
+        if arr is None:
             arr = torch.zeros(self.m + 1, dtype=torch.uint8, device=pos.device)
             table[token] = arr
             for old in list(table)[:-MAX_MODELS]:
                 del table[old]
+        if arr.device != pos.device:  # index marks (host) and content marks (the batch's device)
+            if pos.device.type == "cpu":
+                pos = pos.to(arr.device, non_blocking=True)
+            else:
+                arr = table[token] = arr.to(pos.device, non_blocking=True)
         arr.index_fill_(0, pos, 1)
 
     def add_draw(self, draw: Draw) -> None:

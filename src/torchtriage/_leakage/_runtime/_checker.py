@@ -23,6 +23,7 @@ from ..._checker import Checker
 from ..._frames import UserFrame
 from ._base import Base, Draw
 from ._fingerprint import row_keys
+from ._loaders import LoaderIndex
 from ._patches import install as install_patches
 from ._verdicts import Fit, conclude, queue_duplicates, queue_statistics
 
@@ -45,12 +46,24 @@ class LeakageWatch(Checker):
         self.tokens: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
         self.labels: dict[int, str] = {}
         self.patches = install_patches(session, self)
+        self.loaders = LoaderIndex(session, self)
+        self.loaders.install()
 
     # ------------------------------------------------------------------ splits
     def base_for(self, obj: Any, rows: Any) -> Base | None:
+        """The base of `obj`'s rows; `rows` None: a dataset known by its indices only."""
         for b in self.bases:
             if b.alive(obj):
                 return b
+        if rows is None:
+            try:
+                n = len(obj)
+            except TypeError:
+                return None
+            if n < 2:
+                return None
+            self.bases.append(Base.indexed(obj, n))
+            return self.bases[-1]
         if not _rows(rows):
             return None
         n = len(rows) if not hasattr(rows, "shape") else int(rows.shape[0])
@@ -87,7 +100,7 @@ class LeakageWatch(Checker):
             self.redraws.setdefault(id(base), []).append(draw)
         with torch.no_grad():
             base.add_draw(draw)
-            if draw.side is not None and len(draw.parts) > 1:
+            if draw.side is not None and len(draw.parts) > 1 and not base.by_index:
                 queue_duplicates(self, draw)
                 if not base.stats_done:
                     base.stats_done = True
@@ -96,14 +109,15 @@ class LeakageWatch(Checker):
 
     def extend_subset(self, dataset: Any, rows: Any, indices: Any, frame: UserFrame | None, kind: str) -> None:
         """A `Subset` made by hand or by random_split: the parts of one draw arrive one by one.
-        A part disjoint from the open draw of its dataset (drawn in the same step) joins it."""
+        A part disjoint from the open draw of its dataset joins it (also after training steps:
+        a validation Subset is often made after the training loop that used its sibling)."""
         base = self.base_for(dataset, rows)
         if base is None:
             return
         idx = torch.as_tensor(indices, dtype=torch.int64).reshape(-1).cpu()
         last = base.draws[-1] if base.draws else None
         parts, where = [idx], frame
-        if last is not None and last.open and last.steps == self.steps:
+        if last is not None and last.open:
             covered = torch.zeros(base.n, dtype=torch.bool)
             for p in last.parts:
                 covered[p] = True
@@ -137,27 +151,39 @@ class LeakageWatch(Checker):
         self.patches.settle()
         if not self.bases:
             return
+        evaluating = not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or not model.training
+        token = self.token(model, label)
+        with torch.no_grad():
+            for batch in self.loaders.feeding(args, kwargs):
+                pos = batch.base.index_positions(batch.rows)
+                if pos is not None:
+                    self.record(batch.base, token, pos, evaluating)
         x = _batch(args, kwargs)
         if x is None:
             return
-        bases = [b for b in self.bases if b.row_shape == tuple(x.shape[1:]) and b.draws]
+        bases = [b for b in self.bases if not b.by_index and b.row_shape == tuple(x.shape[1:]) and b.draws]
         if not bases:
             return
-        evaluating = not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or not model.training
-        token = self.tokens.get(model)
-        if token is None:
-            token = self.tokens[model] = len(self.labels) + 1
-            self.labels[token] = label or type(model).__name__
         with torch.no_grad():
             keys = row_keys(x)
             if keys is None:
                 return
             for b in bases:
-                pos = b.positions(keys)
-                if evaluating:
-                    b.mark(b.evaluated, token, pos)
-                else:
-                    self.pending.append((token, b, pos))
+                self.record(b, token, b.positions(keys), evaluating)
+
+    def token(self, model: nn.Module, label: str) -> int:
+        token = self.tokens.get(model)
+        if token is None:
+            token = self.tokens[model] = len(self.labels) + 1
+            self.labels[token] = label or type(model).__name__
+        return token
+
+    def record(self, base: Base, token: int, pos: torch.Tensor, evaluating: bool) -> None:
+        """Rows a forward saw: evaluated now, trained on once an optimizer step follows."""
+        if evaluating:
+            base.mark(base.evaluated, token, pos)
+        else:
+            self.pending.append((token, base, pos))
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         pending, self.pending = self.pending, []

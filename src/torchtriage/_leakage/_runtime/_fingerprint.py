@@ -8,8 +8,8 @@ a sum over non-zero cells only, so a dense row and the same row in a scipy spars
 
 Canonical words: every number is compared as its float32 value (so a float64 numpy array and
 the float32 tensor made from it agree, int 3 = float 3.0; ``-0.0`` is ``0.0``, one NaN; integers
-beyond 2**24 are rounded to float32). Text rows (a list of str)
-are hashed on the host with `_hashing.sample_digest`. Rows wider than `WIDE` values are
+beyond 2**24 are rounded to float32). Text rows (a list of str; a 2-d array of categories, its
+cells joined) are hashed on the host with `_hashing.sample_digest`. Rows wider than `WIDE` values are
 fingerprinted on `WIDE` (512) evenly spaced values plus the row sum (bounded cost per batch).
 """
 
@@ -177,9 +177,9 @@ def row_keys(obj: Any) -> torch.Tensor | None:
     if isinstance(obj, np.ndarray) and obj.ndim >= 1 and obj.shape[0] > 0:
         if obj.dtype.kind in "biuf":
             return dense_keys(torch.from_numpy(np.ascontiguousarray(obj)))
-        if obj.dtype.kind in "USO" and obj.ndim == 1:
-            try:
-                return text_keys(obj.tolist())
+        if obj.dtype.kind in "USO" and obj.ndim in (1, 2):
+            try:  # a 2-d table of categories (an encoder's input): each row's cells, joined
+                return text_keys(obj.tolist() if obj.ndim == 1 else ["\x1f".join(map(str, r)) for r in obj.tolist()])
             except TypeError:
                 return None
     return None

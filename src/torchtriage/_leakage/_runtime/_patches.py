@@ -122,10 +122,10 @@ class Patches:
             rows: Any = dataset.tensors[0]
         else:
             rows = getattr(dataset, "data", None)
-            if not hasattr(rows, "shape") or len(rows) != len(dataset):
-                return
-            if int(np.prod(rows.shape)) > MAX_DATA_CELLS:
-                return  # e.g. an image folder's raw pixels: the transformed batches never match
+            if not hasattr(rows, "shape") or len(rows) != len(dataset) or int(np.prod(rows.shape)) > MAX_DATA_CELLS:
+                # Rows without content to hash (a list of samples, files read on access) or too
+                # many to hash (an image set's raw pixels): known by index, through the loaders.
+                rows = None
         self.watch.extend_subset(dataset, rows, idx, user_frame_from_stack(), kind)
 
     def on_randperm(self, perm: Any) -> None:

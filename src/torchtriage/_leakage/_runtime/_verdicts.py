@@ -257,10 +257,24 @@ def _fit_verdict(watch: LeakageWatch, base: Base, draws: list[Draw], fit: Fit, r
     return judge
 
 
+def _folds(draws: list[Draw]) -> bool:
+    """The draws' held-out parts partition the rows the draws cover: every row held out exactly
+    once, as k-fold cross-validation does (one Subset pair per fold, by hand or from a splitter's
+    indices); redraws of a random split overlap instead."""
+    held = [p for d in draws for p in d.held()]
+    if len(draws) < 2 or not held:
+        return False
+    rows = torch.cat(held)
+    covered = torch.unique(torch.cat([p for d in draws for p in d.parts]))
+    return int(torch.unique(rows).numel()) == rows.numel() == covered.numel()
+
+
 def _redraw_verdict(watch: LeakageWatch, base: Base, redrawn: list[Draw]) -> None:
     if watch.session is None:
         return
     first = next((d for d in base.draws if d not in redrawn), redrawn[0])
+    if _folds([d for d in base.draws if len(d.parts) > 1 and (d is first or d in redrawn)]):
+        return
     in_loop = any(d.steps > first.steps for d in redrawn)
     d = redrawn[-1]
     draws = len(redrawn) + 1
