@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 import torchtriage
 from torchtriage import Category, Severity, Stage
+from torchtriage._dynamics._causal import probe as _probe
 from torchtriage._series import HEAD, MIDDLE, TAIL, SeriesStore
 from zoo import dynamics as z
 
@@ -216,6 +217,8 @@ def test_log_softmax_over_one_unit_names_the_cause():
     s, _ = _watch(z.loop_log_softmax_over_one_unit)
     f = _one(s.report, "silent.softmax_single_unit")
     assert (f.severity, f.stage, f.module, f.step) == (Severity.ERROR, Stage.FORWARD, "", 0)
+    # the line of the model's forward where the op ran (one replay of the call), not the call
+    assert (f.file, f.line) == (ZOO, _line("# BUG: one unit"))
     assert f.message == "log_softmax over dim 1 of size 1 (shape [32, 1]): the output is always 0"
     assert "every gradient is exactly zero" in f.cause
     assert f.evidence["output_is_always"] == "0"
@@ -241,12 +244,19 @@ def test_softmax_over_the_batch_dimension():
                          "the batch instead of across classes")
 
 
+def test_log_softmax_module_over_the_batch_names_the_module():
+    # nn.LogSoftmax inside an nn.Sequential: no line of the user's inside it, so the call's line
+    s, _ = _watch(z.loop_log_softmax_module_over_batch)
+    f = _one(s.report, "silent.softmax_over_batch")
+    assert (f.module, f.line, f.step) == ("3", _line("# BUG: the model's LogSoftmax(dim=0)"), 0)
+
 def test_argmax_over_the_batch_dimension_in_validation():
     s, _ = _watch(z.loop_argmax_over_batch_in_validation)
     f = _one(s.report, "silent.softmax_over_batch")
     assert (f.severity, f.op, f.line) == (Severity.WARNING, "argmax", _line("# BUG: argmax over the batch"))
     assert (f.evidence["input_shape"], f.evidence["dim"]) == ((128, 4), 0)
     assert f.message.startswith("argmax over dim 0, the batch dimension (shape [")
+
 
 def test_validation_metric_in_train_mode_with_dropout():
     s, _ = _watch(z.loop_validation_in_train_mode)
@@ -262,6 +272,38 @@ def test_gpt_without_causal_mask_found_by_the_automatic_probe():
     assert f.evidence["probe"] == "automatic: targets are the inputs shifted by one"
     assert f.evidence["rows_probed"] == 2 and f.evidence["perturbed_from"] == 8
     assert "automatic causal probe" in f.cause
+
+
+@pytest.mark.parametrize("by_keyword", [False, True])
+def test_probe_of_a_model_computing_its_loss_inside_forward(by_keyword):
+    # The targets reach the loss inside the model's call, before the call has returned: the probe
+    # reads the ids of that call (positional or `input_ids=`), and names the op where the future
+    # first reaches an earlier position, in the model's own code.
+    s, _ = _watch(z.loop_loss_inside_forward, True, by_keyword)
+    f = _one(s.report, "silent.attention_sees_future")
+    assert (f.severity, f.step, f.module, f.op) == (Severity.ERROR, 0, "attn", "softmax")
+    assert (f.file, f.line) == (ZOO, _line("# BUG: dim=-2 mixes the queries"))
+    assert f.evidence["leaks_in"] == "softmax (attn)" and f.evidence["rows_probed"] == 2
+    assert "softmax in attn" in f.cause and "automatic causal probe" in f.cause
+    assert "dim=-1" in f.next_check
+
+
+@pytest.mark.parametrize("by_keyword", [False, True])
+def test_probe_of_a_correct_model_computing_its_loss_inside_forward_is_quiet(by_keyword, monkeypatch):
+    from torchtriage._dynamics import _checker
+
+    ran = []
+    monkeypatch.setattr(_checker, "probe", lambda *a: ran.append(a) or _probe(*a))
+    s, _ = _watch(z.loop_loss_inside_forward, False, by_keyword)
+    assert len(ran) == 1 and s.report.findings == ()
+
+
+def test_gpt_library_attention_without_mask_names_the_module_and_the_call():
+    s, _ = _watch(z.loop_gpt, False)
+    f = _one(s.report, "silent.attention_sees_future")
+    # inside nn.MultiheadAttention there is no line of the user's: the line is the model's call
+    assert (f.module, f.line) == ("blocks.layers.0.self_attn", _line("# BUG: no causal mask"))
+    assert f.evidence["leaks_in"] == "multi_head_attention_forward (blocks.layers.0.self_attn)"
 
 
 def test_gpt_with_causal_mask_passed_through_is_quiet_and_unchanged():

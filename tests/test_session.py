@@ -260,7 +260,9 @@ def test_an_nn_loss_module_finding_is_reported_once_with_its_module():
             loss.backward()
             opt.step()
     (f,) = [f for f in s.report.findings if f.code == "silent.probabilities_to_cross_entropy"]
-    assert (f.module, f.step, f.count, f.stage) == ("CrossEntropyLoss", 0, 2, Stage.LOSS)
+    # the module is the one that made the probabilities (the nn.Softmax), not the loss module
+    assert (f.module, f.step, f.count, f.stage) == ("1", 0, 2, Stage.LOSS)
+    assert f.evidence["made_by"] == "softmax (1)"
 
 
 def test_a_gan_counts_one_step_per_iteration():

@@ -3,6 +3,7 @@ reference loops produce no finding at all."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from collections import OrderedDict
@@ -130,6 +131,47 @@ def test_loss_input_semantics_in_session(model, loss, targets, features, code, m
     assert len(report.findings) == 1
 
 
+def test_probabilities_finding_names_the_module_that_made_them():
+    # The input's producer is traced back through views to the module whose output it is (one
+    # replay of the model call with its graph); a softmax in the loop's own code keeps the loss.
+    x, y = torch.randn(16, 6), torch.randint(0, 4, (16,))
+
+    def run(model, make_input):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with torchtriage.watch(model, opt, checks=["silent"], on_anomaly="record", report=False) as s:
+            for _ in range(2):
+                loss = nn.CrossEntropyLoss()(make_input(model), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        return _one(s.report, "silent.probabilities_to_cross_entropy")
+
+    stack = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4), nn.Softmax(dim=1))
+    outer = nn.Sequential(OrderedDict(net=stack))
+    f = run(outer, lambda m: m(x).view(16, 4))
+    assert (f.module, f.evidence["made_by"], f.line) == ("net.3", "softmax (net.3)", sys._getframe().f_lineno - 9)
+    f = run(z.DoubleSoftmaxClassifier(), lambda m: m(x))
+    assert (f.module, f.evidence["made_by"]) == ("", "softmax (<root>)")  # the model's own forward
+    assert f.evidence["made_at"] == f"silent.py:{_line_of('return torch.softmax(super().forward(x), dim=1)')}"
+    f = run(z.Classifier(), lambda m: torch.softmax(m(x), dim=1))
+    assert (f.module, "made_by" in f.evidence) == ("CrossEntropyLoss", False)
+    # the replay changes no number of the run (a dropout's RNG included)
+    trained = []
+    for watched in (False, True):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 16), nn.Dropout(0.5), nn.Linear(16, 4), nn.Softmax(dim=1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with (torchtriage.watch(model, opt, checks=["silent"], on_anomaly="record", report=False)
+              if watched else contextlib.nullcontext()):
+            for _ in range(3):
+                loss = F.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        trained.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*trained))
+
+
 def test_loss_input_checks_public_and_value_based():
     probs = torch.softmax(torch.randn(8, 5), dim=1)  # no grad_fn: judged from values
     assert torchtriage.check_loss_inputs(probs, torch.randint(0, 5, (8,))).primary.evidence["max_row_sum_error"] < 1e-3
@@ -197,6 +239,38 @@ def test_check_causal():
                          "the model sees the future")
     with pytest.raises(ValueError, match=r"position=9 is outside 0..8"):
         torchtriage.check_causal(z.TinyLM(), ids, position=9)
+
+
+def test_check_causal_names_the_op_where_the_future_enters():
+    ids = torch.randint(0, 32, (2, 10))
+    f = torchtriage.check_causal(z.LeakyAttentionLM(), ids).primary
+    # the scores are not masked: the softmax over the keys is the first op whose outputs at the
+    # earlier positions change while its inputs there do not
+    assert (f.file, f.line, f.module, f.op) == (ZOO, _line_of("att = torch.softmax(scores, dim=-1)"), "", "softmax")
+    assert f.evidence["leaks_in"] == "softmax (<root>)"
+    f = torchtriage.check_causal(z.EncoderLM(causal=False), ids[:, :8] % 20).primary
+    assert (f.file, f.module, f.op) == (__file__, "enc.layers.0.self_attn", "EncoderLM")
+
+
+def test_check_causal_tolerance_is_the_outputs_rounding():
+    # a fixed atol would be below one bfloat16 step and far above a float32 leak of 1e-5
+    ids = torch.randint(0, 32, (2, 16), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    assert not torchtriage.check_causal(z.TinyLM().to(torch.bfloat16), ids)
+    assert torchtriage.check_causal(z.LeakyAttentionLM().to(torch.bfloat16), ids).primary is not None
+
+
+def test_check_causal_needs_an_output_per_position():
+    class LastOnly(nn.Module):  # minGPT's forward without targets: the logits of the last position
+        def __init__(self):
+            super().__init__()
+            self.lm = z.TinyLM()
+
+        def forward(self, ids):
+            return self.lm(ids)[:, [-1]]
+
+    with pytest.raises(ValueError, match=r"output \[2, 1, 32\] has no position axis of length 10"):
+        torchtriage.check_causal(LastOnly(), torch.randint(0, 32, (2, 10)))
 
 
 def test_check_padding():
@@ -336,6 +410,31 @@ def test_loss_graph_kept_across_steps():
     assert (f.step, f.severity) == (3, Severity.WARNING)
     assert f.evidence["from_steps"] == [0, 1]
     assert "a smaller batch will not fix it" in f.cause
+    # the line that keeps the graphs, not the line that made the loss
+    total_line = _line_of("total += loss  # keeps every step's graph alive")
+    assert (f.file, f.line) == (ZOO, total_line)
+    assert f.evidence["loss_made_at"] == f"silent.py:{total_line - 3}"
+
+
+@pytest.mark.parametrize("keep,holder", [
+    ("total = total + loss", True),
+    ("total = 0.9 * total + 0.1 * loss", True),
+    ("kept.append(loss)", False),  # no torch op holds them: the line that made the loss
+])
+def test_loss_graph_kept_names_the_accumulating_line(keep, holder):
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    src = ("def loop(model, opt, x, y):\n    total, kept = torch.zeros(()), []\n    for _ in range(5):\n"
+           "        opt.zero_grad()\n        loss = F.mse_loss(model(x), y)\n        (loss / 2).backward()\n"
+           f"        opt.step()\n        {keep}\n")
+    scope = {"torch": torch, "F": F}
+    exec(compile(src, __file__ + "-loop.py", "exec"), scope)  # a file of its own: lines 5 and 8
+    with torchtriage.watch(model, opt, checks=["silent"], on_anomaly="record", report=False) as s:
+        scope["loop"](model, opt, x, y)
+    f = _one(s.report, "silent.loss_graph_kept")
+    assert (f.file, f.line) == (__file__ + "-loop.py", 8 if holder else 5)
+    assert ("loss_made_at" in f.evidence) is holder
 
 
 def test_eval_mode_while_training():

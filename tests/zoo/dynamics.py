@@ -367,6 +367,20 @@ def loop_softmax_over_batch():
     return model, opt, train
 
 
+def loop_log_softmax_module_over_batch():
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4), nn.LogSoftmax(dim=0))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = _blobs()
+
+    def train():
+        for _ in range(3):
+            loss = F.nll_loss(model(x[:32]), y[:32])  # BUG: the model's LogSoftmax(dim=0)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model, opt, train
+
+
 def loop_argmax_over_batch_in_validation():
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -386,6 +400,7 @@ def loop_argmax_over_batch_in_validation():
                 accs.append((pred == y[128:][: pred.numel()]).float().mean().item())
             model.train()
     return model, opt, train
+
 
 def loop_validation_in_train_mode():
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 4))
@@ -435,6 +450,55 @@ def loop_gpt(causal_mask: bool):
             else:
                 logits = model(ids[:, :-1])  # BUG: no causal mask
             loss = F.cross_entropy(logits.reshape(-1, 40), ids[:, 1:].reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model, opt, train
+
+
+class HandAttention(nn.Module):
+    def __init__(self, d: int, T: int, dim: int) -> None:
+        super().__init__()
+        self.qkv, self.proj, self.dim = nn.Linear(d, 3 * d), nn.Linear(d, d), dim
+        self.register_buffer("causal", torch.tril(torch.ones(T, T, dtype=torch.bool)))
+
+    def forward(self, h):
+        t = h.shape[1]
+        q, k, v = self.qkv(h).chunk(3, dim=-1)
+        att = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~self.causal[:t, :t], float("-inf"))
+        att = torch.softmax(att, dim=self.dim)  # BUG: dim=-2 mixes the queries, later ones included
+        return self.proj(att @ v)
+
+
+class LossInsideLM(nn.Module):
+    """A hand-written causal attention LM that computes its loss inside forward, as minGPT and
+    transformers models do (`logits, loss = model(idx, targets)`, `model(input_ids=, labels=)`)."""
+
+    def __init__(self, query_axis_softmax: bool, vocab: int = 24, d: int = 16, T: int = 12) -> None:
+        super().__init__()
+        self.embed, self.pos = nn.Embedding(vocab, d), nn.Embedding(T, d)
+        self.attn, self.head = HandAttention(d, T, -2 if query_axis_softmax else -1), nn.Linear(d, vocab)
+
+    def forward(self, input_ids, labels=None):
+        h = self.embed(input_ids) + self.pos(torch.arange(input_ids.shape[1], device=input_ids.device))
+        logits = self.head(h + self.attn(h))
+        loss = None if labels is None else F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                                           labels[:, 1:].reshape(-1))
+        return logits, loss
+
+
+def loop_loss_inside_forward(bug: bool, by_keyword: bool):
+    torch.manual_seed(0)
+    model = LossInsideLM(query_axis_softmax=bug)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = torch.randint(0, 24, (3, 8, 12))
+
+    def train():
+        for ids in data:
+            if by_keyword:
+                _, loss = model(input_ids=ids, labels=ids)
+            else:
+                _, loss = model(ids, ids)
             opt.zero_grad()
             loss.backward()
             opt.step()

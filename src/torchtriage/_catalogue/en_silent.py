@@ -31,6 +31,8 @@ MESSAGES = {
     "silent.attention_sees_future": "outputs at position {position} changed when only tokens from position {changed_from} on changed: the model sees the future",
     "silent.attention_sees_future.cause": "the attention mask is missing, not causal, or added with the wrong sign / shape",
     "silent.attention_sees_future.next": "pass a causal mask (torch.triu(..., diagonal=1) of -inf, or is_causal=True) to every attention layer",
+    "silent.attention_sees_future.cause.site": "later tokens first reach earlier positions at {op} in {module}: its inputs at those positions are the same in both runs, its output there is not (an attention without a causal mask before it, or a softmax / sum / mean over the sequence axis)",
+    "silent.attention_sees_future.next.site": "open that line: every score of a later key must be masked before the softmax, and the softmax (or any reduction) must run over the keys of each query (dim=-1), not over the queries or the sequence",
     "silent.padding_leaks": "outputs at real tokens changed when only PAD ({pad}) positions changed: padding leaks into the model",
     "silent.padding_leaks.cause": "the attention (or pooling) does not mask PAD positions",
     "silent.padding_leaks.next": "pass the attention mask / key_padding_mask to every attention layer, and mask PAD before pooling",

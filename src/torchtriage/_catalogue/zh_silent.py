@@ -31,6 +31,8 @@ MESSAGES = {
     "silent.attention_sees_future": "只改变位置 {changed_from} 之后的词元，位置 {position} 的输出却变了：模型看到了未来",
     "silent.attention_sees_future.cause": "注意力掩码缺失、不是因果掩码，或加上时符号 / 形状错误",
     "silent.attention_sees_future.next": "给每个注意力层传因果掩码（-inf 的 torch.triu(..., diagonal=1)，或 is_causal=True）",
+    "silent.attention_sees_future.cause.site": "后面的词元最早在 {module} 的 {op} 处影响到前面的位置：两次运行中它在这些位置的输入相同，输出却不同（之前的注意力没有因果掩码，或在序列维上做了 softmax / sum / mean）",
+    "silent.attention_sees_future.next.site": "打开这一行：softmax 之前要把每个后面的键的分数都遮住，softmax（或任何归约）要对每个查询的键（dim=-1）做，而不是对查询或整个序列做",
     "silent.padding_leaks": "只改变 PAD（{pad}）位置，真实词元处的输出却变了：填充泄漏进了模型",
     "silent.padding_leaks.cause": "注意力（或池化）没有屏蔽 PAD 位置",
     "silent.padding_leaks.next": "给每个注意力层传 attention mask / key_padding_mask，并在池化前屏蔽 PAD",

@@ -40,18 +40,35 @@ def shift_share(target: Any, ids: Any, ignore_index: int = -100) -> list[torch.T
     return [((grid == ids[:, 1:]) & valid).sum(), valid.sum()]
 
 
-class _Bound(nn.Module):
-    """`model(ids, *rest, **kwargs)` as a module of one argument, for `check_causal`."""
+def token_ids(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str | None, Any]:
+    """The token ids of a model call and where they were passed: the first positional argument
+    (key None), else `input_ids=` or the first (B, T) integer keyword argument (`model(**batch)`)."""
+    if args:
+        return None, args[0]
+    if is_index_tensor(kwargs.get("input_ids")):
+        return "input_ids", kwargs["input_ids"]
+    for key, value in kwargs.items():
+        if is_index_tensor(value) and value.dim() == 2:
+            return key, value
+    return None, None
 
-    def __init__(self, model: nn.Module, rest: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+
+class _Bound(nn.Module):
+    """`model(ids, *rest, **kwargs)` (or `model(*rest, **kwargs, key=ids)`) as a module of one
+    argument, for `check_causal`."""
+
+    def __init__(self, model: nn.Module, key: str | None, rest: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         super().__init__()
         self.model = model
+        self.key = key
         self.rest = rest
         self.kw = kwargs
         self.training = model.training
 
     def forward(self, ids: torch.Tensor) -> Any:
-        return self.model(ids, *self.rest, **self.kw)
+        if self.key is None:
+            return self.model(ids, *self.rest, **self.kw)
+        return self.model(*self.rest, **{**self.kw, self.key: ids})
 
 
 def _rows(x: Any, batch: int) -> Any:
@@ -61,20 +78,25 @@ def _rows(x: Any, batch: int) -> Any:
 
 
 def probe(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], frame: UserFrame | None) -> Finding | None:
-    """Run `check_causal` on the first rows of the step's batch; the finding placed at the user's
+    """Run `check_causal` on the first rows of the step's batch; the finding placed where the
+    future first reached an earlier position (the user's line in the model), else at the user's
     call of the model."""
-    from .._silent._sequence import check_causal
+    from .._silent._sequence import causal_report
 
-    ids = args[0]
+    key, ids = token_ids(args, kwargs)
     if not is_index_tensor(ids) or ids.dim() != 2 or ids.shape[1] < 4:
         return None
     batch = ids.shape[0]
-    bound = _Bound(model, tuple(_rows(a, batch) for a in args[1:]), {k: _rows(v, batch) for k, v in kwargs.items()})
+    rest = args[1:] if key is None else args
+    bound = _Bound(model, key, tuple(_rows(a, batch) for a in rest),
+                   {k: _rows(v, batch) for k, v in kwargs.items() if k != key})
     modes = [(m, m.training) for m in model.modules()]
     cpu_rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state(ids.device) if ids.is_cuda else None
     try:
-        report = check_causal(bound, ids[:ROWS])
+        report = causal_report(bound, ids[:ROWS], ids.shape[1] // 2 - 1, None, frame, names=model)
+    except (TypeError, ValueError):  # an output with no logits per position: nothing to compare
+        return None
     finally:
         for m, was in modes:
             m.training = was
@@ -85,8 +107,6 @@ def probe(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], frame
     if f is None:
         return None
     ev = dict(f.evidence, probe="automatic: targets are the inputs shifted by one", rows_probed=min(ROWS, batch))
-    ev.pop("source_line", None)
-    if frame is not None and frame.source:
-        ev["source_line"] = frame.source
-    return f.replace(op=type(model).__name__, file=frame.file if frame else None, line=frame.line if frame else None,
-                     cause=f"{f.cause}; {msg('silent.attention_sees_future.auto')}", evidence=ev)
+    if f.op == type(bound).__name__:
+        f = f.replace(op=type(model).__name__)
+    return f.replace(cause=f"{f.cause}; {msg('silent.attention_sees_future.auto')}", evidence=ev)

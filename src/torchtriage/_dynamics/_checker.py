@@ -27,7 +27,8 @@ from .._findings import Category, Finding, Severity, Stage
 from .._frames import user_frame_from_stack
 from .._nonfinite._sentinel import foreach_norm
 from .._silent._common import first_tensor, is_index_tensor
-from ._causal import probe, shift_share
+from .._silent._node_site import node_site
+from ._causal import probe, shift_share, token_ids
 from ._common import finding, num
 from ._evalcode import MetricRegion, dim_finding, node_checks
 from ._layers import Sample, Vanishing, _local, grad_params, layer_kind, layer_names, per_layer, update_ratio
@@ -76,6 +77,12 @@ class DynamicsChecker(Checker):
         self.reported: set[Any] = set()
         self.probed: weakref.WeakSet[nn.Module] = weakref.WeakSet()
         self.probe_pending: tuple[Any, ...] | None = None
+        # The root calls the causal probe can probe: the calls open now (a loss computed inside
+        # forward, minGPT's `logits, loss = model(idx, targets)`) and the last one that returned
+        # (a loss computed after it); targets seen inside a call wait for the call's end.
+        self.open_calls: list[nn.Module] = []
+        self.last_call: tuple[Any, ...] | None = None
+        self.inner_targets: dict[int, tuple[torch.Tensor, int]] = {}
         self.lr_names: dict[tuple[int, int], str] = {}
         self.opt_index: dict[int, int] = {}
         self.stepped = False
@@ -103,9 +110,21 @@ class DynamicsChecker(Checker):
             self.region = None
 
     # ------------------------------------------------------------------ events
+    def on_root_forward_pre(self, model: nn.Module, label: str) -> None:
+        if self._step < self.warmup:
+            self.open_calls.append(model)
+
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
         self.order.root_forward()
+        if self.open_calls and self.open_calls[-1] is model:
+            self.open_calls.pop()
+        if self._step < self.warmup and model not in self.probed:
+            call = (model, args, dict(kwargs), user_frame_from_stack(3))
+            inner = self.inner_targets.pop(id(model), None)
+            if inner is not None:
+                self._queue_shift(call, *inner)
+            self.last_call = call
         if self.region is None and self._step >= self.warmup and self.eval_regions >= self.eval_passes:
             return  # the common case after the first steps: nothing to watch here
         self._leave_region()
@@ -116,13 +135,24 @@ class DynamicsChecker(Checker):
             found = node_checks(out, batch)
             if found is not None:
                 self.reported.add(("node", id(model)))
-                self._add(dim_finding(found, user_frame_from_stack(3), self._step, module=""))
+                call = (model, args, kwargs, output)
+                self._add(self._node_finding(found, call, out, user_frame_from_stack(3)))
         evaluation = not grad
         if self.region is None and ((evaluation and self.eval_regions < self.eval_passes)
                                     or (grad and self._step < self.warmup)):
             self.eval_regions += evaluation
             self.region = MetricRegion(self.session, batch, evaluation, output)
             self.region.enter()
+
+    def _node_finding(self, found: dict[str, Any], call: tuple[Any, ...], out: torch.Tensor,
+                      call_frame: Any) -> Finding:
+        """The softmax at the model's output: its module and line, from one replay of the call
+        (the user's line in the model's code; the call's line when there is none)."""
+        autocast = [(d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
+        model, args, kwargs, output = call
+        site = node_site(self.session, model, args, kwargs, output, out.grad_fn, autocast)
+        frame = site.frame if site is not None and site.frame is not None else call_frame
+        return dim_finding(found, frame, self._step, module=site.module if site is not None else "")
 
     def on_loss(self, call: LossCall) -> None:
         if self._step >= self.warmup:
@@ -140,7 +170,7 @@ class DynamicsChecker(Checker):
         with torch.no_grad():
             if call.name == "cross_entropy" and is_index_tensor(tgt) and inp.dim() >= 2:
                 self._queue_classes(inp, tgt, kw)
-                self._queue_shift(tgt, kw.get("ignore_index", -100))
+                self._shift_target(tgt, kw.get("ignore_index", -100))
             elif call.name == "mse_loss" and tgt.is_floating_point() and tgt.numel() > 1 and tgt.shape == inp.shape:
                 if kw.get("reduction", "mean") == "mean" and self.prior is None:
                     var = tgt.detach().float().reshape(tgt.shape[0], -1).var(dim=0, unbiased=False).mean()
@@ -169,16 +199,24 @@ class DynamicsChecker(Checker):
         if value > 0 and math.isfinite(value):
             self.prior = (loss, variant, value, what)
 
-    def _queue_shift(self, tgt: torch.Tensor, ignore: int) -> None:
-        snap = self.session.snapshot
-        if snap is None or snap.model is None or snap.model in self.probed or not snap.args:
-            return
-        model = snap.model
-        nums = shift_share(tgt, snap.args[0], ignore)
+    def _shift_target(self, tgt: torch.Tensor, ignore: int) -> None:
+        """A token-level target: compared with the ids of the model call it is the loss of, the
+        call open now (the loss computed inside forward: checked when that call returns, with its
+        arguments) or else the last root call that returned."""
+        if self.open_calls:
+            model = self.open_calls[-1]
+            if model not in self.probed:
+                self.inner_targets.setdefault(id(model), (tgt.detach(), ignore))
+        elif self.last_call is not None and self.last_call[0] not in self.probed:
+            self._queue_shift(self.last_call, tgt, ignore)
+
+    def _queue_shift(self, call: tuple[Any, ...], tgt: torch.Tensor, ignore: int) -> None:
+        model, args, kwargs, frame = call
+        nums = shift_share(tgt, token_ids(args, kwargs)[1], ignore)
         if nums is None:
             return
         self.probed.add(model)
-        ref, args, kwargs, frame, step = weakref.ref(model), snap.args, dict(snap.kwargs), snap.call_frame, self._step
+        ref, step = weakref.ref(model), self._step
 
         def done(v: list[float]) -> None:
             if v[1] >= 4 and v[0] >= 0.9 * v[1]:
@@ -230,6 +268,9 @@ class DynamicsChecker(Checker):
 
     def on_step_end(self, step: int) -> None:
         self._leave_region()
+        self.open_calls.clear()
+        self.inner_targets.clear()
+        self.last_call = None
         if not self.stepped:  # no optimizer: the step's numbers were read at backward's end
             self._consume(None)
         self.stepped = False
@@ -242,6 +283,9 @@ class DynamicsChecker(Checker):
             else:
                 self.flags.resolve()
         self._run_probe()
+
+    def on_exception(self, exc: BaseException) -> None:
+        self.open_calls.clear()  # a forward that raised never returns
 
     def on_end(self) -> None:
         self._leave_region()

@@ -14,6 +14,7 @@ All numbers a check needs are queued in `DeferredFlags` and read together at the
 from __future__ import annotations
 
 import math
+import os
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
 from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules, trainable_stochastic_modules
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
+from ._node_site import INPUT_VERDICTS, input_module
 from ._overflow import exp_nodes, overflow_verdict
 from ._plans import Plan, verdict_to_finding
 from ._region import LossRegion
@@ -82,17 +84,34 @@ class SilentChecker(Checker):
     def _add(self, f: Finding) -> None:
         self.session.add(f)
 
-    def _queue(self, plans: list[Plan], *, frame: Any, op: str | None, module: str | None = None) -> None:
+    def _queue(self, plans: list[Plan], *, frame: Any, op: str | None, module: str | None = None,
+               inp: torch.Tensor | None = None) -> None:
         step = self._step
         for plan in plans:
             def done(vals: list[float], plan: Plan = plan) -> None:
                 v = plan.decide(vals)
                 if v is not None:
+                    if v["name"] in INPUT_VERDICTS and inp is not None:
+                        v = self._with_producer(v, inp, frame)
                     self._add(verdict_to_finding(v, frame=frame, step=step, op=op, module=module))
             if plan.values:
                 self.flags.add(plan.values, done)
             else:
                 done([])
+
+    def _with_producer(self, v: dict[str, Any], inp: torch.Tensor, frame: Any) -> dict[str, Any]:
+        """The verdict on the module whose output the loss input is (the model's nn.Softmax),
+        found once per verdict and loss line."""
+        key = ("producer", v["name"], frame)
+        if key not in self._sites:
+            self._sites[key] = (input_module(self.session, inp, self._autocast), None)
+        site = self._sites[key][0]
+        if site is None:
+            return v
+        ev = dict(v.get("evidence") or {}, made_by=f"{site.func} ({site.module or '<root>'})")
+        if site.frame is not None:
+            ev["made_at"] = f"{os.path.basename(site.frame.file)}:{site.frame.line}"
+        return dict(v, module=site.module, evidence=ev)
 
     def _stochastic_of(self, model: nn.Module) -> list[str]:
         found = self._stochastic.get(model)
@@ -161,7 +180,7 @@ class SilentChecker(Checker):
                                      reduction=kw.get("reduction", "mean"), attention_mask=mask,
                                      weighted=kw.get("weight") is not None, second=_second_tokens(snap, ids))
             plans += self._target_in_input_plans(ids, tgt)
-        self._queue(plans, frame=call.frame, op=call.name, module=call.module)
+        self._queue(plans, frame=call.frame, op=call.name, module=call.module, inp=inp)
 
     def _builtin_broadcast(self, call: LossCall) -> None:
         ps, ts = shape(call.input), shape(call.target)
@@ -355,6 +374,9 @@ class SilentChecker(Checker):
         if self._leaving:
             self._pop_left_modes()
         self.flags.resolve()
+        snap = self.session.snapshot
+        if self._warm() and snap is not None and snap.record.ops:
+            self.graphs.mark_holders(snap.record.ops)  # the taped ops on a loss (`total += loss`)
         old = self.graphs.alive_before(step)
         # Evidence of an accumulator (`total += loss`, `losses.append(loss)`): one line's loss
         # graphs from two or more earlier steps still alive, so their number grows with the
@@ -368,9 +390,14 @@ class SilentChecker(Checker):
         if kept is not None:
             old = kept
             frame = old[0][1]
+            ev: dict[str, Any] = {"old_loss_graphs_alive": len(old), "from_steps": sorted({s for s, _ in old})[:8]}
+            holder = self.graphs.holder_before(step)
+            if holder is not None:  # the line that keeps them (`total_loss += loss`), not the loss's
+                if frame is not None:
+                    ev["loss_made_at"] = f"{os.path.basename(frame.file)}:{frame.line}"
+                frame = holder
             self._add(finding("loss_graph_kept", severity=Severity.WARNING, stage=Stage.LOSS, frame=frame, step=step,
-                              evidence={"old_loss_graphs_alive": len(old),
-                                        "from_steps": sorted({s for s, _ in old})[:8]}))
+                              evidence=ev))
 
     def _queue_collapse(self) -> None:
         losses, self._losses = self._losses, []

@@ -8,7 +8,10 @@
                            the node; tokens from two or more steps back still alive, from a set
                            of steps that grows while keeping the older ones, mean the user holds
                            every old graph (`total += loss`, `losses.append(loss)`); a loss that
-                           lives until the next iteration reassigns it is normal.
+                           lives until the next iteration reassigns it is normal. The line named
+                           is the op on a loss whose outputs stay alive the same way (the
+                           `total += loss`, from the step tape of the warm-up steps), else the
+                           line that made the loss.
     eval() while training  the stepped model's forward ran with training=False and holds
                            dropout / batch norm.
     train() while evaluating  no-grad forwards in train mode with dropout / batch norm whose
@@ -25,6 +28,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+from torch.utils._pytree import tree_leaves
 
 from .._frames import find_frame
 
@@ -72,13 +76,40 @@ class _Token:
         self.step = step
 
 
+def _node(t: Any) -> Any:
+    """`t.grad_fn` for a tensor in a graph, else None (reading it raises for a no_grad view whose
+    base was later changed in place with grad on)."""
+    if not isinstance(t, torch.Tensor) or not t.requires_grad:
+        return None
+    try:
+        return t.grad_fn
+    except RuntimeError:
+        return None
+
+
+def _loss_step(t: Any) -> int | None:
+    """The step of the loss `t` is (its node carries a GraphKeeper token), else None."""
+    fn = _node(t)
+    tok = fn.metadata.get(GraphKeeper.KEY) if fn is not None else None
+    return tok.step if isinstance(tok, _Token) else None
+
+
 class GraphKeeper:
-    """Knows which steps' loss graphs are still alive."""
+    """Knows which steps' loss graphs are still alive, and which lines' ops on a loss hold them.
+
+    A holder is the output of a taped op of the user's code that took a loss as input
+    (`total_loss += loss`, `total = total + loss`, `running = 0.9 * running + 0.1 * loss`): its
+    node gets a token as well. An accumulator's nodes chain to each other, so its tokens from
+    every earlier step stay alive; a loss scaled for backward (`(loss / 4).backward()`) dies
+    with the next iteration. The holder line is the one to change (`loss.item()`), not the line
+    that made the loss."""
 
     KEY = "torchtriage.silent.step"
+    HOLD = "torchtriage.silent.holder"
 
     def __init__(self) -> None:
         self._tokens: list[tuple[weakref.ref[_Token], int, Any]] = []
+        self._holders: list[tuple[weakref.ref[_Token], int, Any]] = []
 
     def mark(self, t: Any, step: int, frame: Any) -> None:
         fn = getattr(t, "grad_fn", None)
@@ -91,10 +122,35 @@ class GraphKeeper:
         meta[self.KEY] = tok
         self._tokens.append((weakref.ref(tok), step, frame))
 
+    def mark_holders(self, ops: list[Any]) -> None:
+        """Tokens on the outputs of the taped ops (`TapeOp`) that took a loss as input."""
+        for op in ops:
+            steps = [s for s in map(_loss_step, tree_leaves((op.args, op.kwargs))) if s is not None]
+            if not steps or op.frame is None:
+                continue
+            for t in tree_leaves(op.output):
+                fn = _node(t)
+                if fn is None or self.HOLD in fn.metadata:
+                    continue
+                tok = _Token(max(steps))
+                fn.metadata[self.HOLD] = tok
+                self._holders.append((weakref.ref(tok), tok.step, op.frame))
+
     def alive_before(self, step: int) -> list[tuple[int, Any]]:
         """(step, frame) of loss graphs made before `step - 1` and still alive; prunes dead ones."""
         self._tokens = [(r, s, f) for r, s, f in self._tokens if r() is not None]
         return [(s, f) for r, s, f in self._tokens if s <= step - 2]
+
+    def holder_before(self, step: int) -> Any:
+        """The frame of a line whose ops on losses from two or more steps before `step - 1` are
+        still alive (the accumulator), or None; prunes dead ones."""
+        self._holders = [(r, s, f) for r, s, f in self._holders if r() is not None]
+        by_line: dict[Any, set[int]] = {}
+        for _, s, f in self._holders:
+            if s <= step - 2:
+                by_line.setdefault((f.file, f.line), set()).add(s)
+        line = next((k for k, v in by_line.items() if len(v) >= 2), None)
+        return next((f for _, _, f in self._holders if (f.file, f.line) == line), None) if line else None
 
 
 class _Sample:

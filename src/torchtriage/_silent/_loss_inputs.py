@@ -41,6 +41,15 @@ _VIEWS = re.compile(r"(Unsafe)?(View|Reshape|Squeeze|Unsqueeze|Alias|Expand|Tran
                     r"(Alias)?Backward\d*$")
 
 
+def first_producing_node(t: Any) -> Any:
+    """`t`'s autograd node past any views (reshape, slice, transpose, ...): the op that made its
+    values; None for a tensor outside the graph."""
+    fn = getattr(t, "grad_fn", None)
+    while fn is not None and _VIEWS.match(fn.name()):
+        fn = next((f for f, _ in fn.next_functions if f is not None), None)
+    return fn
+
+
 def _probabilities(name: str, inp: torch.Tensor, dim: int | None, verdict: str, sev: Severity) -> Plan:
     made_by = producer(inp)
     if made_by.startswith(("SoftmaxBackward", "SigmoidBackward")):
@@ -49,9 +58,7 @@ def _probabilities(name: str, inp: torch.Tensor, dim: int | None, verdict: str, 
     if dim is None and inp.grad_fn is not None:
         # Sigmoid: the graph names the producer. Raw logits of a young model often all lie in
         # [0, 1] (a GAN discriminator's first steps), so values alone must not accuse them.
-        fn: torch.autograd.graph.Node | None = inp.grad_fn
-        while fn is not None and _VIEWS.match(fn.name()):
-            fn = next((f for f, _ in fn.next_functions if f is not None), None)
+        fn = first_producing_node(inp)
         if fn is not None and fn.name().startswith("SigmoidBackward"):
             return _const(dict(name=verdict, severity=sev, loss=name, producer="sigmoid",
                                evidence={"input_producer": fn.name()}))

@@ -14,8 +14,10 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._catalogue import msg
 from .._findings import Report, Severity, Stage
-from .._frames import user_frame_from_stack
+from .._frames import UserFrame, user_frame_from_stack
+from ._causal_site import leak_tolerance, locate_leak
 from ._common import finding, first_tensor, is_index_tensor, shape
 from ._plans import Plan, Verdict, run_now
 
@@ -141,12 +143,12 @@ def check_token_shift(input_ids: torch.Tensor, labels: torch.Tensor, *, ignore_i
         return run_now(plans, frame=user_frame_from_stack(2), op="cross_entropy")
 
 
-def _call(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def _call(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor | None, *, native: bool = False) -> torch.Tensor:
     out = model(ids) if mask is None else model(ids, attention_mask=mask)
     t = first_tensor(out)
     if t is None:
         raise TypeError(f"the model returned {type(out).__name__}, with no logits tensor to compare")
-    return t.float()
+    return t if native else t.float()
 
 
 def _probe(model: nn.Module, fn: Any) -> Any:
@@ -172,7 +174,7 @@ def _check_ids(input_ids: Any, where: str) -> None:
 
 
 def check_causal(model: nn.Module, input_ids: torch.Tensor, *, position: int | None = None,
-                 atol: float = 1e-4) -> Report:
+                 atol: float | None = None) -> Report:
     """Check that a causal model's outputs at a position ignore every later token.
 
     Arguments:
@@ -180,11 +182,16 @@ def check_causal(model: nn.Module, input_ids: torch.Tensor, *, position: int | N
             with `.logits`, or a tuple whose first tensor is the logits).
         input_ids: (B, T) token ids, T >= 2.
         position: the last position that must be unaffected; default T // 2 - 1.
-        atol: the largest change in logits tolerated.
+        atol: the largest change in logits tolerated; default: rounding at the logits' scale
+            (4 units in the last place of their dtype times their largest magnitude).
 
     Returns:
         A `Report` with `silent.attention_sees_future` (the first position whose logits changed
-        when only later tokens changed), or empty. The model's train/eval mode is restored.
+        when only later tokens changed), or empty. The finding names the module and the line
+        where the future first reached an earlier position (the attention's softmax, ...), found
+        by running both inputs once more op by op; a leak inside a library module (an
+        `nn.MultiheadAttention` called without a mask) names that module and the line that
+        called `check_causal`. The model's train/eval mode is restored.
 
     Example:
         >>> torchtriage.check_causal(lm, torch.randint(0, 100, (2, 16))).ok
@@ -197,7 +204,13 @@ def check_causal(model: nn.Module, input_ids: torch.Tensor, *, position: int | N
     pos = t // 2 - 1 if position is None else position
     if not 0 <= pos < t - 1:
         raise ValueError(f"position={position} is outside 0..{t - 2} for input_ids of shape {list(input_ids.shape)}")
-    frame = user_frame_from_stack(2)
+    return causal_report(model, input_ids, pos, atol, user_frame_from_stack(2))
+
+
+def causal_report(model: nn.Module, input_ids: torch.Tensor, pos: int, atol: float | None,
+                  frame: UserFrame | None, names: nn.Module | None = None) -> Report:
+    """`check_causal`'s work; `names`: the module whose submodule names the finding uses (the
+    model itself unless `model` wraps it)."""
     lo, hi = int(input_ids.min()), int(input_ids.max())
     future = input_ids.clone()
     # Every later token changes, to a different valid id.
@@ -205,19 +218,39 @@ def check_causal(model: nn.Module, input_ids: torch.Tensor, *, position: int | N
                                       torch.full_like(future[:, pos + 1:], hi))
 
     def run() -> tuple[torch.Tensor, torch.Tensor]:
-        return _call(model, input_ids, None), _call(model, future, None)
+        return _call(model, input_ids, None, native=True), _call(model, future, None, native=True)
 
     a, b = _probe(model, run)
+    t = input_ids.shape[1]
+    if a.dim() < 2 or a.shape[1] != t:
+        raise ValueError(f"check_causal: the model's output {list(a.shape)} has no position axis of length {t} "
+                         f"(dim 1) for input_ids of shape {list(input_ids.shape)}: call it so that it returns "
+                         "an output per position")
+    # rounding of the output's own dtype (a bfloat16 model's logits), the comparison in float32
+    tol = leak_tolerance(a[:, : pos + 1]) if atol is None else atol
+    a, b = a.float(), b.float()
     diff = (a[:, : pos + 1] - b[:, : pos + 1]).abs()
     per_pos = diff.reshape(diff.shape[0], diff.shape[1], -1).amax(dim=(0, 2))
-    changed = (per_pos > atol).nonzero()
+    changed = (per_pos > tol).nonzero()
     if changed.numel() == 0:
         return Report()
     first = int(changed[0, 0])
-    return Report((finding("attention_sees_future", stage=Stage.FORWARD, frame=frame, module="",
-                           op=type(model).__name__, position=first, changed_from=pos + 1,
-                           evidence={"first_changed_position": first, "perturbed_from": pos + 1,
-                                     "max_logit_change": round(float(per_pos.max()), 6)}),))
+    site = _probe(model, lambda: locate_leak(lambda x: model(x), names or model, input_ids, future, pos))
+    ev: dict[str, Any] = {"first_changed_position": first, "perturbed_from": pos + 1,
+                          "max_logit_change": float(f"{float(per_pos.max()):.6g}")}
+    module, op = "", type(model).__name__
+    if site is not None:
+        module = site.module or ""
+        ev["leaks_in"] = f"{site.op} ({module or '<root>'})"
+        if site.frame is not None:
+            frame, op = site.frame, site.op
+    f = finding("attention_sees_future", stage=Stage.FORWARD, frame=frame, module=module,
+                op=op, position=first, changed_from=pos + 1, evidence=ev)
+    if site is not None and site.frame is not None:
+        where = dict(op=site.op, module=module or "<root>")
+        f = f.replace(cause=msg("silent.attention_sees_future.cause.site", **where),
+                      next_check=msg("silent.attention_sees_future.next.site", **where))
+    return Report((f,))
 
 
 def check_padding(model: nn.Module, input_ids: torch.Tensor, pad_id: int,
