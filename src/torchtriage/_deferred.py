@@ -33,8 +33,8 @@ def read_scalars(tensors: Sequence[torch.Tensor]) -> list[float]:
     accel = next((t.device for t in tensors if t.device.type != "cpu"), None)
     if accel is None or all(t.device == accel for t in tensors):
         with torch.no_grad():  # (outside autograd: no .detach() per tensor, one op fewer each)
-            flat, order = _gather_one_device(tensors)
-        values = flat.tolist()  # the one read
+            joined, order = _gather_one_device(tensors)
+        values = joined.tolist()  # the one read
         return values if order is None else _in_order(values, tensors, order)
     with torch.no_grad():
         flat = [t.reshape(-1) for t in tensors]
