@@ -62,3 +62,47 @@ def test_modes_come_back_after_an_exception():
         except ValueError:
             pass
         assert _stack() == [ours]
+
+
+def test_a_mode_removed_while_set_aside_is_not_put_back():
+    from torchtriage._modestack import put_back, remove_mode, set_aside
+
+    ours, kept = Ours(), Ours()
+    with kept:
+        ours.__enter__()
+        token = set_aside()
+        assert _stack() == []
+        assert remove_mode(ours)  # its owner drops it meanwhile (a window that ends)
+        put_back(token)
+        assert _stack() == [kept]
+
+
+def test_the_optimizer_step_runs_without_our_modes_and_gets_them_back():
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    import torchtriage
+
+    seen = []
+
+    class Probe(torch.optim.SGD):
+        def step(self, closure=None):
+            seen.append(torch._C._len_torch_function_stack())
+            return super().step(closure)
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = Probe(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    around = []
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False):
+        for _ in range(2):
+            loss = F.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            before = torch._C._len_torch_function_stack()
+            opt.step()
+            around.append((before, torch._C._len_torch_function_stack()))
+    assert around[0][0] > 0  # the first steps' tape and tracers are on the stack ...
+    assert seen == [0, 0]  # ... but not inside the update
+    assert around[1][0] > 0 and _stack() == []

@@ -54,6 +54,7 @@ def is_user_file(filename: str) -> bool:
     # per file name, since abspath + prefix tests cost ~2 us a frame.
     if _cache_roots != _extra_library_roots:
         _user_file_cache.clear()
+        _code_cache.clear()
         _cache_roots[:] = _extra_library_roots
     found = _user_file_cache.get(filename)
     if found is None:
@@ -131,11 +132,30 @@ def in_user_file(f: types.FrameType) -> bool:
     return is_user_file(f.f_code.co_filename)
 
 
+_code_cache: dict[types.CodeType, bool] = {}  # code object -> `_user_code` of its frames
+
+
 def user_stack_frame(skip: int = 0) -> types.FrameType | None:
     """The innermost frame object of the user's code on the current call stack, searched from
     `skip` frames above the caller. A torch-function mode's handler (the user's own mode, which
     our modes sit under) only forwards the op: the line is where the op was called."""
-    return find_frame(_user_code, sys._getframe(skip + 1))
+    # Hooks ask this several times a step (the root call's line, the loss's, backward's): the
+    # answer per code object is cached, and the walk is one loop (no predicate call a frame).
+    if _cache_roots != _extra_library_roots:
+        is_user_file("")  # (clears both caches)
+    cache = _code_cache
+    f: types.FrameType | None = sys._getframe(skip + 1)
+    while f is not None:
+        code = f.f_code
+        mine = cache.get(code)
+        if mine is None:
+            if len(cache) > 4096:  # generated code (exec) must not grow it without bound
+                cache.clear()
+            mine = cache[code] = _user_code(f)
+        if mine:
+            return f
+        f = f.f_back
+    return None
 
 
 def _user_code(f: types.FrameType) -> bool:

@@ -27,6 +27,7 @@ from ._checker import LOSS_FUNCTIONS, Checker, LossCall, overrides
 from ._errors import AnomalyError
 from ._findings import Stage
 from ._frames import find_frame, note_optimizer_frame, user_frame_from_stack, user_stack_frame
+from ._modestack import forget, put_back, set_aside
 from ._patching import Patches
 from ._roothook import RootHook  # pickles and deep-copies inert, with the user's model
 from ._step import called_functionally
@@ -87,6 +88,7 @@ class SessionHooks(HookOwner):
         self._awaiting_first_step: set[int] = set()  # optimizers (ids) built, not yet stepped
         self._global_module_hooks = False
         self._per_module = False
+        self._modes_aside: dict[int, list[Any]] = {}  # optimizer id -> our modes off during its step
 
     def _install(self) -> None:
         needs = lambda event: any(overrides(c, event) for c in self.checkers)  # noqa: E731
@@ -112,6 +114,9 @@ class SessionHooks(HookOwner):
                     self._patch(F, name, self._wrap_loss(name, fn))
 
     def _uninstall(self) -> None:
+        for token in self._modes_aside.values():  # a step that raised: its owners removed theirs
+            forget(token)
+        self._modes_aside.clear()
         _uninstall_transparency(self)
         for h in (*self._handles, *self._module_handles):
             remove_handle(h)
@@ -340,6 +345,10 @@ class SessionHooks(HookOwner):
             return (*args[:at], wrapped, *args[at + 1:]), kwargs
         self.stage = Stage.OPTIMIZER
         self._emit("on_optimizer_step_pre", optimizer)
+        # Our torch-function modes (the first steps' tape and tracers) record nothing in the
+        # update and would run their handlers on each of its ops: off until the post-hook.
+        put_back(self._modes_aside.pop(id(optimizer), []))  # (a step that raised before)
+        self._modes_aside[id(optimizer)] = set_aside()
         return None
 
     def _wrap_closure(self, optimizer: torch.optim.Optimizer, closure: Any) -> Any:
@@ -360,6 +369,7 @@ class SessionHooks(HookOwner):
 
     def _opt_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         __tracebackhide__ = True
+        put_back(self._modes_aside.pop(id(optimizer), []))
         if self._busy or not self._known_optimizer(optimizer):
             return
         self._emit("on_optimizer_step_post", optimizer)
@@ -372,11 +382,19 @@ class SessionHooks(HookOwner):
 
 def _loss_module_name(session: SessionHooks) -> str | None:
     # Called from a loss module's forward? Look one level up for `self`.
-    f = find_frame(lambda f: isinstance(f.f_locals.get("self"), nn.Module), sys._getframe(2), depth=4)
+    f = find_frame(_module_method, sys._getframe(2), depth=4)
     if f is None:
         return None
     obj = f.f_locals["self"]
     return session._names.get(obj) if obj in session._names else type(obj).__name__
+
+
+def _module_method(f: Any) -> bool:
+    # `f_locals` builds a dict of the frame's locals (a few us a frame, at every loss call):
+    # only a frame whose first parameter is `self` is asked for it.
+    code = f.f_code
+    return (code.co_argcount > 0 and code.co_varnames[0] == "self"
+            and isinstance(f.f_locals.get("self"), nn.Module))
 
 
 def _label_from_caller(module: nn.Module) -> str:

@@ -32,6 +32,7 @@ from ._errors import AnomalyError, TriageInternalWarning, TriageWarning
 from ._findings import Finding, Report, Severity, Stage
 from ._frames import user_stacklevel, without_our_frames
 from ._hooks import SessionHooks
+from ._modestack import own_modes_off
 
 _active: list[Session] = []
 _lock = threading.Lock()
@@ -108,7 +109,7 @@ class Session(SessionHooks):
         self._broken: set[str] = set()
         self._listened: list[Checker] | None = None
         self._n_listened = 0
-        self._listeners_cache: dict[str, list[Checker]] = {}
+        self._listeners_cache: dict[str, list[tuple[Checker, Any]]] = {}
         self._init_hooks()
         self._adopted_by: Session | None = None
         self.step = 0
@@ -399,26 +400,40 @@ class Session(SessionHooks):
             if self in _active:
                 _active.remove(self)
 
-    def _listeners(self, event: str) -> list[Checker]:
-        # The checkers that implement `event`, computed once per event (an _emit runs for
-        # every module call; testing each checker's class each time was most of its cost).
-        # Rebuilt if `self.checkers` is replaced or changes length.
+    def _listeners(self, event: str) -> list[tuple[Checker, Any]]:
+        # The checkers that implement `event`, with their bound method, computed once per event
+        # (an _emit runs for every module call; testing each checker's class and looking the
+        # method up each time was most of its cost). Rebuilt if `self.checkers` is replaced or
+        # changes length.
         if self._listened is not self.checkers or self._n_listened != len(self.checkers):
             self._listened, self._n_listened = self.checkers, len(self.checkers)
             self._listeners_cache = {}
         found = self._listeners_cache.get(event)
         if found is None:
-            found = self._listeners_cache[event] = [c for c in self.checkers if overrides(c, event)]
+            found = self._listeners_cache[event] = [(c, getattr(c, event)) for c in self.checkers
+                                                    if overrides(c, event)]
         return found
 
     def _emit(self, event: str, *args: Any) -> None:
-        for c in self._listeners(event):
-            if self._broken and c.name in self._broken:
+        listeners = self._listeners(event)
+        if listeners and torch._C._len_torch_function_stack():
+            # The checks' own arithmetic runs without our torch-function modes (the first steps'
+            # tape and tracers): they would run their Python handlers on every op of it and
+            # record none (thousands of calls a step on a small GPT).
+            with own_modes_off():
+                self._emit_to(listeners, event, args)
+        elif listeners:
+            self._emit_to(listeners, event, args)
+
+    def _emit_to(self, listeners: list[tuple[Checker, Any]], event: str, args: tuple[Any, ...]) -> None:
+        broken = self._broken
+        for c, method in listeners:
+            if broken and c.name in broken:
                 continue
             if c.session is None:
                 c.session = self
             try:
-                getattr(c, event)(*args)
+                method(*args)
             except AnomalyError:
                 raise
             except Exception as e:  # our bug must never kill the user's training

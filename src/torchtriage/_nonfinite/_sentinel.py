@@ -470,6 +470,11 @@ class NonFiniteSentinel(Checker):
         """One loss series per backward call site (a GAN's D and G losses apart; issue 11): the
         first site is "loss", later ones "loss <file>:<line>"."""
         assert self.session is not None
+        if len(sites) == 1 and keys.count("loss_value") == 1:  # the common step: one backward
+            name = self._loss_series.get(sites[0])
+            if name is not None:
+                record(name, values[keys.index("loss_value")])
+                return
         losses = [v for k, v in zip(keys, values) if k == "loss_value"]
         done: set[Any] = set()
         for i, v in enumerate(losses):

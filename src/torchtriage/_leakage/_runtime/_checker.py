@@ -186,6 +186,8 @@ class LeakageWatch(Checker):
             self.pending.append((token, base, pos))
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        if not self.pending:  # (most steps: no tracked dataset's rows in the batch)
+            return
         pending, self.pending = self.pending, []
         with torch.no_grad():
             for token, b, pos in pending:
