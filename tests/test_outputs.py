@@ -269,3 +269,22 @@ def test_stdout_closed_by_the_reader_ends_quietly(tmp_path):
     finally:
         os.close(write)
     assert (p.returncode, p.stderr) == (141, "")
+
+
+def test_device_nodes_in_a_writable_folder_are_never_replaced(tmp_path):
+    """As root, in a temporary (writable) folder: a rename over the node would succeed there, so
+    the node surviving shows it was written in place."""
+    full, null = tmp_path / "full", tmp_path / "null"
+    try:
+        os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except (PermissionError, OSError) as e:
+        pytest.skip(f"cannot create device nodes here: {e}")
+    script = _script(tmp_path)
+    p = run_cli("run", "--json", str(full), "--html", str(null), str(script), cwd=tmp_path)
+    assert p.returncode == 2
+    _one_error_line(p.stderr, f"torchtriage: error: --json {full}: cannot write the output: No space left on device")
+    p = run_cli("run", "--json", str(null), str(script), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert stat.S_ISCHR(os.stat(full).st_mode) and stat.S_ISCHR(os.stat(null).st_mode)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["full", "null", "ok.py", "ran.txt"]

@@ -29,6 +29,8 @@ from torch.nn.modules import module as _module_mod
 _OVERRIDES = os.path.abspath(torch.overrides.__file__)
 _MODULE = os.path.abspath(_module_mod.__file__)
 _OURS = __name__.rsplit(".", 1)[0] + "."
+# the hook dictionaries `_call_impl` reads (on the module, and the `_global` ones) to choose its hooked path
+_HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_hooks", "_backward_pre_hooks")
 
 
 def _file(tb: types.TracebackType) -> str:
@@ -44,10 +46,9 @@ def _only_our_hooks(module: Any) -> bool:
     """True when every hook a call of `module` would run (its own and the global ones) is ours."""
     if not isinstance(module, torch.nn.Module):
         return False
-    dicts = (module._forward_pre_hooks, module._forward_hooks, module._backward_hooks, module._backward_pre_hooks,
-             _module_mod._global_forward_pre_hooks, _module_mod._global_forward_hooks,
-             _module_mod._global_backward_hooks, _module_mod._global_backward_pre_hooks)
-    return all(_is_our_hook(h) for d in dicts for h in d.values())
+    own = [getattr(module, k, None) for k in _HOOKS]
+    dicts = [*own, *(getattr(_module_mod, "_global" + k, None) for k in _HOOKS)]
+    return all(isinstance(d, dict) and all(_is_our_hook(h) for h in d.values()) for d in dicts)
 
 
 def dispatch_frames(entries: Sequence[types.TracebackType], ours: Callable[[types.TracebackType], bool],
