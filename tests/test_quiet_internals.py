@@ -72,8 +72,8 @@ def _backward_raises(model, x, y):
     model(x).sum().backward(torch.ones(2))  # a wrong gradient shape
 
 
-@pytest.mark.parametrize("bad", [_forward_raises, _loss_raises, _backward_raises], ids=["forward", "loss", "backward"])
-def test_traceback_under_watch_is_the_plain_one(bad):
+def _plain_and_watched(bad) -> tuple[list, list]:
+    """The frames of `bad`'s error, two steps into a loop, without torchtriage and under `watch`."""
     def plain():
         torch.manual_seed(0)
         model = Net()
@@ -86,7 +86,12 @@ def test_traceback_under_watch_is_the_plain_one(bad):
         with torchtriage.watch(model, opt, on_anomaly="record", report=False):
             _train_then(model, opt, bad)
 
-    expected, got = _frames_of(plain), _frames_of(watched)
+    return _frames_of(plain), _frames_of(watched)
+
+
+@pytest.mark.parametrize("bad", [_forward_raises, _loss_raises, _backward_raises], ids=["forward", "loss", "backward"])
+def test_traceback_under_watch_is_the_plain_one(bad):
+    expected, got = _plain_and_watched(bad)
     assert not [f for f in got if "torchtriage" in f[0]], got
     # nor torch's frames that only our modes and hooks put there (handle_torch_function, inner)
     assert got == expected, (got, expected)
@@ -105,19 +110,7 @@ def _users_mode_and_hook(model, x, y):
 
 
 def test_the_users_own_modes_and_hooks_keep_their_frames():
-    def plain():
-        torch.manual_seed(0)
-        model = Net()
-        _train_then(model, torch.optim.SGD(model.parameters(), lr=0.1), _users_mode_and_hook)
-
-    def watched():
-        torch.manual_seed(0)
-        model = Net()
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        with torchtriage.watch(model, opt, on_anomaly="record", report=False):
-            _train_then(model, opt, _users_mode_and_hook)
-
-    expected, got = _frames_of(plain), _frames_of(watched)
+    expected, got = _plain_and_watched(_users_mode_and_hook)
     assert [f[2] for f in expected].count("handle_torch_function") == 1, expected
     assert [f[2] for f in expected].count("inner") == 1, expected
     assert got == expected, (got, expected)

@@ -294,26 +294,24 @@ def torch_export(w: World) -> Any:
     return [out(ep.module(), w), [n.op for n in ep.graph.nodes], sorted(ep.state_dict)]
 
 
-@case
-def compile_eager(w: World) -> Any:
+def _compiled_step(w: World, backend: str) -> Any:
     torch._dynamo.reset()
-    c = torch.compile(w.model, backend="eager")
+    c = torch.compile(w.model, backend=backend)
     loss = F.cross_entropy(c(w.x), w.y)
     w.opt.zero_grad()
     loss.backward()
     w.opt.step()
     return [loss, out(c, w)]
+
+
+@case
+def compile_eager(w: World) -> Any:
+    return _compiled_step(w, "eager")
 
 
 @slow_case
 def compile_inductor(w: World) -> Any:
-    torch._dynamo.reset()
-    c = torch.compile(w.model, backend="inductor")
-    loss = F.cross_entropy(c(w.x), w.y)
-    w.opt.zero_grad()
-    loss.backward()
-    w.opt.step()
-    return [loss, out(c, w)]
+    return _compiled_step(w, "inductor")
 
 
 @case
