@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -166,6 +168,34 @@ def test_splits_json_to_dev_full(tmp_path):
     _one_error_line(p.stderr, "torchtriage: error: --json /dev/full: cannot write the output: No space left on device")
 
 
+def _no_file_growth() -> None:
+    # a file-size limit of 0: every write to a regular file fails (EFBIG; Python ignores SIGXFSZ)
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+def _cli_no_file_growth(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run([sys.executable, "-m", "torchtriage", *args], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=180, preexec_fn=_no_file_growth)
+
+
+def test_write_errors_on_regular_files_are_one_line_and_keep_the_old_file(tmp_path):
+    (tmp_path / "r.json").write_text("old")
+    p = _cli_no_file_growth(tmp_path, "run", "--json", "r.json", str(_script(tmp_path)))
+    assert p.returncode == 2
+    _one_error_line(p.stderr, "torchtriage: error: --json r.json: cannot write the output: File too large")
+    assert (tmp_path / "r.json").read_text() == "old"
+    for name in ("train", "test"):
+        (tmp_path / f"{name}.csv").write_text(f"x,y\n1,{name}\n2,{name}\n")
+    p = _cli_no_file_growth(tmp_path, "splits", "train.csv", "test.csv", "--group", "x", "--suggest-split", "s.csv")
+    assert p.returncode == 2
+    _one_error_line(p.stderr, "torchtriage: error: --suggest-split s.csv: cannot write the output: File too large")
+    left = sorted(f.name for f in tmp_path.iterdir())
+    assert "s.csv" not in left and not [n for n in left if n.startswith(".") or n.endswith(".partial")], left
+
+
 def test_run_bundle_folder_is_checked_before_the_script_runs(tmp_path):
     (tmp_path / "afile").write_text("")
     p = run_cli("run", "--bundle", "afile", str(_script(tmp_path)), cwd=tmp_path)
@@ -180,3 +210,81 @@ def test_repro_out_folder_is_checked_first(tmp_path, command):
     p = run_cli(command, "some-bundle", "--out", "/proc/out", cwd=tmp_path)
     assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
     assert p.stderr.startswith("torchtriage: error: --out /proc/out: not writable ("), p.stderr
+
+
+def test_notebook_magic_outputs_like_the_cli(tmp_path, monkeypatch, capsys):
+    """`%%torchtriage --json/--html`: checked before the cell runs (one-line ConfigError), a
+    symlink followed, a write error (/dev/full) one line on stderr with the report still shown."""
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from torchtriage._errors import ConfigError
+    from torchtriage._notebook import run_cell
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    shell = InteractiveShell.instance()
+    try:
+        with pytest.raises(ConfigError) as e:
+            run_cell(shell, "--json /proc/r.json", "ran = 1")
+        assert str(e.value).startswith("%%torchtriage: --json /proc/r.json: not writable ("), str(e.value)
+        assert "ran" not in shell.user_ns  # the cell did not run
+        (tmp_path / "t.html").write_text("old")
+        (tmp_path / "link.html").symlink_to(tmp_path / "t.html")
+        capsys.readouterr()
+        run_cell(shell, "--json /dev/full --html link.html", "ran = 1")
+        err = capsys.readouterr()
+        assert shell.user_ns["ran"] == 1
+        assert [line for line in err.err.splitlines() if "error" in line] == [
+            "torchtriage: error: --json /dev/full: cannot write the output: No space left on device"]
+        assert "== torchtriage report ==" in err.out
+        assert (tmp_path / "link.html").is_symlink() and (tmp_path / "t.html").read_text().startswith("<!DOCTYPE html>")
+    finally:
+        InteractiveShell.clear_instance()
+
+
+@pytest.mark.parametrize("command", [["env"], ["report", "r.json"], ["splits", "train.csv", "test.csv"]],
+                         ids=["env", "report", "splits"])
+def test_stdout_to_dev_full_is_one_line_and_exit_2(tmp_path, command):
+    """`torchtriage COMMAND > /dev/full`: one line, exit 2, no traceback (nor Python's own
+    "Exception ignored" at exit)."""
+    (tmp_path / "r.json").write_text(json.dumps({"schema": "torchtriage.report/1", "findings": [], "meta": {}}))
+    for name in ("train", "test"):
+        (tmp_path / f"{name}.csv").write_text(f"x,y\n1,{name}\n")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "torchtriage", *command], stdout=full, stderr=subprocess.PIPE,
+                           text=True, cwd=tmp_path, env=env, timeout=180)
+    assert (p.returncode, p.stderr) == (
+        2, "torchtriage: error: standard output: cannot write the output: No space left on device\n")
+
+
+def test_stdout_closed_by_the_reader_ends_quietly(tmp_path):
+    """`torchtriage env | head -1`: the reader went away; no traceback, SIGPIPE's status."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes
+    try:
+        p = subprocess.run([sys.executable, "-m", "torchtriage", "env"], stdout=write, stderr=subprocess.PIPE,
+                           text=True, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=180)
+    finally:
+        os.close(write)
+    assert (p.returncode, p.stderr) == (141, "")
+
+
+def test_device_nodes_in_a_writable_folder_are_never_replaced(tmp_path):
+    """As root, in a temporary (writable) folder: a rename over the node would succeed there, so
+    the node surviving shows it was written in place."""
+    full, null = tmp_path / "full", tmp_path / "null"
+    try:
+        os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except (PermissionError, OSError) as e:
+        pytest.skip(f"cannot create device nodes here: {e}")
+    script = _script(tmp_path)
+    p = run_cli("run", "--json", str(full), "--html", str(null), str(script), cwd=tmp_path)
+    assert p.returncode == 2
+    _one_error_line(p.stderr, f"torchtriage: error: --json {full}: cannot write the output: No space left on device")
+    p = run_cli("run", "--json", str(null), str(script), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert stat.S_ISCHR(os.stat(full).st_mode) and stat.S_ISCHR(os.stat(null).st_mode)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["full", "null", "ok.py", "ran.txt"]

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 import torchtriage
 from torchtriage._gradients._graph import leaves_of, reach
@@ -37,11 +38,15 @@ class Net(nn.Module):
         return y.view(-1, 5) if bad else y  # 6 x 3 = 18 elements: not a multiple of 5
 
 
-def _frames_of(fail) -> list[tuple[str, int, str]]:
+def _frames_of(fail) -> list[tuple[str, int | None, str]]:
+    """The traceback's frames below the test's two callers (whose own lines differ by
+    construction); `nn.Module._call_impl`'s line is left out: it runs its hooked path (another
+    line of the same frame) while any module hook is registered."""
     try:
         fail()
     except RuntimeError as e:
-        return [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(e.__traceback__)]
+        frames = traceback.extract_tb(e.__traceback__)[2:]
+        return [(f.filename, None if f.name == "_call_impl" else f.lineno, f.name) for f in frames]
     raise AssertionError("did not raise")
 
 
@@ -67,8 +72,8 @@ def _backward_raises(model, x, y):
     model(x).sum().backward(torch.ones(2))  # a wrong gradient shape
 
 
-@pytest.mark.parametrize("bad", [_forward_raises, _loss_raises, _backward_raises], ids=["forward", "loss", "backward"])
-def test_traceback_under_watch_is_the_plain_one(bad):
+def _plain_and_watched(bad) -> tuple[list, list]:
+    """The frames of `bad`'s error, two steps into a loop, without torchtriage and under `watch`."""
     def plain():
         torch.manual_seed(0)
         model = Net()
@@ -81,13 +86,34 @@ def test_traceback_under_watch_is_the_plain_one(bad):
         with torchtriage.watch(model, opt, on_anomaly="record", report=False):
             _train_then(model, opt, bad)
 
-    expected, got = _frames_of(plain), _frames_of(watched)
+    return _frames_of(plain), _frames_of(watched)
+
+
+@pytest.mark.parametrize("bad", [_forward_raises, _loss_raises, _backward_raises], ids=["forward", "loss", "backward"])
+def test_traceback_under_watch_is_the_plain_one(bad):
+    expected, got = _plain_and_watched(bad)
     assert not [f for f in got if "torchtriage" in f[0]], got
-    # The same frames of the user's code below the two callers (their own lines differ by
-    # construction; torch's module call takes its hooked path while hooks are on).
-    mine = lambda frames: [f for f in frames[2:] if f[0] == __file__]  # noqa: E731
-    assert mine(got) == mine(expected), (got, expected)
-    assert got[-1] == expected[-1]
+    # nor torch's frames that only our modes and hooks put there (handle_torch_function, inner)
+    assert got == expected, (got, expected)
+
+
+class Passthrough(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _users_mode_and_hook(model, x, y):
+    criterion = nn.CrossEntropyLoss()
+    criterion.register_forward_hook(lambda m, a, out: None)  # the user's own hook: torch's `inner` frame stays
+    with Passthrough():  # the user's own mode: its handle_torch_function frames stay
+        criterion(model(x), y.float())
+
+
+def test_the_users_own_modes_and_hooks_keep_their_frames():
+    expected, got = _plain_and_watched(_users_mode_and_hook)
+    assert [f[2] for f in expected].count("handle_torch_function") == 1, expected
+    assert [f[2] for f in expected].count("inner") == 1, expected
+    assert got == expected, (got, expected)
 
 
 class LogOfRelu(nn.Module):
@@ -114,3 +140,53 @@ def test_warnings_name_the_users_line():
     ours = [w for w in seen if issubclass(w.category, torchtriage.TriageWarning)]
     assert ours, [str(w.message) for w in seen]
     assert {w.filename for w in ours} == {__file__}, [(w.filename, w.lineno) for w in ours]
+
+
+def _broken(*args, **kwargs):
+    raise RuntimeError("a bug of ours")
+
+
+def test_internal_warnings_name_the_users_line(monkeypatch):
+    """Our own bugs warn (never kill the step) at the user's line, not at our wrappers'."""
+    from torchtriage._dynamics._order import StepOrder
+    from torchtriage._dynamics._schedules import ScheduleWatch
+    from torchtriage._nonfinite._sentinel import NonFiniteSentinel
+
+    monkeypatch.setattr(StepOrder, "clipped", _broken)
+    monkeypatch.setattr(ScheduleWatch, "called", _broken)
+    monkeypatch.setattr(NonFiniteSentinel, "on_optimizer_step_post", _broken)
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1)
+    x, y = torch.randn(6, 4), torch.randint(0, 3, (6,))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with torchtriage.watch(model, opt, report=False):
+            for _ in range(2):
+                opt.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+    ours = [w for w in seen if issubclass(w.category, torchtriage.TriageInternalWarning)]
+    where = {str(w.message).split(" was ignored")[0]: (w.filename, w.lineno) for w in ours}
+    assert set(where) == {f"torchtriage: an internal error in {w}" for w in
+                          ("dynamics.clip", "dynamics.scheduler", "nonfinite.on_optimizer_step_post")}, where
+    assert {f for f, _ in where.values()} == {__file__}, where
+
+
+def test_internal_warnings_of_triage_name_the_users_line(monkeypatch):
+    from torchtriage._triage import _context
+
+    monkeypatch.setattr(_context, "sites_of", _broken)
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError, match="shape"):
+            with torchtriage.watch(model, opt, report=False):
+                _train_then(model, opt, _forward_raises)
+    ours = [(str(w.message), w.filename) for w in seen if issubclass(w.category, torchtriage.TriageInternalWarning)]
+    assert ours and {f for _, f in ours} == {__file__}, ours

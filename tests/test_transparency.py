@@ -8,6 +8,7 @@ mid-training, and after the session ended."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +130,55 @@ def test_deepcopy_best_model_script_same_output_under_run(tmp_path):
     assert run.returncode == 0, run.stderr
     assert run.stdout == plain.stdout
     assert "No finding" in run.stderr, run.stderr
+
+
+@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
+                    reason="the inductor backend needs a C++ compiler on CPU")
+def test_compile_inductor_same_outcome_under_watch_and_run(tmp_path):
+    """torch.compile's default backend (a C++ compile: kept out of the catalogue's every-mode
+    loop), a training step and an inference through it, mid-training."""
+    names = ["compile_inductor"]
+    T.run_catalogue(names=names)  # the first compile in a process imports modules that warn once
+    expected = T.run_catalogue(names=names)
+    assert expected["compile_inductor"][0] == "ok", expected
+    assert not _differences(expected, T.run_catalogue(_watching(), names=names))
+    plain = subprocess.run([sys.executable, str(CATALOGUE), *names], capture_output=True, text=True, cwd=tmp_path,
+                           timeout=600)
+    assert plain.returncode == 0, plain.stderr
+    run = run_cli("run", "--json", str(tmp_path / "r.json"), str(CATALOGUE), *names, cwd=tmp_path, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert not _differences(json.loads(plain.stdout), json.loads(run.stdout))
+    assert json.loads((tmp_path / "r.json").read_text())["findings"] == []
+
+
+def test_a_checks_own_module_hooks_stay_out_of_copies(tmp_path):
+    """The distributed check's stall-tracker hooks on a DDP model (local functions: they do not
+    pickle) are left out of its copies, pickles and `torch.save`, as the root hooks are."""
+    import copy
+    import io
+    import pickle
+
+    import torch.distributed as dist
+
+    from torchtriage._distributed._collectives import Tracker
+    from torchtriage._distributed._ddp import DDPWatch
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 3))
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        with torchtriage.watch(ddp, opt, checks=["nonfinite"], report=False):
+            watch = DDPWatch(ddp, flags=None, tracker=Tracker())  # what the check attaches at world size >= 2
+            ddp(torch.randn(2, 4)).sum().backward()
+            hooks = (len(ddp._forward_pre_hooks), len(ddp._forward_hooks))
+            copies = [pickle.loads(pickle.dumps(ddp)), copy.deepcopy(ddp)]
+            buf = io.BytesIO()
+            torch.save(ddp, buf)
+            buf.seek(0)
+            copies.append(torch.load(buf, weights_only=False))
+            watch.remove()
+        assert hooks == (2, 2)  # the root hooks and the tracker's
+        assert [(len(c._forward_pre_hooks), len(c._forward_hooks)) for c in copies] == [(0, 0)] * 3
+    finally:
+        dist.destroy_process_group()

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from ._dispatch_frames import dispatch_frames
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
 
@@ -180,18 +182,22 @@ def is_our_file(filename: str) -> bool:
 
 
 def without_our_frames(tb: types.TracebackType | None, also: Callable[[str], bool] = lambda fn: False,
-                       ) -> types.TracebackType | None:
+                       hooks: bool = False) -> types.TracebackType | None:
     """`tb` with torchtriage's entries (and those whose file `also` accepts) unlinked, in place.
 
     Our frames can sit anywhere in the chain (a hook, a wrapper or a TorchFunctionMode between
-    the user's line and torch's op), so each one is unlinked, not only the leading ones. The
-    user then sees the traceback Python would show without torchtriage (issue 10)."""
-    kept = []
+    the user's line and torch's op), so each one is unlinked, not only the leading ones, with
+    the torch frames that only our modes (and, with `hooks`, only our module hooks) put there
+    (`_dispatch_frames`). The user then sees the traceback Python would show without
+    torchtriage (issue 10)."""
+    entries = []
     while tb is not None:
-        fn = tb.tb_frame.f_code.co_filename
-        if not (is_our_file(fn) or also(fn)):
-            kept.append(tb)
+        entries.append(tb)
         tb = tb.tb_next
+    mine = lambda e: is_our_file(e.tb_frame.f_code.co_filename)  # noqa: E731
+    dropped = dispatch_frames(entries, mine, hooks)
+    kept = [e for i, e in enumerate(entries)
+            if i not in dropped and not (mine(e) or also(e.tb_frame.f_code.co_filename))]
     for a, b in zip(kept, kept[1:]):
         a.tb_next = b
     if kept:

@@ -46,6 +46,7 @@ def run_cell(shell: Any, line: str, cell: str) -> Any:
     from ._session import Session
 
     args = _parser().parse_args(shlex.split(line))
+    _check_outputs(args)
     checks: Any = "default"
     if args.checks:
         checks = [c.strip() for c in args.checks.split(",") if c.strip()]
@@ -66,17 +67,36 @@ def run_cell(shell: Any, line: str, cell: str) -> Any:
                          error.__traceback__ if error is not None else None)
     report = active.report
     last_report = report
-    if args.json:
-        from .report import dump_json
-
-        dump_json(report, args.json)
-    if args.html:
-        from .report import render_html
-
-        with open(args.html, "w", encoding="utf-8") as fh:
-            fh.write(render_html(report))
+    _write_outputs(args, report)
     display(report)
     return None
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Output paths are checked before the cell runs, as `torchtriage run` does (issue 10)."""
+    from ._errors import ConfigError
+    from ._outputs import check_output
+
+    for flag, path in (("--json", args.json), ("--html", args.html)):
+        problem = check_output(path, flag) if path else None
+        if problem:
+            raise ConfigError(f"%%torchtriage: {problem}")
+
+
+def _write_outputs(args: argparse.Namespace, report: Any) -> None:
+    """Write --json / --html like a shell redirection; a write error (a full disk) is one line
+    on stderr, and the report is still displayed."""
+    import sys
+
+    from ._outputs import OutputError, write_output
+    from .report import render_html, render_json
+
+    for flag, path, render in (("--json", args.json, render_json), ("--html", args.html, render_html)):
+        if path:
+            try:
+                write_output(path, render(report) + ("\n" if flag == "--json" else ""), flag)
+            except OutputError as e:
+                print(f"torchtriage: error: {e}", file=sys.stderr)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -338,11 +338,16 @@ class Session(SessionHooks):
                 self.handle_exception(exc)
             self.close()
         finally:
-            self._uninstall()
-            if exc is not None:
-                # Once the checks have read it: the user's traceback as Python would show it
-                # without torchtriage (issue 10).
-                exc.__traceback__ = without_our_frames(exc.__traceback__)
+            try:
+                if exc is not None:
+                    # Once the checks have read it: the user's traceback as Python would show it
+                    # without torchtriage (issue 10); trimmed while our hooks are still registered,
+                    # which tells the torch frames they alone caused.
+                    exc.__traceback__ = without_our_frames(exc.__traceback__, hooks=True)
+            except Exception as e:
+                self._internal_error("session.traceback", e)
+            finally:
+                self._uninstall()
         self._maybe_print(exc)
         return False  # the user's exception is always re-raised, unchanged
 

@@ -71,8 +71,18 @@ class HookOwner:
 
 
 def is_ours(hook: Any) -> bool:
-    """A hook torchtriage registered: a root's `RootHook`, or a bound method of a session."""
-    return isinstance(hook, RootHook) or isinstance(getattr(hook, "__self__", None), HookOwner)
+    """A hook torchtriage registered: a root's `RootHook`, a bound method of a session, or a
+    function marked with `our_hook`."""
+    return (isinstance(hook, RootHook) or isinstance(getattr(hook, "__self__", None), HookOwner)
+            or getattr(hook, "__torchtriage_hook__", False) is True)
+
+
+def our_hook(fn: Any) -> Any:
+    """Mark `fn`, a module hook a check registers on a user's module, as torchtriage's: copies,
+    pickles, `torch.save` and `torch.jit.script` of the module leave it out (a local function
+    does not pickle, and it would carry the check's state into the copy)."""
+    fn.__torchtriage_hook__ = True
+    return fn
 
 
 def _our_ids(state: dict[str, Any]) -> set[int]:

@@ -6,4 +6,5 @@ MESSAGES = {
     "outputs.is_folder": "{flag} {path}: is a folder, expected a file path",
     "outputs.unwritable": "{flag} {path}: not writable ({reason})",
     "outputs.write_failed": "{flag} {path}: cannot write the output: {reason}",
+    "outputs.stdout_failed": "standard output: cannot write the output: {reason}",
 }

@@ -79,7 +79,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    code = args.func(args)
+    if args.command == "run":  # the user's script owns stdout and its errors
+        return int(args.func(args) or 0)
+    from ._stdout import SIGPIPE_EXIT, StdoutError, abandon_stdout, guarded_stdout, is_broken_pipe
+
+    try:
+        with guarded_stdout():
+            code = args.func(args)
+    except StdoutError as e:
+        abandon_stdout()
+        if is_broken_pipe(e):
+            return SIGPIPE_EXIT
+        from .._catalogue import msg
+
+        return fail(msg("outputs.stdout_failed", reason=e.strerror or str(e)))
     return int(code or 0)
 
 

@@ -103,5 +103,8 @@ def splits_command(args: argparse.Namespace) -> int:
             rows, groups = suggest_split(inputs, args.group, args.suggest_split)
         except (ValueError, ImportError) as e:
             return fail(str(e))
+        except OSError as e:  # checked before the work, but the disk can still refuse (issue 10)
+            return fail(msg("outputs.write_failed", flag="--suggest-split", path=args.suggest_split,
+                            reason=e.strerror or str(e)))
         print(msg("leakage.cli.suggest_written", path=args.suggest_split, rows=rows, groups=groups), file=sys.stderr)
     return 0 if report.ok else 1

@@ -15,6 +15,7 @@ import torch.nn as nn
 from .. import _deferred
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import user_frame_from_stack
+from .._transparent import our_hook
 
 
 def is_ddp(model: nn.Module) -> bool:
@@ -55,8 +56,8 @@ class DDPWatch:
             def post(module: nn.Module, args: Any, output: Any) -> None:
                 tracker.leave()
 
-            self.handles.append(ddp.register_forward_pre_hook(pre))
-            self.handles.append(ddp.register_forward_hook(post, always_call=True))
+            self.handles.append(ddp.register_forward_pre_hook(our_hook(pre)))
+            self.handles.append(ddp.register_forward_hook(our_hook(post), always_call=True))
 
     def _hook(self, index: int) -> Any:
         used, sums = self.used, self.sums

@@ -27,7 +27,7 @@ from torch.nn.utils import clip_grad as _clip_grad
 from .._catalogue import msg
 from .._errors import TriageInternalWarning
 from .._findings import Category, Finding, Severity, Stage
-from .._frames import UserFrame, user_frame_from_stack, user_stack_frame
+from .._frames import UserFrame, user_frame_from_stack, user_stack_frame, user_stacklevel
 from ._common import finding
 
 ADAPTIVE = ("Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "SparseAdam", "Adafactor")
@@ -70,7 +70,7 @@ class StepOrder:
                 except Exception as e:
                     order.broken = True
                     warnings.warn(msg("internal.warning", where="dynamics.clip", error=f"{type(e).__name__}: {e}"),
-                                  TriageInternalWarning, stacklevel=2)
+                                  TriageInternalWarning, stacklevel=user_stacklevel())
             return original(*args, **kwargs)
 
         return wrapped

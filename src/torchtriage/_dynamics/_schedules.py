@@ -28,7 +28,7 @@ from torch.optim import lr_scheduler as lrs
 from .._catalogue import msg
 from .._errors import TriageInternalWarning
 from .._findings import Finding, Severity, Stage
-from .._frames import UserFrame, user_frame_from_stack
+from .._frames import UserFrame, user_frame_from_stack, user_stacklevel
 from ._common import finding, num
 
 EPOCH_SCALE = ("StepLR", "MultiStepLR", "ExponentialLR", "PolynomialLR", "CosineAnnealingLR")
@@ -104,7 +104,7 @@ class ScheduleWatch:
                 except Exception as e:  # our bookkeeping never breaks the user's step
                     watch.broken = True
                     warnings.warn(msg("internal.warning", where="dynamics.scheduler", error=f"{type(e).__name__}: {e}"),
-                                  TriageInternalWarning, stacklevel=2)
+                                  TriageInternalWarning, stacklevel=user_stacklevel())
             return original(sched, *args, **kwargs)
 
         return step

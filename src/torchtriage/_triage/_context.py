@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 
 from .._findings import Stage
-from .._frames import UserFrame, iter_tb, user_frame_from_tb
+from .._frames import UserFrame, iter_tb, user_frame_from_tb, user_stacklevel
 from ._operands import Operand, Sites, operands_of, sites_of
 
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
@@ -193,7 +193,7 @@ def _internal(where: str, e: BaseException) -> None:
     from .._errors import TriageInternalWarning
 
     warnings.warn(msg("internal.warning", where=where, error=f"{type(e).__name__}: {e}"),
-                  TriageInternalWarning, stacklevel=3)
+                  TriageInternalWarning, stacklevel=user_stacklevel())
 
 
 def _stage_of(path: str, name: str, f: types.FrameType) -> Stage | None:
