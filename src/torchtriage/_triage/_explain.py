@@ -23,6 +23,7 @@ from .._errors import AnomalyError, TriageError
 from .._findings import Category, Finding, Report, Severity, Stage
 from .._frames import is_user_file
 from .._summary import TensorSummary, summarize
+from ._consequence import consequence_evidence, earlier_nonfinite
 from ._context import Context, _internal
 from ._families import match_family
 from ._rules import RULES, Rule, classify
@@ -58,6 +59,11 @@ def triage_exception(exc: BaseException, *, session: Any = None) -> Report:
 
 def explain(exc: BaseException, session: Any = None) -> Finding:
     """The finding for `exc` (its cause chain is searched when `exc` itself is unknown)."""
+    return explain_in_context(exc, session)[0]
+
+
+def explain_in_context(exc: BaseException, session: Any = None) -> tuple[Finding, Context]:
+    """`explain`, with the `Context` its evidence was read from (the failing call's tensors)."""
     # A DataLoader worker's error arrives as text: classify the worker's own error and point
     # at its line in the dataset / collate_fn, not at the `for batch in loader` line.
     worker = read_worker_error(exc)
@@ -133,7 +139,7 @@ def explain(exc: BaseException, session: Any = None) -> Finding:
         cause=msg(f"triage.{code}.cause", **fields),
         next_check=msg(f"triage.{code}.next", **fields),
         evidence=evidence,
-    )
+    ), ctx
 
 
 def _classify(exc: BaseException) -> tuple[Rule, re.Match[str]] | None:
@@ -294,7 +300,15 @@ class ExceptionTriage(Checker):
         if not isinstance(exc, Exception) or isinstance(exc, TriageError):
             return
         assert self.session is not None
-        finding = explain(exc, self.session)
+        finding, ctx = explain_in_context(exc, self.session)
+        # An error raised on NaN/Inf operands after a non-finite value was found is that
+        # value's consequence (NaN logits refused by a distribution at the next step).
+        earlier = earlier_nonfinite(self.session.findings, finding)
+        if earlier is not None:
+            evidence = consequence_evidence(finding, ctx)
+            if evidence is not None:
+                self.session.count_on(earlier, evidence)
+                return
         # A check that already explained this failure before it was raised (e.g. the gradient
         # check names the .item() line that left the graph) makes the generic reading redundant.
         superseded_by = _SUPERSEDED.get(finding.code, ())
