@@ -26,6 +26,7 @@ from .._summary import TensorSummary, summarize
 from ._consequence import consequence_evidence, earlier_nonfinite
 from ._context import Context, _internal
 from ._families import match_family
+from ._freed import reuse_fields
 from ._rules import RULES, Rule, classify
 from ._structure import inplace_producer
 from ._vocab import read
@@ -107,6 +108,8 @@ def explain_in_context(exc: BaseException, session: Any = None) -> tuple[Finding
         code, category, fields, op = "other.exception", Category.OTHER, {}, None
     if code.startswith("gradient.inplace_"):
         fields.update(inplace_producer(fields, ctx))
+    if code == "gradient.backward_twice":
+        fields.update(reuse_fields(ctx))
     function = ctx.sites.function
     if not known:
         # New families, vocabulary readings and unknown errors name the torch function (issue 12).
@@ -199,7 +202,7 @@ def _operand_evidence(ev: dict[str, Any], ctx: Context, fields: dict[str, Any], 
     for o in ctx.operands:
         if o.name not in ev and (o.named_by_user or o.ident not in shown):
             ev[f"operand {o.name}"] = o
-    for key in ("vocabulary", "branch_line"):
+    for key in ("vocabulary", "branch_line", "reused"):
         if fields.get(key):
             ev[key] = fields[key]
     if fields.get("producer"):
@@ -294,6 +297,20 @@ class ExceptionTriage(Checker):
     """Explains the exception that ends a watched block (check name "triage")."""
 
     name = "triage"
+
+    def __init__(self) -> None:
+        super().__init__()
+        # The largest autograd node number among the roots of a completed backward(): nodes up
+        # to it that backward reached were freed (read when a later backward meets them).
+        self.freed_upto: int | None = None
+
+    def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        for t in roots:
+            node = getattr(t, "grad_fn", None)
+            if node is not None:
+                seq = node._sequence_nr()
+                if self.freed_upto is None or seq > self.freed_upto:
+                    self.freed_upto = seq
 
     def on_exception(self, exc: BaseException) -> None:
         # SystemExit / KeyboardInterrupt are not faults; our own errors already carry a finding.
