@@ -207,6 +207,11 @@ class SilentChecker(Checker):
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
         self._backward_in_step = True
         if self._train_in_eval:
+            if self.sampling is not None:
+                # a no-grad forward whose outputs made the loss given to backward() was the
+                # training forward (cut: the gradient check says so), not an evaluation
+                for key in self.sampling.keys_of(roots):
+                    self._train_in_eval.pop(key, None)
             self._judge_train_in_eval()
         self._pop_left_modes()
         root = roots[0] if roots and isinstance(roots[0], torch.Tensor) else None
