@@ -307,10 +307,11 @@ class ExceptionTriage(Checker):
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         for t in roots:
             node = getattr(t, "grad_fn", None)
-            if node is not None:
-                seq = node._sequence_nr()
-                if self.freed_upto is None or seq > self.freed_upto:
-                    self.freed_upto = seq
+            seq = getattr(node, "_sequence_nr", None)
+            if seq is not None:
+                n = seq()
+                if self.freed_upto is None or n > self.freed_upto:
+                    self.freed_upto = n
 
     def on_exception(self, exc: BaseException) -> None:
         # SystemExit / KeyboardInterrupt are not faults; our own errors already carry a finding.

@@ -24,7 +24,6 @@ that the failing backward does not reach (`g_loss`). Only the report path runs t
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import linecache
 import os
@@ -38,7 +37,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from .._catalogue import msg
-from .._frames import is_user_file
+from .._frames import carried_name, is_user_file
 
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
 _MAX_NODES = 20_000  # a graph walk stops here (a long unrolled RNN still fits)
@@ -117,26 +116,6 @@ def freed_tensor(ctx: Any) -> FreedTensor | None:
             carried = carried_name(frame.source) if frame is not None else None
             best = (depth[node], FreedTensor(None, None, where, type(node).__name__, carried))
     return best[1] if best is not None else None
-
-
-def carried_name(source: str) -> str | None:
-    """The one name an assignment both reads and rebinds: `h` in `h = torch.tanh(W(x) + h)`,
-    `hidden` in `output, hidden = model(data, hidden)`: a value carried from one iteration to
-    the next. None when the line is no such assignment (or rebinds several names it reads)."""
-    try:
-        tree = ast.parse(source.strip())
-    except SyntaxError:
-        return None
-    if len(tree.body) != 1 or not isinstance(tree.body[0], (ast.Assign, ast.AugAssign)):
-        return None
-    stmt = tree.body[0]
-    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-    bound = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-    read = {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    if isinstance(stmt, ast.AugAssign):
-        read |= bound
-    both = bound & read
-    return both.pop() if len(both) == 1 else None
 
 
 def _roots(ctx: Any) -> list[torch.Tensor]:
