@@ -115,3 +115,16 @@ def test_nan_logits_without_an_earlier_finding_are_the_error_itself():
     line = next(i for i, text in enumerate(lines, 1) if text.rstrip().endswith("# the error's line"))
     assert (error.file, error.line) == (HERE, line)
     assert not any("then raised" in f.evidence for f in s.report)
+
+
+def test_a_target_out_of_range_after_the_nan_is_a_finding_of_its_own():
+    """NaN logits, but the error is about the integer target: a second bug, not the NaN's doing."""
+    def bad_target(logits, step):
+        if step == 1:
+            torch.nn.functional.cross_entropy(logits, torch.tensor([7]))
+
+    report, exc = _loop(bad_target)
+    assert isinstance(exc, IndexError)
+    loud = {f.code: f for f in _loud(report)}
+    assert sorted(loud) == ["data.target_range", "numerical.nonfinite_loss"]
+    assert "then raised" not in loud["numerical.nonfinite_loss"].evidence

@@ -9,8 +9,10 @@ finding (its count and evidence) instead of being reported on its own.
 
 The evidence is the operands' values, read here (the report path, after the exception); when
 no operand can be read (a call whose arguments are expressions), the values the message
-itself prints (`tensor([[nan, nan]])`) are the fallback. An error about metadata (shape,
-dtype, device, layout, memory, files) never depends on values and is never folded.
+itself prints (`tensor([[nan, nan]])`) are the fallback. An error that a table or family rule
+reads as a fault of metadata (shape, dtype, device, layout, memory, files), of the graph's
+structure (no graph, in-place, backward twice) or of integer values (a target or an id out of
+range) does not depend on float values and is never folded.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from .._catalogue import msg
 from .._findings import Category, Finding, Severity
 from ._context import Context
 
-# Faults decided by metadata alone: NaN operands cannot have caused them.
-_STRUCTURAL = frozenset({Category.SHAPE, Category.DTYPE, Category.DEVICE, Category.LAYOUT,
-                         Category.MEMORY, Category.ENVIRONMENT})
+# Faults decided by metadata, the graph's structure or integer values (ids, targets, indices):
+# NaN operands cannot have caused them. Only when a table or family rule read the error: a
+# reading by the message's words alone is a guess that the operands' values outweigh.
+_STRUCTURAL = frozenset({Category.SHAPE, Category.DTYPE, Category.DEVICE, Category.LAYOUT, Category.GRADIENT,
+                         Category.DATA, Category.MEMORY, Category.ENVIRONMENT})
 # A tensor's repr in a message that shows a NaN/Inf value: `tensor([[nan, 0.5]])`, `tensor(-inf)`.
 _PRINTED = re.compile(r"tensor\([^()]*?(?<![\w.])-?(?:nan|inf)(?![\w.])")
 _MAX_TENSORS = 12
@@ -35,7 +39,7 @@ _MAX_TENSORS = 12
 
 def earlier_nonfinite(findings: Iterable[Finding], finding: Finding) -> Finding | None:
     """The first recorded non-finite value (a numerical error) that could explain `finding`."""
-    if finding.category in _STRUCTURAL:
+    if finding.category in _STRUCTURAL and "vocabulary" not in finding.evidence:
         return None
     found = [f for f in findings if f.category is Category.NUMERICAL and f.severity is Severity.ERROR
              and (finding.step is None or f.step is None or f.step <= finding.step)]
