@@ -1,6 +1,6 @@
-"""Launch a script under `python -m torch.distributed.run` (gloo, CPU) for the distributed tests:
-a free port, a bounded time, and no process left behind (the agent starts each worker in its own
-session, so the workers are found through /proc and ended by pid)."""
+"""Launch a script under `python -m torch.distributed.run` or `accelerate launch` (gloo, CPU) for the
+distributed tests: a free port, a bounded time, and no process left behind (the agent starts each
+worker in its own session, so the workers are found through /proc and ended by pid)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,25 @@ def torchrun(args: list[str], *, cwd: Path, nproc: int = 2, timeout: float = 120
     """`python -m torch.distributed.run --nproc-per-node N ARGS`, its output and exit code."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--monitor-interval", "0.2", *args]
+    return launched(cmd, cwd=cwd, timeout=timeout, env=env)
+
+
+def accelerate_launch(args: list[str], *, cwd: Path, nproc: int = 2, timeout: float = 120.0,
+                      env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`accelerate launch --multi_gpu --num_processes N ARGS` on CPU: Accelerate's launcher runs
+    torchrun's agent in its own process; `ACCELERATE_USE_CPU` (what `--cpu` sets) makes each
+    `Accelerator()` take gloo. HF_HOME is the test's folder: no user config file is read."""
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(nproc),
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port()), "--monitor_interval", "0.2",
+           *args]
+    return launched(cmd, cwd=cwd, timeout=timeout,
+                    env={"ACCELERATE_USE_CPU": "true", "HF_HOME": str(cwd / "hf_home"), **(env or {})})
+
+
+def launched(cmd: list[str], *, cwd: Path, timeout: float,
+             env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+    """Run a launcher command, its output and exit code; nothing it started may stay behind."""
     token = uuid.uuid4().hex
     full_env = dict(os.environ, TORCHTRIAGE_TEST_TOKEN=token,
                     PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -60,7 +79,7 @@ def torchrun(args: list[str], *, cwd: Path, nproc: int = 2, timeout: float = 120
     except subprocess.TimeoutExpired:
         _kill(token)
         out, err = proc.communicate()
-        raise AssertionError(f"torchrun did not finish in {timeout} s\n{out}\n{err}") from None
+        raise AssertionError(f"{cmd[2]} did not finish in {timeout} s\n{out}\n{err}") from None
     finally:
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)

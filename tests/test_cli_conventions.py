@@ -100,3 +100,72 @@ def test_exit_codes_are_documented_in_help():
     assert "exit status: the script's own" in run
     assert "run a module as `python -m MODULE ARGS...`" in run
     assert "--tensorboard DIR" in run and "--wandb" in run
+
+
+ARGS = {"run": ["x.py"], "env": [], "lab": [], "splits": ["a.csv", "b.csv"], "replay": ["B"], "shrink": ["B"],
+        "make-test": ["B"], "report": ["r.json"]}
+
+
+def test_every_command_takes_the_global_options_before_or_after_it():
+    import pytest
+
+    from torchtriage._cli import build_parser
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    assert sorted(commands) == sorted(ARGS)
+    for command, args in ARGS.items():
+        for argv in (["--lang", "zh", command, *args], [command, "--lang", "zh", *args]):
+            ns = parser.parse_args(argv)
+            # `report --lang` is the report's headings' language (dest report_lang)
+            assert "zh" in (ns.lang, getattr(ns, "report_lang", None)), argv
+    with pytest.raises(SystemExit) as e:
+        parser.parse_args(["env", "--lang", "fr"])
+    assert e.value.code == 2
+
+
+# Words that only mean something to a reader of the method's source text (its chapters,
+# appendices, question numbers). User-facing text names the faults plainly (issue 18 §6).
+_INSIDER = r"(?i)\bthe seed'?s?\b|\bchapter\b|\bappendix\b|\bQ[1-6]\b|附录|第\s*\d+\s*章|章节"
+
+
+def test_user_facing_text_has_no_words_from_the_methods_source():
+    import re
+
+    import torchtriage
+    from torchtriage._catalogue import catalogue
+    from torchtriage._cli import build_parser
+
+    bad = [(lang, key, text) for lang, table in catalogue().items() for key, text in table.items()
+           if re.search(_INSIDER, text)]
+    assert bad == []
+    parser = build_parser()
+    helps = [parser.format_help()] + [p.format_help() for p in parser._subparsers._group_actions[0].choices.values()]
+    assert [h for h in helps if re.search(_INSIDER, h)] == []
+    import inspect
+
+    docs = {name: inspect.getdoc(getattr(torchtriage, name)) or "" for name in torchtriage.__all__}
+    assert {name: re.findall(_INSIDER, doc) for name, doc in docs.items() if re.search(_INSIDER, doc)} == {}
+
+
+def test_help_names_the_faults_plainly_in_the_language_asked_for():
+    en = run_cli("lab", "--help")
+    assert ("Run four common faults in memory (a broadcast loss, a cut graph, an exp overflow, a writer in "
+            "both splits)") in " ".join(en.stdout.split())
+    # Before: the description said "an item() rebuild" and "a group leak", in English for --lang zh too.
+    for argv in (["--lang", "zh", "lab", "--help"], ["lab", "--lang", "zh", "--help"]):
+        zh = run_cli(*argv)
+        assert ("在内存中运行四个常见故障（广播的损失、被切断的计算图、指数溢出、"
+                "同一书写者出现在两个划分中）") in zh.stdout
+    top = run_cli("--lang", "zh", "--help")
+    assert "退出码：\n" in top.stdout
+
+
+def test_help_language_is_read_before_the_scripts_arguments():
+    from torchtriage._cli import _help_language
+
+    assert _help_language(["--lang", "zh", "run", "x.py"]) == "zh"
+    assert _help_language(["run", "--lang=zh", "--help"]) == "zh"
+    assert _help_language(["run", "x.py", "--lang", "zh"]) is None  # the script's own option
+    assert _help_language(["run", "-m", "pkg", "--lang", "zh"]) is None
+    assert _help_language(["--lang", "fr", "lab"]) is None  # argparse reports it

@@ -139,3 +139,68 @@ def test_wandb_offline_run_holds_the_series_and_the_findings(tmp_path):
     rows = json.loads((run_dir / "files" / table["path"]).read_text(encoding="utf-8"))
     assert rows["columns"][:4] == ["step", "severity", "category", "code"]
     assert rows["data"][0][:4] == [0, "error", "silent", "silent.loss_broadcast"]
+
+
+USER_STEPS_SCRIPT = textwrap.dedent('''
+    import torch, torch.nn as nn
+    import wandb
+    import torchtriage
+
+    run = wandb.init(project="tt-test")
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    with torchtriage.watch(model, opt, report=False, wandb=True):
+        for i in range(4):
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            wandb.log({"my/loss": loss.item()}, step=10 * i)  # the user's own step numbers
+            wandb.log({"my/every_step": i})  # and a log that commits
+    wandb.log({"my/after": 1.0}, step=100)
+    run.finish()
+''')
+
+
+def test_wandb_leaves_the_users_own_step_numbers_alone(tmp_path):
+    """W&B drops a row whose explicit step is below the run's current step: torchtriage's values
+    join the user's rows instead of committing rows that would move the step past the user's."""
+    pytest.importorskip("wandb")
+    from _wandb_offline import read_run
+
+    (tmp_path / "train.py").write_text(USER_STEPS_SCRIPT, encoding="utf-8")
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_DIR=str(tmp_path), WANDB_SILENT="true",
+               OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "train.py"], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    history, summary = read_run(str(tmp_path))
+    assert [r["_step"] for r in history if "my/loss" in r] == [0, 10, 20, 30]  # none dropped
+    assert [r["my/every_step"] for r in history if "my/every_step" in r] == [0, 1, 2, 3]
+    assert [r["_step"] for r in history if "my/after" in r] == [100]
+    ours = [r for r in history if "torchtriage/loss" in r]
+    assert [r["torchtriage/step"] for r in ours] == [0, 1, 2, 3]
+    assert [r["torchtriage/loss"] for r in ours] == pytest.approx([r["my/loss"] for r in history if "my/loss" in r])
+    assert summary["torchtriage/ok"] is True
+
+
+def test_tensorboard_marks_the_step_of_a_dynamics_finding(tmp_path):
+    """The anomaly marker is at the step of each warning, the dynamics checks' too: here a StepLR
+    stepped per batch (tests/test_dynamics.py), with the lr curve that shows it."""
+    pytest.importorskip("tensorboard")
+    import torchtriage
+    from zoo import dynamics as z
+
+    models, opts, train = z.loop_epoch_scheduler_stepped_per_batch()
+    with torchtriage.watch(models, opts, on_anomaly="record", report=False, tensorboard=tmp_path / "tb") as s:
+        train()
+    [f] = s.report.filter(code="dynamics.epoch_scheduler_per_batch")
+    ea = _events(tmp_path / "tb")
+    assert [(e.step, e.value) for e in ea.Scalars("torchtriage/anomaly")] == [(f.step, 1.0)] == [(20, 1.0)]
+    lr = [e.value for e in ea.Scalars("torchtriage/lr")]
+    assert lr[0] == pytest.approx(0.1) and lr[25] == pytest.approx(0.001) and len(lr) == 64
+    [(_, text)] = _texts(ea, "torchtriage/findings/text_summary")
+    assert "StepLR is stepped at every optimizer step" in text

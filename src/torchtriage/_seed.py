@@ -26,7 +26,7 @@ _SEED_ORDER = ("shape", "dtype", "device", "numerical", "gradient")
 
 
 def _flags(args: tuple[Any, ...], kwargs: dict[str, Any], fn: str) -> list[tuple[str, bool]]:
-    """The seed's five flags, positional or by keyword, as (category, failed)."""
+    """The five flags, positional or by keyword, as (category, failed)."""
     if len(args) > len(_FLAGS):
         raise TypeError(f"{fn}() takes the flags {', '.join(_FLAGS)}, a Report or an exception")
     values = dict(zip(_FLAGS, args))
@@ -63,10 +63,10 @@ def _categories(report: Report) -> list[str]:
 
 
 def classify_issue(*args: Any, **flags: Any) -> list[str]:
-    """Q1: the fault categories, in the order to check them; an empty list when clean.
+    """The fault categories, in the order to check them; an empty list when clean.
 
     Arguments:
-        either the seed's flags ``shape_ok, dtype_ok, device_ok, has_nonfinite, grad_ok``
+        either five flags ``shape_ok, dtype_ok, device_ok, has_nonfinite, grad_ok``
         (positional or keyword), or one exception, or one `Report`.
 
     Returns:
@@ -89,16 +89,16 @@ _FIELDS = ("shape", "dtype", "device", "contiguous")
 
 
 def audit_tensor_contract(actual: Any, expected: Mapping[str, Any]) -> dict[str, Any]:
-    """Q2: compare a tensor with a contract field by field; name the first field to fix.
+    """Compare a tensor with a contract field by field; name the first field to fix.
 
     Arguments:
-        actual: a tensor, or the seed's dict ``{"shape", "dtype", "device", "contiguous"}``.
+        actual: a tensor, or a dict ``{"shape", "dtype", "device", "contiguous"}``.
         expected: a dict with any of ``shape`` (a tuple, or a spec such as ``"B 8 4"``),
             ``dtype``, ``device`` and ``contiguous``.
 
     Returns:
         ``{"checks": {"shape_ok": bool, ...}, "first_failure": "contiguous_ok" | None,
-        "dims": {...}}``; fields are checked in the seed's order shape → dtype → device → contiguous.
+        "dims": {...}}``; fields are checked in the order shape → dtype → device → contiguous.
 
     Example:
         >>> r = audit_tensor_contract(torch.randn(2, 4, 8).transpose(1, 2),
@@ -143,7 +143,7 @@ def _dict_failures(actual: Mapping[str, Any], spec: TensorSpec, dims: dict[str, 
 
 # ---------------------------------------------------------------- Q3
 def first_nonfinite_step(records: Any) -> dict[str, Any] | None:
-    """Q3: the first NaN / +Inf / -Inf of an ordered trace of (source, value).
+    """The first NaN / +Inf / -Inf of an ordered trace of (source, value).
 
     Arguments:
         records: a list of ``(source, value)`` in execution order; a value is a number or a
@@ -196,10 +196,10 @@ NONE_GRAD_CASES = ("detach", "no_grad", "leaf", "unregistered", "non_leaf", "inf
 
 def diagnose_none_grad(case: Any, *, module: nn.Module | None = None,
                        scope: Mapping[str, Any] | None = None) -> str:
-    """Q4: why a gradient is None, for a named case or a live tensor / parameter.
+    """Why a gradient is None, for a named case or a live tensor / parameter.
 
     Arguments:
-        case: one of `NONE_GRAD_CASES` (the seed's ``"detach"``, ``"no_grad"``, ``"leaf"``,
+        case: one of `NONE_GRAD_CASES` (``"detach"``, ``"no_grad"``, ``"leaf"``,
             ``"unregistered"``, and ``"non_leaf"``, ``"inference_mode"``, ``"unreached"``),
             or the tensor whose ``.grad`` is None.
         module: with a tensor, the model it should belong to (finds unregistered tensors).
@@ -286,10 +286,10 @@ def _detached_from(t: torch.Tensor, scope: Mapping[str, Any], module: nn.Module 
 
 # ---------------------------------------------------------------- Q5
 def debug_priority(*args: Any, **flags: Any) -> dict[str, Any]:
-    """Q5: the first thing to check, its rank, what is checked up to it, and why.
+    """The first thing to check, its rank, what is checked up to it, and why.
 
     Arguments:
-        the seed's five flags (as `classify_issue`), or one `Report` (or exception).
+        the five flags of `classify_issue`, or one `Report` (or exception).
 
     Returns:
         ``{"primary": category | "ok", "rank": int | None, "checked": [...], "reason": str}``.
@@ -326,10 +326,10 @@ _STAGE_ZONE = {Stage.FORWARD: "activation", Stage.LOSS: "loss", Stage.BACKWARD: 
 
 
 def locate_failure_zone(records: Any) -> dict[str, Any]:
-    """Q6: the first failing zone (loss, activation, gradient) and the next check.
+    """The first failing zone (loss, activation, gradient) and the next check.
 
     Arguments:
-        records: the seed's list of ``{"stage": "loss"|"activation"|"gradient", "finite": bool}``
+        records: a list of ``{"stage": "loss"|"activation"|"gradient", "finite": bool}``
             in execution order (``"forward"``/``"backward"`` are accepted aliases), or a `Report`.
 
     Returns:

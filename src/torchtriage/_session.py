@@ -379,17 +379,26 @@ class Session(SessionHooks):
         self._emit("on_end")
         self.meta["seconds"] = round(time.time() - self._t0, 3)
 
+    def job_report(self) -> Report | None:
+        """At the end, the job's report: this session's in a single process; in a distributed
+        job, the ranks' merged report on rank 0 (each rank hands its report in; issue 15) and
+        None on the other ranks."""
+        report = self.report
+        dist = self.checker("distributed")
+        if dist is None:
+            return report
+        merged = dist.gather(report)  # type: ignore[attr-defined]
+        if merged is not None:
+            self._merged = merged
+        return merged
+
     def _maybe_print(self, exc: BaseException | None) -> None:
         if self.print_report is False:
             return
-        report = self.report
-        dist = self.checker("distributed")
-        if dist is not None:
-            # One report for the job, printed once, by rank 0 (issue 15).
-            merged = dist.gather(report)  # type: ignore[attr-defined]
-            if merged is None:
-                return
-            self._merged = report = merged
+        # One report for the job, printed once, by rank 0 (issue 15).
+        report = self.job_report()
+        if report is None:
+            return
         if self.print_report is True or exc is not None or not report.ok:
             from .report import render_text
 

@@ -12,6 +12,8 @@ MESSAGES = {
     "cli.run_exit_codes": "exit status: the script's own (0 when it ends normally, its sys.exit code), "
                           "1 when it raises (the report, then its traceback), 2 for bad input (one line on "
                           "stderr), 130 when interrupted. Findings alone do not change the exit status.",
+    "cli.lab.help": "run four common faults in memory (a broadcast loss, a cut graph, an exp overflow, a writer in both splits) and diagnose them",
+    "cli.lab.description": "Run four common faults in memory (a broadcast loss, a cut graph, an exp overflow, a writer in both splits) and print what torchtriage's checks found.",
     "integration.nothing_found": "torchtriage: nothing found over {steps} step(s)",
     "integration.bad_report": "report={value!r}: expected \"auto\" (print the report when something was found, "
                               "else one line), True (always) or False (never)",

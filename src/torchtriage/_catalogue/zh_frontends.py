@@ -11,6 +11,8 @@ MESSAGES = {
                       "  130  被中断（Ctrl-C）",
     "cli.run_exit_codes": "退出码：脚本自身的（正常结束为 0，或它的 sys.exit 值），脚本抛出异常时为 1（先报告，"
                           "后 traceback），输入错误为 2（stderr 上一行说明），被中断为 130。仅有发现不改变退出码。",
+    "cli.lab.help": "在内存中运行四个常见故障（广播的损失、被切断的计算图、指数溢出、同一书写者出现在两个划分中）并诊断",
+    "cli.lab.description": "在内存中运行四个常见故障（广播的损失、被切断的计算图、指数溢出、同一书写者出现在两个划分中），并打印 torchtriage 的检查发现了什么。",
     "integration.nothing_found": "torchtriage：{steps} 步中未发现问题",
     "integration.bad_report": "report={value!r}：应为 \"auto\"（有发现时打印报告，否则打印一行）、True（总是）或 False（从不）",
     "integration.no_tensorboard_logger": "tensorboard=True：trainer 没有 TensorBoard logger；请给出日志目录"

@@ -48,7 +48,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _help_language(argv: Sequence[str]) -> str | None:
+    """The `--lang` given before the command's first operand (`torchtriage --lang zh lab -h`,
+    `torchtriage run --lang zh -h`): the help texts come from the catalogue, so the language is
+    set before the parser is built. Later options belong to the script or are the command's."""
+    found, commands = None, {c.replace("_", "-") for c in COMMANDS}
+    it = iter(argv)
+    for tok in it:
+        if tok == "--lang":
+            found = next(it, None)
+        elif tok.startswith("--lang="):
+            found = tok.split("=", 1)[1]
+        elif tok in ("-m", "--") or (not tok.startswith("-") and tok not in commands):
+            break
+    return found if found in ("en", "zh") else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    lang = _help_language(sys.argv[1:] if argv is None else argv)
+    if lang:
+        from .._catalogue import set_language
+
+        set_language(lang)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.lang:

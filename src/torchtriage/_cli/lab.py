@@ -26,10 +26,7 @@ class Outcome:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("lab", help="run four common faults in memory (a broadcast loss, a cut graph, an exp "
-                                   "overflow, a writer in both splits) and diagnose them",
-                       description="Trigger a silent broadcast, an item() rebuild, an exp overflow and a "
-                                   "group leak in memory, and print what torchtriage's checks found.")
+    p = sub.add_parser("lab", help=msg("cli.lab.help"), description=msg("cli.lab.description"))
     p.add_argument("--json", action="store_true", help="print the outcomes as JSON instead of text")
     p.set_defaults(func=lab_command)
 

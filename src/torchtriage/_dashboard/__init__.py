@@ -2,7 +2,7 @@
 
 `Session(tensorboard=DIR_or_SummaryWriter, wandb=True_or_run)` (and `watch`, `torchtriage
 run --tensorboard DIR --wandb`, the `%%torchtriage` magic, the Lightning / HF callbacks) adds a
-`DashboardLogger` per target after the checks. See docs/dashboards.md.
+`DashboardLogger` per target after the checks. See docs/frontends.md.
 """
 
 from __future__ import annotations

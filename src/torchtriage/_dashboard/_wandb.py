@@ -1,7 +1,12 @@
 """Weights & Biases: scalars on torchtriage's own step axis, findings as a table and text.
 
 Values are logged under `torchtriage/*` against the metric `torchtriage/step` (declared with
-`define_metric`), so they never move the run's own step counter that the user's logging uses.
+`define_metric`). They join the run's current history row (`commit=False`) instead of committing
+rows of their own: a user's `wandb.log(..., step=i)` after ours still lands (W&B drops a row whose
+explicit step is below the run's current one), and a user's `wandb.log(...)` commits ours with
+it. Only when nobody committed the row since our last values do we commit it before writing the
+next step's (one row per training step, as when we are the only writer). W&B's `finish` writes
+a row left pending.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class WandbSink:
     def __init__(self, run: Any, *, owned: bool) -> None:
         self.run = run
         self.owned = owned
+        self._pending_at: int | None = None  # the run's step of the row our last values joined
         run.define_metric(STEP)
         run.define_metric(PREFIX + "*", step_metric=STEP)
 
@@ -53,7 +59,14 @@ class WandbSink:
         raise ConfigError(msg("dashboard.bad_wandb", value=target))
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
-        self.run.log({STEP: step, **values})
+        self._log({STEP: step, **values})
+
+    def _log(self, values: dict[str, Any]) -> None:
+        """Join the run's current row; commit it first when it still holds our previous values."""
+        if self._pending_at is not None and self.run.step == self._pending_at:
+            self.run.log({}, commit=True)
+        self.run.log(values, commit=False)
+        self._pending_at = self.run.step
 
     def report(self, report: Report, markers: dict[int, float]) -> None:
         wandb = _import_wandb()
@@ -61,11 +74,11 @@ class WandbSink:
         from ..report import render_text
 
         for step, value in sorted(markers.items()):
-            self.run.log({STEP: step, PREFIX + "anomaly": value})
+            self._log({STEP: step, PREFIX + "anomaly": value})
         rows = [[f.step, f.severity.value, f.category.value, f.code, f.stage.value if f.stage else None,
                  f.module, f"{f.file}:{f.line}" if f.file else None, f.message] for f in report.findings]
-        self.run.log({PREFIX + "findings": wandb.Table(columns=COLUMNS, data=rows),
-                      PREFIX + "report_html": wandb.Html(render_fragment(report))})
+        self._log({PREFIX + "findings": wandb.Table(columns=COLUMNS, data=rows),
+                   PREFIX + "report_html": wandb.Html(render_fragment(report))})
         self.run.summary[PREFIX + "report"] = render_text(report)
         self.run.summary[PREFIX + "ok"] = report.ok
 

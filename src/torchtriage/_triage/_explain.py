@@ -87,7 +87,10 @@ def explain_in_context(exc: BaseException, session: Any = None) -> tuple[Finding
         ctx.user_frame = worker.frame or ctx.user_frame
     known = hit is not None and any(hit[0] is r for r in RULES)
     reading = None
-    if hit is None and _torch_raised(target, worker):
+    # torch.distributed speaks of process ranks, sizes and devices of a job, not of tensors:
+    # its words would read as shape or device faults ("environment variable RANK expected").
+    if hit is None and _torch_raised(target, worker) and not (ctx.sites.function or "").startswith(
+            "torch.distributed."):
         reading = read(str(probe if worker is not None else target), ctx.operands)
     if hit is not None:
         rule, m = hit

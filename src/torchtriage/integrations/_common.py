@@ -7,11 +7,13 @@ import functools
 import os
 import sys
 import types
+import warnings
 from typing import Any
 
 import torch
 
 from .._catalogue import msg
+from .._errors import TriageInternalWarning
 from .._findings import Report
 from .._session import Session
 
@@ -34,6 +36,19 @@ def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer | None:
             continue
         break
     return optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
+
+
+def ddp_wrapper(model: Any, wrapper: Any) -> Any:
+    """The framework's `DistributedDataParallel` around `model` when there is one, else `model`.
+
+    The session watches the wrapper, as `torchtriage run` does for a DDP model it discovers: the
+    distributed check reads each rank's local gradients through it and replays its module, never
+    DDP's forward and backward with their collectives (watching the inner model alone, a NaN
+    received through the all-reduce was replayed through DDP on one rank)."""
+    if isinstance(wrapper, torch.nn.parallel.DistributedDataParallel) and any(
+            m is model for m in wrapper.modules()):
+        return wrapper
+    return model
 
 
 def with_callers(tb: types.TracebackType | None, frame: types.FrameType) -> types.TracebackType | None:
@@ -104,10 +119,24 @@ class SessionHolder:
             session.__exit__(type(exc) if exc is not None else None, exc, exc.__traceback__ if exc else None)
         finally:
             self._report = active.report if active is not None else session.report
-            if self.rank_zero:
+            owner = active is None or active is session  # joined an outer session: its owner prints
+            if owner:
+                # In a distributed job: one report, merged on rank 0 (None on the other ranks).
+                job = self._job_report(session)
+                self._report = job or self._report
+            if self.rank_zero and (not owner or job is not None):
                 self._write(self._report)
-                if active is None or active is session:  # joined an outer session: its owner prints
+                if owner:
                     self._print(self._report, exc)
+
+    @staticmethod
+    def _job_report(session: Session) -> Report | None:
+        try:
+            return session.job_report()
+        except Exception as e:  # our bug must never break the user's training
+            warnings.warn(msg("internal.warning", where="integration.job_report", error=f"{type(e).__name__}: {e}"),
+                          TriageInternalWarning, stacklevel=2)
+            return session.report
 
     def guard(self, obj: Any, method: str) -> None:
         """Wrap `obj.method` (an instance attribute, undone at close) so that an exception raised

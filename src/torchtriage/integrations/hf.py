@@ -22,7 +22,7 @@ except ImportError:
 
 from .._findings import Report
 from .._frames import find_frame
-from ._common import SessionHolder
+from ._common import SessionHolder, ddp_wrapper
 
 __all__ = ["TriageTrainerCallback"]
 
@@ -71,8 +71,10 @@ class TriageTrainerCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
                        **kwargs: Any) -> None:
         self._holder.rank_zero = bool(getattr(state, "is_world_process_zero", True))
-        self._holder.open([model] if model is not None else [], [optimizer] if optimizer is not None else [])
         trainer = _calling_trainer()
+        if model is not None and trainer is not None:
+            model = ddp_wrapper(model, getattr(trainer, "model_wrapped", None))
+        self._holder.open([model] if model is not None else [], [optimizer] if optimizer is not None else [])
         if trainer is not None:
             self._holder.guard(trainer, "training_step")
         self._holder.guard_uncaught()

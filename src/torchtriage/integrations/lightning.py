@@ -20,7 +20,7 @@ except ImportError:
     raise ImportError(msg("integration.missing", framework="lightning", extra="lightning")) from None
 
 from .._findings import Report
-from ._common import SessionHolder
+from ._common import SessionHolder, ddp_wrapper
 
 __all__ = ["TriageCallback"]
 
@@ -71,7 +71,8 @@ class TriageCallback(pl.Callback):
         overrides = {}
         if self._tb_from_trainer:
             overrides["tensorboard"] = _trainer_summary_writer(trainer)
-        self._holder.open([pl_module], list(getattr(trainer, "optimizers", []) or []), **overrides)
+        model = ddp_wrapper(pl_module, getattr(getattr(trainer, "strategy", None), "model", None))
+        self._holder.open([model], list(getattr(trainer, "optimizers", []) or []), **overrides)
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
         self._holder.close(None)
