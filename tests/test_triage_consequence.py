@@ -53,7 +53,7 @@ def _loud(report):
 
 def test_a_distribution_refusing_nan_logits_is_counted_on_the_nan_loss():
     def sample(logits, step):
-        Categorical(logits=logits).sample()
+        Categorical(logits=logits, validate_args=True).sample()
 
     report, exc = _loop(sample)
     assert isinstance(exc, ValueError) and "nan" in str(exc)
@@ -91,7 +91,7 @@ def test_an_error_on_finite_operands_after_the_nan_is_a_finding_of_its_own():
     def bad_probs(logits, step):
         if step == 1:
             probs = torch.tensor([[-0.5, 1.5]])
-            Categorical(probs=probs)
+            Categorical(probs=probs, validate_args=True)
 
     report, exc = _loop(bad_probs)
     assert isinstance(exc, ValueError)
@@ -107,7 +107,7 @@ def test_nan_logits_without_an_earlier_finding_are_the_error_itself():
     with pytest.raises(ValueError):
         with torchtriage.watch(net, on_anomaly="record", report=False) as s:
             logits = net(torch.full((1, 4), float("nan")))
-            Categorical(logits=logits)  # the error's line
+            Categorical(logits=logits, validate_args=True)  # the error's line
     (error,) = [f for f in s.report if "exception" in f.evidence]
     assert error.severity is Severity.ERROR and error.count == 1
     assert error.evidence["exception"].startswith("ValueError: Expected parameter logits")
