@@ -55,38 +55,22 @@ EXPECT: dict[str, Expect] = {
     "cifar10_stale_optimizer": Expect("gradient.optimizer_stale", E, mode="discover"),
     "transfer_frozen_head": Expect("gradient.loss_no_grad_fn", E),
     "mnist_rnn_bn_batch_of_one": Expect("shape.batchnorm_one_sample", E, module="batchnorm"),
-    "gan_fake_not_detached": Expect(
-        "gradient.backward_twice", E, mentions=("gen_imgs",),
-        gap="cause is generic ('a tensor kept across steps, e.g. a hidden state'): the finding does "
-            "not name gen_imgs, the generator output whose graph g_loss.backward() already freed"),
+    "gan_fake_not_detached": Expect("gradient.backward_twice", E, mentions=("gen_imgs",)),
     "fabric_log_softmax_dim0": Expect("silent.softmax_over_batch", W, module=""),
-    "wordlm_retain_graph": Expect(
-        "silent.loss_graph_kept", W,
-        gap="missed: a hidden state carried across steps with retain_graph=True (each backward "
-            "runs through every earlier batch) is not seen; only kept loss tensors are"),
+    "wordlm_retain_graph": Expect("silent.loss_graph_kept", W),
     "dcgan_int_labels": Expect("dtype.loss_target", E, module="BCELoss"),
     "reinforce_loss_rebuilt": Expect("gradient.cut_to_python", E, module="affine1", parameter="affine1.weight"),
     "mnist_test_in_train": Expect("data.heldout_trained", E, mode="discover"),
     "text_ngrams_valid_in_train": Expect("data.heldout_trained", E, mode="discover"),
-    "kd_student_under_no_grad": Expect(
-        "gradient.loss_no_grad_fn", E,
-        gap="line and cause name the teacher's earlier test() forward under no_grad (line 71), "
-            "not the student's forward in the teacher's no_grad block",
-        noise="4 gradient.cut_no_grad errors (one per student layer) and a "
-              "silent.train_mode_while_evaluating warning restate the one no_grad cut"),
-    "ppo_minibatch_of_one": Expect(
-        "numerical.nonfinite_loss", E,
-        noise="the ValueError that NaN logits raise in Categorical at the next step is "
-              "reported as an independent gradient.autograd error"),
+    "kd_student_under_no_grad": Expect("gradient.loss_no_grad_fn", E),
+    "ppo_minibatch_of_one": Expect("numerical.nonfinite_loss", E),
     "transformer_lm_loss_accumulated": Expect("silent.loss_graph_kept", W),
     "transformer_lm_mask_short_batch": Expect(
         "shape.size", E, module="transformer_encoder.layers.0.self_attn"),
     "resnet_lr_floor_division": Expect("gradient.lr_zero", W, mode="discover"),
     "resnet_eval_left_on": Expect("silent.eval_mode_while_training", W, module=""),
     "ner_num_labels_too_small": Expect("data.target_range", E, module="CrossEntropyLoss"),
-    "lightning_ae_zero_std": Expect(
-        "numerical.nonfinite_data", E,
-        noise="watch mode: the same NaN batch at step 1 is a second finding (without a line)"),
+    "lightning_ae_zero_std": Expect("numerical.nonfinite_data", E),
     "mingpt_adder_softmax_dim": Expect("silent.attention_sees_future", E, module="transformer.h.0.attn",
                                        mentions=("softmax",)),
 }
@@ -100,6 +84,12 @@ OTHER_MODE: dict[str, str | None] = {
     "mnist_test_in_train": "watch mode: the random_split ran before watch(), so no split is known",
     "cifar10_stale_optimizer": "watch mode: no line (the optimizer was built before watch())",
     "glue_param_group_missing": "watch mode: no line (the optimizer was built before watch())",
+    # the same answer in both modes (consequences folded, graphs read from autograd): kept as tests
+    "ppo_minibatch_of_one": None,
+    "gan_fake_not_detached": None,
+    "kd_student_under_no_grad": None,
+    "lightning_ae_zero_std": None,
+    "wordlm_retain_graph": None,
 }
 
 

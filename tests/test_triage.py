@@ -172,7 +172,9 @@ def test_gradient_backward_through_graph_twice_counts_the_step():
     f, _ = _watched(model, lambda: z.hidden_state_kept_across_steps(model, torch.randn(2, 8)))
     assert (f.category, f.code, f.stage, f.step) == (Category.GRADIENT, "gradient.backward_twice", Stage.BACKWARD, 1)
     assert f.line == z.bug_line(z.hidden_state_kept_across_steps)
-    assert f.next_check.startswith("detach tensors carried across steps (h = h.detach())")
+    # the old graph enters at `h = torch.tanh(model.body[0](x) + h)`: h, carried across steps
+    assert f.message.endswith("(through h)")
+    assert f.next_check.startswith("detach it where it is carried (h = h.detach() before the next step")
 
 
 CUDA_MESSAGES = [

@@ -4,6 +4,7 @@ torchtriage itself. That is the line a user should open first (seed G.1)."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import os
 import sys
@@ -235,3 +236,23 @@ def optimizer_frame(optimizer: Any) -> UserFrame | None:
         return _optimizer_frames.get(optimizer)
     except TypeError:
         return None
+
+
+def carried_name(source: str) -> str | None:
+    """The one name an assignment both reads and rebinds: `h` in `h = torch.tanh(W(x) + h)`,
+    `hidden` in `output, hidden = model(data, hidden)`: a value carried from one iteration to
+    the next. None when the line is no such assignment (or rebinds several names it reads)."""
+    try:
+        tree = ast.parse(source.strip())
+    except SyntaxError:
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], (ast.Assign, ast.AugAssign)):
+        return None
+    stmt = tree.body[0]
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    bound = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    read = {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    if isinstance(stmt, ast.AugAssign):
+        read |= bound
+    both = bound & read
+    return both.pop() if len(both) == 1 else None

@@ -232,6 +232,17 @@ class Session(SessionHooks):
             self._apply_policy(finding)
         return finding
 
+    def count_on(self, finding: Finding, evidence: dict[str, Any]) -> Finding:
+        """Count a consequence on an earlier finding (an error that finding's NaN caused later):
+        its count grows and `evidence` joins its evidence (entries it already has are kept)."""
+        old = self._findings.get(finding.key, finding)
+        merged = dict(old.evidence)
+        for k, v in evidence.items():
+            merged.setdefault(k, v)
+        new = old.replace(count=old.count + 1, evidence=merged)
+        self._findings[finding.key] = new
+        return new
+
     def record_series(self, name: str, value: float | None) -> None:
         """Append a per-step measurement (drawn in the HTML report), kept in bounded memory."""
         self.health.add(name, self.step, value)

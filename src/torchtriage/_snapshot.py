@@ -167,6 +167,11 @@ class SnapshotKeeper(Checker):
             snap.model_states = {sess.model_label(m) or str(i): clone_state(m) for i, m in enumerate(sess.models)}
             snap.optimizer_states = [clone_optimizer_state(o) for o in sess.optimizers]
         snap.record.taped = self.tape is not None and self.tape.on_stack
+        if sess.snapshot is not None:
+            # A step that a backward() closed (no optimizer known: Lightning's, one built
+            # before watch()) stays open until this forward: the ops run since its last
+            # backward are this step's work before its model (a batch normalized in the loop).
+            self._early.ops[:0] = sess.snapshot.record.trailing_ops()
         snap.record.adopt(self._early)
         self._early = StepRecord()
         self._open, self._in_root, self._in_backward = True, 0, False

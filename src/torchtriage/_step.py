@@ -232,9 +232,42 @@ class StepRecord:
         if earlier.ops:
             self.early_rng = earlier.early_rng
 
+    def trailing_ops(self) -> list[TapeOp]:
+        """The ops after the record's last backward call and last update (none without a
+        backward): when no optimizer step closed the step, the next step's work before its model."""
+        if not self.backwards:
+            return []
+        last = max([b.seq for b in self.backwards] + [u.seq for u in self.updates])
+        return [op for op in self.ops if op.seq > last]
+
     def events(self) -> list[Any]:
         """Root calls, ops, backward calls and optimizer updates in execution order."""
         return sorted([*self.calls, *self.ops, *self.backwards, *self.updates], key=lambda e: e.seq)
+
+    def sources_of(self, t: torch.Tensor) -> list[RootCall]:
+        """The root calls whose outputs `t` was computed from, following the tape's ops back
+        from `t` (nearest first); empty when the tape did not see `t` made. A loss without
+        `grad_fn` names the forward that made its inputs this way, not another call."""
+        made: dict[int, tuple[Any, Any]] = {}  # id(tensor) -> (tensor, producing event)
+        for ev in self.events():
+            if isinstance(ev, (RootCall, TapeOp)):
+                for out in pytree.tree_leaves(ev.output):
+                    if isinstance(out, torch.Tensor):
+                        made[id(out)] = (out, ev)
+        found: list[RootCall] = []
+        seen: set[int] = set()
+        queue = [t]
+        while queue and len(seen) < MAX_OPS:
+            x = queue.pop(0)
+            entry = made.get(id(x))
+            if entry is None or entry[0] is not x or id(entry[1]) in seen:
+                continue
+            ev = entry[1]
+            seen.add(id(ev))
+            if isinstance(ev, RootCall):
+                found.append(ev)
+            queue += [a for a in pytree.tree_leaves((ev.args, ev.kwargs)) if isinstance(a, torch.Tensor)]
+        return found
 
     def external_inputs(self, internal: set[int]) -> list[tuple[torch.Tensor, str, UserFrame | None]]:
         """Tensors entering the step that it did not produce and that are no parameter, buffer or

@@ -387,6 +387,11 @@ class Analysis:
                 anc = par
             return "unused", anc
         for kind in _CUT_KINDS:
+            if kind in ("no_grad", "inference_mode") and run.grad_calls == 0:
+                # The module never ran with grad: its ops' no_grad records restate the region
+                # its call ran in, one per layer; the module-level cause below names that
+                # call once, for every parameter of the outermost module that ran only there.
+                continue
             # Prefer a cut that the parameter's own optimizer step followed: a GAN's intentional
             # D-step detach is followed by D's step, the G step's (buggy) detach by G's.
             candidates = [rec for rec in self.cuts if rec.kind == kind and pid in rec.leaves]
@@ -405,20 +410,25 @@ class Analysis:
 
     def _unreached(self, unreached: list[int], trainable: dict[int, ParamInfo],
                    opt_of: dict[int, Any], opts_known: bool, step: int | None) -> list[Finding]:
-        paths: dict[str, nn.Module] = {}
+        # Module paths per model: a teacher and a student both have "features.0" (and ""), and
+        # a parameter's ancestors are looked up in its own model only.
+        merged: dict[str, nn.Module] = {}
+        paths_of: dict[int, dict[str, nn.Module]] = {}
         for model, _ in self.live_models():
-            for name, mod in model.named_modules():
-                paths.setdefault(name, mod)
+            own = paths_of[id(model)] = dict(model.named_modules())
+            for name, mod in own.items():
+                merged.setdefault(name, mod)
         groups: dict[tuple[str, Any], tuple[Any, list[tuple[int, ParamInfo]]]] = {}
         for pid in unreached:
             if opts_known and pid not in opt_of:
                 continue  # not trained on purpose: EMA / teacher / target network
             info = trainable[pid]
-            code, where = self._cause(pid, info, paths)
-            key = (code, id(where) if isinstance(where, CutRecord) else where)
+            code, where = self._cause(pid, info, paths_of.get(info.root, merged))
+            key = (code, id(where) if isinstance(where, CutRecord) else (info.root, where))
             groups.setdefault(key, (where, []))[1].append((pid, info))
         out = []
         for (code, _), (where, members) in groups.items():
+            paths = paths_of.get(members[0][1].root, merged)
             infos = [i for _, i in members]
             names = [i.qualname for i in infos]
             first = infos[0]

@@ -65,6 +65,7 @@ class GradientChecker(Checker):
         self._held_unused: dict[str, Finding] = {}
         self._held_lr: dict[tuple[int, int], Finding] = {}
         self._loss_cuts: set[tuple[str | None, int | None]] = set()  # lines a loss_no_grad_fn named
+        self._loss_models: set[str] = set()  # labels of models whose no-grad forward made such a loss
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -186,9 +187,14 @@ class GradientChecker(Checker):
         step = s.step if s else None
         for r in roots:
             if isinstance(r, torch.Tensor) and not r.requires_grad:
+                snap = s.snapshot if s is not None else None
+                calls = snap.record.sources_of(r) if snap is not None and snap.record.taped else []
+                sources = [(c.grad_enabled, c.inference, c.frame) for c in calls]
+                # the models whose no-grad forward made this loss: their cut is this finding
+                self._loss_models |= {c.label for c in calls if not c.grad_enabled}
                 f = explain_loss_without_grad(
                     r, self._step_cuts, self._root_calls, [m for m, _ in self._models()], step=step,
-                    backward_frame=user_frame_from_stack(2))
+                    backward_frame=user_frame_from_stack(2), sources=sources)
                 self._loss_cuts.add((f.file, f.line))
                 self._add(f)
         if self.active and self.analysis is not None:
@@ -296,9 +302,14 @@ class GradientChecker(Checker):
             return
         _deferred.leave(self.session, analysis.flags)
         optimizers = self.session.optimizers
+        labels = [label for _, label in self._models()]
+        only_label = labels[0] if len(labels) == 1 else None
         for f in analysis.conclude(optimizers, step=self._first_step):
             if f.code.startswith("gradient.cut_") and (f.file, f.line) in self._loss_cuts:
                 continue  # the loss without grad_fn already named this cut and its line: one cause, once
+            if f.code == "gradient.cut_no_grad" and self._loss_models and \
+                    f.evidence.get("model", only_label) in self._loss_models:
+                continue  # that model's no-grad forward made the loss: the same cut, named there
             if f.code == "gradient.unused" and f.module is not None:
                 self._held_unused[f.module] = f
             elif f.code == "gradient.lr_zero" and _scheduled(optimizers, f.evidence):

@@ -27,7 +27,8 @@ from ._tracer import CutRecord
 
 def explain_loss_without_grad(loss: torch.Tensor, cuts: list[CutRecord], root_calls: list[tuple[bool, bool, Any]],
                               models: list[nn.Module], *, step: int | None,
-                              backward_frame: UserFrame | None) -> Finding:
+                              backward_frame: UserFrame | None,
+                              sources: list[tuple[bool, bool, Any]] = ()) -> Finding:  # type: ignore[assignment]
     """A `gradient.loss_no_grad_fn` finding naming the most likely cause and its line.
 
     Arguments:
@@ -35,6 +36,8 @@ def explain_loss_without_grad(loss: torch.Tensor, cuts: list[CutRecord], root_ca
         cuts: this step's cut records, in execution order.
         root_calls: (grad_enabled, inference_mode, frame) of this step's root forwards.
         models: the watched models.
+        sources: the same for the root forwards the loss was computed from (the step record's
+            data flow, nearest first; empty when the tape did not see the loss made).
     """
     by_kind: dict[str, list[CutRecord]] = {}
     for cut in cuts:
@@ -49,9 +52,15 @@ def explain_loss_without_grad(loss: torch.Tensor, cuts: list[CutRecord], root_ca
             break
     if rec is None:
         nograd_roots = [c for c in root_calls if not c[0]]
+        nograd_sources = [c for c in sources if not c[0]]
         nograd_ops = by_kind.get("no_grad", []) + by_kind.get("inference_mode", [])
-        if root_calls and len(nograd_roots) == len(root_calls):
-            variant, frame = ("inference_mode" if nograd_roots[0][1] else "no_grad"), nograd_roots[0][2]
+        if nograd_sources:
+            # the forward that made the loss's inputs ran without grad: that region cut it
+            variant, frame = ("inference_mode" if nograd_sources[0][1] else "no_grad"), nograd_sources[0][2]
+        elif root_calls and len(nograd_roots) == len(root_calls) and not sources:
+            # the data flow is unknown: the forward nearest to backward() (an evaluation pass
+            # earlier in the step, `test(teacher)`, is not the one the loss came from)
+            variant, frame = ("inference_mode" if nograd_roots[-1][1] else "no_grad"), nograd_roots[-1][2]
         elif nograd_ops:
             rec = nograd_ops[0]
             variant = "inference_mode" if rec.kind == "inference_mode" else "no_grad"

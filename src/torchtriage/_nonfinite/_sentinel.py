@@ -500,6 +500,13 @@ class NonFiniteSentinel(Checker):
                 return [sharded]
         if trip == "data":
             f = localize_data(sess, step)
+            if f is not None and f.file is None:
+                # Not traced to an op this time (the step was not taped): the same input of an
+                # earlier batch was traced already, through the same pipeline; counted there.
+                earlier = next((g for g in sess.findings if g.code == f.code and g.file is not None
+                                and g.evidence.get("where") == f.evidence.get("where")), None)
+                if earlier is not None:
+                    return [earlier]
             return [f] if f is not None else []
         if trip == "forward":
             return [localize_forward(sess, st, step)]

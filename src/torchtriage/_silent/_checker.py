@@ -25,6 +25,7 @@ from .. import _deferred
 from .._checker import Checker, LossCall
 from .._findings import Finding, Severity, Stage
 from .._frames import user_frame_from_stack
+from ._carried import GraphCarry, carried_finding
 from ._common import finding, first_tensor, fmt, is_index_tensor, shape
 from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
@@ -56,6 +57,7 @@ class SilentChecker(Checker):
         self.flags = DeferredFlags()
         _deferred.ride(session, self.flags)  # read along with the step's one read
         self.graphs = GraphKeeper()
+        self.carry = GraphCarry()  # graphs that grow across steps through a carried state
         self.zero = ZeroGradWatch()
         self.region: LossRegion | None = None
         self.sampling: TrainModeOutputs | None = None
@@ -226,6 +228,11 @@ class SilentChecker(Checker):
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
         self._backward_in_step = True
         if self._train_in_eval:
+            if self.sampling is not None:
+                # a no-grad forward whose outputs made the loss given to backward() was the
+                # training forward (cut: the gradient check says so), not an evaluation
+                for key in self.sampling.keys_of(roots):
+                    self._train_in_eval.pop(key, None)
             self._judge_train_in_eval()
         self._pop_left_modes()
         root = roots[0] if roots and isinstance(roots[0], torch.Tensor) else None
@@ -243,6 +250,12 @@ class SilentChecker(Checker):
                 frame = user_frame_from_stack(3)
             self.graphs.mark(root, self._step, frame)
             self._loss_frame = self._loss_frame or frame
+            if self._warm():
+                snap = self.session.snapshot
+                grown = self.carry.backward(roots, (frame.file, frame.line) if frame else None,
+                                            snap.record if snap is not None else None)
+                if grown is not None:
+                    self._add(carried_finding(grown, frame, self._step))
         exp_sites = list(self.region.exp_sites) if self.region is not None else []
         if self.region is not None:
             self._analyze_region(root)

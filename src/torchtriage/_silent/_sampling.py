@@ -10,6 +10,8 @@ ops that use them (taint by tensor identity) and notes, per model, the first
 
     evaluation loss   a loss function given a followed tensor whose result needs no grad
                       (a loss that is backpropagated is a training target, not evaluation);
+                      a loss then handed to backward() (without a graph: the forward was cut by
+                      no_grad, the gradient check's error) was a training forward, not evaluation;
     metric            argmax / topk / sort / comparisons / max or min along a dim.
 
 Nothing else counts: an image grid's clamp, normalisation and host copy feed no loss or metric.
@@ -110,12 +112,17 @@ class TrainModeOutputs(TorchFunctionMode):
             if isinstance(out, torch.Tensor) and not out.requires_grad:
                 for k in keys:
                     self.fed.setdefault(k, f"loss:{name}")
+                self._taint(out, keys)  # followed on: whether backward() is given it decides
             return
         if name in _METRICS or (name in _ALONG_DIM and (len(args) > 1 or "dim" in kwargs)):
             for k in keys:
                 self.fed.setdefault(k, f"metric:{name}")
         for t in _tensors(out):
             self._taint(t, keys)
+
+    def keys_of(self, tensors: Any) -> frozenset[int]:
+        """The models whose followed outputs `tensors` were computed from."""
+        return self._keys(_tensors(tensors))
 
     # ------------------------------------------------------------------ stack
     def enter(self) -> None:

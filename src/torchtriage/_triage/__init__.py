@@ -9,6 +9,7 @@ check next. The original exception is always re-raised unchanged.
     _vocab.py     an unknown torch message read by its words and the operands (generic codes)
     _operands.py  the failing calls and their tensors (name, dtype, shape, device, layout, flags)
     _context.py   what the traceback says: innermost module, its inputs/parameters, the stage
+    _consequence.py  an error raised on NaN/Inf operands after a non-finite finding: counted on it
     _explain.py   Finding construction, `triage_exception`, the session check `ExceptionTriage`
 """
 

@@ -23,8 +23,10 @@ from .._errors import AnomalyError, TriageError
 from .._findings import Category, Finding, Report, Severity, Stage
 from .._frames import is_user_file
 from .._summary import TensorSummary, summarize
+from ._consequence import consequence_evidence, earlier_nonfinite
 from ._context import Context, _internal
 from ._families import match_family
+from ._freed import reuse_fields
 from ._rules import RULES, Rule, classify
 from ._structure import inplace_producer
 from ._vocab import read
@@ -58,6 +60,11 @@ def triage_exception(exc: BaseException, *, session: Any = None) -> Report:
 
 def explain(exc: BaseException, session: Any = None) -> Finding:
     """The finding for `exc` (its cause chain is searched when `exc` itself is unknown)."""
+    return explain_in_context(exc, session)[0]
+
+
+def explain_in_context(exc: BaseException, session: Any = None) -> tuple[Finding, Context]:
+    """`explain`, with the `Context` its evidence was read from (the failing call's tensors)."""
     # A DataLoader worker's error arrives as text: classify the worker's own error and point
     # at its line in the dataset / collate_fn, not at the `for batch in loader` line.
     worker = read_worker_error(exc)
@@ -104,6 +111,8 @@ def explain(exc: BaseException, session: Any = None) -> Finding:
         code, category, fields, op = "other.exception", Category.OTHER, {}, None
     if code.startswith("gradient.inplace_"):
         fields.update(inplace_producer(fields, ctx))
+    if code == "gradient.backward_twice":
+        fields.update(reuse_fields(ctx))
     function = ctx.sites.function
     if not known:
         # New families, vocabulary readings and unknown errors name the torch function (issue 12).
@@ -136,7 +145,7 @@ def explain(exc: BaseException, session: Any = None) -> Finding:
         cause=msg(f"triage.{code}.cause", **fields),
         next_check=msg(f"triage.{code}.next", **fields),
         evidence=evidence,
-    )
+    ), ctx
 
 
 def _classify(exc: BaseException) -> tuple[Rule, re.Match[str]] | None:
@@ -196,7 +205,7 @@ def _operand_evidence(ev: dict[str, Any], ctx: Context, fields: dict[str, Any], 
     for o in ctx.operands:
         if o.name not in ev and (o.named_by_user or o.ident not in shown):
             ev[f"operand {o.name}"] = o
-    for key in ("vocabulary", "branch_line"):
+    for key in ("vocabulary", "branch_line", "reused"):
         if fields.get(key):
             ev[key] = fields[key]
     if fields.get("producer"):
@@ -295,12 +304,35 @@ class ExceptionTriage(Checker):
 
     name = "triage"
 
+    def __init__(self) -> None:
+        super().__init__()
+        # The largest autograd node number among the roots of a completed backward(): nodes up
+        # to it that backward reached were freed (read when a later backward meets them).
+        self.freed_upto: int | None = None
+
+    def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        for t in roots:
+            node = getattr(t, "grad_fn", None)
+            seq = getattr(node, "_sequence_nr", None)
+            if seq is not None:
+                n = seq()
+                if self.freed_upto is None or n > self.freed_upto:
+                    self.freed_upto = n
+
     def on_exception(self, exc: BaseException) -> None:
         # SystemExit / KeyboardInterrupt are not faults; our own errors already carry a finding.
         if not isinstance(exc, Exception) or isinstance(exc, TriageError):
             return
         assert self.session is not None
-        finding = explain(exc, self.session)
+        finding, ctx = explain_in_context(exc, self.session)
+        # An error raised on NaN/Inf operands after a non-finite value was found is that
+        # value's consequence (NaN logits refused by a distribution at the next step).
+        earlier = earlier_nonfinite(self.session.findings, finding)
+        if earlier is not None:
+            evidence = consequence_evidence(finding, ctx)
+            if evidence is not None:
+                self.session.count_on(earlier, evidence)
+                return
         # A check that already explained this failure before it was raised (e.g. the gradient
         # check names the .item() line that left the graph) makes the generic reading redundant.
         superseded_by = _SUPERSEDED.get(finding.code, ())
