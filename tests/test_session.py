@@ -329,3 +329,54 @@ def test_discovering_sessions_narrow_after_discovery_and_widen_for_a_new_optimiz
         assert len(m._global_forward_pre_hooks) == 0
     assert list(s.report.meta["models"]) == ["model", "head"]
     assert not model._forward_pre_hooks and not head._forward_pre_hooks
+
+
+def test_a_check_that_chooses_its_steps_gets_only_those_steps_events():
+    """`Checker.wants_step`: a check sitting a step out receives none of its events; the
+    lifecycle events still arrive, and an exception inside a skipped step still reaches it."""
+    from torchtriage._checker import Checker
+
+    class EveryThird(Checker):
+        name = "every_third"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[tuple[str, int]] = []
+            self.lifecycle: list[str] = []
+
+        def wants_step(self, step: int) -> bool:
+            return step % 3 == 0
+
+        def on_step_begin(self, step: int) -> None:
+            self.seen.append(("begin", step))
+
+        def on_backward(self, roots, grads) -> None:
+            self.seen.append(("backward", self.session.step))
+
+        def on_optimizer_step_pre(self, optimizer) -> None:
+            self.seen.append(("update", self.session.step))
+
+        def on_step_end(self, step: int) -> None:
+            self.seen.append(("end", step))
+
+        def on_exception(self, exc) -> None:
+            self.lifecycle.append(type(exc).__name__)
+
+        def on_end(self) -> None:
+            self.lifecycle.append("end")
+
+    torch.manual_seed(0)
+    model = nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    check = EveryThird()
+    with pytest.raises(KeyError):
+        with torchtriage.watch(model, opt, checks=[check], report=False):
+            for i in range(5):
+                model(torch.randn(4, 2)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+            model(torch.randn(4, 2))  # step 5: sat out, and it raises
+            raise KeyError("user")
+    assert check.seen == [("begin", 0), ("backward", 0), ("update", 0), ("end", 0),
+                          ("begin", 3), ("backward", 3), ("update", 3), ("end", 3)]
+    assert check.lifecycle == ["KeyError", "end"]

@@ -118,11 +118,24 @@ class Checker:
     def on_end(self) -> None:
         pass
 
+    def wants_step(self, step: int) -> bool:
+        """Whether the check takes part in training step `step`; asked once, when the step
+        begins. A check that says no receives none of that step's events (`on_step_begin`
+        through `on_step_end`); the lifecycle events (`on_start`, `on_model`, `on_optimizer`,
+        `on_exception`, `on_end`) always arrive. A check whose bug shows on every step it
+        happens in (a wrong target, a kept graph) can look at its first steps and then a sample
+        of them: on a small model each check's per-step Python costs a measurable share."""
+        return True
+
     def wants_module_events(self) -> bool:
         """For a check that implements `on_forward_pre` / `on_forward`: whether it still needs
         them. Once no check does, the session drops its global module hooks (every module call
         pays for them) and keeps hooks on the watched roots only."""
         return True
+
+
+# Events delivered whatever `wants_step` says (they are not part of a step).
+LIFECYCLE_EVENTS = frozenset({"on_start", "on_model", "on_optimizer", "on_exception", "on_end"})
 
 
 def overrides(checker: Checker, event: str) -> bool:

@@ -26,7 +26,7 @@ import torch.nn as nn
 from . import _registry
 from ._catalogue import msg, set_language
 from ._checker import LOSS_FUNCTIONS as LOSS_FUNCTIONS
-from ._checker import Checker, overrides
+from ._checker import LIFECYCLE_EVENTS, Checker, overrides
 from ._config import OnAnomaly, parse_late_read, parse_on_anomaly
 from ._errors import AnomalyError, TriageInternalWarning, TriageWarning
 from ._findings import Finding, Report, Severity, Stage
@@ -110,6 +110,9 @@ class Session(SessionHooks):
         self._listened: list[Checker] | None = None
         self._n_listened = 0
         self._listeners_cache: dict[str, list[tuple[Checker, Any]]] = {}
+        self._asleep: frozenset[str] = frozenset()  # checks sitting out this step (`wants_step`)
+        self._choosers: list[Checker] = []  # the checks that implement `wants_step`
+        self._choosers_of: tuple[int, int] | None = None  # (of which list of checks)
         self._init_hooks()
         self._adopted_by: Session | None = None
         self.step = 0
@@ -426,9 +429,24 @@ class Session(SessionHooks):
             self._listeners_cache = {}
         found = self._listeners_cache.get(event)
         if found is None:
+            asleep = self._asleep if event not in LIFECYCLE_EVENTS else ()
             found = self._listeners_cache[event] = [(c, getattr(c, event)) for c in self.checkers
-                                                    if overrides(c, event)]
+                                                    if overrides(c, event) and c.name not in asleep]
         return found
+
+    def _sit_out(self, step: int) -> None:
+        """Ask the checks that choose their steps (`Checker.wants_step`) whether they take part
+        in `step`; the event lists are rebuilt only when the answer changes."""
+        key = (id(self.checkers), len(self.checkers))
+        if key != self._choosers_of:
+            self._choosers_of = key
+            self._choosers = [c for c in self.checkers if overrides(c, "wants_step")]
+        if not self._choosers and not self._asleep:
+            return
+        asleep = frozenset(c.name for c in self._choosers if not c.wants_step(step))
+        if asleep != self._asleep:
+            self._asleep = asleep
+            self._listeners_cache = {}
 
     def _emit(self, event: str, *args: Any) -> None:
         listeners = self._listeners(event)
@@ -470,6 +488,7 @@ class Session(SessionHooks):
         if not self._step_open:
             self._step_open = True
             self.stage = Stage.DATA
+            self._sit_out(self.step)
             self._emit("on_step_begin", self.step)
 
     def _end_step(self) -> None:
