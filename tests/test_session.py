@@ -371,7 +371,7 @@ def test_a_check_that_chooses_its_steps_gets_only_those_steps_events():
     check = EveryThird()
     with pytest.raises(KeyError):
         with torchtriage.watch(model, opt, checks=[check], report=False):
-            for i in range(5):
+            for _ in range(5):
                 model(torch.randn(4, 2)).sum().backward()
                 opt.step()
                 opt.zero_grad()

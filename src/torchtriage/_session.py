@@ -25,8 +25,8 @@ import torch.nn as nn
 
 from . import _registry
 from ._catalogue import msg, set_language
-from ._checker import LOSS_FUNCTIONS as LOSS_FUNCTIONS
 from ._checker import LIFECYCLE_EVENTS, Checker, overrides
+from ._checker import LOSS_FUNCTIONS as LOSS_FUNCTIONS
 from ._config import OnAnomaly, parse_late_read, parse_on_anomaly
 from ._errors import AnomalyError, TriageInternalWarning, TriageWarning
 from ._findings import Finding, Report, Severity, Stage
