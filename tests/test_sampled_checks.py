@@ -1,0 +1,186 @@
+"""Checks that sample their steps (`Checker.wants_step`, schedule in `torchtriage._cadence`):
+a bug that begins after the first steps, on a step the check sits out, is still found, with the
+exact finding of the first sampled step after it began; an evaluation pass on a step the
+schedule leaves out still wakes the silent checks."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchtriage
+from torchtriage import Severity, Stage, _cadence
+from torchtriage._silent import SilentChecker
+from zoo import silent as z
+
+LATE = 40  # the bug begins here: after the first steps, on a step the schedule leaves out
+
+
+def test_the_schedule():
+    assert _cadence.FULL <= LATE and not _cadence.sampled(LATE)
+    seen = [s for s in range(100) if _cadence.sampled(s)]
+    assert seen == [*range(_cadence.FULL), 32, 33, 64, 65, 96, 97]
+
+
+def _evidence(f):
+    return {k: v for k, v in f.evidence.items() if k != "source_line"}
+
+
+def _loop(model, opt, steps, body):
+    with torchtriage.watch(model, opt, checks=["silent"], on_anomaly="record", report=False) as s:
+        for step in range(steps):
+            body(step)
+    return s.report
+
+
+def test_zero_grad_missing_from_a_late_step():
+    torch.manual_seed(0)
+    model = z.RegressionMLP()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = z.regression_data()
+
+    def body(step):
+        if step < LATE:
+            opt.zero_grad()
+        F.mse_loss(model(x).squeeze(-1), y).backward()  # the line named
+        opt.step()
+
+    report = _loop(model, opt, 70, body)
+    (f,) = report.filter(code="silent.zero_grad_missing")
+    # sampled steps 64 and 65: the grads 64 stepped on are still there, and 65's backward adds
+    assert (f.step, f.stage, f.parameter, f.op) == (65, Stage.BACKWARD, "net.0.weight", "backward")
+    assert (f.file, f.line) == (__file__, body.__code__.co_firstlineno + 3)
+    assert _evidence(f) == {"parameters_sampled": 4, "grads_not_reset_since_last_step": True}
+
+
+def test_loss_graph_kept_from_a_late_step():
+    torch.manual_seed(0)
+    model = z.RegressionMLP()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = z.regression_data()
+    kept = []
+
+    def body(step):
+        opt.zero_grad()
+        loss = F.mse_loss(model(x).squeeze(-1), y)  # the line named
+        loss.backward()
+        opt.step()
+        if step >= LATE:
+            kept.append(loss)  # every step's graph from here on
+
+    report = _loop(model, opt, 100, body)
+    (f,) = report.filter(code="silent.loss_graph_kept")
+    # marked on the sampled steps 64 and 65; both still alive at 96's end
+    assert (f.step, f.stage, f.severity) == (96, Stage.LOSS, Severity.WARNING)
+    assert (f.file, f.line) == (__file__, body.__code__.co_firstlineno + 2)
+    assert _evidence(f) == {"old_loss_graphs_alive": 2, "from_steps": [64, 65]}
+
+
+def test_eval_mode_from_a_late_step():
+    torch.manual_seed(0)
+    model = z.SmallCNN()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(8, 1, 6, 6), torch.randint(0, 3, (8,))
+
+    def body(step):
+        if step == LATE:
+            model.eval()  # left on by mistake
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()  # the line named
+        opt.step()
+
+    report = _loop(model, opt, 70, body)
+    (f,) = report.filter(code="silent.eval_mode_while_training")
+    assert (f.step, f.stage, f.module, f.severity) == (64, Stage.FORWARD, "", Severity.WARNING)
+    assert (f.file, f.line) == (__file__, body.__code__.co_firstlineno + 4)
+    assert _evidence(f) == {"modules_affected": ["features.1 (BatchNorm2d)", "drop (Dropout p=0.2)"]}
+
+
+def test_an_evaluation_pass_on_a_skipped_step_wakes_the_silent_checks():
+    """An evaluation at step 40 that forgets model.eval() is judged at step 40; one that
+    forgets model.train() afterwards trains in eval() mode from that same step."""
+    torch.manual_seed(0)
+    model = z.SmallCNN()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(8, 1, 6, 6), torch.randint(0, 3, (8,))
+
+    def body(step):
+        if step in (LATE, LATE + 5):
+            if step == LATE + 5:
+                model.eval()
+            with torch.no_grad():  # evaluation
+                acc = (model(x).argmax(1) == y).float().mean()  # the line named (step 40)
+            assert acc >= 0
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()  # the line named (step 45)
+        opt.step()
+
+    report = _loop(model, opt, 50, body)
+    (f,) = report.filter(code="silent.train_mode_while_evaluating")
+    assert (f.step, f.stage, f.module) == (LATE, Stage.FORWARD, "")
+    assert (f.file, f.line) == (__file__, body.__code__.co_firstlineno + 5)
+    assert _evidence(f) == {"no_grad_forwards_in_train_mode": 1, "outputs_fed": "metric argmax",
+                          "modules_affected": ["features.1 (BatchNorm2d)", "drop (Dropout p=0.2)"]}
+    (g,) = report.filter(code="silent.eval_mode_while_training")
+    assert (g.step, g.line) == (LATE + 5, body.__code__.co_firstlineno + 8)
+
+
+def test_silent_sits_out_the_steps_between_samples():
+    """What it costs: the silent check receives events on the sampled steps only."""
+    seen = []
+
+    class Counting(SilentChecker):
+        def on_step_begin(self, step):
+            seen.append(step)
+            super().on_step_begin(step)
+
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(8, 4)
+    with torchtriage.watch(model, opt, checks=[Counting()], on_anomaly="record", report=False) as s:
+        for _ in range(70):
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+    assert seen == [s for s in range(70) if _cadence.sampled(s)]
+    assert not s.report
+
+
+def test_leakage_sits_out_the_steps_before_a_split_then_counts_every_row():
+    """No split seen: no per-step work. A split made after 40 steps wakes the check from the
+    next step on, and the rows trained on are counted exactly."""
+    from torch.utils.data import DataLoader, TensorDataset, random_split
+
+    from torchtriage._leakage._runtime import LeakageWatch
+
+    ends = []
+
+    class Counting(LeakageWatch):
+        def on_step_end(self, step):
+            ends.append(step)
+            super().on_step_end(step)
+
+    torch.manual_seed(0)
+    X = torch.randn(100, 3)
+    y = X.sum(1)
+    warm = torch.randn(16, 3)
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torchtriage.watch(model, opt, checks=[Counting()], on_anomaly="record", report=False) as s:
+        for _ in range(LATE):
+            opt.zero_grad()
+            model(warm).pow(2).mean().backward()
+            opt.step()
+        train, test = random_split(TensorDataset(X, y), [80, 20])  # the split
+        for xb, yb in DataLoader(TensorDataset(X, y), batch_size=25):  # trains on every row
+            opt.zero_grad()
+            F.mse_loss(model(xb).squeeze(1), yb).backward()
+            opt.step()
+    assert ends == [LATE, LATE + 1, LATE + 2, LATE + 3]
+    (f,) = s.report.findings
+    assert (f.code, f.severity, f.line) == ("data.heldout_trained", Severity.ERROR,
+                                           test_leakage_sits_out_the_steps_before_a_split_then_counts_every_row
+                                           .__code__.co_firstlineno + 25)
+    assert f.evidence["count"] == f.evidence["held_out_rows"] == 20
+    assert f.evidence["example_index"] in test.indices
