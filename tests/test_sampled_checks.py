@@ -5,6 +5,7 @@ schedule leaves out still wakes the silent checks."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -184,3 +185,71 @@ def test_leakage_sits_out_the_steps_before_a_split_then_counts_every_row():
                                            .__code__.co_firstlineno + 25)
     assert f.evidence["count"] == f.evidence["held_out_rows"] == 20
     assert f.evidence["example_index"] in test.indices
+
+
+def _blobs(n=128):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 8, generator=g)
+    return x, (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()
+
+
+def _dynamics_loop(steps, body):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = _blobs()
+    with torchtriage.watch(model, opt, checks=["dynamics"], on_anomaly="record", report=False) as s:
+        for step in range(steps):
+            body(step, model, opt, x, y)
+    return s.report
+
+
+def test_accumulation_not_divided_from_a_late_step():
+    def body(step, model, opt, x, y):
+        opt.zero_grad()
+        for k in range(4 if step >= LATE else 1):  # from step 40: 4 micro-batches, not divided
+            F.cross_entropy(model(x[k::4]), y[k::4]).backward()  # the line named
+        opt.step()
+
+    (f,) = _dynamics_loop(70, body).filter(code="dynamics.accumulation_not_divided")
+    # watched on the sampled steps 64 and 65: reported at the second
+    assert (f.step, f.severity, f.stage, f.op) == (65, Severity.WARNING, Stage.BACKWARD, "backward")
+    assert (f.file, f.line) == (__file__, body.__code__.co_firstlineno + 3)
+    assert _evidence(f) == {"backward_calls_per_step": 4, "loss_node": "NllLossBackward0", "optimizer": "SGD"}
+
+
+@pytest.mark.parametrize("where", ["before_backward", "after_step"])
+def test_clip_grad_norm_in_the_wrong_place_from_a_late_step(where):
+    def body(step, model, opt, x, y):
+        clip = step >= LATE
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        if clip and where == "before_backward":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # the line named (before backward)
+        loss.backward()
+        opt.step()
+        if clip and where == "after_step":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # the line named (after step)
+
+    (f,) = _dynamics_loop(70, body).filter(code=f"dynamics.clip_{where}")
+    line = body.__code__.co_firstlineno + (5 if where == "before_backward" else 9)
+    assert (f.step, f.severity, f.op, f.file, f.line) == (65, Severity.WARNING, "clip_grad_norm_", __file__, line)
+    assert _evidence(f) == {"max_norm": 1.0, "backward_calls_after_clip": 1, "steps_seen_like_this": 2}
+
+
+def test_which_of_the_default_checks_take_part_in_a_step_between_samples(tmp_path):
+    """On a clean loop at step 40: dynamics and triage every step (a spike, a backward's node
+    numbers); silent on its samples; repro only while it may write a bundle; leakage only once
+    a split was seen."""
+    mine = ("silent", "dynamics", "triage", "repro", "leakage")
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        model(torch.randn(8, 4)).sum().backward()
+        opt.step()
+        assert {n: s.checker(n).wants_step(LATE) for n in mine} == {
+            "silent": False, "dynamics": True, "triage": True, "repro": False, "leakage": False}
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False, bundle_dir=tmp_path / "b") as s:
+        model(torch.randn(8, 4)).sum().backward()
+        opt.step()
+        assert s.checker("repro").wants_step(LATE)
