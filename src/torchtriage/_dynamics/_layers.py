@@ -4,8 +4,8 @@ Cost, at a sampled step only (steps 0 and 1, then every `dynamics_every`, defaul
   * before the update: one `torch._foreach_norm` over the gradients, and one copy of at most
     `SLICE` (4,096) elements of each parameter, concatenated (the update ratio is measured on
     those slices; parameters of several dtypes or devices are copied one by one);
-  * after the update: the same slices concatenated again, one subtraction and two
-    `_foreach_norm` over the per-parameter pieces.
+  * after the update: the same slices concatenated again, one subtraction and one
+    `_foreach_norm` over the per-parameter pieces of the difference and of the copy.
 All numbers stay on the device and ride the next step's one read (`_deferred.DeferredFlags`).
 The slices are freed after the update. A layer is the module that owns the parameter.
 """
@@ -88,7 +88,7 @@ class Sample:
             else:
                 pieces = before
                 delta = list(torch._foreach_sub(after, before))
-            norms = foreach_norm(delta) + foreach_norm(pieces)
+            norms = foreach_norm(delta + pieces)  # (one call: |Δ| of each, then |before| of each)
         return [self.names[i] for i in keep], norms
 
 
