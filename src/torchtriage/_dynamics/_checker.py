@@ -249,7 +249,7 @@ class DynamicsChecker(Checker):
         names = self.lr_series.get(id(optimizer))
         if names is None or len(names) != len(groups):
             names = self._lr_names(optimizer)
-        lrs = [lr_value(g.get("lr")) for g in groups]
+        lrs = [lr if type(lr := g.get("lr")) is float else lr_value(lr) for g in groups]
         for name, lr in zip(names, lrs):
             if name is not None:
                 session.record_series(name, lr)
