@@ -253,3 +253,51 @@ def test_which_of_the_default_checks_take_part_in_a_step_between_samples(tmp_pat
         model(torch.randn(8, 4)).sum().backward()
         opt.step()
         assert s.checker("repro").wants_step(LATE)
+
+
+def _growth_by_walk(points, step, value):
+    """The divergence rule as it was first written: walk back over the kept points."""
+    from torchtriage._dynamics._trends import GROWTH, GROWTH_STEPS, _ok
+
+    points.append((step, value))
+    if not _ok(value):
+        return None
+    i = len(points) - 1
+    while i > 0 and _ok(points[i - 1][1]) and points[i][1] > points[i - 1][1]:
+        i -= 1
+    n = len(points) - 1 - i
+    first = points[i][1]
+    if not ((n >= GROWTH_STEPS and value / first >= GROWTH) or (n >= 3 and value / first >= GROWTH ** 2)):
+        return None
+    return {"start": points[i][0], "end": step, "first": first, "last": value, "steps": n,
+            "rate": (value / first) ** (1.0 / n)}
+
+
+@pytest.mark.parametrize("seed", [*range(40), "x1.03", "x1.04"])
+def test_the_growth_run_counted_as_points_arrive_is_the_walk_back(seed):
+    """`Growth.add` is O(1) a point; it reports what the walk over the last 128 points reported
+    (runs longer than the window, NaN / Inf / None / 0 breaking a run)."""
+    import collections
+    import random
+
+    from torchtriage._dynamics._trends import Growth
+
+    rng = random.Random(seed)
+    g, kept = Growth(), collections.deque(maxlen=128)
+    v, found = 1.0, 0
+    for step in range(600):
+        r = rng.random()
+        if isinstance(seed, str):  # a run longer than the window: x1.04 reaches x100 at 118
+            value = v = v * float(seed[1:])  # increases; x1.03 would need 156, past the window
+        elif r < 0.03:
+            value = rng.choice([None, float("nan"), float("inf"), 0.0])
+        else:
+            v = v * rng.choice([1.01, 1.05, 1.2, 2.0, 3.0, 0.9, 0.5]) if rng.random() < 0.9 else 1.0
+            value = v
+        want = _growth_by_walk(kept, step, value)
+        got = g.add(step, value)
+        assert got == want, (seed, step)
+        if got is not None:  # reported once: a new rule object for the rest of the series
+            g, kept = Growth(), collections.deque(maxlen=128)
+            found += 1
+    assert found == {"x1.03": 0, "x1.04": 5}.get(seed, found)  # (118 steps a report, then anew)

@@ -340,17 +340,15 @@ class DynamicsChecker(Checker):
     # ------------------------------------------------------------------ per-step numbers
     def _consume(self, optimizer: torch.optim.Optimizer | None) -> None:
         """The loss and grad norm the step's read produced (if new since the last call)."""
-        h = self.session.health
-        for name in ("loss", "grad_norm"):
-            n = h.count(name)
-            if n == self.seen[name]:
-                continue
-            self.seen[name] = n
-            v = h.last(name)
-            if name == "loss":
-                self._loss(v)
-            else:
-                self._grad_norm(v, optimizer)
+        h, seen = self.session.health, self.seen
+        n = h.count("loss")
+        if n != seen["loss"]:
+            seen["loss"] = n
+            self._loss(h.last("loss"))
+        n = h.count("grad_norm")
+        if n != seen["grad_norm"]:
+            seen["grad_norm"] = n
+            self._grad_norm(h.last("grad_norm"), optimizer)
 
     def _loss(self, v: float | None) -> None:
         if v is None or not math.isfinite(v):
