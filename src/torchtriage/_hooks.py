@@ -24,7 +24,7 @@ from torch.nn.modules.loss import _Loss
 from torch.optim import optimizer as _optim_mod
 
 from ._checker import LOSS_FUNCTIONS, Checker, LossCall, overrides
-from ._errors import AnomalyError
+from ._errors import POLICY_ERRORS
 from ._findings import Stage
 from ._frames import find_frame, note_optimizer_frame, user_frame_from_stack, user_stack_frame
 from ._modestack import forget, put_back, set_aside
@@ -209,6 +209,8 @@ class SessionHooks(HookOwner):
                     name = self.module_name(module)
                 if name is not None:
                     self._emit("on_forward_pre", module, name, args)
+        except POLICY_ERRORS:
+            raise
         except Exception as e:
             self._internal_error("session.forward_pre", e)
 
@@ -233,7 +235,7 @@ class SessionHooks(HookOwner):
                 if label is not None:
                     self.stage = Stage.LOSS
                     self._emit("on_root_forward", module, label, args, kwargs, output)
-        except AnomalyError:
+        except POLICY_ERRORS:
             raise
         except Exception as e:
             self._internal_error("session.forward", e)
@@ -293,7 +295,7 @@ class SessionHooks(HookOwner):
                 call = LossCall(name=name, input=inp, target=tgt, args=args, kwargs=kwargs,
                                 output=out, frame=user_frame_from_stack(2), module=_loss_module_name(session))
                 session._emit("on_loss", call)
-            except AnomalyError:
+            except POLICY_ERRORS:
                 raise
             except Exception as e:
                 session._internal_error("session.loss", e)

@@ -28,7 +28,7 @@ from ._catalogue import msg, set_language
 from ._checker import LIFECYCLE_EVENTS, Checker, overrides
 from ._checker import LOSS_FUNCTIONS as LOSS_FUNCTIONS
 from ._config import OnAnomaly, parse_late_read, parse_on_anomaly
-from ._errors import AnomalyError, TriageInternalWarning, TriageWarning
+from ._errors import POLICY_ERRORS, AnomalyError, TriageInternalWarning, TriageWarning
 from ._findings import Finding, Report, Severity, Stage
 from ._frames import user_stacklevel, without_our_frames
 from ._hooks import SessionHooks
@@ -348,7 +348,7 @@ class Session(SessionHooks):
         if self._adopted_by is not None:
             return False
         try:
-            if exc is not None and not isinstance(exc, (AnomalyError, KeyboardInterrupt)):
+            if exc is not None and not isinstance(exc, (*POLICY_ERRORS, KeyboardInterrupt)):
                 self.handle_exception(exc)
             self.close()
         finally:
@@ -472,7 +472,7 @@ class Session(SessionHooks):
                 c.session = self
             try:
                 method(*args)
-            except AnomalyError:
+            except POLICY_ERRORS:
                 raise
             except Exception as e:  # our bug must never kill the user's training
                 self._internal_error(f"{c.name}.{event}", e)
