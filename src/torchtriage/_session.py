@@ -370,6 +370,7 @@ class Session(SessionHooks):
         if self.exception is exc:
             return
         self.exception = exc
+        self._emit("on_raise", exc)  # what the step measured so far, settled first
         self._emit("on_exception", exc)
 
     def close(self) -> None:
