@@ -24,13 +24,21 @@ import torch
 import torch.nn as nn
 
 from . import _registry
+from ._built_at import construction_line
 from ._catalogue import msg, set_language
 from ._checker import LIFECYCLE_EVENTS, Checker, overrides
 from ._checker import LOSS_FUNCTIONS as LOSS_FUNCTIONS
 from ._config import OnAnomaly, parse_late_read, parse_on_anomaly
 from ._errors import POLICY_ERRORS, AnomalyError, TriageInternalWarning, TriageWarning
 from ._findings import Finding, Report, Severity, Stage
-from ._frames import user_stacklevel, without_our_frames
+from ._frames import (
+    is_user_file,
+    note_optimizer_finder,
+    optimizer_frame_known,
+    user_files_on_stack,
+    user_stacklevel,
+    without_our_frames,
+)
 from ._hooks import SessionHooks
 from ._modestack import own_modes_off
 
@@ -283,7 +291,20 @@ class Session(SessionHooks):
             return
         self._optimizers.append(weakref.ref(optimizer))
         self.param_index.note_optimizer(optimizer)
+        if optimizer_frame_known(optimizer) is None:
+            # Built before the session: its line is read from the user's files if a finding
+            # asks (the files of the user's frames now, and of the watched models' classes).
+            note_optimizer_finder(optimizer, construction_line, [*user_files_on_stack(2), *self._model_files()])
         self._emit("on_optimizer", optimizer)
+
+    def _model_files(self) -> list[str]:
+        out = []
+        for m in self.models:
+            mod = sys.modules.get(type(m).__module__)
+            file = getattr(mod, "__file__", None)
+            if file and is_user_file(file):
+                out.append(file)
+        return out
 
     @property
     def busy(self) -> bool:
