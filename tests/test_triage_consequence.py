@@ -17,6 +17,19 @@ from torchtriage import Severity
 HERE = __file__
 
 
+@pytest.fixture(autouse=True)
+def _distributions_validate_their_arguments():
+    """torch.distributions checks its arguments by default; the first torch.compile in a
+    process turns that off for the whole process (torch._dynamo's patching), so a test that ran
+    one earlier in this worker would leave these tests without the errors they explain."""
+    from torch.distributions import Distribution
+
+    before = Distribution._validate_args
+    Distribution.set_default_validate_args(True)
+    yield
+    Distribution.set_default_validate_args(before)
+
+
 class Policy(nn.Module):
     def __init__(self):
         super().__init__()
