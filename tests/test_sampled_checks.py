@@ -301,3 +301,12 @@ def test_the_growth_run_counted_as_points_arrive_is_the_walk_back(seed):
             g, kept = Growth(), collections.deque(maxlen=128)
             found += 1
     assert found == {"x1.03": 0, "x1.04": 5}.get(seed, found)  # (118 steps a report, then anew)
+
+
+def test_a_check_whose_start_failed_never_raises_from_wants_step():
+    """The session asks `wants_step` at every step's start, in the user's forward: a check whose
+    on_start broke (our bug, already warned about) must not raise there."""
+    from torchtriage._leakage._runtime import LeakageWatch
+
+    assert SilentChecker().wants_step(LATE) is True
+    assert LeakageWatch().wants_step(LATE) is True

@@ -142,10 +142,13 @@ class SilentChecker(Checker):
         self._stochastic_of(model)
 
     def wants_step(self, step: int) -> bool:
-        if _cadence.sampled(step, self._full) or (self.exp_every > 0 and step % self.exp_every == 0):
+        try:
+            if _cadence.sampled(step, self._full) or (self.exp_every > 0 and step % self.exp_every == 0):
+                return True
+            if self._train_in_eval or self.sampling is not None or self._leaving:
+                return True  # a train()-mode judgement waits for the next training forward
+        except AttributeError:  # on_start did not finish (our bug, already reported): every step
             return True
-        if self._train_in_eval or self.sampling is not None or self._leaving:
-            return True  # a train()-mode judgement waits for the next training forward
         # An evaluation pass begins the step (the first module call runs without grad).
         return not torch.is_grad_enabled() or torch.is_inference_mode_enabled()
 

@@ -151,7 +151,10 @@ class LeakageWatch(Checker):
     # ------------------------------------------------------------------ batches
     def wants_step(self, step: int) -> bool:
         # (a split is made between steps: before the loop, or per epoch before its first batch)
-        return bool(self.bases or self.patches.perms)
+        try:
+            return bool(self.bases or self.patches.perms)
+        except AttributeError:  # on_start did not finish (our bug, already reported)
+            return True
 
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...],
                         kwargs: dict[str, Any], output: Any) -> None:
