@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ..._frames import user_files_on_stack
+from ._adopt import adopt
 from ._base import Base
 
 if TYPE_CHECKING:
@@ -64,6 +66,7 @@ class LoaderIndex:
         self.tracks: weakref.WeakKeyDictionary[Any, _Track] = weakref.WeakKeyDictionary()
         self.recent: list[Batch] = []
         self.fed = False  # a forward ran since the last batch was yielded
+        self.files = user_files_on_stack(2)  # the user's code at the session's start (split lines)
 
     def install(self) -> None:
         from torch.utils.data import dataloader
@@ -110,9 +113,13 @@ class LoaderIndex:
         """The base a loader's dataset was split from, and the map of its indices into it."""
         from torch.utils.data import Subset
 
-        if not self.watch.bases or getattr(it, "_in_order", True) is False:
+        if getattr(it, "_in_order", True) is False:
             return _Track(None, None)
         dataset, to_base = getattr(it, "_dataset", None), None
+        if isinstance(dataset, Subset):  # a split made before the session: taken up now
+            adopt(self.watch, dataset, self.files)
+        if not self.watch.bases:
+            return _Track(None, None)
         for _ in range(16):
             for b in self.watch.bases:
                 if b.alive(dataset) and b.draws:
