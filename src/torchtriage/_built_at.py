@@ -1,5 +1,7 @@
 """Where an object handed to `watch()` was built: the user's line, read from the source.
 
+(Also where a dataset split made before the session was drawn: `split_line`.)
+
 A discovering session (`torchtriage run`) sees an optimizer being built and keeps the user's
 line (`_frames.note_optimizer_frame`). An optimizer built before `watch(model, opt)` was not
 seen; its line is still in the user's files. `construction_line` reads them (the files of the
@@ -18,7 +20,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from ._frames import UserFrame, user_frame_of_line
+from ._frames import UserFrame, user_frame_of_line, user_functions_on_stack
 
 _trees: dict[str, tuple[float, ast.Module | None]] = {}  # file -> (mtime, parsed source)
 
@@ -84,21 +86,44 @@ def _functions(tree: ast.Module) -> list[tuple[int, int, str]]:
 def construction_line(obj: Any, files: Iterable[str]) -> UserFrame | None:
     """The one line among `files` that calls `type(obj)` with arguments agreeing best with the
     object's settings (`obj.defaults` for an optimizer), or None when there is none or a tie."""
-    name = type(obj).__name__
     settings = getattr(obj, "defaults", None)
     settings = settings if isinstance(settings, dict) else {}
-    scored: list[tuple[int, str, int, str]] = []
+    return call_line(files, {type(obj).__name__}, lambda call: _agreement(call, settings))
+
+
+def split_line(sizes: list[int], files: Iterable[str]) -> UserFrame | None:
+    """The line that split a dataset into parts of `sizes` (some of them: a part may be
+    unknown): a `random_split` whose literal lengths hold them scores best, a `Subset(...)`
+    or a `random_split` with lengths that are not literals next."""
+    def score(call: ast.Call) -> int:
+        if _callee(call.func) != "random_split" or len(call.args) < 2:
+            return 0
+        lengths = _literal(call.args[1])
+        if not isinstance(lengths, (list, tuple)):
+            return 0
+        return 1 if all(n in lengths for n in sizes) else -1
+
+    return call_line(files, {"random_split", "Subset"}, score)
+
+
+def call_line(files: Iterable[str], names: set[str], score: Any) -> UserFrame | None:
+    """The one call among `files` of a function or class named in `names` that `score` (call
+    node -> int) ranks highest; between equal scores, a call inside a function that is running
+    now (the user's `main()`, the test function) ranks above one that is not. None when there
+    is no such call, or a tie."""
+    running = user_functions_on_stack()
+    scored: list[tuple[tuple[int, bool], str, int, str]] = []
     for path in dict.fromkeys(files):
         tree = _tree(path)
         if tree is None:
             continue
         functions = None
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and _callee(node.func) == name:
+            if isinstance(node, ast.Call) and _callee(node.func) in names:
                 functions = functions if functions is not None else _functions(tree)
                 inner = [f for f in functions if f[0] <= node.lineno <= f[1]]
                 where = max(inner)[2] if inner else "<module>"
-                scored.append((_agreement(node, settings), path, node.lineno, where))
+                scored.append(((score(node), (path, where) in running), path, node.lineno, where))
     if not scored:
         return None
     best = max(s[0] for s in scored)

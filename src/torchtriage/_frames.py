@@ -182,6 +182,17 @@ def user_files_on_stack(skip: int = 1) -> list[str]:
     return out
 
 
+def user_functions_on_stack() -> set[tuple[str, str]]:
+    """(file, function name) of the user's frames running now."""
+    out: set[tuple[str, str]] = set()
+    f: types.FrameType | None = sys._getframe(1)
+    while f is not None:
+        if is_user_file(f.f_code.co_filename):
+            out.add((f.f_code.co_filename, f.f_code.co_name))
+        f = f.f_back
+    return out
+
+
 def user_frame_of(f: types.FrameType, lineno: int | None = None) -> UserFrame:
     """`f` as a `UserFrame` (at `lineno`, default the line it runs now)."""
     return _frame(f, f.f_lineno if lineno is None else lineno)
