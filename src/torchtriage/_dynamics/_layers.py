@@ -1,11 +1,9 @@
 """Sampled per-layer numbers: gradient norms and update-to-parameter ratios.
 
 Cost, at a sampled step only (steps 0 and 1, then every `dynamics_every`, default 25):
-  * before the update: one `torch._foreach_norm` over the gradients, and one copy of at most
-    `SLICE` (4,096) elements of each parameter, concatenated (the update ratio is measured on
-    those slices; parameters of several dtypes or devices are copied one by one);
-  * after the update: the same slices concatenated again, one subtraction and one
-    `_foreach_norm` over the per-parameter pieces of the difference and of the copy.
+  * before the update: one `torch._foreach_norm` over the gradients, and a copy of at most
+    `SLICE` (4,096) elements of each parameter (the update ratio is measured on that slice);
+  * after the update: one `_foreach_sub` and two `_foreach_norm` over the slices.
 All numbers stay on the device and ride the next step's one read (`_deferred.DeferredFlags`).
 The slices are freed after the update. A layer is the module that owns the parameter.
 """
@@ -65,37 +63,21 @@ class Sample:
         self.names = names
         with torch.no_grad():
             self.grad_norms = foreach_norm([_local(p.grad) for p in params])  # type: ignore[arg-type]
-            flats = [_flat(p) for p in params]
-            self.keep = [i for i, f in enumerate(flats) if f is not None]
-            self.params = [params[i] for i in self.keep]
-            slices = [flats[i][:SLICE] for i in self.keep]  # type: ignore[index]
-            self.sizes = [t.numel() for t in slices]
-            # one copy when the slices can share a buffer, else one each
-            self.before: torch.Tensor | list[torch.Tensor] | None = (
-                None if not slices else torch.cat(slices) if _one_kind(slices) else [t.clone() for t in slices])
+            self.params = params
+            self.before = [None if (f := _flat(p)) is None else f[:SLICE].clone() for p in params]
 
     def update_norms(self) -> tuple[list[str], list[torch.Tensor]]:
         """After the update: per-parameter (|Δ slice|, |slice before|), interleaved, and their layers."""
-        before, keep, params = self.before, self.keep, self.params
-        self.before, self.params = None, []
-        if before is None:
+        keep = [i for i, b in enumerate(self.before) if b is not None]
+        if not keep:
             return [], []
         with torch.no_grad():
-            after = [_flat(p)[:SLICE] for p in params]  # type: ignore[index]
-            if isinstance(before, torch.Tensor):
-                pieces = list(before.split(self.sizes))
-                delta = list((torch.cat(after) - before).split(self.sizes))
-            else:
-                pieces = before
-                delta = list(torch._foreach_sub(after, before))
-            norms = foreach_norm(delta + pieces)  # (one call: |Δ| of each, then |before| of each)
+            before = [b for b in self.before if b is not None]  # the slices of `keep`, in order
+            after = [_flat(self.params[i])[:SLICE] for i in keep]  # type: ignore[index]
+            delta = list(torch._foreach_sub(after, before))
+            norms = foreach_norm(delta) + foreach_norm(before)
+        self.before, self.params = [], []
         return [self.names[i] for i in keep], norms
-
-
-def _one_kind(ts: list[torch.Tensor]) -> bool:
-    """All of one dtype on one device (`torch.cat` neither promotes nor moves them)."""
-    dtype, device = ts[0].dtype, ts[0].device
-    return all(t.dtype == dtype and t.device == device for t in ts)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
