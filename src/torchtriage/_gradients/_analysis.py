@@ -119,6 +119,9 @@ class Analysis:
         self.grad_reads: set[int] = set()  # leaves whose .grad the user's code read (the op tracer's)
         self.lr_zero: dict[tuple[int, int], list[int]] = {}  # (opt index, group) -> [zero steps, steps]
         self.forward_seen = True  # False when only a finished loss tensor is known (no forward records)
+        # False while no module event was seen (a session that ended in the gradient check's
+        # screening step): a module without a record is then unknown, not "never called".
+        self.modules_seen = True
         # cut record id -> ids of the parameters of the first optimizer that stepped after it:
         # a cut matters to a parameter when that parameter's own update followed it (a GAN's
         # D step detaches G's output on purpose; only D's optimizer steps after that cut).
@@ -370,15 +373,16 @@ class Analysis:
         return bool(firsts) and all(gid == id(g) for gid, _ in firsts) and g._version > firsts[0][1]
 
     def _cause(self, pid: int, info: ParamInfo, paths: dict[str, nn.Module]) -> tuple[str, Any]:
-        if info.raw:
-            # A raw tensor: no module to blame; a recorded cut on its path, else unreached.
+        run = self.runs.get(info.owner)
+        if info.raw or (run is None and not self.modules_seen and self.forward_seen):
+            # A raw tensor: no module to blame (nor, without module events, a module whose
+            # call is unknown); a recorded cut on its path, else unreached.
             for kind in _CUT_KINDS:
                 candidates = [rec for rec in self.cuts if rec.kind == kind and pid in rec.leaves]
                 relevant = [rec for rec in candidates if pid in self.stepped_after.get(id(rec), (pid,))]
                 for rec in relevant or candidates:
                     return _CUT_CODES[kind], rec
-            return "unreached_raw", info.qualname
-        run = self.runs.get(info.owner)
+            return ("unreached_raw", info.qualname) if info.raw else ("unreached", info.module)
         if not self.forward_seen:
             return "unreached", info.module
         if run is None:

@@ -191,6 +191,26 @@ class CutTracer(TorchFunctionMode):
         self.sink(rec)
 
 
+_CALL_IMPL = torch.nn.Module._call_impl.__code__
+
+
+def module_being_called(name_of: Callable[[Any], str | None]) -> str | None:
+    """The path of the innermost watched module whose call is running (what a stack kept by
+    forward hooks would hold), found by walking the Python stack: `Module._call_impl` frames
+    hold the module called (`self`). For the rare op that records a cut while no module hook
+    runs (the screening step): no hook on every module call for it. `name_of(module)` gives a
+    watched module's path, None for a module no watched model holds (skipped, as hooks do)."""
+    f: FrameType | None = sys._getframe(1)
+    while f is not None:
+        if f.f_code is _CALL_IMPL:
+            mod = f.f_locals.get("self")
+            name = name_of(mod) if mod is not None else None
+            if name is not None:
+                return name
+        f = f.f_back
+    return None
+
+
 def _leaves(src: Any) -> set[int]:
     if isinstance(src, list):
         out: set[int] = set()
