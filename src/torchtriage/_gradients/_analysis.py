@@ -209,8 +209,13 @@ class Analysis:
                     continue
                 # On the CPU the foreach inf-norm takes a slow path (3 ms for a 1 M-parameter
                 # model, 8x the min and max of each gradient): the max-abs from those instead.
-                ext = [torch.stack(torch.aminmax(g)) if g.numel() else g.new_zeros(2) for g in grads]
-                self.flags.add([torch.stack(ext)], functools.partial(self._keep_max_abs, ids))
+                # (one op per gradient: its mins, then its maxes, stacked once)
+                lo, hi = [], []
+                for g in grads:
+                    mm = torch.aminmax(g) if g.numel() else (g.new_zeros(()), g.new_zeros(()))
+                    lo.append(mm[0])
+                    hi.append(mm[1])
+                self.flags.add([torch.stack(lo + hi)], functools.partial(self._keep_max_abs, ids))
 
     def _keep_norms(self, ids: list[int], vals: list[float]) -> None:
         self.norms.append((ids, vals))
@@ -330,6 +335,8 @@ class Analysis:
         # Said already, with a better location: a parameter re-created in forward is a current
         # parameter (param_recreated), a tensor in a plain attribute or list was reported statically.
         # A tensor an optimizer holds is a parameter (issue 11), never a stray leaf.
+        if not self.foreign_leaves:
+            return []  # (the walk over every module's attributes below is for a stray leaf only)
         known = set(current) | held
         for model, _ in models:
             known |= unregistered_leaf_ids(model)
@@ -414,6 +421,8 @@ class Analysis:
 
     def _unreached(self, unreached: list[int], trainable: dict[int, ParamInfo],
                    opt_of: dict[int, Any], opts_known: bool, step: int | None) -> list[Finding]:
+        if not unreached:
+            return []
         # Module paths per model: a teacher and a student both have "features.0" (and ""), and
         # a parameter's ancestors are looked up in its own model only.
         merged: dict[str, nn.Module] = {}
@@ -586,8 +595,9 @@ def add_model(analysis: Analysis, model: nn.Module, label: str) -> None:
 
 
 def _max_abs(minmax: list[float]) -> list[float]:
-    """Each gradient's max-abs from its (min, max) pairs, flat; NaN when either is NaN."""
+    """Each gradient's max-abs from their mins then their maxes; NaN when either is NaN."""
     out = []
-    for lo, hi in zip(minmax[0::2], minmax[1::2]):
+    half = len(minmax) // 2
+    for lo, hi in zip(minmax[:half], minmax[half:]):
         out.append(math.nan if lo != lo or hi != hi else max(-lo, hi))
     return out

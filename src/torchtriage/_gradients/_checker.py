@@ -321,19 +321,21 @@ class GradientChecker(Checker):
         waiting = any(id(o) not in self._stepped for o in s.optimizers) and self._in_window(step + 1)
         # (an optimizer that has not stepped yet, a WGAN's generator, a student trained after its
         # teacher: the window goes on, with the module events, as without the screen)
-        if not waiting and not self._pending_findings(step):
-            self._conclude(step, tracer_until_next_step=True)  # nothing to explain: the window ends, clean
+        found = None if waiting else self._pending_findings()
+        if found is not None and not found:
+            self._conclude(step, tracer_until_next_step=True, found=found)  # nothing to explain: ends clean
             return
         self._stop_screening()
         self._evidence_until = step + 1
 
-    def _pending_findings(self, step: int) -> bool:
-        """Whether the evidence so far supports any finding (the flags' read rides the step's)."""
+    def _pending_findings(self) -> list[Finding] | None:
+        """The findings the evidence so far supports (the flags' read rode the step's); None when
+        concluding failed (the full window and its error handling decide)."""
         assert self.session is not None and self.analysis is not None
         try:
-            return bool(self.analysis.conclude(self.session.optimizers, step=self._first_step))
+            return self.analysis.conclude(self.session.optimizers, step=self._first_step)
         except Exception:
-            return True  # let the full window (and its error handling) decide
+            return None
 
     def on_end(self) -> None:
         self._flush_eval()
@@ -371,7 +373,8 @@ class GradientChecker(Checker):
         self._add(make_finding("gradient.eval_builds_graph", Severity.INFO, Stage.FORWARD, module="", frame=frame,
                                step=step, model=label, training=False, grad_enabled=True, output_requires_grad=True))
 
-    def _conclude(self, step: int | None, *, tracer_until_next_step: bool = False) -> None:
+    def _conclude(self, step: int | None, *, tracer_until_next_step: bool = False,
+                  found: list[Finding] | None = None) -> None:
         if self._concluded:
             return
         self._concluded = True
@@ -388,7 +391,7 @@ class GradientChecker(Checker):
         optimizers = self.session.optimizers
         labels = [label for _, label in self._models()]
         only_label = labels[0] if len(labels) == 1 else None
-        for f in analysis.conclude(optimizers, step=self._first_step):
+        for f in analysis.conclude(optimizers, step=self._first_step) if found is None else found:
             if f.code.startswith("gradient.cut_") and (f.file, f.line) in self._loss_cuts:
                 continue  # the loss without grad_fn already named this cut and its line: one cause, once
             if f.code == "gradient.cut_no_grad" and self._loss_models and \
