@@ -160,7 +160,7 @@ class GradientChecker(Checker):
             self._drop_tracer()
         if self._first_step is None:
             self._first_step = step
-            if self._screen and not self.session.optimizers:
+            if self._screen and self.session is not None and not self.session.optimizers:
                 self._stop_screening()  # no optimizer closes the steps: no safe point to re-hook
         if self.active and self.analysis is None:
             sess = self.session
@@ -302,7 +302,7 @@ class GradientChecker(Checker):
         if self._screen and self.analysis is not None:
             self._screened(step)
         elif not self._in_window(step + 1):
-            if self._module_events == 0 and self._evidence_until >= 0 and self.session.models \
+            if self._module_events == 0 and self._evidence_until >= 0 and self._models() \
                     and step + 1 < self.window + (self._first_step or 0) + _EXTEND:
                 # No module event reached the evidence step (the session re-installs its module
                 # hooks only between optimizer steps): one more step, within the extension.
