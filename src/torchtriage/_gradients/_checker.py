@@ -32,6 +32,7 @@ from .._findings import Finding, Severity, Stage
 from .._frames import user_frame_from_stack
 from ._analysis import Analysis, _first_tensor, add_model, make_finding
 from ._graph import reach
+from ._idle import IdleOptimizers
 from ._loss import explain_loss_without_grad
 from ._static import frozen_findings, registration_findings
 from ._tracer import CutRecord, CutTracer, module_being_called, pop, push
@@ -80,6 +81,8 @@ class GradientChecker(Checker):
         # finding of a scheduled group (a per-epoch warmup from 0).
         self._held_unused: dict[str, Finding] = {}
         self._held_lr: dict[tuple[int, int], Finding] = {}
+        self._idle = IdleOptimizers()  # optimizers that never step while their parameters get grads
+        self._held_idle: dict[int, Finding] = {}
         self._loss_cuts: set[tuple[str | None, int | None]] = set()  # lines a loss_no_grad_fn named
         self._loss_models: set[str] = set()  # labels of models whose no-grad forward made such a loss
 
@@ -255,7 +258,11 @@ class GradientChecker(Checker):
             self._add(make_finding("gradient.zero_grad_missing", Severity.WARNING, Stage.BACKWARD,
                                    parameter=name, op=type(optimizer).__name__, frame=user_frame_from_stack(2),
                                    optimizer=self._opt_index(optimizer), grad_same_tensor_as_last_step=True))
+        if oid in self._held_idle:
+            del self._held_idle[oid]  # it steps after all (a generator after its warm-up)
         if self.active:
+            if self.session is not None:
+                self._idle.at_step(self.session.optimizers, self._stepped)
             self._stepped.add(oid)
             if self.analysis is not None:
                 self.analysis.optimizer_step(self._opt_index(optimizer), optimizer)
@@ -340,8 +347,8 @@ class GradientChecker(Checker):
     def on_end(self) -> None:
         self._flush_eval()
         self._conclude(self.session.step if self.session else None)
-        held = [*self._held_unused.values(), *self._held_lr.values()]
-        self._held_unused, self._held_lr = {}, {}
+        held = [*self._held_unused.values(), *self._held_lr.values(), *self._held_idle.values()]
+        self._held_unused, self._held_lr, self._held_idle = {}, {}, {}
         for f in sorted(held, key=lambda f: f.step if f.step is not None else -1):
             self._add(f)
         if self._tracer_lingers:
@@ -389,6 +396,8 @@ class GradientChecker(Checker):
             return
         _deferred.leave(self.session, analysis.flags)
         optimizers = self.session.optimizers
+        self._held_idle.update(self._idle.findings(self.session, optimizers, self._stepped, self._first_step,
+                                                   make_finding))
         labels = [label for _, label in self._models()]
         only_label = labels[0] if len(labels) == 1 else None
         for f in analysis.conclude(optimizers, step=self._first_step) if found is None else found:
