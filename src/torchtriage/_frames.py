@@ -234,6 +234,18 @@ def without_our_frames(tb: types.TracebackType | None, also: Callable[[str], boo
     return kept[0] if kept else None
 
 
+def passed_through(e: BaseException) -> BaseException:
+    """`e`, on its way out through one of our pass-through frames (a mode's handler, a patched
+    function's wrapper), with the frames below it that only we put there unlinked (ours, and
+    torch's dispatch frames our modes cause). Re-raised from there (`raise passed_through(e)`),
+    a traceback the user prints after catching `e` inside the session holds that one frame of
+    ours instead of a chain of them (each layer trims what is below it; issue 10)."""
+    tb = e.__traceback__
+    if tb is not None and tb.tb_next is not None:
+        e.__traceback__ = without_our_frames(tb.tb_next)
+    return e
+
+
 def user_stacklevel() -> int:
     """The `stacklevel` that makes a warning issued by our caller name the user's line: the
     innermost user frame, else the innermost frame outside torchtriage and torch."""
