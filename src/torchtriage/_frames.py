@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import os
 import sys
 import sysconfig
@@ -244,6 +245,20 @@ def passed_through(e: BaseException) -> BaseException:
     if tb is not None and tb.tb_next is not None:
         e.__traceback__ = without_our_frames(tb.tb_next)
     return e
+
+
+def trims_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """For one of our pass-through modes' `__torch_function__`: an error raised in the op leaves
+    through it with the frames below that only we put there unlinked (`passed_through`)."""
+    @functools.wraps(handler)
+    def __torch_function__(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        try:
+            return handler(*args, **kwargs)
+        except BaseException as e:
+            raise passed_through(e)  # noqa: B904 (the same exception, our frames below it unlinked)
+
+    return __torch_function__
 
 
 def user_stacklevel() -> int:
