@@ -79,3 +79,16 @@ def test_a_watched_optimizer_built_before_the_session_gets_its_line_in_the_findi
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "gradient.optimizer_stale True 7"
+
+
+def test_the_model_the_call_names_breaks_a_tie(tmp_path):
+    """One optimizer per model with the same settings: the call that names the model's variable
+    (`encoder.parameters()`) is the line."""
+    path = _write(tmp_path, """\
+        import torch
+        encoder_optimizer = torch.optim.SGD(encoder.parameters(), lr=0.01)
+        decoder_optimizer = torch.optim.SGD(decoder.parameters(), lr=0.01)
+        """)
+    opt = torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=0.01)
+    assert construction_line(opt, [path]) is None  # a tie without the names
+    assert construction_line(opt, [path], names=["decoder"]).line == 3

@@ -33,12 +33,12 @@ def _fit(model, opt, train_loader, eval_loaders, epochs=2):
         model.eval()
         with torch.no_grad():
             for loader in eval_loaders:
-                for xb, yb in loader:
+                for xb, _ in loader:
                     model(xb)
 
 
-def _data(n):
-    torch.manual_seed(0)
+def _data(n, seed=0):
+    torch.manual_seed(seed)
     X = torch.randn(n, 3)
     return TensorDataset(X, X.sum(1))
 
@@ -85,3 +85,38 @@ def test_kfold_subsets_made_in_advance_one_session_per_fold_are_quiet():
         with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
             _fit(model, opt, DataLoader(train_part, batch_size=10), [DataLoader(val_part, batch_size=10)], epochs=1)
         assert [f.code for f in s.report.findings if f.category.value == "data"] == []
+
+
+class Noisy(torch.utils.data.Dataset):
+    """Rows augmented on load (noise added at each access): batches never equal the stored
+    rows, so they are matched to splits by the loader's indices only."""
+
+    def __init__(self, n, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, 3, generator=g)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        x = self.x[i] + 0.01 * torch.randn(3)
+        return x, x.sum()
+
+
+def test_a_concat_dataset_is_followed_part_by_part():
+    """The training part concatenated with extra rows (the usual ConcatDataset), and by mistake
+    the validation part too: the validation rows it trains on are found by index; the extra
+    rows, in no split, are nothing to it. Without the validation part, the same loop is quiet."""
+    from torch.utils.data import ConcatDataset
+
+    for leak in (True, False):
+        dataset, extra = Noisy(60, seed=0), Noisy(15, seed=1)
+        train_set, val_set = random_split(dataset, [45, 15])  # SPLIT-C
+        parts = [train_set, extra, val_set] if leak else [train_set, extra]
+        model = nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+            _fit(model, opt, DataLoader(ConcatDataset(parts), batch_size=15, shuffle=True),
+                 [DataLoader(val_set, batch_size=15)], epochs=3)
+        found = [(f.code, f.line, f.evidence.get("count")) for f in s.report.findings if f.category.value == "data"]
+        assert found == ([("data.heldout_trained", _line("# SPLIT-C"), 15)] if leak else []), found

@@ -83,12 +83,21 @@ def _functions(tree: ast.Module) -> list[tuple[int, int, str]]:
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
-def construction_line(obj: Any, files: Iterable[str]) -> UserFrame | None:
+def construction_line(obj: Any, files: Iterable[str], names: Iterable[str] = ()) -> UserFrame | None:
     """The one line among `files` that calls `type(obj)` with arguments agreeing best with the
-    object's settings (`obj.defaults` for an optimizer), or None when there is none or a tie."""
+    object's settings (`obj.defaults` for an optimizer) and naming one of `names` (the user's
+    variables of the models it optimizes: `SGD(encoder.parameters(), ...)`), or None when there
+    is none or a tie."""
     settings = getattr(obj, "defaults", None)
     settings = settings if isinstance(settings, dict) else {}
-    return call_line(files, {type(obj).__name__}, lambda call: _agreement(call, settings))
+    wanted = set(names)
+
+    def score(call: ast.Call) -> int:
+        named = wanted and any(isinstance(n, ast.Name) and n.id in wanted
+                               for arg in [*call.args, *(k.value for k in call.keywords)] for n in ast.walk(arg))
+        return _agreement(call, settings) + (1 if named else 0)
+
+    return call_line(files, {type(obj).__name__}, score)
 
 
 def split_line(sizes: list[int], files: Iterable[str]) -> UserFrame | None:
@@ -128,7 +137,7 @@ def call_line(files: Iterable[str], names: set[str], score: Any) -> UserFrame | 
         return None
     best = max(s[0] for s in scored)
     top = [s for s in scored if s[0] == best]
-    if len(top) != 1:
+    if len({(s[1], s[2]) for s in top}) != 1:  # (two calls on one line are one line)
         return None
     _, path, line, function = top[0]
     return user_frame_of_line(path, line, function)

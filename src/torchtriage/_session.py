@@ -11,6 +11,7 @@ names, and the findings (each distinct cause once, with a count).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import sys
 import threading
@@ -294,8 +295,16 @@ class Session(SessionHooks):
         if optimizer_frame_known(optimizer) is None:
             # Built before the session: its line is read from the user's files if a finding
             # asks (the files of the user's frames now, and of the watched models' classes).
-            note_optimizer_finder(optimizer, construction_line, [*user_files_on_stack(2), *self._model_files()])
+            note_optimizer_finder(optimizer, functools.partial(construction_line, names=self._labels_of(optimizer)),
+                                  [*user_files_on_stack(2), *self._model_files()])
         self._emit("on_optimizer", optimizer)
+
+    def _labels_of(self, optimizer: torch.optim.Optimizer) -> list[str]:
+        """The labels (the user's variable names) of the watched models whose parameters
+        `optimizer` holds."""
+        held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        return [label for m in self.models if (label := self.model_label(m))
+                and any(id(p) in held for p in m.parameters())]
 
     def _model_files(self) -> list[str]:
         out = []
@@ -360,6 +369,7 @@ class Session(SessionHooks):
                 self.watch_model(m)
             for o in self._pending_optimizers:
                 self.watch_optimizer(o)
+            self._maybe_narrow_module_hooks()  # the checks' answer may change once optimizers are known
         except BaseException:
             self._uninstall()
             raise

@@ -93,6 +93,10 @@ MESSAGES = {
     "gradients.optimizer_stale.cause":
         "the optimizer was built before the model (or its parameters) was replaced or re-created: it updates the old tensors",
     "gradients.optimizer_stale.next": "create the optimizer after the final model, e.g. after load / to(device) / re-creation",
+    "gradients.optimizer_idle.message": "optimizer {optimizer} ({op}) never stepped in {steps} optimizer steps: its {parameters} parameters ({examples}) got gradients that nothing applied",
+    "gradients.optimizer_idle.message.model": "optimizer {optimizer} ({op}) of {model} never stepped in {steps} optimizer steps: its {parameters} parameters ({examples}) got gradients that nothing applied",
+    "gradients.optimizer_idle.cause": "the backward computes these gradients every step, but step() is never called on this optimizer (one optimizer per model and one .step() forgotten), so these parameters never change",
+    "gradients.optimizer_idle.next": "call step() on this optimizer after backward() (and zero_grad() before the next one), or put its parameters into the optimizer that steps",
     "gradients.lr_zero.message": "optimizer {optimizer} group {group} has learning rate 0 over {steps} step(s)",
     "gradients.lr_zero.cause": "with lr=0 the update is zero: the parameters do not change although they have gradients",
     "gradients.lr_zero.next": "check the lr value and the scheduler (a warmup that starts at 0 must rise)",
