@@ -201,8 +201,8 @@ def loss_saved(node: Any) -> dict[str, torch.Tensor]:
         from ._families import base_name
 
         fn = getattr(torch, base_name(tp.__name__), None)
-        attrs = () if fn is None or not hasattr(tp, "_saved_self") else \
-            ("_saved_self", "_saved_other") if hasattr(tp, "_saved_other") else ("_saved_self",)
+        names = set(dir(tp)) if fn is not None else set()
+        attrs = tuple(a for a in ("_saved_self", "_saved_other") if a in names) if "_saved_self" in names else ()
         if len(_LOSS_ATTRS) < 4096:
             _LOSS_ATTRS[tp] = attrs
     out = {}

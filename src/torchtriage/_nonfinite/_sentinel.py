@@ -362,7 +362,7 @@ class NonFiniteSentinel(Checker):
             self._sparse = True  # (an embedding's sparse gradient, seen by the update check)
             grads = [g for g in grads if not g.is_sparse]
             tensors = kept + grads
-            norms = foreach_norm(tensors)
+            norms = foreach_norm(tensors) if tensors else []
         if kept:
             r.kept, r.kept_at = kept, len(r.scalars)
             r.keys += kinds
@@ -416,6 +416,8 @@ class NonFiniteSentinel(Checker):
         if r.kept and not r.kept_finite(values):
             values = self._exact(r, values)
         got = _by_kind(keys, values)
+        if not self._eager and any(v == -math.inf for k in ("data", "forward") for v in got.get(k, ())):
+            self._eager = True  # -Inf in the batch or outputs (a mask): their norms would read +Inf
         if "loss_value" in got:
             if not late:
                 st.loss_value = got["loss_value"][0]
