@@ -109,10 +109,6 @@ class StepFlags:
             return
         self.watched.append(t)
 
-    def written(self) -> bool:
-        """True when a tensor read by reference was written in place since it was taken."""
-        return any(t._version != v for t, v in zip(self.watched, self.versions))
-
 
 class Read:
     """One read's flags and what is needed to judge them (now, or one step late)."""

@@ -1,11 +1,13 @@
 """`NonFiniteSentinel`: the always-on check for the first non-finite value of a step.
 
-Hot path (every step, no per-tensor sync): one on-device reduction per boundary —
-    data       sum of each floating batch tensor  (NaN or +Inf trips; -Inf masks do not)
-    forward    sum of each floating root output   (same rule)
-    loss       the backward roots                 (any non-finite value trips)
-    backward   L2 norm of each gradient, one `torch._foreach_norm` call; the host combines them
-               (in float64, with float32's overflow kept) into the "grad_norm" series
+Hot path (every step, no per-tensor sync), the steady state (`_flags` says what is kept and why):
+    data       each floating batch tensor, kept by reference   (NaN or +Inf trips; -Inf masks do not)
+    forward    each floating root output, kept by reference    (same rule)
+    loss       the backward root itself, 0-dim                  (any non-finite value trips)
+    backward   at the read, ONE `torch._foreach_norm` call over the kept batch / outputs and every
+               gradient; the host combines the gradients' norms (in float64, with float32's
+               overflow kept) into the "grad_norm" series. A kept tensor's norm that reads
+               non-finite is decided by its sum (a second read, on that anomaly path only).
     optimizer  nothing on most steps: a parameter the update made non-finite shows in the next
                step's forward or gradient flags, and that trip first looks at the last update
                (`_localize.localize_update`, only on the anomaly path). Every SAMPLE_EVERY-th
@@ -13,9 +15,11 @@ Hot path (every step, no per-tensor sync): one on-device reduction per boundary 
                parameter and optimizer state tensor, one `torch._foreach_norm` call (read at the
                next sync) — optimizer state that overflows while the parameters stay finite is
                seen there only.
-Every flag is a 0-dim tensor kept as is (no per-flag conversion or pre-reduction: on a small
-step each extra op costs as much as the reduction itself). All flags of a step are stacked once
-and read with ONE host transfer, at `optimizer.step()`'s pre-hook
+The warm-up steps, `late_read`, a loop that writes to its batch or outputs in place, and large
+tensors (summed while still in cache) take a float32 `sum` per tensor at the forward instead.
+Every flag is a 0-dim tensor kept as is (no per-flag conversion or pre-reduction: inside a small
+step each distinct op runs cold and costs as much as the reduction itself). All flags of a step
+are stacked once and read with ONE host transfer, at `optimizer.step()`'s pre-hook
 (before the update: a non-finite update can still be skipped), or at backward's end without an
 optimizer. With `late_read=True` (and no `skip_step`) that transfer is started there and read at
 the next step (`_late`): an accelerator keeps its queue. Intermediate modules are not checked:
@@ -37,11 +41,10 @@ from .._catalogue import msg
 from .._checker import Checker, LossCall
 from .._config import OnAnomaly
 from .._findings import Category, Finding, Severity, Stage
-from .._frames import UserFrame, user_frame_from_stack
+from .._frames import user_frame_from_stack
 from .._modestack import own_modes_off
 from ._amp import ScalerWatch
 from ._flags import WARMUP_STEPS, Read, StepFlags, nan_or_posinf, sum_flag
-from ._late import PendingRead
 from ._late import finding as late_finding
 from ._late import start as start_late_read
 from ._localize import localize_backward, localize_data, localize_forward, localize_loss, localize_update
@@ -60,9 +63,12 @@ def foreach_norm(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """Each tensor's L2 norm, one foreach call per precision. float16 / bfloat16 norms are
     returned in float32: a finite half tensor's norm can exceed 65504 (a pure-half model's
     large parameter, its gradient), and an Inf norm there would read as a non-finite value."""
-    low = [t.dtype in _LOW for t in tensors]
-    if not any(low):
+    for t in tensors:
+        if t.dtype in _LOW:
+            break
+    else:  # (the common case: no half tensor)
         return list(torch._foreach_norm(tensors))
+    low = [t.dtype in _LOW for t in tensors]
     try:
         if all(low):
             return list(torch._foreach_norm(tensors, 2, dtype=torch.float32))
@@ -391,8 +397,7 @@ class NonFiniteSentinel(Checker):
         """What the flags of step `r.step` say; localize what tripped. True = skip this update."""
         assert self.session is not None
         sess, st, keys = self.session, self._step, r.keys
-        add, step = sess.health.add, r.step
-        record = lambda name, v: add(name, step, v)  # noqa: E731  (the session's series)
+        add, step = sess.health.add, r.step  # (the session's series: `record_series` at r.step)
         total = sum(values)
         if total - total == 0 and self._poisoned is None:
             # Every flag finite (x - x is NaN for NaN and ±Inf; a sum that overflows takes the
@@ -406,13 +411,16 @@ class NonFiniteSentinel(Checker):
                 if name is not None:  # the common step: one backward, a known call site
                     add(name, step, v)
                 else:
-                    self._record_losses(r, values, record)
-            if r.n_grads:
-                self._grad_norm = _global_norm(values[-r.n_grads:], r)
+                    self._record_losses(r, values, lambda name, v: add(name, step, v))
+            n = r.n_grads
+            if n:
+                norm = values[-1] if n == 1 else math.hypot(*values[-n:])
+                self._grad_norm = math.inf if norm > _F32_MAX and not r.wide else norm  # (`_global_norm`)
                 add("grad_norm", step, self._grad_norm)
             if not late:
-                self._release()
+                st.outputs, st.loss_calls, st.loss_nodes = [], [], []  # (`_release`)
             return False
+        record = lambda name, v: add(name, step, v)  # noqa: E731
         if r.kept and not r.kept_finite(values):
             values = self._exact(r, values)
         got = _by_kind(keys, values)
