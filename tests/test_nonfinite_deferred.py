@@ -191,3 +191,26 @@ def test_a_functional_loss_past_the_warmup_is_replayed_from_its_recorded_call():
     f = _errors(s)[0]
     assert (f.code, f.stage, f.step) == ("numerical.nonfinite_loss", Stage.LOSS, BAD)
     assert f.op in ("aten::log", "aten::xlogy")
+
+
+class HalfHead(nn.Module):
+    """A float32 batch into a bfloat16 layer: the read's norms mix float32 and bfloat16 tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4).to(torch.bfloat16)
+
+    def forward(self, x):
+        return self.fc(x.bfloat16()) + torch.sqrt(x[:, :1]).bfloat16()
+
+
+def test_mixed_precision_batch_and_outputs_are_normed_and_a_nan_found():
+    torch.manual_seed(0)
+    model = HalfHead()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with _watch(model, opt) as s:
+        reads = _train(model, opt, _batches(BAD + 1, BAD, _put(1, 0, -1.0)),
+                       loss_fn=lambda out, y: F.mse_loss(out.float(), y))
+    f = _errors(s)[0]
+    assert (f.code, f.stage, f.step, f.op) == ("numerical.nonfinite_forward", Stage.FORWARD, BAD, "aten::sqrt")
+    assert reads[:BAD] == [1] * BAD and len(s.series["grad_norm"]) == BAD + 1
