@@ -208,6 +208,9 @@ class NonFiniteSentinel(Checker):
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         assert self.session is not None
+        hot = self._hot
+        if hot is not None and hot[0]() is not None:
+            return  # (one of the session's optimizers has stepped and is alive: it reads the flags)
         if not self.session.optimizers:
             params = [p for m in self.session.models for p in m.parameters()]
             self._sync(grads=[p.grad for p in params if p.grad is not None], optimizer=None)
