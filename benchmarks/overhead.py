@@ -3,8 +3,11 @@
 A 4-layer transformer LM (d=256, sequence 128, batch 16) and a small CNN, one training step each
 (and, with `--workloads mlp`, a tiny MLP whose ~1 ms step magnifies fixed per-step costs; with
 `--workloads gpt`, a small GPT: d=128, 4 layers, sequence 64, batch 8, AdamW):
-baseline, torchtriage's sentinel alone (`watch(checks=["nonfinite"])`), torchtriage with all its
-default checks (`watch()`: sentinel, gradients, silent bugs, exception triage, repro recorder),
+baseline, the least a per-step NaN/Inf check does written into the loop by hand (`inline_min`:
+the loss and each gradient's norm, one read; `inline_sentinel`: also the batch's and the output's
+sums, the sentinel's own device work), torchtriage's sentinel alone
+(`watch(checks=["nonfinite"])`), torchtriage with all its default checks (`watch()`: sentinel,
+gradients, silent bugs, dynamics, exception triage, repro recorder, runtime leakage),
 `torch.autograd.detect_anomaly`, and transformers' `DebugUnderflowOverflow` when it is installed.
 Step times are interleaved in one process (round-robin over the modes, so a busy machine slows
 all alike) and reported as the ratio of medians to the baseline, with the middle half of the
@@ -111,8 +114,42 @@ def step(model, opt, batch, loss_fn):
     return loss
 
 
+def step_inline_min(model, opt, batch, loss_fn):
+    """The least any per-step NaN/Inf check with gradient norms does, written into the loop by
+    hand (no hooks, no framework): the loss and each gradient's norm, one host read before the
+    update. The floor under the sentinel's steady-state cost on this workload."""
+    x, y = batch
+    loss = loss_fn(model(x), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
+    torch.stack([loss.detach(), *torch._foreach_norm(grads)]).tolist()
+    opt.step()
+    return loss
+
+
+def step_inline_sentinel(model, opt, batch, loss_fn):
+    """`step_inline_min` plus the sums of the batch and of the output (the sentinel's data and
+    forward flags): the sentinel's own device work per step, inlined."""
+    x, y = batch
+    out = model(x)
+    flags = [x.sum(), out.detach().sum()]
+    loss = loss_fn(out, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
+    torch.stack([*flags, loss.detach(), *torch._foreach_norm(grads)]).tolist()
+    opt.step()
+    return loss
+
+
+# Reference arms that change the step itself (the others wrap the same step in a tool).
+STEPPERS = {"inline_min": step_inline_min, "inline_sentinel": step_inline_sentinel}
+
+
 def modes():
-    out = ["baseline", "sentinel", "all_checks", "all_but_dynamics", "detect_anomaly"]
+    out = ["baseline", "inline_min", "inline_sentinel", "sentinel", "all_checks", "all_but_dynamics",
+           "detect_anomaly"]
     try:
         from transformers.debug_utils import DebugUnderflowOverflow  # noqa: F401
         out.append("hf_debug_underflow_overflow")
@@ -123,7 +160,7 @@ def modes():
 
 @contextlib.contextmanager
 def instrument(mode: str, model, opt):
-    if mode in ("baseline", "baseline_copy"):
+    if mode in ("baseline", "baseline_copy", *STEPPERS):
         yield
     elif mode == "sentinel":
         import torchtriage
@@ -180,24 +217,25 @@ def time_workload(workload, device, steps, rounds, names, clock=time.perf_counte
     for m in names:  # warm-up (the checks' first-steps analyses run here, as in a real run)
         with instrument(m, *setups[m][:2]):
             for _ in range(5):
-                step(*setups[m])
+                STEPPERS.get(m, step)(*setups[m])
     for r in range(rounds):
         # rotate the order every round: no mode always runs right after another
         for m in names[r % len(names):] + names[:r % len(names)]:
             model, opt, batch, loss_fn = setups[m]
+            step_fn = STEPPERS.get(m, step)
             with instrument(m, model, opt):
                 sync(device)
                 t0 = clock()
                 for _ in range(FIRST):
-                    step(model, opt, batch, loss_fn)
+                    step_fn(model, opt, batch, loss_fn)
                 sync(device)
                 first[m].append(clock() - t0)
                 for _ in range(UNTIMED - FIRST):
-                    step(model, opt, batch, loss_fn)
+                    step_fn(model, opt, batch, loss_fn)
                 for _ in range(steps):
                     sync(device)
                     t0 = clock()
-                    step(model, opt, batch, loss_fn)
+                    step_fn(model, opt, batch, loss_fn)
                     sync(device)
                     times[m].append(clock() - t0)
     # Spread: each sample's ratio to the baseline sample taken right beside it (same round), the
@@ -219,7 +257,7 @@ def peak_memory(workload, device, mode, steps, threads):
         torch.cuda.reset_peak_memory_stats()
         with instrument(mode, model, opt):
             for _ in range(steps):
-                step(model, opt, batch, loss_fn)
+                STEPPERS.get(mode, step)(model, opt, batch, loss_fn)
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() / 2**20
     cmd = [sys.executable, __file__, "--_memory", workload, mode, str(steps), "--threads", str(threads)]
@@ -231,7 +269,7 @@ def _memory_child(workload, mode, steps):
     model, opt, batch, loss_fn = make(workload, "cpu")
     with instrument(mode, model, opt):
         for _ in range(steps):
-            step(model, opt, batch, loss_fn)
+            STEPPERS.get(mode, step)(model, opt, batch, loss_fn)
     # VmHWM (peak RSS) of this process; ru_maxrss would include the parent's RSS from before exec
     with open("/proc/self/status") as fh:
         hwm = next((line.split()[1] for line in fh if line.startswith("VmHWM:")), None)

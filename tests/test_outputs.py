@@ -243,8 +243,9 @@ def test_notebook_magic_outputs_like_the_cli(tmp_path, monkeypatch, capsys):
         InteractiveShell.clear_instance()
 
 
-@pytest.mark.parametrize("command", [["env"], ["report", "r.json"], ["splits", "train.csv", "test.csv"]],
-                         ids=["env", "report", "splits"])
+@pytest.mark.parametrize("command", [["env"], ["report", "r.json"], ["splits", "train.csv", "test.csv"],
+                                     ["--help"], ["run", "--help"]],
+                         ids=["env", "report", "splits", "help", "run-help"])
 def test_stdout_to_dev_full_is_one_line_and_exit_2(tmp_path, command):
     """`torchtriage COMMAND > /dev/full`: one line, exit 2, no traceback (nor Python's own
     "Exception ignored" at exit)."""

@@ -380,3 +380,28 @@ def test_a_check_that_chooses_its_steps_gets_only_those_steps_events():
     assert check.seen == [("begin", 0), ("backward", 0), ("update", 0), ("end", 0),
                           ("begin", 3), ("backward", 3), ("update", 3), ("end", 3)]
     assert check.lifecycle == ["KeyError", "end"]
+
+
+def test_a_warning_the_users_filters_make_an_error_reaches_them_as_that_warning():
+    """`-W error` (or `simplefilter("error")`) with on_anomaly="warn": the finding's
+    TriageWarning is raised at the user's call, as the filter asks; it is not mistaken for a
+    bug of torchtriage's (TriageInternalWarning), and the check is not switched off."""
+    from torchtriage import TriageInternalWarning, TriageWarning
+
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(TriageWarning, match="NaN before the model runs") as caught:
+            with torchtriage.watch(model, opt, on_anomaly="warn", report=False) as s:
+                for i in range(3):
+                    x = torch.randn(4, 3)
+                    if i == 1:
+                        x[0, 0] = float("nan")
+                    model(x).sum().backward()
+                    opt.step()
+                    opt.zero_grad()
+    assert not isinstance(caught.value, TriageInternalWarning)
+    assert [f.code for f in s.findings] == ["numerical.nonfinite_data"]
+    assert s.findings[0].step == 1

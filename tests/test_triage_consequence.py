@@ -100,21 +100,23 @@ def test_an_error_on_finite_operands_after_the_nan_is_a_finding_of_its_own():
     assert "then raised" not in loud["numerical.nonfinite_loss"].evidence
 
 
-def test_nan_logits_without_an_earlier_finding_are_the_error_itself():
-    """Nothing non-finite was recorded before the error (the NaN batch is read when the step
-    closes, after it): the error is reported on its own, with its line."""
+def test_nan_logits_in_the_step_that_read_nothing_yet_count_on_the_nan_batch():
+    """Nothing non-finite was read before the error: the NaN batch and the error are in the
+    same step, before its one read. The step's flags are read when it raises (before the error
+    is explained), so the first anomaly — the batch — is the finding and the error, with its
+    line, counts on it."""
     net = Policy()
     with pytest.raises(ValueError):
         with torchtriage.watch(net, on_anomaly="record", report=False) as s:
             logits = net(torch.full((1, 4), float("nan")))
             Categorical(logits=logits, validate_args=True)  # the error's line
-    (error,) = [f for f in s.report if "exception" in f.evidence]
-    assert error.severity is Severity.ERROR and error.count == 1
-    assert error.evidence["exception"].startswith("ValueError: Expected parameter logits")
+    (f,) = _loud(s.report)
+    assert (f.code, f.severity, f.count) == ("numerical.nonfinite_data", Severity.ERROR, 2)
     lines = Path(HERE).read_text(encoding="utf-8").splitlines()
     line = next(i for i, text in enumerate(lines, 1) if text.rstrip().endswith("# the error's line"))
-    assert (error.file, error.line) == (HERE, line)
-    assert not any("then raised" in f.evidence for f in s.report)
+    raised = f.evidence["then raised"]
+    assert raised.startswith("ValueError: Expected parameter logits") and f"{HERE}:{line}" in raised
+    assert f.evidence["non-finite operands"] == "logits"
 
 
 def test_a_target_out_of_range_after_the_nan_is_a_finding_of_its_own():
@@ -128,3 +130,63 @@ def test_a_target_out_of_range_after_the_nan_is_a_finding_of_its_own():
     loud = {f.code: f for f in _loud(report)}
     assert sorted(loud) == ["data.target_range", "numerical.nonfinite_loss"]
     assert "then raised" not in loud["numerical.nonfinite_loss"].evidence
+
+
+def _one_step(build):
+    """One step whose distribution is built from the model's output before any read: the
+    error comes before the step's flags were read."""
+    torch.manual_seed(0)
+    net = Policy()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with pytest.raises(ValueError) as info:
+        with torchtriage.watch(net, opt, on_anomaly="record", report=False) as s:
+            x = torch.randn(3, 4)
+            build(net, x)
+    return s.report, info.value
+
+
+def test_a_nan_batch_refused_by_a_distribution_in_the_same_step_is_counted_on_the_batch():
+    """The NaN is in the batch; `Categorical` raises on the NaN logits in the same step, before
+    the step's one read. The flags are read when the step raises, so the first anomaly (the
+    batch) is the finding and the error counts on it; it is not read as an autograd fault
+    (the message prints `grad_fn=`)."""
+    def build(net, x):
+        x[1, 2] = float("nan")
+        Categorical(logits=net(x))  # an expression: the values the message prints are the evidence
+
+    report, exc = _one_step(build)
+    assert "grad_fn=" in str(exc)
+    (f,) = _loud(report)
+    assert (f.code, f.step, f.count) == ("numerical.nonfinite_data", 0, 2)
+    assert f.evidence["then raised"].startswith("ValueError: Expected parameter logits")
+    assert f.evidence["non-finite operands"] == "the values the error message prints"
+
+
+def test_finite_values_outside_a_distributions_constraint_are_named_as_such():
+    """A scale taken straight from a linear layer (negative values): not a NaN, a parameter
+    outside its domain."""
+    def build(net, x):
+        out = net(x)
+        torch.distributions.Normal(out[:, 0], out[:, 1])  # the user's line
+
+    report, _ = _one_step(build)
+    (f,) = _loud(report)
+    assert (f.category.value, f.code, f.line) == ("numerical", "numerical.distribution_parameter", _line("Normal(out"))
+    assert f.message == ("Normal's parameter scale (3,) has values outside its constraint "
+                         "GreaterThan(lower_bound=0.0)")
+
+
+def test_a_log_prob_value_outside_the_support_is_named_as_such():
+    def build(net, x):
+        actions = torch.tensor([0, 1, 2])  # 2 actions only: index 2 is outside
+        Categorical(logits=net(x)).log_prob(actions)
+
+    report, _ = _one_step(build)
+    (f,) = _loud(report)
+    assert (f.code, f.line) == ("numerical.distribution_value", _line(".log_prob(actions)"))
+    assert f.message == ("Categorical.log_prob got a value (3,) outside the support "
+                         "IntegerInterval(lower_bound=0, upper_bound=1)")
+
+
+def _line(text):
+    return next(i for i, line in enumerate(Path(HERE).read_text().splitlines(), 1) if text in line)

@@ -12,7 +12,7 @@ Event order within one training step:
     → on_backward → on_backward_end → on_optimizer_step_pre → on_optimizer_step_post
     → on_step_end
 `on_model` / `on_optimizer` fire once when a model or optimizer first becomes known,
-`on_exception` when the watched code raises, `on_end` when the session closes.
+`on_raise` then `on_exception` when the watched code raises, `on_end` when the session closes.
 """
 
 from __future__ import annotations
@@ -112,6 +112,12 @@ class Checker:
         pass
 
     # endings
+    def on_raise(self, exc: BaseException) -> None:
+        """The watched code raised `exc`. Before any check explains it (`on_exception`), a check
+        settles what it measured in the step so far: the first anomaly may come before the
+        error (a NaN batch, then NaN logits refused by a distribution), and the explanation
+        then counts the error on it."""
+
     def on_exception(self, exc: BaseException) -> None:
         pass
 
@@ -135,7 +141,7 @@ class Checker:
 
 
 # Events delivered whatever `wants_step` says (they are not part of a step).
-LIFECYCLE_EVENTS = frozenset({"on_start", "on_model", "on_optimizer", "on_exception", "on_end"})
+LIFECYCLE_EVENTS = frozenset({"on_start", "on_model", "on_optimizer", "on_raise", "on_exception", "on_end"})
 
 
 def overrides(checker: Checker, event: str) -> bool:

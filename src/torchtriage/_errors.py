@@ -63,6 +63,13 @@ class TriageInternalWarning(RuntimeWarning):
     """torchtriage hit a bug in its own bookkeeping and carried on."""
 
 
+# What the `on_anomaly` policy raises into the user's code on purpose: an AnomalyError
+# (on_anomaly="raise"), or a TriageWarning that the user's warning filters turned into an
+# error (`-W error`, `simplefilter("error")`). Hooks let these through; any other exception
+# inside a check is torchtriage's own bug.
+POLICY_ERRORS = (AnomalyError, TriageWarning)
+
+
 for _cls in (TriageError, AnomalyError, ContractError, BundleError, ConfigError, TriageWarning,
              TriageInternalWarning):
     _cls.__module__ = "torchtriage"

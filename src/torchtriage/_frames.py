@@ -165,6 +165,34 @@ def _user_code(f: types.FrameType) -> bool:
     return is_user_file(f.f_code.co_filename) and f.f_code.co_name != "__torch_function__"
 
 
+def user_frame_of_line(file: str, line: int, function: str) -> UserFrame:
+    """A line of the user's source that no frame runs now (found by reading the source)."""
+    return UserFrame(file, line, function, _source_line(file, line))
+
+
+def user_files_on_stack(skip: int = 1) -> list[str]:
+    """The user's source files on the current call stack, innermost first."""
+    out: list[str] = []
+    f: types.FrameType | None = sys._getframe(skip)
+    while f is not None:
+        file = f.f_code.co_filename
+        if file not in out and is_user_file(file):
+            out.append(file)
+        f = f.f_back
+    return out
+
+
+def user_functions_on_stack() -> set[tuple[str, str]]:
+    """(file, function name) of the user's frames running now."""
+    out: set[tuple[str, str]] = set()
+    f: types.FrameType | None = sys._getframe(1)
+    while f is not None:
+        if is_user_file(f.f_code.co_filename):
+            out.add((f.f_code.co_filename, f.f_code.co_name))
+        f = f.f_back
+    return out
+
+
 def user_frame_of(f: types.FrameType, lineno: int | None = None) -> UserFrame:
     """`f` as a `UserFrame` (at `lineno`, default the line it runs now)."""
     return _frame(f, f.f_lineno if lineno is None else lineno)
@@ -226,14 +254,43 @@ def user_stacklevel() -> int:
 _optimizer_frames: weakref.WeakKeyDictionary[Any, UserFrame] = weakref.WeakKeyDictionary()
 
 
+# optimizer -> (finder, files): how to find that line in the source, for an optimizer built
+# before the session (`_built_at.construction_line`); tried once, when a finding asks
+_optimizer_finders: weakref.WeakKeyDictionary[Any, tuple[Callable[[Any, list[str]], UserFrame | None], list[str]]] = \
+    weakref.WeakKeyDictionary()
+
+
 def note_optimizer_frame(optimizer: Any, frame: UserFrame) -> None:
     _optimizer_frames[optimizer] = frame
 
 
-def optimizer_frame(optimizer: Any) -> UserFrame | None:
-    """The user's line that created `optimizer`, when a discovering session saw it."""
+def note_optimizer_finder(optimizer: Any, finder: Callable[[Any, list[str]], UserFrame | None],
+                          files: list[str]) -> None:
+    """For an optimizer whose construction no session saw: where to look for its line."""
+    if optimizer not in _optimizer_frames:
+        _optimizer_finders[optimizer] = (finder, files)
+
+
+def optimizer_frame_known(optimizer: Any) -> UserFrame | None:
+    """The line noted for `optimizer` so far (no source read)."""
     try:
         return _optimizer_frames.get(optimizer)
+    except TypeError:
+        return None
+
+
+def optimizer_frame(optimizer: Any) -> UserFrame | None:
+    """The user's line that created `optimizer`: seen by a discovering session, or read from
+    the user's source for one built before the session (`_built_at`)."""
+    try:
+        frame = _optimizer_frames.get(optimizer)
+        if frame is None:
+            found = _optimizer_finders.pop(optimizer, None)
+            if found is not None:  # (the user's files on the stack now count too: the training loop's)
+                frame = found[0](optimizer, [*found[1], *user_files_on_stack(2)])
+                if frame is not None:
+                    _optimizer_frames[optimizer] = frame
+        return frame
     except TypeError:
         return None
 

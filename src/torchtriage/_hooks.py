@@ -24,7 +24,7 @@ from torch.nn.modules.loss import _Loss
 from torch.optim import optimizer as _optim_mod
 
 from ._checker import LOSS_FUNCTIONS, Checker, LossCall, overrides
-from ._errors import AnomalyError
+from ._errors import POLICY_ERRORS
 from ._findings import Stage
 from ._frames import find_frame, note_optimizer_frame, user_frame_from_stack, user_stack_frame
 from ._modestack import forget, put_back, set_aside
@@ -184,22 +184,24 @@ class SessionHooks(HookOwner):
             return
         try:
             if self._depth == 0:
-                if isinstance(module, _Loss) and module not in self._roots:
-                    # A loss module called by the user's loop is the loss stage, not a model.
-                    self._begin_step_if_needed()
-                    self.stage = Stage.LOSS
-                    self._depth += 1
-                    return
-                if module not in self._roots:
+                label = self._roots.get(module)  # (one weak-dict lookup: this runs every step)
+                if label is None:
+                    if isinstance(module, _Loss):
+                        # A loss module called by the user's loop is the loss stage, not a model.
+                        self._begin_step_if_needed()
+                        self.stage = Stage.LOSS
+                        self._depth += 1
+                        return
                     if self.discover and module not in self._names and not called_functionally():
                         self.watch_model(module, _label_from_caller(module))
+                        label = self._roots.get(module)
                     elif module not in self._names:
                         self._depth += 1
                         return
                 self._begin_step_if_needed()
                 self.stage = Stage.FORWARD
-                if module in self._roots:
-                    self._emit("on_root_forward_pre", module, self._roots[module])
+                if label is not None:
+                    self._emit("on_root_forward_pre", module, label)
             self._depth += 1
             if self._per_module:
                 name = self._names.get(module)
@@ -207,6 +209,8 @@ class SessionHooks(HookOwner):
                     name = self.module_name(module)
                 if name is not None:
                     self._emit("on_forward_pre", module, name, args)
+        except POLICY_ERRORS:
+            raise
         except Exception as e:
             self._internal_error("session.forward_pre", e)
 
@@ -222,13 +226,16 @@ class SessionHooks(HookOwner):
                 # without kwargs. Keep the depth right and the stage at forward (exception triage
                 # reads it); there is no output to observe.
                 return
-            name = self._names.get(module) if (self._per_module or self._depth == 0) else None
-            if self._per_module and name is not None:
-                self._emit("on_forward", module, name, args, kwargs, output)
-            if self._depth == 0 and module in self._roots:
-                self.stage = Stage.LOSS
-                self._emit("on_root_forward", module, self._roots[module], args, kwargs, output)
-        except AnomalyError:
+            if self._per_module:
+                name = self._names.get(module)
+                if name is not None:
+                    self._emit("on_forward", module, name, args, kwargs, output)
+            if self._depth == 0:
+                label = self._roots.get(module)
+                if label is not None:
+                    self.stage = Stage.LOSS
+                    self._emit("on_root_forward", module, label, args, kwargs, output)
+        except POLICY_ERRORS:
             raise
         except Exception as e:
             self._internal_error("session.forward", e)
@@ -288,7 +295,7 @@ class SessionHooks(HookOwner):
                 call = LossCall(name=name, input=inp, target=tgt, args=args, kwargs=kwargs,
                                 output=out, frame=user_frame_from_stack(2), module=_loss_module_name(session))
                 session._emit("on_loss", call)
-            except AnomalyError:
+            except POLICY_ERRORS:
                 raise
             except Exception as e:
                 session._internal_error("session.loss", e)
@@ -318,8 +325,9 @@ class SessionHooks(HookOwner):
         return __init__
 
     def _known_optimizer(self, optimizer: torch.optim.Optimizer) -> bool:
-        if any(r() is optimizer for r in self._optimizers):
-            return True
+        for r in self._optimizers:  # (a loop, not any(genexpr): twice a step)
+            if r() is optimizer:
+                return True
         if self.discover:
             self.watch_optimizer(optimizer)
             return True
@@ -347,8 +355,10 @@ class SessionHooks(HookOwner):
         self._emit("on_optimizer_step_pre", optimizer)
         # Our torch-function modes (the first steps' tape and tracers) record nothing in the
         # update and would run their handlers on each of its ops: off until the post-hook.
-        put_back(self._modes_aside.pop(id(optimizer), []))  # (a step that raised before)
-        self._modes_aside[id(optimizer)] = set_aside()
+        if self._modes_aside:
+            put_back(self._modes_aside.pop(id(optimizer), []))  # (a step that raised before)
+        if torch._C._len_torch_function_stack():  # (else nothing to set aside: no entry to undo)
+            self._modes_aside[id(optimizer)] = set_aside()
         return None
 
     def _wrap_closure(self, optimizer: torch.optim.Optimizer, closure: Any) -> Any:
@@ -369,7 +379,8 @@ class SessionHooks(HookOwner):
 
     def _opt_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         __tracebackhide__ = True
-        put_back(self._modes_aside.pop(id(optimizer), []))
+        if self._modes_aside:
+            put_back(self._modes_aside.pop(id(optimizer), []))
         if self._busy or not self._known_optimizer(optimizer):
             return
         self._emit("on_optimizer_step_post", optimizer)

@@ -24,13 +24,21 @@ import torch
 import torch.nn as nn
 
 from . import _registry
+from ._built_at import construction_line
 from ._catalogue import msg, set_language
 from ._checker import LIFECYCLE_EVENTS, Checker, overrides
 from ._checker import LOSS_FUNCTIONS as LOSS_FUNCTIONS
 from ._config import OnAnomaly, parse_late_read, parse_on_anomaly
-from ._errors import AnomalyError, TriageInternalWarning, TriageWarning
+from ._errors import POLICY_ERRORS, AnomalyError, TriageInternalWarning, TriageWarning
 from ._findings import Finding, Report, Severity, Stage
-from ._frames import user_stacklevel, without_our_frames
+from ._frames import (
+    is_user_file,
+    note_optimizer_finder,
+    optimizer_frame_known,
+    user_files_on_stack,
+    user_stacklevel,
+    without_our_frames,
+)
 from ._hooks import SessionHooks
 from ._modestack import own_modes_off
 
@@ -283,7 +291,20 @@ class Session(SessionHooks):
             return
         self._optimizers.append(weakref.ref(optimizer))
         self.param_index.note_optimizer(optimizer)
+        if optimizer_frame_known(optimizer) is None:
+            # Built before the session: its line is read from the user's files if a finding
+            # asks (the files of the user's frames now, and of the watched models' classes).
+            note_optimizer_finder(optimizer, construction_line, [*user_files_on_stack(2), *self._model_files()])
         self._emit("on_optimizer", optimizer)
+
+    def _model_files(self) -> list[str]:
+        out = []
+        for m in self.models:
+            mod = sys.modules.get(type(m).__module__)
+            file = getattr(mod, "__file__", None)
+            if file and is_user_file(file):
+                out.append(file)
+        return out
 
     @property
     def busy(self) -> bool:
@@ -348,7 +369,7 @@ class Session(SessionHooks):
         if self._adopted_by is not None:
             return False
         try:
-            if exc is not None and not isinstance(exc, (AnomalyError, KeyboardInterrupt)):
+            if exc is not None and not isinstance(exc, (*POLICY_ERRORS, KeyboardInterrupt)):
                 self.handle_exception(exc)
             self.close()
         finally:
@@ -370,6 +391,7 @@ class Session(SessionHooks):
         if self.exception is exc:
             return
         self.exception = exc
+        self._emit("on_raise", exc)  # what the step measured so far, settled first
         self._emit("on_exception", exc)
 
     def close(self) -> None:
@@ -449,7 +471,11 @@ class Session(SessionHooks):
             self._listeners_cache = {}
 
     def _emit(self, event: str, *args: Any) -> None:
-        listeners = self._listeners(event)
+        # (the cache lookup inlined: ~10 events a step; `_listeners` rebuilds on a miss)
+        listeners = self._listeners_cache.get(event) \
+            if self._listened is self.checkers and self._n_listened == len(self.checkers) else None
+        if listeners is None:
+            listeners = self._listeners(event)
         if listeners and torch._C._len_torch_function_stack():
             # The checks' own arithmetic runs without our torch-function modes (the first steps'
             # tape and tracers): they would run their Python handlers on every op of it and
@@ -468,7 +494,7 @@ class Session(SessionHooks):
                 c.session = self
             try:
                 method(*args)
-            except AnomalyError:
+            except POLICY_ERRORS:
                 raise
             except Exception as e:  # our bug must never kill the user's training
                 self._internal_error(f"{c.name}.{event}", e)

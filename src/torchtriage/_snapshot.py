@@ -95,6 +95,7 @@ class SnapshotKeeper(Checker):
         self._early = StepRecord()  # ops before the step's first model call
         self._open = False
         self._in_root = 0
+        self._lifted = False  # the tape taken off for a root forward, to go back after it
         self._in_backward = False
 
     # ------------------------------------------------------------------ the tape
@@ -179,10 +180,22 @@ class SnapshotKeeper(Checker):
 
     def on_root_forward_pre(self, model: nn.Module, label: str) -> None:
         self._in_root += 1
+        if self._in_root == 1 and self.tape is not None and self.tape.on_stack:
+            # The tape records depth-0 ops only: off the stack while the model runs, so the
+            # forward's ops (hundreds a step on a small GPT) do not each run its handler.
+            self._lifted = self.tape.pop_mode()
+
+    def _lower_tape(self) -> None:
+        if self._lifted and self.tape is not None:
+            self._lifted = False
+            if self.session is not None and self.wants_tape(self.session.step):
+                self.tape.push_mode()
 
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...],
                         kwargs: dict[str, Any], output: Any) -> None:
         self._in_root = max(0, self._in_root - 1)
+        if not self._in_root:
+            self._lower_tape()
         snap = self.session.snapshot if self.session is not None else None
         if snap is None:
             return
@@ -214,10 +227,12 @@ class SnapshotKeeper(Checker):
 
     def on_exception(self, exc: BaseException) -> None:
         self._in_root, self._in_backward = 0, False
+        self._lower_tape()  # (a forward that raised: no on_root_forward came)
 
     def on_step_end(self, step: int) -> None:
         self._open = False
         self._in_root, self._in_backward = 0, False
+        self._lifted = False  # (_sync_tape puts it back when the next step wants it)
         self._sync_tape(step + 1)
 
     def on_end(self) -> None:

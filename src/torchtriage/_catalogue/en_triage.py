@@ -103,6 +103,16 @@ MESSAGES = {
     "triage.layout.noncontiguous": "an op needs a contiguous tensor and got a non-contiguous one",
     "triage.layout.noncontiguous.cause": "a transpose/permute/slice left the tensor with non-standard strides",
     "triage.layout.noncontiguous.next": "call .contiguous() on the tensor before the op",
+    # numerical (torch.distributions' argument checks)
+    "triage.numerical.distribution_nonfinite": "{where}{dist}'s parameter {param} {shape} holds NaN or Inf: it fails the constraint {constraint}",
+    "triage.numerical.distribution_nonfinite.cause": "the distribution was built from a tensor that had already gone non-finite (logits or a scale computed from a model output); torch.distributions checks its parameters and stops here, after the first NaN",
+    "triage.numerical.distribution_nonfinite.next": "find where {param} first became non-finite: the non-finite sentinel names the step, the stage and the module; print {param}.isfinite().all() where it is computed",
+    "triage.numerical.distribution_parameter": "{where}{dist}'s parameter {param} {shape} has values outside its constraint {constraint}",
+    "triage.numerical.distribution_parameter.cause": "a parameter was computed without mapping it into its domain (a scale that can be negative, a probability above 1)",
+    "triage.numerical.distribution_parameter.next": "map the raw output into the domain before building the distribution (softplus or exp for a scale, sigmoid for probs, or pass logits=)",
+    "triage.numerical.distribution_value": "{where}{dist}.log_prob got a value {shape} outside the support {support}",
+    "triage.numerical.distribution_value.cause": "the value scored is one the distribution cannot produce (an action index out of range, a count below 0, a NaN)",
+    "triage.numerical.distribution_value.next": "print the values passed to log_prob and compare them with the support; for a Categorical the indices must lie in [0, number of classes)",
     # gradient
     "triage.gradient.no_graph": "backward() on a tensor that has no graph (it does not require grad)",
     "triage.gradient.no_graph.cause": "the loss was computed under torch.no_grad()/inference_mode, from detached or .item() values, or with every parameter frozen",

@@ -19,6 +19,12 @@ class _Parser(argparse.ArgumentParser):
         # One clear line and exit code 2, no usage dump and no traceback.
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
+    def _print_message(self, message: str, file: Any = None) -> None:
+        # argparse drops a write error here (`--help > /dev/full` then exited 0 having printed
+        # nothing); `main` turns it into the one line and exit 2 every command gives (issue 10).
+        if message:
+            (file or sys.stderr).write(message)
+
 
 def _add_global_options(parser: argparse.ArgumentParser, *, default: Any) -> None:
     # Global options: accepted before the command (`torchtriage --lang zh run x.py`) and after
@@ -71,7 +77,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         set_language(lang)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        if e.code in (0, None):  # --help printed to stdout: buffered, so flushed here
+            failed = _help_write_failed()
+            if failed is not None:
+                return failed
+        raise
+    except OSError as e:
+        return _stdout_failed(e)
     if args.lang:
         from .._catalogue import set_language
 
@@ -81,19 +96,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "run":  # the user's script owns stdout and its errors
         return int(args.func(args) or 0)
-    from ._stdout import SIGPIPE_EXIT, StdoutError, abandon_stdout, guarded_stdout, is_broken_pipe
+    from ._stdout import StdoutError, guarded_stdout
 
     try:
         with guarded_stdout():
             code = args.func(args)
     except StdoutError as e:
-        abandon_stdout()
-        if is_broken_pipe(e):
-            return SIGPIPE_EXIT
-        from .._catalogue import msg
-
-        return fail(msg("outputs.stdout_failed", reason=e.strerror or str(e)))
+        return _stdout_failed(e)
     return int(code or 0)
+
+
+def _stdout_failed(e: OSError) -> int:
+    """Writing to standard output failed: one line, exit 2; a closed pipe ends quietly (141)."""
+    from ._stdout import SIGPIPE_EXIT, abandon_stdout, is_broken_pipe
+
+    abandon_stdout()
+    if is_broken_pipe(e):
+        return SIGPIPE_EXIT
+    from .._catalogue import msg
+
+    return fail(msg("outputs.stdout_failed", reason=e.strerror or str(e)))
+
+
+def _help_write_failed() -> int | None:
+    try:
+        sys.stdout.flush()
+    except OSError as e:
+        return _stdout_failed(e)
+    return None
 
 
 def fail(message: str, code: int = 2) -> int:

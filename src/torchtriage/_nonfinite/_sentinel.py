@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 import weakref
 from typing import Any
 
@@ -40,6 +41,7 @@ from .. import _deferred
 from .._catalogue import msg
 from .._checker import Checker, LossCall
 from .._config import OnAnomaly
+from .._errors import AnomalyError, TriageWarning
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import user_frame_from_stack
 from .._modestack import own_modes_off
@@ -287,6 +289,19 @@ class NonFiniteSentinel(Checker):
     def on_step_end(self, step: int) -> None:
         if self._step.flags or self._step.kept:
             self._sync(grads=[], optimizer=None)
+
+    def on_raise(self, exc: BaseException) -> None:
+        """The step raised before its read: read its flags now, so that the error's explanation
+        sees a NaN that came before it (and counts the error on it). The user's exception is
+        what propagates: the policy neither raises nor warns in its place here."""
+        if not self._step.flags:
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TriageWarning)
+            try:
+                self._sync(grads=[], optimizer=None)
+            except AnomalyError:
+                pass  # (recorded; the user's exception is the one raised)
 
     def on_end(self) -> None:
         assert self.session is not None

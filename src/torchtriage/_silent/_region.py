@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
+from .._checker import LOSS_FUNCTIONS
 from .._frames import _HERE, UserFrame
 from .._modestack import push_mode, remove_mode
 from ._exp_site import EXP_FUNCS, storage_of
@@ -156,7 +157,7 @@ class RegionMode(TorchFunctionMode):
         # The session's loss wrappers dispatch back here through `handle_torch_function`;
         # calling the function they wrap avoids running (and reporting) the loss twice.
         self._unwrap = {}
-        for name in dir(F):
+        for name in LOSS_FUNCTIONS:  # (the only functions of F that torchtriage wraps; not dir(F): 0.2 ms)
             fn = getattr(F, name, None)
             inner = getattr(fn, "__wrapped__", None)
             code = getattr(fn, "__code__", None)

@@ -141,6 +141,14 @@ def _scalar_type(m: re.Match[str], ctx: Any) -> tuple[str, dict[str, Any]] | Non
     return None
 
 
+def _distribution_values(m: re.Match[str], ctx: Any) -> tuple[str, dict[str, Any]] | None:
+    """A distribution's parameter that failed its constraint: NaN / Inf in it (a model output
+    gone non-finite, the usual cause) or finite values outside it (a negative scale)."""
+    if re.search(r"\b(?:nan|inf)\b", m.string[m.end():]):
+        return "numerical.distribution_nonfinite", {}
+    return None
+
+
 # ---------------------------------------------------------------- the table
 RULES: tuple[Rule, ...] = (
     # memory first: an allocator message may mention shapes or sizes
@@ -225,6 +233,17 @@ RULES: tuple[Rule, ...] = (
          _r(r"Expected more than 1 value per channel when training, "
             r"got input size (?P<size>torch\.Size\(\[[^\]]*\]\))"),
          (ValueError,), op="batch_norm"),
+    # numerical: torch.distributions validates its arguments (validate_args, on by default).
+    # The message prints the tensor, `grad_fn=` included: without these rules its words read
+    # as an autograd fault.
+    Rule("numerical.distribution_parameter", Category.NUMERICAL,
+         _r(r"Expected parameter (?P<param>\w+) \(Tensor of shape (?P<shape>\([^)]*\))\) of distribution "
+            r"(?P<dist>\w+)\(.*?\) to satisfy the constraint (?P<constraint>.+?), but found invalid values"),
+         (ValueError,), refine=_distribution_values),
+    Rule("numerical.distribution_value", Category.NUMERICAL,
+         _r(r"Expected value argument \(\w+ of shape (?P<shape>\([^)]*\))\) to be within the support "
+            r"\((?P<support>.+?)\) of the distribution (?P<dist>\w+)\(.*?\), but found invalid values"),
+         (ValueError,)),
     # gradient
     Rule("gradient.no_graph", Category.GRADIENT,
          _r(r"element (?P<index>\d+) of tensors does not require grad and does not have a grad_fn"), op="backward"),

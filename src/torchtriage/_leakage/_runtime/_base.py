@@ -60,6 +60,7 @@ class Draw:
     parts: list[torch.Tensor] = dataclasses.field(default_factory=list)
     train: int = 0  # which part is the training side
     open: bool = False  # Subsets made one by one: a later disjoint Subset joins this draw
+    taken_up: bool = False  # made before the session, taken up at its loader (`_adopt.py`)
     side: torch.Tensor | None = None
     order: int = dataclasses.field(default_factory=lambda: next(_ids))
 

@@ -14,8 +14,10 @@ Which forward a batch fed: a forward given one of the batch's tensors (the same 
 tensor, a view of it) is fed by it; otherwise a forward that comes first after the batch was
 yielded, with an input whose first dimension is the batch size, when only one fresh batch is
 that size (two loaders zipped and moved to the device are ambiguous: then nothing is marked by
-index). Cost: nothing until a split is seen; then per batch one small index tensor and a
-lookup, on the host (the indices are the sampler's, already there); no device read.
+index). A `ConcatDataset` is followed part by part: each part's index range maps to the base
+its own Subsets lead to (a split's training part concatenated with extra data). Cost: nothing
+until a split is seen; then per batch one small index tensor and a lookup, on the host (the
+indices are the sampler's, already there); no device read.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ..._frames import user_files_on_stack
+from ._adopt import adopt
 from ._base import Base
 
 if TYPE_CHECKING:
@@ -49,9 +53,19 @@ class Batch:
 
 
 @dataclasses.dataclass
+class _Segment:
+    """Dataset indices [lo, hi) of a loader's dataset that come from a split's base."""
+
+    lo: int
+    hi: int
+    base: Base
+    to_base: torch.Tensor | None  # index - lo -> base index (None: the identity)
+    whole: bool = False  # the loader's whole dataset (no ConcatDataset around it)
+
+
+@dataclasses.dataclass
 class _Track:
-    base: Base | None  # None: a dataset no split was drawn from
-    to_base: torch.Tensor | None  # dataset index -> base index (None: the identity)
+    segments: list[_Segment]  # empty: no index of this dataset is in a split's base
     queue: collections.deque[Any] = dataclasses.field(default_factory=collections.deque)
 
 
@@ -64,6 +78,7 @@ class LoaderIndex:
         self.tracks: weakref.WeakKeyDictionary[Any, _Track] = weakref.WeakKeyDictionary()
         self.recent: list[Batch] = []
         self.fed = False  # a forward ran since the last batch was yielded
+        self.files = user_files_on_stack(2)  # the user's code at the session's start (split lines)
 
     def install(self) -> None:
         from torch.utils.data import dataloader
@@ -107,42 +122,74 @@ class LoaderIndex:
         return found
 
     def resolve(self, it: Any) -> _Track:
-        """The base a loader's dataset was split from, and the map of its indices into it."""
-        from torch.utils.data import Subset
+        """Where a loader's dataset indices sit in the bases splits were drawn from: Subsets are
+        followed down to a base, a `ConcatDataset`'s parts each on their own index range."""
+        if getattr(it, "_in_order", True) is False:
+            return _Track([])
+        found = self.segments(getattr(it, "_dataset", None), 0, 0)
+        if len(found) == 1 and found[0].lo == 0 and not _is_concat(getattr(it, "_dataset", None)):
+            found[0].whole = True
+        return _Track(found)
 
-        if not self.watch.bases or getattr(it, "_in_order", True) is False:
-            return _Track(None, None)
-        dataset, to_base = getattr(it, "_dataset", None), None
+    def segments(self, dataset: Any, lo: int, depth: int) -> list[_Segment]:
+        from torch.utils.data import ConcatDataset, Subset
+
+        if depth > 16:
+            return []
+        if isinstance(dataset, ConcatDataset):
+            out: list[_Segment] = []
+            start = 0
+            for part, end in zip(dataset.datasets, dataset.cumulative_sizes):
+                out += self.segments(part, lo + start, depth + 1)
+                start = end
+            return out
+        if isinstance(dataset, Subset):  # a split made before the session: taken up now
+            adopt(self.watch, dataset, self.files)
+        if not self.watch.bases:
+            return []
+        to_base = None
+        try:
+            n = len(dataset)
+        except TypeError:
+            return []
         for _ in range(16):
             for b in self.watch.bases:
                 if b.alive(dataset) and b.draws:
-                    return _Track(b, to_base)
+                    return [_Segment(lo, lo + n, b, to_base)]
             if not isinstance(dataset, Subset):
                 break
             idx = torch.as_tensor(dataset.indices, dtype=torch.int64).reshape(-1)  # once per epoch
             to_base = idx if to_base is None else idx[to_base]
             dataset = dataset.dataset
-        return _Track(None, None)
+        return []
 
     def on_index(self, it: Any, indices: Any) -> None:
         track = self.track(it)
-        if track.base is not None:
+        if track.segments:
             track.queue.append(indices)
 
     def on_batch(self, it: Any, data: Any) -> None:
         track = self.tracks.get(it)
-        if track is None or track.base is None or not track.queue:
+        if track is None or not track.segments or not track.queue:
             return
         indices = track.queue.popleft()
         rows = _as_rows(indices)
         if rows is None:
             return
-        if track.to_base is not None:
-            rows = track.to_base[rows]
         if self.fed:
             self.recent, self.fed = [], False
         self.recent = [b for b in self.recent if b.source != id(track)]
-        self.recent.append(Batch(track.base, rows, rows.numel(), _storages(data), id(track)))
+        storages = _storages(data)
+        for seg in track.segments:
+            if seg.whole:
+                local = rows  # (the common loader: one dataset, no range to cut)
+            else:
+                local = rows[(rows >= seg.lo) & (rows < seg.hi)] - seg.lo
+                if not local.numel():
+                    continue
+            if seg.to_base is not None:
+                local = seg.to_base[local]
+            self.recent.append(Batch(seg.base, local, rows.numel(), storages, id(track)))
 
     # ---------------------------------------------------------------- the forward's side
     def feeding(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Batch]:
@@ -156,10 +203,16 @@ class LoaderIndex:
         if not found:
             sizes = {int(t.shape[0]) for t in inputs if t.dim() >= 1}
             sized = [b for b in self.recent if b.fresh and b.size in sizes]
-            found = sized if len(sized) == 1 else []
+            found = sized if len({b.source for b in sized}) == 1 else []  # (one loader's batch: its parts)
         for b in self.recent:
             b.fresh = False
         return found
+
+
+def _is_concat(dataset: Any) -> bool:
+    from torch.utils.data import ConcatDataset
+
+    return isinstance(dataset, ConcatDataset)
 
 
 def _as_rows(indices: Any) -> torch.Tensor | None:

@@ -61,6 +61,26 @@ class _Depth:
         _state.depth = _inside() - 1
 
 
+def subset_rows(dataset: Any, indices: Any) -> tuple[Any, Any, torch.Tensor]:
+    """A Subset's dataset followed down to the one a split was drawn from: (that dataset, its
+    rows to hash or None when known by index only, the indices into it)."""
+    from torch.utils.data import Subset, TensorDataset
+
+    idx = torch.as_tensor(indices, dtype=torch.int64).reshape(-1)
+    while isinstance(dataset, Subset):
+        idx = torch.as_tensor(dataset.indices, dtype=torch.int64).reshape(-1)[idx]
+        dataset = dataset.dataset
+    if isinstance(dataset, TensorDataset) and dataset.tensors:
+        rows: Any = dataset.tensors[0]
+    else:
+        rows = getattr(dataset, "data", None)
+        if not hasattr(rows, "shape") or len(rows) != len(dataset) or int(np.prod(rows.shape)) > MAX_DATA_CELLS:
+            # Rows without content to hash (a list of samples, files read on access) or too
+            # many to hash (an image set's raw pixels): known by index, through the loaders.
+            rows = None
+    return dataset, rows, idx
+
+
 class Patches:
     def __init__(self, session: Any, watch: LeakageWatch) -> None:
         self.session = session
@@ -69,6 +89,8 @@ class Patches:
         self.finder: _Finder | None = None
         self.perms: dict[int, tuple[Any, Any, dict[int, tuple[Any, list[torch.Tensor]]]]] = {}
         self.mode: _IndexWatch | None = None
+        self.made: weakref.WeakSet[Any] = weakref.WeakSet()  # Subsets made during the session
+        self.adopted: weakref.WeakSet[Any] = weakref.WeakSet()  # made before it, taken up (`_adopt`)
 
     def leave_mode(self) -> None:
         """Take the index watch off the torch-function mode stack (modes pushed above it stay)."""
@@ -94,6 +116,7 @@ class Patches:
         @functools.wraps(original)
         def __init__(subset: Any, dataset: Any, indices: Any) -> None:
             original(subset, dataset, indices)
+            patches.made.add(subset)  # (seen being made: never taken up again at its loader)
             f = sys._getframe(1)
             kind = "random_split" if "random_split" in (f.f_code.co_name, f.f_back and f.f_back.f_code.co_name) \
                 else "Subset"  # (a list comprehension is its own frame before Python 3.12)
@@ -112,21 +135,8 @@ class Patches:
         self.session.patch(torch, "randperm", randperm)
 
     def on_subset(self, dataset: Any, indices: Any, kind: str) -> None:
-        from torch.utils.data import Subset, TensorDataset
-
-        idx = torch.as_tensor(indices, dtype=torch.int64).reshape(-1)
-        while isinstance(dataset, Subset):
-            idx = torch.as_tensor(dataset.indices, dtype=torch.int64).reshape(-1)[idx]
-            dataset = dataset.dataset
-        if isinstance(dataset, TensorDataset) and dataset.tensors:
-            rows: Any = dataset.tensors[0]
-        else:
-            rows = getattr(dataset, "data", None)
-            if not hasattr(rows, "shape") or len(rows) != len(dataset) or int(np.prod(rows.shape)) > MAX_DATA_CELLS:
-                # Rows without content to hash (a list of samples, files read on access) or too
-                # many to hash (an image set's raw pixels): known by index, through the loaders.
-                rows = None
-        self.watch.extend_subset(dataset, rows, idx, user_frame_from_stack(), kind)
+        base, rows, idx = subset_rows(dataset, indices)
+        self.watch.extend_subset(base, rows, idx, user_frame_from_stack(), kind)
 
     def on_randperm(self, perm: Any) -> None:
         if not isinstance(perm, torch.Tensor) or perm.dim() != 1 or perm.numel() < 2:
