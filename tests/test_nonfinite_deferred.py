@@ -214,3 +214,27 @@ def test_mixed_precision_batch_and_outputs_are_normed_and_a_nan_found():
     f = _errors(s)[0]
     assert (f.code, f.stage, f.step, f.op) == ("numerical.nonfinite_forward", Stage.FORWARD, BAD, "aten::sqrt")
     assert reads[:BAD] == [1] * BAD and len(s.series["grad_norm"]) == BAD + 1
+
+
+def test_a_step_that_raises_before_its_read_reads_its_kept_flags_then():
+    """Past the warm-up a NaN batch, then `Categorical` refusing the NaN logits in the same
+    step, before its read: the kept batch and outputs are read when the step raises, and the
+    error counts on the batch's finding."""
+    import pytest
+    from torch.distributions import Categorical
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with pytest.raises(ValueError):
+        with torchtriage.watch(net, opt, on_anomaly="record", report=False) as s:
+            for step, (x, _) in enumerate(_batches(BAD + 1, BAD, _put(1, 2, float("nan")))):
+                logits = net(x)
+                Categorical(logits=logits, validate_args=True)
+                loss = logits.square().mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    (f,) = _errors(s)
+    assert (f.code, f.step, f.count) == ("numerical.nonfinite_data", BAD, 2)
+    assert f.evidence["then raised"].startswith("ValueError: Expected parameter logits")

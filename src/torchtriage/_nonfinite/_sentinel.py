@@ -294,7 +294,7 @@ class NonFiniteSentinel(Checker):
         """The step raised before its read: read its flags now, so that the error's explanation
         sees a NaN that came before it (and counts the error on it). The user's exception is
         what propagates: the policy neither raises nor warns in its place here."""
-        if not self._step.flags:
+        if not self._step.flags and not self._step.kept:
             return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TriageWarning)
