@@ -6,10 +6,12 @@ the forward) stay quiet or caught as before, at one read a step."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from tests._syncs import SyncCounter
+from torch.distributions import Categorical
 
 import torchtriage
 from torchtriage import Severity, Stage
@@ -220,15 +222,12 @@ def test_a_step_that_raises_before_its_read_reads_its_kept_flags_then():
     """Past the warm-up a NaN batch, then `Categorical` refusing the NaN logits in the same
     step, before its read: the kept batch and outputs are read when the step raises, and the
     error counts on the batch's finding."""
-    import pytest
-    from torch.distributions import Categorical
-
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     with pytest.raises(ValueError):
         with torchtriage.watch(net, opt, on_anomaly="record", report=False) as s:
-            for step, (x, _) in enumerate(_batches(BAD + 1, BAD, _put(1, 2, float("nan")))):
+            for x, _ in _batches(BAD + 1, BAD, _put(1, 2, float("nan"))):
                 logits = net(x)
                 Categorical(logits=logits, validate_args=True)
                 loss = logits.square().mean()
