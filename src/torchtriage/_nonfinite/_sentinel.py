@@ -122,7 +122,7 @@ class NonFiniteSentinel(Checker):
         # each parameter's version right after it). A trip at the next read looks at it first.
         self._updated: list[tuple[int, bool, float | None, tuple[list[torch.Tensor], list[int]]]] = []
         self._params: weakref.WeakKeyDictionary[Any, tuple[Any, list[torch.Tensor]]] = weakref.WeakKeyDictionary()
-        self._hot: tuple[weakref.ref[Any], Any, list[torch.Tensor]] | None = None
+        self._stepped: weakref.ref[Any] | None = None  # the last optimizer that stepped
         self._stepping: tuple[Any, list[torch.Tensor]] | None = None  # the update under way, its parameters
         self._sparse = False  # a gradient was sparse once: filter them out before the norms
         self._replays = 0
@@ -210,8 +210,7 @@ class NonFiniteSentinel(Checker):
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         assert self.session is not None
-        hot = self._hot
-        if hot is not None and hot[0]() is not None:
+        if self._stepped is not None and self._stepped() is not None:
             return  # (one of the session's optimizers has stepped and is alive: it reads the flags)
         if not self.session.optimizers:
             params = [p for m in self.session.models for p in m.parameters()]
@@ -220,21 +219,20 @@ class NonFiniteSentinel(Checker):
     def params_of(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
         """The optimizer's parameters, cached; rebuilt when a group is added or its list changes."""
         groups = optimizer.param_groups
-        key = tuple((id(g["params"]), len(g["params"])) for g in groups) if len(groups) > 1 \
-            else (id(groups[0]["params"]), len(groups[0]["params"]))
-        hot = self._hot  # (the last optimizer asked: no weak-key lookup on the common step)
-        if hot is not None and hot[1] == key and hot[0]() is optimizer:
-            return hot[2]
+        if len(groups) == 1:
+            return groups[0]["params"]  # (the group's own list: read, never changed)
+        key = tuple((id(g["params"]), len(g["params"])) for g in groups)
         hit = self._params.get(optimizer)
         if hit is None or hit[0] != key:
             hit = self._params[optimizer] = (key, [p for g in groups for p in g["params"]])
-        self._hot = (weakref.ref(optimizer), key, hit[1])
         return hit[1]
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         self.amp.stepped(optimizer)
         params = self.params_of(optimizer)
         self._stepping = (optimizer, params)
+        if self._stepped is None or self._stepped() is not optimizer:
+            self._stepped = weakref.ref(optimizer)
         skip = self._sync(grads=[p.grad for p in params if p.grad is not None], optimizer=optimizer)
         if skip:
             # skip_step: the optimizer skips parameters whose .grad is None, so hiding the grads
@@ -315,7 +313,7 @@ class NonFiniteSentinel(Checker):
         elif self._pending is not None:
             self._read_late()
         self.amp.finish()
-        self._hot = self._stepping = None
+        self._stepped = self._stepping = None
 
     # ------------------------------------------------------------------ the one sync
     def _sync(self, grads: list[torch.Tensor], optimizer: torch.optim.Optimizer | None,
