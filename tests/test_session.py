@@ -294,7 +294,9 @@ def test_global_module_hooks_narrow_to_the_roots_once_no_check_needs_them():
     model = LogFeatures()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
-        assert len(m._global_forward_pre_hooks) == 1  # the gradient check's first steps need them
+        # the gradient check screens its first step without them (it wants them back only when
+        # the screen saw something: tests/test_gradients_screen.py)
+        assert len(m._global_forward_pre_hooks) == 0 and len(model._forward_pre_hooks) == 1
         for i in range(8):
             x = torch.rand(8, 4) - (5.0 if i == 6 else 0.0)  # step 6, after the gradient window
             loss = nn.functional.mse_loss(model(x), torch.randn(8, 1))

@@ -143,13 +143,18 @@ class SessionHooks(HookOwner):
 
     def _maybe_narrow_module_hooks(self) -> None:
         """After a step (never from inside a module hook: PyTorch iterates the hook dicts):
-        drop the global module hooks once nothing needs them, keeping hooks on the roots.
+        drop the global module hooks once nothing needs them, keeping hooks on the roots; put
+        them back when a check wants its module events again.
 
         A discovering session (`torchtriage run`) learns models by their first top-level call:
         it narrows only after DISCOVERY_STEPS steps and while no optimizer built since is still
         waiting for its first step (its model is found by then); a model first called after
         that without an optimizer of its own is not discovered (documented limit)."""
-        if not self._global_module_hooks or self._depth or self._wants_module_events():
+        if not self._global_module_hooks:
+            if not self._depth and self._wants_module_events():
+                self._widen_module_hooks()  # a check wants them again (the gradient check's evidence step)
+            return
+        if self._depth or self._wants_module_events():
             return
         if self.discover and (self.step < DISCOVERY_STEPS or self._awaiting_first_step):
             return

@@ -360,6 +360,7 @@ class Session(SessionHooks):
                 self.watch_model(m)
             for o in self._pending_optimizers:
                 self.watch_optimizer(o)
+            self._maybe_narrow_module_hooks()  # the checks' answer may change once optimizers are known
         except BaseException:
             self._uninstall()
             raise

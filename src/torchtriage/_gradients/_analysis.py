@@ -119,6 +119,9 @@ class Analysis:
         self.grad_reads: set[int] = set()  # leaves whose .grad the user's code read (the op tracer's)
         self.lr_zero: dict[tuple[int, int], list[int]] = {}  # (opt index, group) -> [zero steps, steps]
         self.forward_seen = True  # False when only a finished loss tensor is known (no forward records)
+        # False while no module event was seen (a session that ended in the gradient check's
+        # screening step): a module without a record is then unknown, not "never called".
+        self.modules_seen = True
         # cut record id -> ids of the parameters of the first optimizer that stepped after it:
         # a cut matters to a parameter when that parameter's own update followed it (a GAN's
         # D step detaches G's output on purpose; only D's optimizer steps after that cut).
@@ -206,8 +209,13 @@ class Analysis:
                     continue
                 # On the CPU the foreach inf-norm takes a slow path (3 ms for a 1 M-parameter
                 # model, 8x the min and max of each gradient): the max-abs from those instead.
-                ext = [torch.stack(torch.aminmax(g)) if g.numel() else g.new_zeros(2) for g in grads]
-                self.flags.add([torch.stack(ext)], functools.partial(self._keep_max_abs, ids))
+                # (one op per gradient: its mins, then its maxes, stacked once)
+                lo, hi = [], []
+                for g in grads:
+                    mm = torch.aminmax(g) if g.numel() else (g.new_zeros(()), g.new_zeros(()))
+                    lo.append(mm[0])
+                    hi.append(mm[1])
+                self.flags.add([torch.stack(lo + hi)], functools.partial(self._keep_max_abs, ids))
 
     def _keep_norms(self, ids: list[int], vals: list[float]) -> None:
         self.norms.append((ids, vals))
@@ -327,6 +335,8 @@ class Analysis:
         # Said already, with a better location: a parameter re-created in forward is a current
         # parameter (param_recreated), a tensor in a plain attribute or list was reported statically.
         # A tensor an optimizer holds is a parameter (issue 11), never a stray leaf.
+        if not self.foreign_leaves:
+            return []  # (the walk over every module's attributes below is for a stray leaf only)
         known = set(current) | held
         for model, _ in models:
             known |= unregistered_leaf_ids(model)
@@ -370,15 +380,16 @@ class Analysis:
         return bool(firsts) and all(gid == id(g) for gid, _ in firsts) and g._version > firsts[0][1]
 
     def _cause(self, pid: int, info: ParamInfo, paths: dict[str, nn.Module]) -> tuple[str, Any]:
-        if info.raw:
-            # A raw tensor: no module to blame; a recorded cut on its path, else unreached.
+        run = self.runs.get(info.owner)
+        if info.raw or (run is None and not self.modules_seen and self.forward_seen):
+            # A raw tensor: no module to blame (nor, without module events, a module whose
+            # call is unknown); a recorded cut on its path, else unreached.
             for kind in _CUT_KINDS:
                 candidates = [rec for rec in self.cuts if rec.kind == kind and pid in rec.leaves]
                 relevant = [rec for rec in candidates if pid in self.stepped_after.get(id(rec), (pid,))]
                 for rec in relevant or candidates:
                     return _CUT_CODES[kind], rec
-            return "unreached_raw", info.qualname
-        run = self.runs.get(info.owner)
+            return ("unreached_raw", info.qualname) if info.raw else ("unreached", info.module)
         if not self.forward_seen:
             return "unreached", info.module
         if run is None:
@@ -410,6 +421,8 @@ class Analysis:
 
     def _unreached(self, unreached: list[int], trainable: dict[int, ParamInfo],
                    opt_of: dict[int, Any], opts_known: bool, step: int | None) -> list[Finding]:
+        if not unreached:
+            return []
         # Module paths per model: a teacher and a student both have "features.0" (and ""), and
         # a parameter's ancestors are looked up in its own model only.
         merged: dict[str, nn.Module] = {}
@@ -582,8 +595,9 @@ def add_model(analysis: Analysis, model: nn.Module, label: str) -> None:
 
 
 def _max_abs(minmax: list[float]) -> list[float]:
-    """Each gradient's max-abs from its (min, max) pairs, flat; NaN when either is NaN."""
+    """Each gradient's max-abs from their mins then their maxes; NaN when either is NaN."""
     out = []
-    for lo, hi in zip(minmax[0::2], minmax[1::2]):
+    half = len(minmax) // 2
+    for lo, hi in zip(minmax[:half], minmax[half:]):
         out.append(math.nan if lo != lo or hi != hi else max(-lo, hi))
     return out

@@ -6,6 +6,16 @@ flags) is gathered only during the analysis window, the first `gradients_window`
 checks stay on for the whole run, both pure Python attribute reads with no kernel:
 a loss without `grad_fn` at each backward, and `zero_grad` missing (a grad tensor that is
 still the very object, at the same version, that the previous `optimizer.step()` used).
+
+Screening. The window's first step runs without per-module events (they put every module call
+of the model on PyTorch's slow call path, through two Python hooks, and queue a device flag per
+Linear / Conv output): the graph walk, the gradients' max-abs, the op tracer (which finds the
+module of a cut from the Python stack instead) and the optimizers' coverage say whether
+anything at all is wrong. When nothing is, the window ends there, clean (on a correct loop: one
+step of analysis instead of two). When something is, the next step(s) of the window run with
+the module events as well, and the findings are those of the whole window, as without the
+screen. The screen needs a step that the optimizer closes (the session re-installs the module
+hooks between steps): in a session without an optimizer it is off.
 """
 
 from __future__ import annotations
@@ -20,11 +30,11 @@ from .. import _deferred
 from .._checker import Checker
 from .._findings import Finding, Severity, Stage
 from .._frames import user_frame_from_stack
-from ._analysis import Analysis, add_model, make_finding
+from ._analysis import Analysis, _first_tensor, add_model, make_finding
 from ._graph import reach
 from ._loss import explain_loss_without_grad
 from ._static import frozen_findings, registration_findings
-from ._tracer import CutRecord, CutTracer, pop, push
+from ._tracer import CutRecord, CutTracer, module_being_called, pop, push
 
 _SAMPLE = 4  # parameters per optimizer sampled for the zero_grad check
 # The window stays open up to this many extra steps until every watched optimizer has stepped
@@ -50,6 +60,12 @@ class GradientChecker(Checker):
         self._grad_reads: set[int] = set()
         self._concluded = False
         self._stack: list[str] = []
+        # The screening step(s): no module events yet (see the module docstring); then, when the
+        # screen saw something, module evidence up to `_evidence_until` at least.
+        self._screen = True
+        self._evidence_until = -1
+        self._module_events = 0  # module events received in the window (evidence steps)
+        self._tracer_lingers = False  # concluded clean; the tracer goes when the next step begins
         self._step_cuts: list[CutRecord] = []
         self._root_calls: list[tuple[bool, bool, Any]] = []
         self._first_step: int | None = None
@@ -74,7 +90,7 @@ class GradientChecker(Checker):
 
     def _in_window(self, step: int) -> bool:
         end = self.window + (self._first_step or 0)
-        if step < end:
+        if step < end or step <= self._evidence_until:
             return True
         if step >= end + _EXTEND or self.session is None:
             return False
@@ -94,7 +110,10 @@ class GradientChecker(Checker):
         self.session.add(finding)
 
     def _context(self) -> tuple[int | None, str | None]:
-        return (self.session.step if self.session else None, self._stack[-1] if self._stack else None)
+        s = self.session
+        if self._screen and s is not None:
+            return s.step, module_being_called(s.module_name)  # no module hooks on this step
+        return (s.step if s else None, self._stack[-1] if self._stack else None)
 
     def _ignore(self) -> bool:
         s = self.session
@@ -121,6 +140,7 @@ class GradientChecker(Checker):
     # ------------------------------------------------------------------ lifecycle
     def on_start(self, session: Any) -> None:
         self.window = int(session.options.get("gradients_window", 2))
+        self._screen = self.window >= 2 and bool(session.options.get("gradients_screen", True))
         if session.options.get("gradients_trace_ops", True):
             self.tracer = CutTracer(self._on_cut, self._context, self._ignore)
             self._grad_reads = self.tracer.grad_reads
@@ -136,24 +156,32 @@ class GradientChecker(Checker):
             add_model(self.analysis, model, label)
 
     def on_step_begin(self, step: int) -> None:
+        if self._tracer_lingers:
+            self._drop_tracer()
         if self._first_step is None:
             self._first_step = step
+            if self._screen and self.session is not None and not self.session.optimizers:
+                self._stop_screening()  # no optimizer closes the steps: no safe point to re-hook
         if self.active and self.analysis is None:
             sess = self.session
             assert sess is not None  # a step is only seen while attached
             self.analysis = Analysis(self._models(), params=lambda: sess.param_index.tensors())
             self.analysis.grad_reads = self._grad_reads  # one set, filled by the tracer
+            self.analysis.modules_seen = not self._screen
             _deferred.ride(self.session, self.analysis.flags)
             # Cuts recorded before the first step opened (code before the first forward).
             for rec in self._step_cuts:
                 self.analysis.add_cut(rec)
 
     def wants_module_events(self) -> bool:
-        # The analysis window, and "never called" verdicts still waiting for a later call.
-        return self.active or bool(self._held_unused)
+        # The analysis window after its screening step, and "never called" verdicts still
+        # waiting for a later call.
+        s = self.session
+        screening = self._screen and s is not None and bool(s.optimizers)
+        return (self.active and not screening) or bool(self._held_unused)
 
     def on_forward_pre(self, module: nn.Module, name: str, args: tuple[Any, ...]) -> None:
-        if self.active:
+        if self.active and not self._screen:
             self._stack.append(name)
 
     def on_forward(self, module: nn.Module, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -161,16 +189,21 @@ class GradientChecker(Checker):
         if self._held_unused and torch.is_grad_enabled():
             for path in [p for p in self._held_unused if name == p or name.startswith(p + ".") or not p]:
                 del self._held_unused[path]
-        if not self.active:
+        if not self.active or self._screen:
             return
+        self._module_events += 1
         if self._stack:
             self._stack.pop()
         if self.analysis is not None:
+            self.analysis.modules_seen = True
             self.analysis.module_ran(module, name, output, lambda: user_frame_from_stack(2))
 
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
-        self._flush_eval()
+        if self._eval_pending is not None:
+            self._flush_eval()
+        if model.training and self._concluded:
+            return  # (the steady state's common case: nothing to look at)
         out = _first_tensor(output)
         grad_on = torch.is_grad_enabled()
         if self.active:
@@ -214,8 +247,7 @@ class GradientChecker(Checker):
         oid = id(optimizer)
         # The silent-bug check reports the same loop mistake earlier, at the backward() line;
         # one finding per cause, so this one speaks only when that check is not running.
-        silent_on = self.session is not None and self.session.checker("silent") is not None
-        if self._carried.pop(oid, False) and not self._zero_grad_reported and not silent_on:
+        if self._carried.pop(oid, False) and not self._zero_grad_reported and not self._silent_on():
             self._zero_grad_reported = True
             sample = self._samples.get(oid, [])
             p = sample[0][0]() if sample else None
@@ -237,12 +269,26 @@ class GradientChecker(Checker):
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         if self._zero_grad_reported:
             return
+        if self._silent_on():
+            # that check reports a missing zero_grad (see on_optimizer_step_pre): no sample to keep
+            if self._samples:
+                self._samples, self._carried = {}, {}
+            return
         sample: list[tuple[Any, Any, int]] = []
         for group in optimizer.param_groups:
             for p in group["params"]:
-                if p.grad is not None and len(sample) < _SAMPLE:
-                    sample.append((weakref.ref(p), weakref.ref(p.grad), p.grad._version))
+                g = p.grad
+                if g is not None:
+                    sample.append((weakref.ref(p), weakref.ref(g), g._version))
+                    if len(sample) == _SAMPLE:
+                        break
+            if len(sample) == _SAMPLE:
+                break
         self._samples[id(optimizer)] = sample
+
+    def _silent_on(self) -> bool:
+        s = self.session
+        return s is not None and s.checker("silent") is not None
 
     def on_step_end(self, step: int) -> None:
         # A step opens at its first forward / backward; code before it (a loss rebuilt from
@@ -251,8 +297,45 @@ class GradientChecker(Checker):
         self._root_calls = []
         if self.tracer is not None:
             self.tracer.new_step()
-        if self._first_step is not None and not self._in_window(step + 1):
+        if self._first_step is None or self._concluded:
+            return
+        if self._screen and self.analysis is not None:
+            self._screened(step)
+        elif not self._in_window(step + 1):
+            if self._module_events == 0 and self._evidence_until >= 0 and self._models() \
+                    and step + 1 < self.window + (self._first_step or 0) + _EXTEND:
+                # No module event reached the evidence step (the session re-installs its module
+                # hooks only between optimizer steps): one more step, within the extension.
+                self._evidence_until = step + 1
+                return
             self._conclude(step)
+
+    def _stop_screening(self) -> None:
+        self._screen = False
+        self._stack = []
+
+    def _screened(self, step: int) -> None:
+        """End of a screening step: conclude clean, or analyse the next step with module events."""
+        s = self.session
+        assert s is not None and self.analysis is not None
+        waiting = any(id(o) not in self._stepped for o in s.optimizers) and self._in_window(step + 1)
+        # (an optimizer that has not stepped yet, a WGAN's generator, a student trained after its
+        # teacher: the window goes on, with the module events, as without the screen)
+        found = None if waiting else self._pending_findings()
+        if found is not None and not found:
+            self._conclude(step, tracer_until_next_step=True, found=found)  # nothing to explain: ends clean
+            return
+        self._stop_screening()
+        self._evidence_until = step + 1
+
+    def _pending_findings(self) -> list[Finding] | None:
+        """The findings the evidence so far supports (the flags' read rode the step's); None when
+        concluding failed (the full window and its error handling decide)."""
+        assert self.session is not None and self.analysis is not None
+        try:
+            return self.analysis.conclude(self.session.optimizers, step=self._first_step)
+        except Exception:
+            return None
 
     def on_end(self) -> None:
         self._flush_eval()
@@ -261,6 +344,8 @@ class GradientChecker(Checker):
         self._held_unused, self._held_lr = {}, {}
         for f in sorted(held, key=lambda f: f.step if f.step is not None else -1):
             self._add(f)
+        if self._tracer_lingers:
+            self._drop_tracer()
         if self.tracer is not None:
             pop(self.tracer)
             self.tracer = None
@@ -288,15 +373,17 @@ class GradientChecker(Checker):
         self._add(make_finding("gradient.eval_builds_graph", Severity.INFO, Stage.FORWARD, module="", frame=frame,
                                step=step, model=label, training=False, grad_enabled=True, output_requires_grad=True))
 
-    def _conclude(self, step: int | None) -> None:
+    def _conclude(self, step: int | None, *, tracer_until_next_step: bool = False,
+                  found: list[Finding] | None = None) -> None:
         if self._concluded:
             return
         self._concluded = True
-        if self.tracer is not None:
-            if self.tracer.failed is not None and self.session is not None:
-                self.session.internal_error("gradients.tracer", self.tracer.failed)
-            if pop(self.tracer):
-                self.tracer = None
+        if tracer_until_next_step:
+            # The step's code after optimizer.step() (logging, a `.grad` read) belongs to it: the
+            # tracer stays until the next step begins (`_drop_tracer`).
+            self._tracer_lingers = True
+        else:
+            self._drop_tracer()
         analysis, self.analysis = self.analysis, None
         if analysis is None or self.session is None:
             return
@@ -304,7 +391,7 @@ class GradientChecker(Checker):
         optimizers = self.session.optimizers
         labels = [label for _, label in self._models()]
         only_label = labels[0] if len(labels) == 1 else None
-        for f in analysis.conclude(optimizers, step=self._first_step):
+        for f in analysis.conclude(optimizers, step=self._first_step) if found is None else found:
             if f.code.startswith("gradient.cut_") and (f.file, f.line) in self._loss_cuts:
                 continue  # the loss without grad_fn already named this cut and its line: one cause, once
             if f.code == "gradient.cut_no_grad" and self._loss_models and \
@@ -317,6 +404,14 @@ class GradientChecker(Checker):
             else:
                 self._add(f)
 
+    def _drop_tracer(self) -> None:
+        self._tracer_lingers = False
+        if self.tracer is not None:
+            if self.tracer.failed is not None and self.session is not None:
+                self.session.internal_error("gradients.tracer", self.tracer.failed)
+            if pop(self.tracer):
+                self.tracer = None
+
 
 def _scheduled(optimizers: list[torch.optim.Optimizer], evidence: Any) -> bool:
     """The group's lr is driven by a scheduler from a positive base lr (`initial_lr`, set by
@@ -327,9 +422,3 @@ def _scheduled(optimizers: list[torch.optim.Optimizer], evidence: Any) -> bool:
     groups = optimizers[oi].param_groups
     base = groups[gi].get("initial_lr") if isinstance(gi, int) and gi < len(groups) else None
     return isinstance(base, (int, float)) and base > 0
-
-
-def _first_tensor(output: Any) -> torch.Tensor | None:
-    from ._analysis import _first_tensor as ft
-
-    return ft(output)

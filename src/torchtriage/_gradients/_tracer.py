@@ -44,10 +44,11 @@ MAX_RECORDS_PER_STEP = 256
 MAX_WALKS_PER_KEY = 8
 
 
-def _called_by_torchtriage() -> bool:
+def _called_by_torchtriage(depth: int = 2) -> bool:
     """True when the op was called by another check's hook (a sentinel's sum, a probe's
-    detach), not by the user's code: those must not read as cuts on the user's line."""
-    f: FrameType | None = sys._getframe(2)  # skip this function and __torch_function__; then torch's own frames
+    detach), not by the user's code: those must not read as cuts on the user's line.
+    `depth`: frames from this one up to the op's caller (2: called from `__torch_function__`)."""
+    f: FrameType | None = sys._getframe(depth)  # skip up to __torch_function__; then torch's own frames
     # and other modes' __torch_function__ (a mode stacked above this one calls down into it)
     while f is not None and (f.f_code.co_filename.startswith(_TORCH) or f.f_code.co_name == "__torch_function__"):
         f = f.f_back
@@ -118,7 +119,8 @@ class CutTracer(TorchFunctionMode):
             self._grad_read(args)  # (at any stage: a `.grad` read after optimizer.step() counts)
         if self.enabled and self.failed is None and self.records < MAX_RECORDS_PER_STEP:
             try:
-                if not self.ignore() and not _called_by_torchtriage():
+                if not self.ignore():
+                    # (who called the op, a walk up the stack, is asked only of an op that records)
                     self._observe(func, args, kwargs, out)
             except Exception as e:  # our bookkeeping must never break the user's op
                 self.failed = e
@@ -173,6 +175,8 @@ class CutTracer(TorchFunctionMode):
 
     def _record(self, kind: str, op: str, src: Any, *, shape: tuple[int, ...] | None = None,
                 produced: torch.Tensor | None = None) -> None:
+        if _called_by_torchtriage(4):  # (this, _observe, __torch_function__, the op's caller)
+            return
         step, module = self.context()
         frame = user_frame_from_stack(3)
         rec = CutRecord(kind, op, module, frame, step, shape=shape)
@@ -189,6 +193,26 @@ class CutTracer(TorchFunctionMode):
         self.records += 1
         rec.leaves = {id(produced)} if produced is not None else _leaves(src)
         self.sink(rec)
+
+
+_CALL_IMPL = torch.nn.Module._call_impl.__code__
+
+
+def module_being_called(name_of: Callable[[Any], str | None]) -> str | None:
+    """The path of the innermost watched module whose call is running (what a stack kept by
+    forward hooks would hold), found by walking the Python stack: `Module._call_impl` frames
+    hold the module called (`self`). For the rare op that records a cut while no module hook
+    runs (the screening step): no hook on every module call for it. `name_of(module)` gives a
+    watched module's path, None for a module no watched model holds (skipped, as hooks do)."""
+    f: FrameType | None = sys._getframe(1)
+    while f is not None:
+        if f.f_code is _CALL_IMPL:
+            mod = f.f_locals.get("self")
+            name = name_of(mod) if mod is not None else None
+            if name is not None:
+                return name
+        f = f.f_back
+    return None
 
 
 def _leaves(src: Any) -> set[int]:
