@@ -17,6 +17,18 @@ from torchtriage import Severity
 HERE = __file__
 
 
+@pytest.fixture(autouse=True)
+def _distributions_validate_their_arguments():
+    """torch's default (argument validation on): the first `torch.compile` of the process (another
+    test in this worker) turns it off for good, and these loops rely on the error it raises."""
+    from torch.distributions import Distribution
+
+    before = Distribution._validate_args
+    Distribution.set_default_validate_args(True)
+    yield
+    Distribution.set_default_validate_args(before)
+
+
 class Policy(nn.Module):
     def __init__(self):
         super().__init__()
