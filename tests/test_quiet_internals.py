@@ -97,6 +97,56 @@ def test_traceback_under_watch_is_the_plain_one(bad):
     assert got == expected, (got, expected)
 
 
+def _frames_caught_inside(bad, steps) -> tuple[list, list]:
+    """The frames of `bad`'s error, caught *inside* the session (as a loop that skips a bad
+    batch does), after `steps` steps; and the plain run's. The session's exit cannot trim a
+    traceback it never sees: our pass-through frames trim what is below them as the error
+    passes."""
+    def loop(model, opt):
+        x, y = torch.randn(6, 4), torch.randint(0, 3, (6,))
+        for _ in range(steps):
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        bad(model, x, y)
+
+    def plain():
+        torch.manual_seed(0)
+        model = Net()
+        loop(model, torch.optim.SGD(model.parameters(), lr=0.1))
+
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False):
+        got = _frames_of(lambda: loop(model, opt))
+    return _frames_of(plain), got
+
+
+@pytest.mark.parametrize("steps", [0, 3], ids=["first_step", "steady"])
+@pytest.mark.parametrize("bad", [_loss_raises, _backward_raises], ids=["loss", "backward"])
+def test_an_error_caught_inside_the_session_shows_one_frame_of_ours_at_most(bad, steps):
+    expected, got = _frames_caught_inside(bad, steps)
+    ours = [f for f in got if "torchtriage" in f[0]]
+    assert len(ours) <= 1, got
+    rest = [f for f in got if "torchtriage" not in f[0]]
+    if steps:  # no mode of ours on the stack: the plain traceback, plus at most our one frame
+        assert rest == expected, (got, expected)
+    else:
+        # In the first steps a mode of ours is on the stack: a torch function written in Python
+        # (`Tensor.backward`) dispatches to it, and that dispatch (the function's
+        # handle_torch_function line, handle_torch_function) sits above our one frame, where no
+        # frame of ours can unlink it. Everything else is the plain traceback.
+        def shape(frames):
+            out = []
+            for file, _, name in frames:
+                if name != "handle_torch_function" and (not out or out[-1] != (file, name)):
+                    out.append((file, name))
+            return out
+
+        assert shape(rest) == shape(expected), (got, expected)
+
+
 class Passthrough(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))

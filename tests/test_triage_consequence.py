@@ -19,9 +19,8 @@ HERE = __file__
 
 @pytest.fixture(autouse=True)
 def _distributions_validate_their_arguments():
-    """torch.distributions checks its arguments by default; the first torch.compile in a
-    process turns that off for the whole process (torch._dynamo's patching), so a test that ran
-    one earlier in this worker would leave these tests without the errors they explain."""
+    """torch's default (argument validation on): the first `torch.compile` of the process (another
+    test in this worker) turns it off for good, and these loops rely on the error it raises."""
     from torch.distributions import Distribution
 
     before = Distribution._validate_args

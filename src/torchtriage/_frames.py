@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import os
 import sys
 import sysconfig
@@ -232,6 +233,32 @@ def without_our_frames(tb: types.TracebackType | None, also: Callable[[str], boo
     if kept:
         kept[-1].tb_next = None
     return kept[0] if kept else None
+
+
+def passed_through(e: BaseException) -> BaseException:
+    """`e`, on its way out through one of our pass-through frames (a mode's handler, a patched
+    function's wrapper), with the frames below it that only we put there unlinked (ours, and
+    torch's dispatch frames our modes cause). Re-raised from there (`raise passed_through(e)`),
+    a traceback the user prints after catching `e` inside the session holds that one frame of
+    ours instead of a chain of them (each layer trims what is below it; issue 10)."""
+    tb = e.__traceback__
+    if tb is not None and tb.tb_next is not None:
+        e.__traceback__ = without_our_frames(tb.tb_next)
+    return e
+
+
+def trims_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """For one of our pass-through modes' `__torch_function__`: an error raised in the op leaves
+    through it with the frames below that only we put there unlinked (`passed_through`)."""
+    @functools.wraps(handler)
+    def __torch_function__(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        try:
+            return handler(*args, **kwargs)
+        except BaseException as e:
+            raise passed_through(e)  # noqa: B904 (the same exception, our frames below it unlinked)
+
+    return __torch_function__
 
 
 def user_stacklevel() -> int:

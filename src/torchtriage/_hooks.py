@@ -26,7 +26,7 @@ from torch.optim import optimizer as _optim_mod
 from ._checker import LOSS_FUNCTIONS, Checker, LossCall, overrides
 from ._errors import POLICY_ERRORS
 from ._findings import Stage
-from ._frames import find_frame, note_optimizer_frame, user_frame_from_stack, user_stack_frame
+from ._frames import find_frame, note_optimizer_frame, passed_through, user_frame_from_stack, user_stack_frame
 from ._modestack import forget, put_back, set_aside
 from ._patching import Patches
 from ._roothook import RootHook  # pickles and deep-copies inert, with the user's model
@@ -251,12 +251,17 @@ class SessionHooks(HookOwner):
         @functools.wraps(original)
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
-            if session._busy or standing_aside():
-                return original(tensors, *args, **kwargs)
-            roots = (tensors,) if isinstance(tensors, torch.Tensor) else tuple(tensors)
-            if session._in_backward:  # a reentrant checkpoint's inner backward (issue 13)
-                session._emit("on_nested_backward", roots)
-                return original(tensors, *args, **kwargs)
+            roots = None
+            if not (session._busy or standing_aside()):
+                roots = (tensors,) if isinstance(tensors, torch.Tensor) else tuple(tensors)
+                if session._in_backward:  # a reentrant checkpoint's inner backward (issue 13)
+                    session._emit("on_nested_backward", roots)
+                    roots = None
+            if roots is None:  # not the user's backward of a step: passed through
+                try:
+                    return original(tensors, *args, **kwargs)
+                except BaseException as e:
+                    raise passed_through(e)  # noqa: B904 (the same exception, our frames below it unlinked)
             grads = args[0] if args else kwargs.get("grad_tensors")
             session._begin_step_if_needed()
             session.stage = Stage.BACKWARD
@@ -266,6 +271,8 @@ class SessionHooks(HookOwner):
             session._in_backward += 1
             try:
                 result = original(tensors, *args, **kwargs)
+            except BaseException as e:
+                raise passed_through(e)  # noqa: B904 (the same exception, our frames below it unlinked)
             finally:
                 session._in_backward -= 1
             session._emit("on_backward_end", roots)
@@ -286,12 +293,17 @@ class SessionHooks(HookOwner):
             if session._busy or session._in_loss or standing_aside():
                 # _in_loss: a TorchFunctionMode on the stack (a check's tracer, the user's own)
                 # re-dispatches F.<loss> to this wrapper from inside the first call: one call.
-                return original(*args, **kwargs)
+                try:
+                    return original(*args, **kwargs)
+                except BaseException as e:
+                    raise passed_through(e)  # noqa: B904 (the same exception, our frames below it unlinked)
             prev = session.stage
             session.stage = Stage.LOSS
             session._in_loss += 1
             try:
                 out = original(*args, **kwargs)
+            except BaseException as e:
+                raise passed_through(e)  # noqa: B904 (the same exception, our frames below it unlinked)
             finally:
                 session._in_loss -= 1
             try:

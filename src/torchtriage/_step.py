@@ -33,7 +33,7 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from ._frames import _HERE, _TORCH, UserFrame, find_frame, user_frame_from_stack
+from ._frames import _HERE, _TORCH, UserFrame, find_frame, passed_through, user_frame_from_stack
 from ._modestack import push_mode, remove_mode
 
 MAX_OPS = 4096  # ops recorded per step; past this the tape stops (and says so)
@@ -153,6 +153,8 @@ class StepTape(TorchFunctionMode):
         self.inside += 1
         try:
             out = func(*args, **kwargs)
+        except BaseException as e:
+            raise passed_through(e)  # noqa: B904 (the same exception, our frames below it unlinked)
         finally:
             self.inside -= 1
         try:

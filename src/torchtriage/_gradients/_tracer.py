@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .._frames import _HERE, _TORCH, UserFrame, user_frame_from_stack
+from .._frames import _HERE, _TORCH, UserFrame, trims_errors, user_frame_from_stack
 from .._modestack import push_mode, remove_mode
 from ._graph import grad_fn_of, leaves_of
 
@@ -111,6 +111,7 @@ class CutTracer(TorchFunctionMode):
         self.seen.clear()
         self.records = 0
 
+    @trims_errors
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         __tracebackhide__ = True
         kwargs = kwargs or {}

@@ -2,6 +2,7 @@
 
     _sentinel   NonFiniteSentinel: on-device flags at the step's boundaries, one sync per step,
                 policy skip_step, series loss / grad_norm
+    _flags      a step's flags: computed at their events, or kept and normed at the read
     _localize   stage localizers (data, forward, loss, backward, optimizer) → Finding
     _replay     replaying a step without touching the user's run (RNG, buffers, autocast)
     _trace      OpTracer (TorchDispatchMode with taint) and ModuleStack

@@ -73,8 +73,14 @@ def _plain_leaves(obj: Any, out: list[torch.Tensor]) -> bool:
 
 def float_leaves(obj: Any) -> list[torch.Tensor]:
     """Floating / complex tensors inside outputs of any shape (tuples, dicts, dataclasses)."""
-    # Fast path (every step: a batch, a model output): plain containers need no pytree walk.
-    # Exact types only; anything else (namedtuples, dataclasses, HF outputs) takes pytree's.
+    # Fast paths (every step: a batch, a model output): one tensor, a call's (args, {}) of
+    # tensors; plain containers need no pytree walk. Exact types only; anything else
+    # (namedtuples, dataclasses, HF outputs) takes pytree's.
+    if isinstance(obj, torch.Tensor):
+        return [obj] if obj.is_floating_point() or obj.is_complex() else []
+    if type(obj) is tuple and len(obj) == 2 and type(obj[0]) is tuple and type(obj[1]) is dict and not obj[1] \
+            and all(isinstance(a, torch.Tensor) for a in obj[0]):
+        return [a for a in obj[0] if a.is_floating_point() or a.is_complex()]
     plain: list[torch.Tensor] = []
     if _plain_leaves(obj, plain):
         return [t for t in plain if t.is_floating_point() or t.is_complex()]
@@ -172,6 +178,34 @@ def saved_tensors(node: Any) -> dict[str, torch.Tensor]:
             # A C++ node: its `_saved_*` names are fixed by its class, and dir() costs ~10 us.
             # (Python nodes of custom autograd Functions may carry per-instance attributes.)
             _SAVED_ATTRS[type(node)] = attrs
+    for attr in attrs:
+        try:
+            v = getattr(node, attr)
+        except Exception:
+            continue
+        if isinstance(v, torch.Tensor):
+            out[attr[len("_saved_"):]] = v
+    return out
+
+
+_LOSS_ATTRS: dict[type, tuple[str, ...]] = {}
+
+
+def loss_saved(node: Any) -> dict[str, torch.Tensor]:
+    """What re-evaluating `node` after backward needs (`_localize._walk_loss_graph`): its saved
+    `self` and `other`, when its op is a torch function; nothing else is unpacked (each saved
+    tensor costs ~1 us a step, and the loss graph is kept every step)."""
+    tp = type(node)
+    attrs = _LOSS_ATTRS.get(tp)
+    if attrs is None:
+        from ._families import base_name
+
+        fn = getattr(torch, base_name(tp.__name__), None)
+        names = set(dir(tp)) if fn is not None else set()
+        attrs = tuple(a for a in ("_saved_self", "_saved_other") if a in names) if "_saved_self" in names else ()
+        if len(_LOSS_ATTRS) < 4096:
+            _LOSS_ATTRS[tp] = attrs
+    out = {}
     for attr in attrs:
         try:
             v = getattr(node, attr)

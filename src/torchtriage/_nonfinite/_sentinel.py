@@ -1,11 +1,13 @@
 """`NonFiniteSentinel`: the always-on check for the first non-finite value of a step.
 
-Hot path (every step, no per-tensor sync): one on-device reduction per boundary —
-    data       sum of each floating batch tensor  (NaN or +Inf trips; -Inf masks do not)
-    forward    sum of each floating root output   (same rule)
-    loss       the backward roots                 (any non-finite value trips)
-    backward   L2 norm of each gradient, one `torch._foreach_norm` call; the host combines them
-               (in float64, with float32's overflow kept) into the "grad_norm" series
+Hot path (every step, no per-tensor sync), the steady state (`_flags` says what is kept and why):
+    data       each floating batch tensor, kept by reference   (NaN or +Inf trips; -Inf masks do not)
+    forward    each floating root output, kept by reference    (same rule)
+    loss       the backward root itself, 0-dim                  (any non-finite value trips)
+    backward   at the read, ONE `torch._foreach_norm` call over the kept batch / outputs and every
+               gradient; the host combines the gradients' norms (in float64, with float32's
+               overflow kept) into the "grad_norm" series. A kept tensor's norm that reads
+               non-finite is decided by its sum (a second read, on that anomaly path only).
     optimizer  nothing on most steps: a parameter the update made non-finite shows in the next
                step's forward or gradient flags, and that trip first looks at the last update
                (`_localize.localize_update`, only on the anomaly path). Every SAMPLE_EVERY-th
@@ -13,9 +15,11 @@ Hot path (every step, no per-tensor sync): one on-device reduction per boundary 
                parameter and optimizer state tensor, one `torch._foreach_norm` call (read at the
                next sync) — optimizer state that overflows while the parameters stay finite is
                seen there only.
-Every flag is a 0-dim tensor kept as is (no per-flag conversion or pre-reduction: on a small
-step each extra op costs as much as the reduction itself). All flags of a step are stacked once
-and read with ONE host transfer, at `optimizer.step()`'s pre-hook
+The warm-up steps, `late_read`, a loop that writes to its batch or outputs in place, and large
+tensors (summed while still in cache) take a float32 `sum` per tensor at the forward instead.
+Every flag is a 0-dim tensor kept as is (no per-flag conversion or pre-reduction: inside a small
+step each distinct op runs cold and costs as much as the reduction itself). All flags of a step
+are stacked once and read with ONE host transfer, at `optimizer.step()`'s pre-hook
 (before the update: a non-finite update can still be skipped), or at backward's end without an
 optimizer. With `late_read=True` (and no `skip_step`) that transfer is started there and read at
 the next step (`_late`): an accelerator keeps its queue. Intermediate modules are not checked:
@@ -24,7 +28,6 @@ NaN/Inf propagate to one of these boundaries, and the replay (`_localize`) finds
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import warnings
@@ -40,57 +43,19 @@ from .._checker import Checker, LossCall
 from .._config import OnAnomaly
 from .._errors import AnomalyError, TriageWarning
 from .._findings import Category, Finding, Severity, Stage
-from .._frames import UserFrame, user_frame_from_stack
+from .._frames import user_frame_from_stack
 from .._modestack import own_modes_off
 from ._amp import ScalerWatch
-from ._late import PendingRead
+from ._flags import WARMUP_STEPS, Read, StepFlags, nan_or_posinf, sum_flag
 from ._late import finding as late_finding
 from ._late import start as start_late_read
 from ._localize import localize_backward, localize_data, localize_forward, localize_loss, localize_update
-from ._replay import float_leaves, graph_nodes, saved_tensors
+from ._replay import float_leaves, graph_nodes, loss_saved
 from ._trace import nonfinite
 
 MAX_REPLAYS = 3  # a run that stays NaN would otherwise replay every step
 SAMPLE_EVERY = 64  # updates whose parameters and optimizer state are all checked (and the last)
 _F32_MAX = 3.4028234663852886e38  # a float32 norm above this reads +Inf
-
-
-@dataclasses.dataclass
-class _Step:
-    keys: list[str] = dataclasses.field(default_factory=list)  # kind of each flag, in order
-    flags: list[torch.Tensor] = dataclasses.field(default_factory=list)  # 0-dim device scalars
-    outputs: list[torch.Tensor] = dataclasses.field(default_factory=list)
-    output_nodes: list[Any] = dataclasses.field(default_factory=list)
-    loss_calls: list[LossCall] = dataclasses.field(default_factory=list)
-    loss_nodes: list[tuple[int, str, dict[str, torch.Tensor]]] = dataclasses.field(default_factory=list)
-    autocast: list[tuple[str, torch.dtype]] = dataclasses.field(default_factory=list)
-    backward_frame: UserFrame | None = None
-    loss_value: float | None = None
-    loss_sites: list[Any] = dataclasses.field(default_factory=list)  # (file, line) of each loss flag
-    seen_forward: bool = False
-
-
-@dataclasses.dataclass
-class _Read:
-    """One read's flags and what is needed to judge them (now, or one step late)."""
-    keys: list[str]
-    scalars: list[torch.Tensor]
-    sites: list[Any]
-    step: int
-    after: tuple[list[torch.Tensor], int, int, bool] | None
-    updated: list[tuple[int, bool, float | None, tuple[list[torch.Tensor], list[int]]]]
-    n_grads: int = 0
-    wide: bool = False
-    pending: PendingRead | None = None
-
-
-def _sum(t: torch.Tensor) -> torch.Tensor:
-    if t.dtype is torch.float32:
-        return t.detach().sum()  # the common case, without the keyword's parsing
-    x = t.detach()
-    if x.is_complex():
-        x = torch.view_as_real(x)
-    return x.sum(dtype=torch.float32) if x.dtype != torch.float64 else x.sum()
 
 
 _LOW = (torch.float16, torch.bfloat16)
@@ -100,9 +65,12 @@ def foreach_norm(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """Each tensor's L2 norm, one foreach call per precision. float16 / bfloat16 norms are
     returned in float32: a finite half tensor's norm can exceed 65504 (a pure-half model's
     large parameter, its gradient), and an Inf norm there would read as a non-finite value."""
-    low = [t.dtype in _LOW for t in tensors]
-    if not any(low):
+    for t in tensors:
+        if t.dtype in _LOW:
+            break
+    else:  # (the common case: no half tensor)
         return list(torch._foreach_norm(tensors))
+    low = [t.dtype in _LOW for t in tensors]
     try:
         if all(low):
             return list(torch._foreach_norm(tensors, 2, dtype=torch.float32))
@@ -117,21 +85,15 @@ def foreach_norm(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         return list(torch._foreach_norm(tensors))
 
 
-def _norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Each gradient's L2 norm, one foreach call (it groups them per device and dtype). They
-    join the step's one read as they are: combining them on the device (stack, norm) costs
-    two more ops per step, and across devices a copy; the host combines them (`_global_norm`)."""
-    if any(t.is_sparse or not t.numel() for t in tensors):
-        tensors = [t for t in tensors if t.numel() and not t.is_sparse]
-    return foreach_norm(tensors) if tensors else []
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 
-def _global_norm(values: list[float], wide: bool) -> float:
+def _global_norm(values: list[float], r: Read) -> float:
     """The global L2 norm of per-tensor norms, as the float32 norm on the device read it: one
     above float32's range is +Inf (the overflow the grad_overflow finding reports), unless a
-    gradient is float64 (`wide`)."""
+    gradient is float64 (`r.wide`)."""
     n = values[0] if len(values) == 1 else math.hypot(*values)
-    return math.inf if n > _F32_MAX and not wide else n
+    return math.inf if n > _F32_MAX and not r.wide else n
 
 
 class NonFiniteSentinel(Checker):
@@ -152,7 +114,7 @@ class NonFiniteSentinel(Checker):
 
     def __init__(self) -> None:
         super().__init__()
-        self._step = _Step()
+        self._step = StepFlags()
         # Per-tensor norms of the last update's parameters and optimizer state (0-dim tensors,
         # read at the next sync), how many of them are parameters, its step, grads finite then.
         self._after: tuple[list[torch.Tensor], int, int, bool] | None = None
@@ -160,6 +122,9 @@ class NonFiniteSentinel(Checker):
         # each parameter's version right after it). A trip at the next read looks at it first.
         self._updated: list[tuple[int, bool, float | None, tuple[list[torch.Tensor], list[int]]]] = []
         self._params: weakref.WeakKeyDictionary[Any, tuple[Any, list[torch.Tensor]]] = weakref.WeakKeyDictionary()
+        self._stepped: weakref.ref[Any] | None = None  # the last optimizer that stepped
+        self._stepping: tuple[Any, list[torch.Tensor]] | None = None  # the update under way, its parameters
+        self._sparse = False  # a gradient was sparse once: filter them out before the norms
         self._replays = 0
         self._by_stage: dict[str, Finding] = {}
         self._stashed: dict[int, list[tuple[torch.Tensor, torch.Tensor | None]]] = {}
@@ -173,39 +138,33 @@ class NonFiniteSentinel(Checker):
                                autocast=lambda: self._step.autocast)
         # late_read: this step's flags are read at the next step (`_late`), not before the update
         self.late_read = False
-        self._pending: _Read | None = None
+        self._pending: Read | None = None
         self._pinned: dict[Any, torch.Tensor] = {}
+        # Batch and outputs summed at the forward on every step (`_flags`): this loop writes to
+        # them in place, or a norm of them reads non-finite without a trip, or late_read.
+        self._eager = False
 
     # ------------------------------------------------------------------ lifecycle
     def on_start(self, session: Any) -> None:
         self.amp.install(session)
         self.late_read = bool(session.options.get("late_read", False))  # (validated by the session)
+        self._eager = self.late_read  # (a late read judges after the kept tensors may have changed)
 
     def on_step_begin(self, step: int) -> None:
-        self._step = _Step()
-
-    def _add_sums(self, kind: str, tensors: list[torch.Tensor]) -> None:
-        # One flag per tensor: a NaN or +Inf in any of them is one in their sum too, so summing
-        # the sums on the device would only add ops (the host reads them all at once anyway).
-        keys, flags = self._step.keys, self._step.flags
-        with own_modes_off():
-            for t in tensors:
-                if t.numel():
-                    keys.append(kind)
-                    flags.append(_sum(t))
+        self._step = StepFlags(eager=self._eager or step < WARMUP_STEPS)
 
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...],
                         kwargs: dict[str, Any], output: Any) -> None:
         st = self._step
         if not st.seen_forward:
             st.seen_forward = True
-            self._add_sums("data", float_leaves((args, kwargs)))
-            st.autocast = [(d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")
-                           if torch.is_autocast_enabled(d)]
+            st.take("data", float_leaves((args, kwargs)))
+            if _any_autocast():
+                st.autocast = [(d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")
+                               if torch.is_autocast_enabled(d)]
         outs = float_leaves(output)
-        self._add_sums("forward", outs)
-        st.outputs.extend(outs)
-        st.output_nodes.extend(t.grad_fn for t in outs if t.grad_fn is not None)
+        st.take("forward", outs)
+        st.outputs += outs
 
     def on_loss(self, call: LossCall) -> None:
         self._step.loss_calls.append(call)
@@ -216,30 +175,43 @@ class NonFiniteSentinel(Checker):
         if not floats:
             return
         root = self.amp.unscaled(floats[0])
-        value = _sum(root) if root.numel() == 1 else None
-        st.backward_frame = user_frame_from_stack(3)
+        if not st.eager and not root.dim() and root.is_floating_point():
+            value: torch.Tensor | None = root  # itself (stacked under no_grad at the read), watched
+            st.watch(root)
+        else:
+            value = sum_flag(root) if root.numel() == 1 else None
+        st.backward_frame = bf = user_frame_from_stack(3)
         if value is not None:
             st.keys.append("loss_value")
             st.flags.append(value)
-            bf = st.backward_frame
+            st.n_losses += 1
             st.loss_sites.append((bf.file, bf.line) if bf is not None else None)
         if value is not None and root is floats[0] and len(floats) == 1:
-            st.keys.append("loss")  # the same reduction of the same tensor: reuse it
+            st.keys.append("loss")  # the same value of the same tensor: reuse it
             st.flags.append(value)
         else:
-            self._add_sums("loss", floats)
+            for t in floats:
+                if t.numel():
+                    st.keys.append("loss")
+                    st.flags.append(sum_flag(t))
         # The loss's own graph (between the model outputs and the loss) cannot be replayed once
-        # backward has freed it; keep its few nodes' saved tensors until this step's sync.
-        stop = {id(n) for n in st.output_nodes}
+        # backward has freed it; keep the saved tensors its re-evaluation can use until the read.
+        # Not when the root is a recorded functional loss's own output: its replay (with the
+        # recorded arguments) traces those very ops (`_localize.localize_loss`).
+        if len(floats) == 1 and st.loss_calls and st.loss_calls[-1].output is floats[0]:
+            return
+        stop = {id(t.grad_fn) for t in st.outputs}
         for node in graph_nodes([r.grad_fn for r in floats], stop, limit=32):
-            if id(node) in stop or type(node).__name__ == "AccumulateGrad":
+            if id(node) in stop:
                 continue
-            saved = saved_tensors(node)
+            saved = loss_saved(node)
             if saved:
                 st.loss_nodes.append((node._sequence_nr(), type(node).__name__, saved))
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         assert self.session is not None
+        if self._stepped is not None and self._stepped() is not None:
+            return  # (one of the session's optimizers has stepped and is alive: it reads the flags)
         if not self.session.optimizers:
             params = [p for m in self.session.models for p in m.parameters()]
             self._sync(grads=[p.grad for p in params if p.grad is not None], optimizer=None)
@@ -247,18 +219,20 @@ class NonFiniteSentinel(Checker):
     def params_of(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
         """The optimizer's parameters, cached; rebuilt when a group is added or its list changes."""
         groups = optimizer.param_groups
-        key = tuple((id(g["params"]), len(g["params"])) for g in groups) if len(groups) > 1 \
-            else (id(groups[0]["params"]), len(groups[0]["params"]))
+        if len(groups) == 1:
+            return groups[0]["params"]  # (the group's own list: read, never changed)
+        key = tuple((id(g["params"]), len(g["params"])) for g in groups)
         hit = self._params.get(optimizer)
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        params = [p for g in groups for p in g["params"]]
-        self._params[optimizer] = (key, params)
-        return params
+        if hit is None or hit[0] != key:
+            hit = self._params[optimizer] = (key, [p for g in groups for p in g["params"]])
+        return hit[1]
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         self.amp.stepped(optimizer)
         params = self.params_of(optimizer)
+        self._stepping = (optimizer, params)
+        if self._stepped is None or self._stepped() is not optimizer:
+            self._stepped = weakref.ref(optimizer)
         skip = self._sync(grads=[p.grad for p in params if p.grad is not None], optimizer=optimizer)
         if skip:
             # skip_step: the optimizer skips parameters whose .grad is None, so hiding the grads
@@ -268,19 +242,22 @@ class NonFiniteSentinel(Checker):
                 p.grad = None
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
-        stashed = self._stashed.pop(id(optimizer), None)
-        if stashed is not None:
-            for p, g in stashed:
-                p.grad = g
-            return
+        if self._stashed:
+            stashed = self._stashed.pop(id(optimizer), None)
+            if stashed is not None:
+                for p, g in stashed:
+                    p.grad = g
+                return
         assert self.session is not None
         step = self.session.step
-        grad_ok = self._grad_norm is None or math.isfinite(self._grad_norm)
+        norm = self._grad_norm
+        grad_ok = norm is None or norm - norm == 0
         if step % SAMPLE_EVERY:
             # Most updates: nothing on the device. Each parameter's version after the update
             # tells, at a later trip, whether anything wrote to it since (a checkpoint load).
-            params = self.params_of(optimizer)
-            self._updated.append((step, grad_ok, self._grad_norm, (params, [p._version for p in params])))
+            stepping, self._stepping = self._stepping, None
+            params = stepping[1] if stepping is not None and stepping[0] is optimizer else self.params_of(optimizer)
+            self._updated.append((step, grad_ok, norm, (params, [p._version for p in params])))
         else:
             self._check_update([optimizer], step, grad_ok)
 
@@ -308,14 +285,14 @@ class NonFiniteSentinel(Checker):
             self._after = (norms, n_params, step, grad_ok)
 
     def on_step_end(self, step: int) -> None:
-        if self._step.flags:
+        if self._step.flags or self._step.kept:
             self._sync(grads=[], optimizer=None)
 
     def on_raise(self, exc: BaseException) -> None:
         """The step raised before its read: read its flags now, so that the error's explanation
         sees a NaN that came before it (and counts the error on it). The user's exception is
         what propagates: the policy neither raises nor warns in its place here."""
-        if not self._step.flags:
+        if not self._step.flags and not self._step.kept:
             return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TriageWarning)
@@ -331,59 +308,90 @@ class NonFiniteSentinel(Checker):
             step, grad_ok, _, _ = self._updated[-1]
             self._updated = []
             self._check_update(list(self.session.optimizers), step, grad_ok)
-        if self._step.flags or self._after is not None:
+        if self._step.flags or self._step.kept or self._after is not None:
             self._sync(grads=[], optimizer=None)
         elif self._pending is not None:
             self._read_late()
         self.amp.finish()
+        self._stepped = self._stepping = None
 
     # ------------------------------------------------------------------ the one sync
     def _sync(self, grads: list[torch.Tensor], optimizer: torch.optim.Optimizer | None,
               scaled_overflow_ok: bool = False) -> bool:
         """Read every flag of the step at once; localize what tripped. True = skip this update."""
-        assert self.session is not None
+        sess = self.session
+        assert sess is not None
         if self._pending is not None:
             self._read_late()  # the previous step's flags come first
-        if self.session.rank_fields:  # a distributed session: FSDP's DTensors -> local shards
+        if sess.rank_fields:  # a distributed session: FSDP's DTensors -> local shards
             from .._distributed._shards import local_shards
 
             grads = local_shards(grads)
-        sess = self.session
-        with own_modes_off():  # (the first steps' tracing modes need not see our flags)
-            r = self._gather(grads)
-            if not r.scalars:
-                return False
-            # The other checks' numbers of this step (silent, gradients) are read along: one sync.
-            riders = _deferred.riders(sess)
-            if (self.late_read and optimizer is not None and not riders and self._poisoned is None
-                    and sess.on_anomaly is not OnAnomaly.SKIP_STEP):
-                pending = start_late_read(r.scalars, self._pinned)
-                if pending is not None:
-                    # (nothing of this step will be replayed: its state goes now)
-                    r.pending, r.scalars = pending, []
-                    self._pending = r
-                    self._release()
+        # (the first steps' tracing modes need not see our flags; no graph of the outputs' norms
+        # nor of the loss, which is stacked as it is)
+        grad_mode = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            with own_modes_off():
+                r = self._gather(grads)
+                if not r.scalars:
                     return False
-            values = _read(r.scalars, riders)
+                # The other checks' numbers of this step (silent, gradients) are read along: one sync.
+                riders = _deferred.riders(sess)
+                if (self.late_read and optimizer is not None and not riders and self._poisoned is None
+                        and sess.on_anomaly is not OnAnomaly.SKIP_STEP):
+                    pending = start_late_read(r.scalars, self._pinned)
+                    if pending is not None:
+                        # (nothing of this step will be replayed: its state goes now)
+                        r.pending, r.scalars = pending, []
+                        self._pending = r
+                        self._release()
+                        return False
+                values = _read(r.scalars, riders)
+        finally:
+            torch._C._set_grad_enabled(grad_mode)
         return self._judge(r, values, grads, optimizer, scaled_overflow_ok)
 
-    def _gather(self, grads: list[torch.Tensor]) -> _Read:
-        """This step's flags (and the last update's, when it was checked in full), in order."""
+    def _gather(self, grads: list[torch.Tensor]) -> Read:
+        """This step's flags (and the last update's, when it was checked in full), in order: the
+        flags computed at their events, the update's norms, then one `foreach_norm` call over the
+        kept batch / output tensors and the gradients."""
         assert self.session is not None
         st = self._step
-        r = _Read(keys=st.keys, scalars=st.flags, sites=st.loss_sites, step=self.session.step,
-                  after=self._after, updated=self._updated)
-        st.keys, st.flags, st.loss_sites = [], [], []
+        r = Read(st.keys, st.flags, st.loss_sites, self.session.step, self._after, self._updated, st.n_losses)
+        if st.watched and [t._version for t in st.watched] != st.versions:
+            # Written in place since the forward (or backward): this step's kept tensors are
+            # read as they are now; every later step sums them at the forward.
+            self._eager = True
+        kept, kinds = st.kept, st.kept_kinds
+        st.keys, st.flags, st.loss_sites, st.n_losses = [], [], [], 0
+        st.kept, st.kept_kinds, st.watched, st.versions = [], [], [], []
         self._after, self._updated = None, []
         if r.after is not None:
             norms, n_params, _, _ = r.after
             r.keys += ["update"] * n_params + ["state"] * (len(norms) - n_params)
             r.scalars += norms
-        gnorms = _norms(grads)
-        r.keys += ["grad"] * len(gnorms)
-        r.scalars += gnorms
-        r.n_grads = len(gnorms)
-        r.wide = bool(gnorms) and any(g.dtype is torch.float64 for g in gnorms)
+        if self._sparse:
+            grads = [g for g in grads if not g.is_sparse]
+        tensors = kept + grads if kept else grads
+        if not tensors:
+            return r
+        try:
+            norms = foreach_norm(tensors)  # (an empty tensor's norm is 0)
+        except (NotImplementedError, RuntimeError):
+            if self._sparse or not any(g.is_sparse for g in grads):
+                raise
+            self._sparse = True  # (an embedding's sparse gradient, seen by the update check)
+            grads = [g for g in grads if not g.is_sparse]
+            tensors = kept + grads
+            norms = foreach_norm(tensors) if tensors else []
+        if kept:
+            r.kept, r.kept_at = kept, len(r.scalars)
+            r.keys += kinds
+        r.keys += ["grad"] * len(grads)
+        r.scalars += norms
+        r.n_grads = len(grads)
+        r.grad_norms = norms[len(kept):] if kept else norms
         return r
 
     def _read_late(self) -> None:
@@ -400,36 +408,49 @@ class NonFiniteSentinel(Checker):
             self._updated = [(u[0], ok if u[0] == r.step else u[1], self._grad_norm if u[0] == r.step else u[2], u[3])
                              for u in self._updated]
 
-    def _judge(self, r: _Read, values: list[float], grads: list[torch.Tensor],
+    def _judge(self, r: Read, values: list[float], grads: list[torch.Tensor],
                optimizer: torch.optim.Optimizer | None, scaled_overflow_ok: bool, late: bool = False) -> bool:
         """What the flags of step `r.step` say; localize what tripped. True = skip this update."""
         assert self.session is not None
         sess, st, keys = self.session, self._step, r.keys
-        record = sess.record_series if not late else (lambda name, v: sess.health.add(name, r.step, v))
-        if self._poisoned is None and all(v - v == 0 for v in values):
-            # Every flag finite (x - x is NaN for NaN and ±Inf): nothing can trip. The full path
-            # below would come to the same; this skips its bookkeeping on the common step.
-            if "loss_value" in keys:
+        add, step = sess.health.add, r.step  # (the session's series: `record_series` at r.step)
+        total = sum(values)
+        if total - total == 0 and self._poisoned is None:
+            # Every flag finite (x - x is NaN for NaN and ±Inf; a sum that overflows takes the
+            # full path, which comes to the same): nothing can trip. This skips the full path's
+            # bookkeeping on the common step.
+            if r.n_losses:
+                v = values[keys.index("loss_value")]
                 if not late:
-                    st.loss_value = values[keys.index("loss_value")]
-                self._record_losses(keys, values, r.sites, record)
-            if r.n_grads:
-                self._grad_norm = _global_norm(values[-r.n_grads:], r.wide)
-                record("grad_norm", self._grad_norm)
+                    st.loss_value = v
+                name = self._loss_series.get(r.sites[0]) if r.n_losses == 1 and len(r.sites) == 1 else None
+                if name is not None:  # the common step: one backward, a known call site
+                    add(name, step, v)
+                else:
+                    self._record_losses(r, values, lambda name, v: add(name, step, v))
+            n = r.n_grads
+            if n:
+                norm = values[-1] if n == 1 else math.hypot(*values[-n:])
+                self._grad_norm = math.inf if norm > _F32_MAX and not r.wide else norm  # (`_global_norm`)
+                add("grad_norm", step, self._grad_norm)
             if not late:
-                self._release()
+                st.outputs, st.loss_calls, st.loss_nodes = [], [], []  # (`_release`)
             return False
+        record = lambda name, v: add(name, step, v)  # noqa: E731
+        if r.kept and not r.kept_finite(values):
+            values = self._exact(r, values)
         got = _by_kind(keys, values)
+        if not self._eager and any(v == -math.inf for k in ("data", "forward") for v in got.get(k, ())):
+            self._eager = True  # -Inf in the batch or outputs (a mask): their norms would read +Inf
         if "loss_value" in got:
             if not late:
                 st.loss_value = got["loss_value"][0]
-            self._record_losses(keys, values, r.sites, record)
+            self._record_losses(r, values, record)
         if "grad" in got:
-            got["grad"] = [_global_norm(got["grad"], r.wide)]  # one norm over the tensors
+            got["grad"] = [_global_norm(got["grad"], r)]  # one norm over the tensors
             self._grad_norm = got["grad"][0]
             record("grad_norm", self._grad_norm)
         release = self._release if not late else (lambda: None)
-        step = r.step
         if self._poisoned is not None:
             if any(not math.isfinite(v) for k, vs in got.items() if k not in ("update", "state") for v in vs):
                 sess.add(self._poisoned)
@@ -481,11 +502,23 @@ class NonFiniteSentinel(Checker):
             self._poisoned = self._first
         return skip
 
-    def _record_losses(self, keys: list[str], values: list[float], sites: list[Any], record: Any) -> None:
+    def _exact(self, r: Read, values: list[float]) -> list[float]:
+        """A kept batch / output tensor's norm read non-finite: their sums decide (NaN or +Inf
+        trips; a -Inf mask or values whose squares overflow do not). A second read, on this
+        anomaly path only; a run where it finds no trip sums them at the forward from now on."""
+        with own_modes_off(), torch.no_grad():
+            sums = _deferred.read_scalars([sum_flag(t) for t in r.kept])
+        if not any(nan_or_posinf(v) for v in sums):
+            self._eager = True
+        at = r.kept_at
+        return values[:at] + sums + values[at + len(r.kept):]
+
+    def _record_losses(self, r: Read, values: list[float], record: Any) -> None:
         """One loss series per backward call site (a GAN's D and G losses apart; issue 11): the
         first site is "loss", later ones "loss <file>:<line>"."""
         assert self.session is not None
-        if len(sites) == 1 and keys.count("loss_value") == 1:  # the common step: one backward
+        keys, sites = r.keys, r.sites
+        if r.n_losses == 1 and len(sites) == 1:  # the common step: one backward
             name = self._loss_series.get(sites[0])
             if name is not None:
                 record(name, values[keys.index("loss_value")])
@@ -552,16 +585,12 @@ class NonFiniteSentinel(Checker):
     def _release(self) -> None:
         # Nothing of the step may outlive its sync (memory stays flat over long runs).
         st = self._step
-        st.outputs, st.output_nodes, st.loss_calls, st.loss_nodes = [], [], [], []
+        st.outputs, st.loss_calls, st.loss_nodes = [], [], []
 
 
 def st_loss(got: dict[str, list[float]]) -> float | None:
     vals = got.get("loss_value")
     return vals[0] if vals else None
-
-
-def _nan_or_posinf(v: float) -> bool:
-    return v != v or v == math.inf
 
 
 def _by_kind(keys: list[str], values: list[float]) -> dict[str, list[float]]:
@@ -578,9 +607,9 @@ def _by_kind(keys: list[str], values: list[float]) -> dict[str, list[float]]:
 def _trip(got: dict[str, list[float]], scaled_overflow_ok: bool) -> str | None:
     """The first stage, in execution order, whose flags tripped (data → forward → loss →
     backward), or None. Outputs trip on NaN / +Inf (a -Inf is a mask)."""
-    if any(_nan_or_posinf(v) for v in got.get("data", [])):
+    if any(nan_or_posinf(v) for v in got.get("data", [])):
         return "data"
-    if any(_nan_or_posinf(v) for v in got.get("forward", [])):
+    if any(nan_or_posinf(v) for v in got.get("forward", [])):
         return "forward"
     if any(not math.isfinite(v) and not (scaled_overflow_ok and v == v) for v in got.get("loss", [])):
         # (a GradScaler step skipped because loss * scale overflowed is expected; NaN is not)

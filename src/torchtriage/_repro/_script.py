@@ -36,7 +36,7 @@ from torch.overrides import TorchFunctionMode
 
 from .._catalogue import msg
 from .._errors import BundleError
-from .._frames import user_frame_from_stack
+from .._frames import trims_errors, user_frame_from_stack
 from .._modestack import push_mode, remove_mode
 from .._params import model_device
 from .._patching import Patches, wrapper
@@ -222,6 +222,7 @@ class _InputSwap(TorchFunctionMode):
         super().__init__()
         self.inj = injector
 
+    @trims_errors
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         inj = self.inj

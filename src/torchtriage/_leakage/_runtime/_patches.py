@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..._frames import is_user_file, user_frame_from_stack
+from ..._frames import is_user_file, trims_errors, user_frame_from_stack
 from ..._modestack import push_mode, remove_mode
 
 if TYPE_CHECKING:
@@ -276,6 +276,7 @@ class _IndexWatch(TorchFunctionMode):
         self.patches = patches
         self.active = True
 
+    @trims_errors
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         if self.active and func is _GETITEM and len(args) == 2 and isinstance(args[1], torch.Tensor):
