@@ -11,7 +11,7 @@ the scaler's own syncs).
 Warm-up: the gradients check analyses the first `gradients_window` steps (default 2; longer
 while some optimizer has not stepped yet), the silent checks the first `silent_warmup` steps
 (default 3), the first `silent_collapse_steps` losses (default 20) and an exp walk every
-`silent_exp_every` steps (default 50). All of them queue their numbers on the device and the
+`silent_exp_every` steps (default 64). All of them queue their numbers on the device and the
 numbers ride the non-finite sentinel's one read at `optimizer.step()`'s pre-hook
 (`_nonfinite/_sentinel.py:_read`). That read is the one sync: once per optimizer step (a GAN's
 two optimizers: two per iteration; the sentinel must read before each update so that

@@ -43,6 +43,7 @@ def gan_steps(G, D, opt_g, opt_d, detach, steps=2):
         fake_loss = F.binary_cross_entropy_with_logits(D(fake.detach() if detach else fake), zeros)  # fake enters
         d_loss = (real_loss + fake_loss) / 2
         d_loss.backward()  # d backward
+        opt_d.step()
 
 
 def test_gan_discriminator_step_on_the_generators_output_names_it():

@@ -7,7 +7,8 @@ gradient norms and update-to-parameter ratios, riding the next step's read (`res
 step's end runs what was read and keeps the rest queued, so `dynamics_every=1` stays bounded). Warm-up steps and
 the first evaluation forwards: the metric region (`_evalcode`) and the loss's prior and shift
 numbers (riding the step's read). Without the sentinel, the loss is queued here and read at the
-step's end (one read per step).
+step's end (one read per step). Clipping and accumulation order (`_order`) are watched on the
+steps of `_cadence.sampled` (each backward's call site is a stack walk).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn as nn
 
-from .. import _deferred
+from .. import _cadence, _deferred
 from .._checker import Checker, LossCall
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import user_frame_from_stack
@@ -85,6 +86,8 @@ class DynamicsChecker(Checker):
         self.inner_targets: dict[int, tuple[torch.Tensor, int]] = {}
         self.lr_names: dict[tuple[int, int], str] = {}
         self.opt_index: dict[int, int] = {}
+        self.lr_series: dict[int, list[str | None]] = {}  # id(optimizer) -> its groups' series names
+        self.layer_cache: tuple[list[weakref.ref[torch.Tensor]], list[str]] = ([], [])
         self.stepped = False
 
     # ------------------------------------------------------------------ helpers
@@ -116,17 +119,19 @@ class DynamicsChecker(Checker):
 
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
-        self.order.root_forward()
+        self.order.forward_since_backward = True
         if self.open_calls and self.open_calls[-1] is model:
             self.open_calls.pop()
-        if self._step < self.warmup and model not in self.probed:
+        warm = self.session.step < self.warmup
+        if not warm and self.region is None and (self.eval_regions >= self.eval_passes or (
+                torch.is_grad_enabled() and not torch.is_inference_mode_enabled())):
+            return  # the common case after the first steps: nothing to watch here
+        if warm and model not in self.probed:
             call = (model, args, dict(kwargs), user_frame_from_stack(3))
             inner = self.inner_targets.pop(id(model), None)
             if inner is not None:
                 self._queue_shift(call, *inner)
             self.last_call = call
-        if self.region is None and self._step >= self.warmup and self.eval_regions >= self.eval_passes:
-            return  # the common case after the first steps: nothing to watch here
         self._leave_region()
         out = first_tensor(output)
         batch = out.shape[0] if out is not None and out.dim() >= 1 else None
@@ -225,41 +230,70 @@ class DynamicsChecker(Checker):
         self.flags.add(nums, done)
 
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
-        self._leave_region()
-        self.order.backward(roots)
+        if self.region is not None:
+            self._leave_region()
+        if self.order.tracking:
+            self.order.backward(roots)
         if not self.sentinel and roots and isinstance(roots[0], torch.Tensor) and roots[0].numel() == 1:
             self.flags.add([roots[0].detach().float()], lambda v: self.session.record_series("loss", v[0]))
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
-        self._leave_region()
+        if self.region is not None:
+            self._leave_region()
         self.stepped = True
-        self.order.in_step = True
-        step = self._step
-        o = self.opt_index.setdefault(id(optimizer), len(self.opt_index))
-        lrs = [lr_value(g.get("lr")) for g in optimizer.param_groups]
-        for g, lr in enumerate(lrs):
-            name = self.lr_names.get((o, g))
-            if name is None and len(self.lr_names) < MAX_LR_SERIES:
-                name = self.lr_names[(o, g)] = "lr" if (o, g) == (0, 0) else f"lr[{o}.{g}]"
+        order = self.order
+        order.in_step = True
+        session = self.session
+        step = session.step
+        groups = optimizer.param_groups
+        names = self.lr_series.get(id(optimizer))
+        if names is None or len(names) != len(groups):
+            names = self._lr_names(optimizer)
+        lrs = [lr if type(lr := g.get("lr")) is float else lr_value(lr) for g in groups]
+        for name, lr in zip(names, lrs):
             if name is not None:
-                self.session.record_series(name, lr)
+                session.record_series(name, lr)
         for f in self.sched.observe(optimizer, lrs):
             self._add(f)
         self._consume(optimizer)
-        for f in self.order.optimizer_step(optimizer):
-            self._add(f)
+        if order.tracking:
+            for f in order.optimizer_step(optimizer):
+                self._add(f)
         if step < 2 or step % self.every == 0:
             params = grad_params(optimizer)
             if params:
-                sample = Sample(step, params, layer_names(self.session, params))
+                sample = Sample(step, params, self._layers_of(params))
                 self.samples[id(optimizer)] = sample
-                names = sample.names
-                self.flags.add(sample.grad_norms, functools.partial(self._layer_grads, step, names))
+                self.flags.add(sample.grad_norms, functools.partial(self._layer_grads, step, sample.names))
+
+    def _layers_of(self, params: list[torch.Tensor]) -> list[str]:
+        """Each parameter's layer (the last parameter list asked about is remembered)."""
+        refs, layers = self.layer_cache
+        if len(refs) != len(params) or any(r() is not p for r, p in zip(refs, params)):
+            layers = layer_names(self.session, params)
+            self.layer_cache = ([weakref.ref(p) for p in params], layers)
+        return layers
+
+    def _lr_names(self, optimizer: torch.optim.Optimizer) -> list[str | None]:
+        """The series names of `optimizer`'s groups' lr ("lr", then "lr[o.g]"; at most
+        MAX_LR_SERIES in all, None past that)."""
+        o = self.opt_index.setdefault(id(optimizer), len(self.opt_index))
+        names: list[str | None] = []
+        for g in range(len(optimizer.param_groups)):
+            name = self.lr_names.get((o, g))
+            if name is None and len(self.lr_names) < MAX_LR_SERIES:
+                name = self.lr_names[(o, g)] = "lr" if (o, g) == (0, 0) else f"lr[{o}.{g}]"
+            names.append(name)
+        self.lr_series[id(optimizer)] = names
+        return names
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         self.order.in_step = False
         self.sched.optimizer_stepped(optimizer)
-        sample = self.samples.pop(id(optimizer), None)
+        if self.samples:
+            sample = self.samples.pop(id(optimizer), None)
+        else:
+            return
         if sample is not None:
             names, norms = sample.update_norms()
             if norms:
@@ -267,13 +301,16 @@ class DynamicsChecker(Checker):
                 self.flags.add(norms, functools.partial(self._updates, sample.step, names, lr=lr))
 
     def on_step_end(self, step: int) -> None:
-        self._leave_region()
-        self.open_calls.clear()
-        self.inner_targets.clear()
-        self.last_call = None
+        if self.region is not None:
+            self._leave_region()
+        if step < self.warmup:
+            self.open_calls.clear()
+            self.inner_targets.clear()
+            self.last_call = None
         if not self.stepped:  # no optimizer: the step's numbers were read at backward's end
             self._consume(None)
         self.stepped = False
+        self.order.track(_cadence.sampled(step + 1))
         if self.sched.scheds:
             for f in self.sched.scheduler_findings():
                 self._add(f)
@@ -282,7 +319,8 @@ class DynamicsChecker(Checker):
                 self.flags.resolve_read()
             else:
                 self.flags.resolve()
-        self._run_probe()
+        if self.probe_pending is not None:
+            self._run_probe()
 
     def on_exception(self, exc: BaseException) -> None:
         self.open_calls.clear()  # a forward that raised never returns
@@ -302,17 +340,15 @@ class DynamicsChecker(Checker):
     # ------------------------------------------------------------------ per-step numbers
     def _consume(self, optimizer: torch.optim.Optimizer | None) -> None:
         """The loss and grad norm the step's read produced (if new since the last call)."""
-        h = self.session.health
-        for name in ("loss", "grad_norm"):
-            n = h.count(name)
-            if n == self.seen[name]:
-                continue
-            self.seen[name] = n
-            v = h.last(name)
-            if name == "loss":
-                self._loss(v)
-            else:
-                self._grad_norm(v, optimizer)
+        h, seen = self.session.health, self.seen
+        n = h.count("loss")
+        if n != seen["loss"]:
+            seen["loss"] = n
+            self._loss(h.last("loss"))
+        n = h.count("grad_norm")
+        if n != seen["grad_norm"]:
+            seen["grad_norm"] = n
+            self._grad_norm(h.last("grad_norm"), optimizer)
 
     def _loss(self, v: float | None) -> None:
         if v is None or not math.isfinite(v):

@@ -12,6 +12,10 @@ seen. Under `torchtriage run` the script is imported inside the session, so it i
     forward of a watched model, all from the same line (a micro-batch loop; two different losses
     on two lines, like a DCGAN discriminator's real and fake terms, are a sum on purpose), and
     no root is scaled (its autograd node is not a Div/Mul by a constant, nor a sum).
+
+Both show on every step they occur in, and each call site costs a stack walk: they are watched
+on the steps of `_cadence.sampled` only (`tracking`, set for the next step at each step's end);
+`clip_seen` (evidence of other findings) is kept on every step.
 """
 
 from __future__ import annotations
@@ -49,6 +53,14 @@ class StepOrder:
         self.in_step = False
         self.closure = False  # a closure-driven optimizer (LBFGS) runs forward + backward inside step()
         self.reported: set[str] = set()
+        self.tracking = True  # this step is watched (`_cadence.sampled`)
+
+    def track(self, on: bool) -> None:
+        """Whether the next step is watched; a step left out leaves nothing behind."""
+        if on and not self.tracking:
+            self.backwards, self.clip, self.frame = [], None, None
+            self.forward_since_backward = False
+        self.tracking = on
 
     def install(self) -> None:
         original = _clip_grad.clip_grad_norm_
@@ -78,6 +90,8 @@ class StepOrder:
     # ------------------------------------------------------------------ events
     def clipped(self, max_norm: float | None) -> None:
         self.clip_seen = True
+        if not self.tracking:
+            return
         after_step = not self.backwards and self.session.stage is Stage.PARAMETER
         self.clip = (len(self.backwards), after_step, max_norm, user_frame_from_stack(3))
 

@@ -126,13 +126,17 @@ class ScheduleWatch:
     def observe(self, opt: torch.optim.Optimizer, lrs_now: list[float | None]) -> list[Finding]:
         """The lr of `opt`'s groups at this optimizer step (the clock optimizer's drive the
         warm-up and lr-0 rules)."""
+        if (lrs_now == self.last_lr and self.zero_since is None and self.was_positive
+                and self.lr_opt is not None and self.lr_opt() is opt):
+            self.lr_steps += 1  # the common step: the lr did not change (last_lr holds no None)
+            return []
         if self.lr_opt is None:
             self.lr_opt = weakref.ref(opt)
         if self.lr_opt() is not opt or any(v is None for v in lrs_now):
             return []
         now: list[float] = lrs_now  # type: ignore[assignment]
         if now == self.last_lr and self.zero_since is None and (self.was_positive or not any(now)):
-            self.lr_steps += 1  # the common step: the lr did not change
+            self.lr_steps += 1
             return []
         step = self.session.step
         out: list[Finding] = []

@@ -33,27 +33,34 @@ def _ok(v: float | None) -> bool:
 
 
 class Growth:
-    """Geometric growth of one positive series; reports the run's start step once."""
+    """Geometric growth of one positive series; reports the run's start step once.
+
+    The run of increases ending at the newest point is counted as points arrive (O(1) a
+    point); it reaches back at most to the oldest of the last 128 points kept."""
 
     def __init__(self) -> None:
         self.points: collections.deque[tuple[int, float | None]] = collections.deque(maxlen=128)
         self.done = False
+        self.run = 0  # consecutive increases (of valid values) ending at the newest point
 
     def add(self, step: int, value: float | None) -> dict[str, Any] | None:
-        self.points.append((step, value))
-        if self.done or not _ok(value):
-            return None
         pts = self.points
-        i = len(pts) - 1
-        while i > 0 and _ok(pts[i - 1][1]) and pts[i][1] > pts[i - 1][1]:  # type: ignore[operator]
-            i -= 1
-        n = len(pts) - 1 - i
-        first, last = pts[i][1], value
+        last_value = pts[-1][1] if pts else None
+        pts.append((step, value))
+        if not _ok(value):
+            self.run = 0
+            return None
+        self.run = self.run + 1 if _ok(last_value) and value > last_value else 0  # type: ignore[operator]
+        if self.done or self.run < 3:
+            return None
+        n = min(self.run, len(pts) - 1)
+        start = pts[len(pts) - 1 - n]
+        first, last = start[1], value
         assert first is not None and last is not None  # both passed _ok()
         if not ((n >= GROWTH_STEPS and last / first >= GROWTH) or (n >= 3 and last / first >= GROWTH ** 2)):
             return None
         self.done = True
-        return {"start": pts[i][0], "end": step, "first": first, "last": last, "steps": n,
+        return {"start": start[0], "end": step, "first": first, "last": last, "steps": n,
                 "rate": (last / first) ** (1.0 / n)}
 
 
@@ -68,7 +75,8 @@ class Spikes:
         if value is None or not math.isfinite(value):
             return None
         factor = None
-        if len(self.history) >= SPIKE_HISTORY:
+        # (the median is at least the minimum: a value under SPIKE x the minimum is no spike)
+        if len(self.history) >= SPIKE_HISTORY and value >= SPIKE * min(self.history):
             med = sorted(self.history)[len(self.history) // 2]
             if med > 0 and value >= SPIKE * med:
                 factor = value / med

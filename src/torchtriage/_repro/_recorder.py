@@ -14,6 +14,8 @@ the first failure writes the bundle:
 Parts are added in order of need (batch and RNG, model state, optimizer state) while they
 fit `max_bundle_mb`; a part that does not fit is left out and named in meta.json and on
 stderr, so a replay knows it must rebuild that part from the user's code.
+
+Inert, or once its bundle is written, it sits every step out (`wants_step`): no per-step cost.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class ReproRecorder(Checker):
         self._losses: list[LossCall] = []
 
     # ------------------------------------------------------------------ events
+    def wants_step(self, step: int) -> bool:
+        return self.active and self.written is None
+
     def on_start(self, session: Any) -> None:
         opts = session.options
         if not opts.get("bundle_dir"):

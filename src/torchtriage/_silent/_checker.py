@@ -9,6 +9,14 @@ Costs, by design (see ARCHITECTURE.md, `_silent/`):
   * the first `silent_collapse_steps` losses, kept on the device and read once;
   * the exp walk on warm-up steps and then every `silent_exp_every` steps.
 All numbers a check needs are queued in `DeferredFlags` and read together at the step's end.
+
+Sampled steps (`wants_step`, schedule in `_cadence`): the bugs of the every-step checks show on
+every step they occur in, so after the first `_cadence.FULL` steps (at least the warm-up and the
+loss-collapse window) the check takes part in a pair of steps every `_cadence.EVERY`, in the exp
+walk's steps, and in every step that begins with an evaluation forward (no_grad /
+inference_mode at the step's first module call: an evaluation pass, where train() mode is
+judged) or while such a judgement is pending. The zero_grad watch forgets what it sampled
+before a step it sat out (it compares a step with the one before).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn as nn
 
-from .. import _deferred
+from .. import _cadence, _deferred
 from .._checker import Checker, LossCall
 from .._findings import Finding, Severity, Stage
 from .._frames import user_frame_from_stack
@@ -52,7 +60,7 @@ class SilentChecker(Checker):
     def on_start(self, session: Any) -> None:
         opts = session.options
         self.warmup = int(opts.get("silent_warmup", 3))
-        self.exp_every = int(opts.get("silent_exp_every", 50))
+        self.exp_every = int(opts.get("silent_exp_every", 64))
         self.collapse_steps = int(opts.get("silent_collapse_steps", 20))
         self.flags = DeferredFlags()
         _deferred.ride(session, self.flags)  # read along with the step's one read
@@ -71,6 +79,8 @@ class SilentChecker(Checker):
         self._backward_in_step = False
         self._sites: dict[tuple[Any, ...], tuple[Any, str | None]] = {}
         self._autocast: list[tuple[str, torch.dtype]] = []
+        self._full = max(_cadence.FULL, self.warmup, self.collapse_steps)
+        self._last_step = -1  # the last step taken part in
         keeper = session.checker("snapshot")
         if keeper is not None and self.warmup > 0:
             keeper.hold_tape(self.warmup)  # the loss region reads the step tape on the warm-up steps
@@ -131,7 +141,21 @@ class SilentChecker(Checker):
     def on_model(self, model: nn.Module, label: str) -> None:
         self._stochastic_of(model)
 
+    def wants_step(self, step: int) -> bool:
+        try:
+            if _cadence.sampled(step, self._full) or (self.exp_every > 0 and step % self.exp_every == 0):
+                return True
+            if self._train_in_eval or self.sampling is not None or self._leaving:
+                return True  # a train()-mode judgement waits for the next training forward
+        except AttributeError:  # on_start did not finish (our bug, already reported): every step
+            return True
+        # An evaluation pass begins the step (the first module call runs without grad).
+        return not torch.is_grad_enabled() or torch.is_inference_mode_enabled()
+
     def on_step_begin(self, step: int) -> None:
+        if step != self._last_step + 1:
+            self.zero = ZeroGradWatch()  # its samples are of a step before the gap
+        self._last_step = step
         self._eval_forwards.clear()
         self._backward_in_step = False
 

@@ -311,13 +311,16 @@ class ExceptionTriage(Checker):
         self.freed_upto: int | None = None
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        # (every backward: two attribute reads a root, nothing else)
+        upto = self.freed_upto
         for t in roots:
-            node = getattr(t, "grad_fn", None)
-            seq = getattr(node, "_sequence_nr", None)
-            if seq is not None:
-                n = seq()
-                if self.freed_upto is None or n > self.freed_upto:
-                    self.freed_upto = n
+            try:
+                n = t.grad_fn._sequence_nr()  # type: ignore[union-attr]
+            except AttributeError:  # not a tensor, a leaf, or a node type without a number
+                continue
+            if upto is None or n > upto:
+                upto = n
+        self.freed_upto = upto
 
     def on_exception(self, exc: BaseException) -> None:
         # SystemExit / KeyboardInterrupt are not faults; our own errors already carry a finding.

@@ -8,6 +8,9 @@ device: rows of a forward followed by an optimizer step are "trained on", rows o
 under no_grad / inference_mode / eval() are "evaluated". Costs: nothing at all until a split is
 seen; then per batch a few elementwise integer kernels, a searchsorted and a scatter, no host
 read. Split-time numbers ride the session's per-step read; the verdicts read once, at the end.
+Until a split (or a permutation that may make one) is seen, the check sits every step out
+(`wants_step`); from then on it takes part in every step, so its counts of rows trained on and
+evaluated stay exact.
 """
 
 from __future__ import annotations
@@ -40,7 +43,6 @@ class LeakageWatch(Checker):
         self.bases: list[Base] = []
         self.fits: list[Fit] = []
         self.pending: list[tuple[int, Base, torch.Tensor]] = []  # train candidates of this step
-        self.steps = 0
         self.redraws: dict[int, list[Draw]] = {}  # id(base) -> draws that redrew it
         self._families = 0
         self.tokens: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
@@ -92,7 +94,8 @@ class LeakageWatch(Checker):
         if train is None:
             sizes = [p.numel() for p in idx]
             train = sizes.index(max(sizes))
-        draw = Draw(base, kind, frame, family, self.steps, idx, train)
+        step = self.session.step if self.session is not None else 0
+        draw = Draw(base, kind, frame, family, step, idx, train)
         same = [d for d in base.draws if d.family == 0 and family == 0]
         if same and _same_parts(same[-1], draw):
             return same[-1]  # a fixed seed draws the same split again: nothing new
@@ -146,6 +149,13 @@ class LeakageWatch(Checker):
                 return
 
     # ------------------------------------------------------------------ batches
+    def wants_step(self, step: int) -> bool:
+        # (a split is made between steps: before the loop, or per epoch before its first batch)
+        try:
+            return bool(self.bases or self.patches.perms)
+        except AttributeError:  # on_start did not finish (our bug, already reported)
+            return True
+
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...],
                         kwargs: dict[str, Any], output: Any) -> None:
         self.patches.settle()
@@ -194,7 +204,6 @@ class LeakageWatch(Checker):
                 b.mark(b.trained, token, pos)
 
     def on_step_end(self, step: int) -> None:
-        self.steps += 1
         self.pending.clear()
         self.flags.resolve()
 
