@@ -198,10 +198,12 @@ def instrument(mode: str, model, opt):
 
 # Every round enters a fresh session (and a fresh anomaly mode / HF debugger). The first steps
 # after an entry are not what a training run feels: the default checks analyse the first steps
-# of a session in depth (gradients: 2 steps, silent bugs: 3) and every tool sets itself up on
-# its first step. A real run pays that once, so every mode, the baseline too, runs UNTIMED steps
-# after each entry, and the figures are the steady state that the rest of a run sees.
-UNTIMED = 4
+# of a session in depth (gradients: 1-2 steps, silent bugs: 3, then every step up to 20 and two
+# in every 32 after that) and every tool sets itself up on its first step. A real run pays that
+# once, so every mode, the baseline too, runs UNTIMED steps after each entry, and the figures
+# are the steady state that the rest of a run sees (the timed steps, 32 on, hold one sampled
+# pair of the silent checks per 32, as a long run does).
+UNTIMED = 32
 FIRST = 3  # of the untimed steps, the first ones are timed on their own (the "first 3" figure)
 
 

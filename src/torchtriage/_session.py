@@ -475,10 +475,21 @@ class Session(SessionHooks):
             self._choosers = [c for c in self.checkers if overrides(c, "wants_step")]
         if not self._choosers and not self._asleep:
             return
-        asleep = frozenset(c.name for c in self._choosers if not c.wants_step(step))
+        asleep = frozenset(c.name for c in self._choosers if not self._wants(c, step))
         if asleep != self._asleep:
             self._asleep = asleep
             self._listeners_cache = {}
+
+    def _wants(self, checker: Checker, step: int) -> bool:
+        """`checker.wants_step(step)`; a check whose answer raises is our bug: it warns once, the
+        check is switched off, the user's step goes on."""
+        if checker.name in self._broken:
+            return False
+        try:
+            return bool(checker.wants_step(step))
+        except Exception as e:
+            self._internal_error(f"{checker.name}.wants_step", e)
+            return False
 
     def _emit(self, event: str, *args: Any) -> None:
         # (the cache lookup inlined: ~10 events a step; `_listeners` rebuilds on a miss)
