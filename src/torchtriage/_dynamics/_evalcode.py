@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
 from .._findings import Finding, Severity, Stage
-from .._frames import UserFrame, user_frame_from_stack
+from .._frames import UserFrame, trims_errors, user_frame_from_stack
 from .._silent._region import _BINARY, RegionMode, _op_name
 from .._silent._shapes import outer_sample_broadcast
 from ._common import finding, num
@@ -106,6 +106,7 @@ class MetricRegion(RegionMode):
         self.metric_suspects: list[MetricSuspect] = []
         self.dims: list[tuple[dict[str, Any], UserFrame | None]] = []
 
+    @trims_errors
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if not self.active or torch.compiler.is_compiling() or self.session.stage is Stage.FORWARD:

@@ -19,7 +19,7 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._pytree import tree_leaves
 
-from .._frames import UserFrame, is_user_file
+from .._frames import UserFrame, is_user_file, trims_errors
 from .._summary import summarize
 from ._trace import ModuleStack, nonfinite
 
@@ -132,6 +132,7 @@ class NodeMap(TorchFunctionMode):
         self.tag: Any = None  # e.g. the model label of the call being replayed
         self.tags: dict[int, Any] = {}
 
+    @trims_errors
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         try:

@@ -31,7 +31,7 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-from .._frames import UserFrame, in_user_file, user_frame_of
+from .._frames import UserFrame, in_user_file, trims_errors, user_frame_of
 from .._nonfinite._trace import ModuleStack
 
 BUDGET = 1 << 25  # elements of past regions kept from the first run (128 MB in float32)
@@ -104,6 +104,7 @@ class _LeakSpy(TorchFunctionMode):
         self.site: LeakSite | None = None
         self.stopped = False
 
+    @trims_errors
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)

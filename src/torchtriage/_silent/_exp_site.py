@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .._frames import UserFrame, user_frame_from_stack
+from .._frames import UserFrame, trims_errors, user_frame_from_stack
 
 EXP_FUNCS = frozenset({torch.exp, torch.Tensor.exp, torch.special.exp2, torch.exp2, torch.Tensor.exp2})
 
@@ -26,6 +26,7 @@ class _ExpSpy(TorchFunctionMode):
         self.modules = modules
         self.sites: list[tuple[tuple[int, ...], torch.dtype, UserFrame | None, str | None]] = []
 
+    @trims_errors
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         if func in EXP_FUNCS and isinstance(out, torch.Tensor):

@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 from torch.utils._pytree import tree_leaves
 
-from .._frames import UserFrame, find_frame, in_user_file, user_frame_of
+from .._frames import UserFrame, find_frame, in_user_file, trims_errors, user_frame_of
 from .._nonfinite._localize import _namer, _target
 from .._nonfinite._replay import NodeMap, replaying
 from .._nonfinite._trace import ModuleStack
@@ -103,6 +103,7 @@ class _NodeLines(NodeMap):
         self.stop = stop
         self.frames: dict[int, UserFrame | None] = {}
 
+    @trims_errors
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         known = len(self.nodes)
         out = super().__torch_function__(func, types, args, kwargs)

@@ -27,6 +27,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .._checker import LOSS_FUNCTIONS
+from .._frames import trims_errors
 from .._modestack import push_mode, remove_mode
 
 _METRICS = frozenset({
@@ -81,6 +82,7 @@ class TrainModeOutputs(TorchFunctionMode):
                 keys |= rec[1]
         return keys
 
+    @trims_errors
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         __tracebackhide__ = True
         kwargs = kwargs or {}
