@@ -171,7 +171,6 @@ _SAVED_ATTRS: dict[type, tuple[str, ...]] = {}
 
 
 def saved_tensors(node: Any) -> dict[str, torch.Tensor]:
-    out = {}
     attrs = _SAVED_ATTRS.get(type(node))
     if attrs is None:
         attrs = tuple(a for a in dir(node) if a.startswith("_saved_"))
@@ -179,6 +178,12 @@ def saved_tensors(node: Any) -> dict[str, torch.Tensor]:
             # A C++ node: its `_saved_*` names are fixed by its class, and dir() costs ~10 us.
             # (Python nodes of custom autograd Functions may carry per-instance attributes.)
             _SAVED_ATTRS[type(node)] = attrs
+    return _read_saved(node, attrs)
+
+
+def _read_saved(node: Any, attrs: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """The tensors among `node`'s `_saved_*` attributes `attrs`, by name without the prefix."""
+    out = {}
     for attr in attrs:
         try:
             v = getattr(node, attr)
@@ -206,15 +211,7 @@ def loss_saved(node: Any) -> dict[str, torch.Tensor]:
         attrs = tuple(a for a in ("_saved_self", "_saved_other") if a in names) if "_saved_self" in names else ()
         if len(_LOSS_ATTRS) < 4096:
             _LOSS_ATTRS[tp] = attrs
-    out = {}
-    for attr in attrs:
-        try:
-            v = getattr(node, attr)
-        except Exception:
-            continue
-        if isinstance(v, torch.Tensor):
-            out[attr[len("_saved_"):]] = v
-    return out
+    return _read_saved(node, attrs)
 
 
 def node_op(node: Any) -> str:
