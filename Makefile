@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint lab bench bench-triage clean browser
+.PHONY: demo test lint lab bench bench-triage bench-real bench-real-sealed clean browser
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,6 +34,14 @@ bench: $(STAMP)
 # How much of torch's own error catalogue the triage classifies (tests/data/torch_errors_*.tsv).
 bench-triage: $(STAMP)
 	$(BIN)/python benchmarks/triage_coverage.py
+
+# Real code nobody here wrote (issue 24): ../shared/realcases and corpora/, development half;
+# the sealed half once per round, just before submitting (corpora/README.md).
+bench-real: $(STAMP)
+	$(BIN)/python benchmarks/real.py
+
+bench-real-sealed: $(STAMP)
+	$(BIN)/python benchmarks/real.py --sealed
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
