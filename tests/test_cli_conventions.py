@@ -169,3 +169,45 @@ def test_help_language_is_read_before_the_scripts_arguments():
     assert _help_language(["run", "x.py", "--lang", "zh"]) is None  # the script's own option
     assert _help_language(["run", "-m", "pkg", "--lang", "zh"]) is None
     assert _help_language(["--lang", "fr", "lab"]) is None  # argparse reports it
+
+
+def test_version_names_torchtriage_torch_and_python():
+    import platform
+
+    import torch
+
+    import torchtriage
+
+    p = run_cli("--version")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == (f"torchtriage {torchtriage.__version__} (torch {torch.__version__}, "
+                           f"Python {platform.python_version()})")
+
+
+def test_every_commands_help_ends_with_its_exit_codes():
+    from torchtriage._cli import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    assert set(commands) == set(ARGS)
+    for name, parser in commands.items():
+        text = parser.format_help()
+        assert "exit status" in text, name
+        assert "2 " in text.split("exit status", 1)[1] or "2 for bad input" in text, name
+    splits = commands["splits"].format_help()
+    assert "0 nothing leaks; 1 something leaks between the splits; 2 bad input" in splits
+    replay = commands["replay"].format_help()
+    assert "1 the fault reproduced" in replay
+
+
+def test_a_dim_is_printed_as_the_user_wrote_it():
+    from torchtriage._triage._explain import as_written
+
+    assert as_written("18446744073709551615") == "-1"  # -1 through a C++ size_t
+    assert as_written("18446744073709551614") == "-2"
+    assert as_written("5") == "5" and as_written("-3") == "-3"
+    err = RuntimeError("Dimension out of range (expected to be in range of [-2, 1], but got 18446744073709551615)")
+    import torchtriage
+
+    finding = torchtriage.triage_exception(err).primary
+    assert finding.code == "shape.dim_range"
+    assert "dim -1 does not exist" in finding.message and "1844" not in finding.message

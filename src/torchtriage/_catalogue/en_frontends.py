@@ -20,4 +20,12 @@ MESSAGES = {
     "integration.no_tensorboard_logger": "tensorboard=True: the trainer has no TensorBoard logger; give a "
                                          "log folder (tensorboard=\"runs/x\") or add lightning's TensorBoardLogger",
     "pytest.not_ok": "torchtriage found a problem in this test's training code:",
+    "cli.version_help": "print the versions of torchtriage, torch and Python, and exit",
+    "cli.exit.report": "exit status: 0 the report was rendered; 2 bad input (a missing or unreadable REPORT.json, an unwritable --html path: one line on stderr)",
+    "cli.exit.splits": "exit status: 0 nothing leaks; 1 something leaks between the splits; 2 bad input (a missing file, an unknown column or engine: one line on stderr)",
+    "cli.exit.replay": "exit status: 0 the step replayed without the recorded fault; 1 the fault reproduced; 2 bad input (a missing or foreign bundle, a factory that fails: one line on stderr)",
+    "cli.exit.shrink": "exit status: 0 the minimal bundle was written; 2 bad input (a missing or foreign bundle, a fault that does not reproduce: one line on stderr)",
+    "cli.exit.make-test": "exit status: 0 the regression test and FIX.md were written; 2 bad input (a missing or foreign bundle, an unwritable --out: one line on stderr)",
+    "cli.exit.env": "exit status: 0 printed; 2 standard output could not be written (one line on stderr)",
+    "cli.exit.lab": "exit status: 0 the faults ran and were diagnosed; 2 standard output could not be written (one line on stderr)",
 }

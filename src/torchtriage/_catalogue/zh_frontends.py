@@ -18,4 +18,12 @@ MESSAGES = {
     "integration.no_tensorboard_logger": "tensorboard=True：trainer 没有 TensorBoard logger；请给出日志目录"
                                          "（tensorboard=\"runs/x\"）或添加 lightning 的 TensorBoardLogger",
     "pytest.not_ok": "torchtriage 在本测试的训练代码中发现了问题：",
+    "cli.version_help": "打印 torchtriage、torch 与 Python 的版本并退出",
+    "cli.exit.report": "退出码：0 已生成报告；2 输入错误（REPORT.json 不存在或无法读取、--html 路径不可写：stderr 上一行说明）",
+    "cli.exit.splits": "退出码：0 无泄漏；1 划分之间有泄漏；2 输入错误（文件不存在、未知的列或引擎：stderr 上一行说明）",
+    "cli.exit.replay": "退出码：0 重放该步时未出现记录的故障；1 故障复现；2 输入错误（bundle 不存在或来自其他版本、factory 失败：stderr 上一行说明）",
+    "cli.exit.shrink": "退出码：0 已写出最小 bundle；2 输入错误（bundle 不存在或来自其他版本、故障无法复现：stderr 上一行说明）",
+    "cli.exit.make-test": "退出码：0 已写出回归测试与 FIX.md；2 输入错误（bundle 不存在或来自其他版本、--out 不可写：stderr 上一行说明）",
+    "cli.exit.env": "退出码：0 已打印；2 无法写入标准输出（stderr 上一行说明）",
+    "cli.exit.lab": "退出码：0 故障已运行并被诊断；2 无法写入标准输出（stderr 上一行说明）",
 }

@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="torchtriage", description="Find where and why a PyTorch training run went wrong.",
                      epilog=msg("cli.exit_codes"), formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_global_options(parser, default=None)
+    parser.add_argument("--version", action="version", version=_version_line(), help=msg("cli.version_help"))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         try:
@@ -49,9 +50,22 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # command not part of this build
             raise
         mod.register(sub)
-    for command in sub.choices.values():
+    for name, command in sub.choices.items():
         _add_global_options(command, default=argparse.SUPPRESS)
+        if command.epilog is None:  # every command's --help ends with its exit codes (issue 24)
+            command.epilog = msg(f"cli.exit.{name}")
+            command.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
+
+
+def _version_line() -> str:
+    import platform
+
+    import torch
+
+    from .. import __version__
+
+    return f"torchtriage {__version__} (torch {torch.__version__}, Python {platform.python_version()})"
 
 
 def _help_language(argv: Sequence[str]) -> str | None:

@@ -95,7 +95,7 @@ def explain_in_context(exc: BaseException, session: Any = None) -> tuple[Finding
     if hit is not None:
         rule, m = hit
         code, category, op = rule.code, rule.category, rule.op
-        fields = {k: v for k, v in m.groupdict().items() if v is not None}
+        fields = {k: as_written(v) for k, v in m.groupdict().items() if v is not None}
         if rule.refine is not None:
             refined = _refine(rule, m, ctx)
             if refined is not None:
@@ -351,3 +351,11 @@ class ExceptionTriage(Checker):
                 self.session.add(finding)
             except AnomalyError:
                 pass
+
+
+def as_written(value: str) -> str:
+    """A number of torch's message as the user wrote it: C++ prints a negative dim that went through
+    a `size_t` as its two's complement (`dim=-1` read as 18446744073709551615, issue 24)."""
+    if value.isdigit() and 1 << 63 <= int(value) < 1 << 64:
+        return str(int(value) - (1 << 64))
+    return value

@@ -128,6 +128,9 @@ def _requires_grad_int(m: re.Match[str], ctx: Any) -> Fields:
 # ---------------------------------------------------------------- shape
 def _dim_range(m: re.Match[str], ctx: Any) -> Fields:
     ndim = int(m.group("high")) + 1
+    first = next((o for o in _ops(ctx) if o.shape is not None), None)
+    if first is not None and len(first.shape) == ndim - 1:  # unsqueeze / stack: dims of the result
+        ndim -= 1
     fields: dict[str, Any] = {"ndim": ndim, "tensor": _receiver(ctx)}
     squeezed = _squeezed(ctx)
     if squeezed is not None:
