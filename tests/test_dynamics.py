@@ -116,18 +116,35 @@ def test_scheduler_before_optimizer_is_an_info_beside_torchs_one_warning():
 
 
 def test_warmup_that_never_ends():
-    s, _ = _watch(z.loop_warmup_never_ends)
+    torch.manual_seed(0)
+    s, _ = _watch(z.loop_warmup_never_ends, 1e-5)
     f = _one(s.report, "dynamics.warmup_never_ends")
     assert (f.severity, f.step) == (Severity.WARNING, 119)
-    assert f.message == ("the lr rose through all 120 steps and ended at 11.9% of its initial lr 0.001: "
+    assert f.message == ("the lr rose through all 120 steps and ended at 11.9% of its initial lr 1e-05: "
                          "the warm-up never ended")
-    assert f.evidence["lr_last"] == "0.000119" and f.evidence["lr_ever_decreased"] is False
+    assert f.evidence["lr_last"] == "1.19e-06" and f.evidence["lr_ever_decreased"] is False
+    # the harm, measured: over the whole run the loss barely moved
+    assert f.evidence["run_kept_learning"] is False
+    assert abs(float(f.evidence["loss_at_end"]) - float(f.evidence["loss_at_finding"])) < 0.1
+
+
+def test_a_warmup_longer_than_a_run_that_learns_is_an_info():
+    # the same schedule, a base lr at which the run learns while still warming up (issue 24:
+    # a warm-up longer than the observed run is no harm when the loss falls)
+    torch.manual_seed(0)
+    s, _ = _watch(z.loop_warmup_never_ends, 0.1)
+    f = _one(s.report, "dynamics.warmup_never_ends")
+    assert f.severity is Severity.INFO and f.evidence["run_kept_learning"] is True
+    assert float(f.evidence["loss_at_end"]) < 0.8 * float(f.evidence["loss_at_finding"])
+    assert s.report.ok
 
 
 def test_lr_reaching_zero_long_before_the_end():
+    torch.manual_seed(0)
     s, _ = _watch(z.loop_lr_decays_to_zero_early)
     f = _one(s.report, "dynamics.lr_zero")
     assert (f.severity, f.step, f.op) == (Severity.WARNING, 3, "AdamW")
+    assert f.evidence["run_kept_learning"] is False
     assert f.message == "the lr reached 0 at step 3 and 10 optimizer steps have run at lr 0 since"
     assert f.evidence["lr_before"] == "0.001"
 

@@ -28,6 +28,11 @@ def _evidence(f):
     return {k: v for k, v in f.evidence.items() if k != "source_line"}
 
 
+def _harm(f):
+    """The loss numbers a held dynamics warning carries (issue 24: severity from harm)."""
+    return {k: f.evidence[k] for k in ("loss_at_finding", "loss_at_end", "run_kept_learning")}
+
+
 def _loop(model, opt, steps, body):
     with torchtriage.watch(model, opt, checks=["silent"], on_anomaly="record", report=False) as s:
         for step in range(steps):
@@ -215,7 +220,9 @@ def test_accumulation_not_divided_from_a_late_step():
     # watched on the sampled steps 64 and 65: reported at the second
     assert (f.step, f.severity, f.stage, f.op) == (65, Severity.WARNING, Stage.BACKWARD, "backward")
     assert (f.file, f.line) == (__file__, body.__code__.co_firstlineno + 3)
-    assert _evidence(f) == {"backward_calls_per_step": 4, "loss_node": "NllLossBackward0", "optimizer": "SGD"}
+    assert _evidence(f) == {"backward_calls_per_step": 4, "loss_node": "NllLossBackward0", "optimizer": "SGD",
+                            **_harm(f)}
+    assert f.evidence["run_kept_learning"] is False  # the harm: the loss did not fall after it
 
 
 @pytest.mark.parametrize("where", ["before_backward", "after_step"])
@@ -234,7 +241,8 @@ def test_clip_grad_norm_in_the_wrong_place_from_a_late_step(where):
     (f,) = _dynamics_loop(70, body).filter(code=f"dynamics.clip_{where}")
     line = body.__code__.co_firstlineno + (5 if where == "before_backward" else 9)
     assert (f.step, f.severity, f.op, f.file, f.line) == (65, Severity.WARNING, "clip_grad_norm_", __file__, line)
-    assert _evidence(f) == {"max_norm": 1.0, "backward_calls_after_clip": 1, "steps_seen_like_this": 2}
+    assert _evidence(f) == {"max_norm": 1.0, "backward_calls_after_clip": 1, "steps_seen_like_this": 2, **_harm(f)}
+    assert f.evidence["run_kept_learning"] is False
 
 
 def test_which_of_the_default_checks_take_part_in_a_step_between_samples(tmp_path):

@@ -120,9 +120,9 @@ def _linear_schedule_with_warmup(opt, num_warmup_steps, num_training_steps):
     return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
-def loop_warmup_never_ends():
+def loop_warmup_never_ends(lr: float = 1e-3):
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
     steps = 120
     sched = _linear_schedule_with_warmup(opt, num_warmup_steps=1000, num_training_steps=10_000)  # BUG
     x, y = _blobs()

@@ -32,6 +32,7 @@ from .._silent._node_site import node_site
 from ._causal import probe, shift_share, token_ids
 from ._common import finding, num
 from ._evalcode import MetricRegion, dim_finding, node_checks
+from ._harm import HarmGate
 from ._layers import Sample, Vanishing, _local, grad_params, layer_kind, layer_names, per_layer, update_ratio
 from ._order import StepOrder
 from ._schedules import ScheduleWatch, lr_value
@@ -65,6 +66,7 @@ class DynamicsChecker(Checker):
         self.order = StepOrder(session)
         self.order.install()
         self.loss_growth, self.grad_growth = Growth(), Growth()
+        self.harm = HarmGate()
         self.spikes, self.vanish = Spikes(), Vanishing()
         self.loss_head: list[float] = []
         self.loss_recent: collections.deque[float] = collections.deque(maxlen=200)
@@ -96,7 +98,11 @@ class DynamicsChecker(Checker):
         return self.session.step
 
     def _add(self, f: Finding | None) -> None:
-        if f is not None:
+        if f is None:
+            return
+        if self.harm.holds(f):  # judged at the end, by what the loss did after it
+            self.harm.hold(f)
+        else:
             self.session.add(f)
 
     def _leave_region(self) -> None:
@@ -336,6 +342,8 @@ class DynamicsChecker(Checker):
         for f in self.sched.end_findings():
             self._add(f)
         self._run_probe()
+        for f in self.harm.release():
+            self.session.add(f)
 
     # ------------------------------------------------------------------ per-step numbers
     def _consume(self, optimizer: torch.optim.Optimizer | None) -> None:
@@ -356,6 +364,7 @@ class DynamicsChecker(Checker):
         if len(self.loss_head) < 10:
             self.loss_head.append(v)
         self.loss_recent.append(v)
+        self.harm.loss(self._step, v)
         grow = self.loss_growth.add(self._step, v)
         if grow is not None:
             self.session.health.pin(grow["start"])

@@ -1,0 +1,81 @@
+"""Severity from harm for the dynamics warnings (issue 24): a trend finding is a warning only
+when this run shows what it cost.
+
+A dynamics warning names the step where the trouble began (a gradient spike, an lr that
+collapsed, a warm-up, the loss reaching the label prior). It is held until the session ends;
+then the loss after that step is compared with the loss at it:
+
+  * the loss kept falling (the median of the run's last 10 losses is below the median of the
+    10 from the finding's step on by more than 2 % and by more than twice the two windows'
+    spread, so that batches of different difficulty are no progress): the run learned through
+    it, so the finding is an `info`, with both numbers as evidence. A finding made at the end
+    about the whole run (a warm-up that never ended) is measured from the run's first losses;
+  * otherwise (flat, higher, non-finite, or no loss seen after it): a `warning`, with the same
+    evidence, which is the harm a user can check.
+
+Findings whose harm is their own definition (the loss growing geometrically, updates too small
+to move the loss) are not held.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import statistics
+
+from .._findings import Finding, Severity
+from ._common import num
+
+# Findings whose evidence already is the loss failing to fall.
+_INHERENT = {"dynamics.divergence", "dynamics.stagnation"}
+LAST = 10  # losses that make "the loss at the end"
+HEAD = 10  # first losses kept, for findings about the whole run
+
+
+class HarmGate:
+    """Holds dynamics warnings until the run's end, then judges each by the loss after it."""
+
+    def __init__(self) -> None:
+        self.head: list[tuple[int, float]] = []
+        self.recent: collections.deque[tuple[int, float]] = collections.deque(maxlen=256)
+        self.held: list[tuple[Finding, int | None]] = []
+
+    def loss(self, step: int, value: float) -> None:
+        """One finite loss of the run (already read by the step's read)."""
+        if len(self.head) < HEAD:
+            self.head.append((step, value))
+        self.recent.append((step, value))
+
+    def holds(self, f: Finding) -> bool:
+        return f.severity is Severity.WARNING and f.code.startswith("dynamics.") and f.code not in _INHERENT
+
+    def hold(self, f: Finding) -> None:
+        self.held.append((f, f.step))
+
+    def release(self) -> list[Finding]:
+        """The held findings, each with its verdict and the loss numbers behind it."""
+        out, held = [], self.held
+        self.held = []
+        points = self.head + [p for p in self.recent if not self.head or p[0] > self.head[-1][0]]
+        tail = [v for _, v in points[-LAST:]]
+        after, after_spread = _level(tail)
+        for f, step in held:
+            start = 0 if step is None or len(points) < 2 * LAST or step > points[-2 * LAST][0] else step
+            window = [v for s, v in points if s >= start][:LAST]
+            before, before_spread = _level(window)
+            learned = (before is not None and after is not None and math.isfinite(after)
+                       and before - after > max(0.02 * abs(before), before_spread + after_spread))
+            evidence = dict(f.evidence)
+            evidence["loss_at_finding"] = num(before)
+            evidence["loss_at_end"] = num(after)
+            evidence["run_kept_learning"] = learned
+            out.append(f.replace(severity=Severity.INFO if learned else Severity.WARNING, evidence=evidence))
+        return out
+
+
+def _level(values: list[float]) -> tuple[float | None, float]:
+    """(median, median absolute deviation) of a window of losses."""
+    if not values:
+        return None, 0.0
+    mid = statistics.median(values)
+    return mid, statistics.median(abs(v - mid) for v in values)
