@@ -97,11 +97,16 @@ class SnapshotKeeper(Checker):
         self._in_root = 0
         self._lifted = False  # the tape taken off for a root forward, to go back after it
         self._in_backward = False
+        self.rerun_at: int | None = None
 
     # ------------------------------------------------------------------ the tape
     def on_start(self, session: Any) -> None:
         self.mode = str(session.options.get("step_tape", "warmup"))
         self.tape_steps = int(session.options.get("step_tape_steps", 3))
+        # the rerun of a script whose NaN could not be localized (issue 27): that step taped
+        self.rerun_at = session.options.get("rerun_at")
+        if self.rerun_at is not None and self.mode == "off":
+            self.mode = "warmup"
         if self.mode != "off":
             self.tape = StepTape(self)
             self._sync_tape(session.step)
@@ -109,7 +114,7 @@ class SnapshotKeeper(Checker):
     def wants_tape(self, step: int) -> bool:
         if self.tape is None:
             return False
-        if step < self._held_until:
+        if step < self._held_until or step == self.rerun_at:
             return True
         return self.mode == "always" or (self.mode != "off" and step < self.tape_steps) or step <= self._armed_until
 
@@ -160,6 +165,8 @@ class SnapshotKeeper(Checker):
     def on_step_begin(self, step: int) -> None:
         assert self.session is not None
         sess = self.session
+        if self.rerun_at is not None and step > self.rerun_at and sess.options.get("rerun_stop"):
+            sess.options["rerun_stop"](sess)  # the rerun's child: its failing step is done
         self._sync_tape(step)
         snap = StepSnapshot(step=step, rng_cpu=torch.get_rng_state(), rng_cuda=_cuda_rng())
         if sess.options.get("keep_state"):

@@ -40,6 +40,12 @@ def register(sub: Any) -> None:
     p.add_argument("--stall-timeout", metavar="S", help="distributed runs: seconds a collective may wait "
                    "without progress on any rank before the job is reported and ended (default: "
                    "20x the slowest step, at least 300)")
+    p.add_argument("--no-rerun", action="store_true",
+                   help="do not rerun the script when a non-finite value could not be localized in the run "
+                        "(by default it is rerun from the start up to that step, once, with the step recorded)")
+    # the rerun's own child process (issue 27): not for users
+    p.add_argument("--rerun-at", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--rerun-out", default=None, help=argparse.SUPPRESS)
     # Optional here and checked in run_command: argparse would otherwise also list ARGS as missing.
     p.add_argument("script", nargs="?", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
@@ -133,6 +139,13 @@ def _session(args: argparse.Namespace, checks: Any, options: dict[str, Any]) -> 
 
     if args.bundle:
         options.update(bundle_dir=args.bundle, max_bundle_mb=args.max_bundle_mb)
+    if getattr(args, "rerun_at", None) is not None and args.rerun_out:
+        from .._nonfinite._rerun import stop_child
+
+        options.update(rerun_at=args.rerun_at, rerun_out=args.rerun_out, rerun_stop=stop_child)
+        from .._nonfinite._rerun import pretend_rank
+
+        pretend_rank()
     if args.tensorboard:
         options["tensorboard"] = args.tensorboard
     if args.wandb:
@@ -198,8 +211,11 @@ def run_module_command(args: argparse.Namespace) -> int:
 
 def _run_and_report(args: argparse.Namespace, session: Any, target: Any, old_argv: list[str],
                     old_path0: str | None) -> int:
+    import time
+
     exit_code = 0
     error: BaseException | None = None
+    t0 = time.monotonic()
     try:
         with session:
             try:
@@ -218,19 +234,59 @@ def _run_and_report(args: argparse.Namespace, session: Any, target: Any, old_arg
     report = session.report
     session.meta["exit_code"] = exit_code
     report = type(report)(report.findings, meta=dict(report.meta, exit_code=exit_code), series=report.series)
+    if getattr(args, "rerun_out", None):
+        from .._nonfinite._rerun import write_child
+
+        write_child(session, args.rerun_out)  # the rerun's child: hands back, prints nothing
+        return exit_code
     dist = session.checker("distributed")
+    if dist is not None and not getattr(args, "no_rerun", True):
+        report = _rerun(args, report, time.monotonic() - t0, session.rank_fields)
     if dist is not None:
         # every rank hands in its report; rank 0 writes and prints the merged one, once (issue 15)
         merged = dist.gather(report)
         if merged is not None:
             exit_code = _emit_report(args, merged, error, exit_code)
     else:
+        if not getattr(args, "no_rerun", True):
+            report = _rerun(args, report, time.monotonic() - t0)
         exit_code = _emit_report(args, report, error, exit_code)
     if error is not None:
         # Re-raise semantics of `python SCRIPT`: the original traceback (from the script's
         # first frame on), exit code 1.
         traceback.print_exception(type(error), error, _trim(error.__traceback__), file=sys.stderr)
     return exit_code
+
+
+def _rerun(args: argparse.Namespace, report: Any, elapsed: float, rank_fields: Any = None) -> Any:
+    """A non-finite value the run could not localize: the script once more, up to that step,
+    with the step recorded (issue 27, `_nonfinite/_rerun.py`)."""
+    import torch
+
+    from .._nonfinite._rerun import rerun, unlocalized
+
+    f = unlocalized(report)
+    if f is None:
+        return report
+    from .._catalogue import msg
+
+    print(msg("nonfinite.rerun.start", step=f.step), file=sys.stderr)
+    command = ["--checks", args.checks] if args.checks else []
+    command += ["-m", *args.module] if args.module is not None else [args.script, *args.args]
+    try:
+        rank = None
+        if rank_fields:
+            world = int(os.environ.get("WORLD_SIZE", "0") or 0)
+            rank = (int(rank_fields.get("rank", 0)), world) if world > 1 else None
+        return rerun(report, command, seed=torch.initial_seed(), elapsed=elapsed, bundle=args.bundle, rank=rank)
+    except Exception as e:  # our own failure must not lose the report
+        import warnings
+
+        from .._errors import TriageInternalWarning
+
+        warnings.warn(msg("internal.warning", where="rerun", error=f"{type(e).__name__}: {e}"),
+                      TriageInternalWarning, stacklevel=1)
+        return report
 
 
 def _emit_report(args: argparse.Namespace, report: Any, error: BaseException | None, exit_code: int = 0) -> int:

@@ -221,6 +221,10 @@ class _InputSwap(TorchFunctionMode):
     def __init__(self, injector: _Injector) -> None:
         super().__init__()
         self.inj = injector
+        # script tensor id -> (that tensor, its replacement): the recorder names each input once,
+        # where it first entered the step (`target` in `pred - target`); its later uses in the
+        # step (`/ target` on the same line or another) get the same replacement (issue 27)
+        self.swapped: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @trims_errors
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -234,20 +238,25 @@ class _InputSwap(TorchFunctionMode):
         return func(*args, **kwargs)
 
     def _swap(self, func: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        swapped = self.swapped
         frame = user_frame_from_stack(3)
-        if frame is None:
-            return args, kwargs
-        name = op_name(func)
-        here = [e for e in self.inj.inputs if e["where"] == name and e["line"] == frame.line
-                and e["file"] == frame.file]
-        if not here:
+        here = []
+        if frame is not None:
+            name = op_name(func)
+            here = [e for e in self.inj.inputs if e["where"] == name and e["line"] == frame.line
+                    and e["file"] == frame.file]
+        if not here and not swapped:
             return args, kwargs
 
         def sub(x: Any) -> Any:
             if isinstance(x, torch.Tensor):
+                known = swapped.get(id(x))
+                if known is not None and known[0] is x:
+                    return known[1]
                 for e in here:
                     if list(x.shape) == e["shape"] and str(x.dtype) == e["dtype"]:
-                        return e["tensor"].to(x.device)
+                        swapped[id(x)] = (x, e["tensor"].to(x.device))
+                        return swapped[id(x)][1]
             return x
 
         return tuple(sub(a) for a in args), {k: sub(v) for k, v in kwargs.items()}
