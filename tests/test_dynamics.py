@@ -241,6 +241,34 @@ def test_log_softmax_over_one_unit_names_the_cause():
     assert f.evidence["output_is_always"] == "0"
 
 
+def test_a_negative_dim_saved_by_autograd_is_read_as_written():
+    # `.log_softmax(-1)` at the end of forward: autograd hands the saved dim back as
+    # 18446744073709551615; read modulo the rank that was dim 0, of size 1 with a batch of one
+    # utterance, and a correct speech model was told its output is constant (issue 24)
+    class Acoustic(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.GRU(8, 16, batch_first=True)
+            self.phone_layer = nn.Linear(16, 5)
+
+        def forward(self, x):
+            out, _ = self.rnn(x)
+            return self.phone_layer(out).log_softmax(-1)
+
+    torch.manual_seed(0)
+    model = Acoustic()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x, y = torch.randn(1, 24, 8), torch.randint(0, 5, (1, 24))
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(4):
+            loss = F.nll_loss(model(x).transpose(1, 2), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    assert not s.report.filter(code="silent.softmax_single_unit"), str(s.report)
+    assert s.report.ok
+
+
 def test_cross_entropy_on_one_output_unit():
     model = nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

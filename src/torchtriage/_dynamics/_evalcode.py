@@ -87,6 +87,8 @@ def node_checks(out: Any, batch: int | None) -> dict[str, Any] | None:
     dim = getattr(node, "_saved_dim", None)
     if not isinstance(dim, int):
         return None
+    if dim >= 1 << 63:  # autograd hands a negative saved dim back as its uint64 two's complement (issue 24)
+        dim -= 1 << 64
     func = torch.softmax if kind == "SoftmaxBackward0" else torch.log_softmax
     return dim_checks(func, (out, dim), {}, batch)
 
