@@ -515,3 +515,31 @@ def test_series_store_since_gives_a_polling_reader_the_new_points():
     got += store.since("loss", seen)
     assert got == [(i, float(i)) for i in range(HEAD + TAIL + 500)]
     assert store.since("loss", store.count("loss")) == [] and store.since("nope", 0) == []
+
+
+def test_harm_gate_measures_from_the_findings_step_even_past_its_window():
+    # a loss passing through the label prior at step 70 and falling on for 600 steps (issue 24):
+    # the losses at step 70 are gone from the recent window by the end, so they are taken at hold
+    from torchtriage._dynamics._common import finding as make
+    from torchtriage._dynamics._harm import HarmGate
+
+    gate = HarmGate()
+    f = make("loss_at_prior", stage=Stage.LOSS, step=70, loss="cross_entropy", value="1.409", steps=71,
+             prior="1.386", what="x", evidence={})
+    flat = make("loss_at_prior", stage=Stage.LOSS, step=70, loss="cross_entropy", value="1.409", steps=71,
+                prior="1.386", what="x", evidence={})
+    for step in range(700):
+        gate.loss(step, 1.4 if step <= 80 else 1.4 - 0.8 * (step - 80) / 620)
+        if step == 70:
+            gate.hold(f)
+    (verdict,) = gate.release()
+    assert verdict.severity is Severity.INFO and verdict.evidence["loss_at_finding"] == "1.4"
+    assert verdict.evidence["loss_at_end"] == "0.6071" and verdict.evidence["run_kept_learning"] is True
+
+    gate = HarmGate()
+    for step in range(700):
+        gate.loss(step, 1.4 + 0.01 * (step % 3))
+        if step == 70:
+            gate.hold(flat)
+    (verdict,) = gate.release()
+    assert verdict.severity is Severity.WARNING and verdict.evidence["run_kept_learning"] is False

@@ -8,8 +8,8 @@ then the loss after that step is compared with the loss at it:
   * the loss kept falling (the median of the run's last 10 losses is below the median of the
     10 from the finding's step on by more than 2 % and by more than twice the two windows'
     spread, so that batches of different difficulty are no progress): the run learned through
-    it, so the finding is an `info`, with both numbers as evidence. A finding made at the end
-    about the whole run (a warm-up that never ended) is measured from the run's first losses;
+    it, so the finding is an `info`, with both numbers as evidence. A finding about the whole
+    run (a warm-up that never ended) is measured from the run's first losses;
   * otherwise (flat, higher, non-finite, or no loss seen after it): a `warning`, with the same
     evidence, which is the harm a user can check.
 
@@ -28,6 +28,8 @@ from ._common import num
 
 # Findings whose evidence already is the loss failing to fall.
 _INHERENT = {"dynamics.divergence", "dynamics.stagnation"}
+# Findings about the whole run, made at its end: measured from the run's first losses.
+_WHOLE_RUN = {"dynamics.warmup_never_ends"}
 LAST = 10  # losses that make "the loss at the end"
 HEAD = 10  # first losses kept, for findings about the whole run
 
@@ -38,30 +40,31 @@ class HarmGate:
     def __init__(self) -> None:
         self.head: list[tuple[int, float]] = []
         self.recent: collections.deque[tuple[int, float]] = collections.deque(maxlen=256)
-        self.held: list[tuple[Finding, int | None]] = []
+        self.held: list[tuple[Finding, list[float]]] = []
 
     def loss(self, step: int, value: float) -> None:
         """One finite loss of the run (already read by the step's read)."""
         if len(self.head) < HEAD:
             self.head.append((step, value))
         self.recent.append((step, value))
+        for _, window in self.held:
+            if len(window) < LAST:  # the losses from a held finding's step on
+                window.append(value)
 
     def holds(self, f: Finding) -> bool:
         return f.severity is Severity.WARNING and f.code.startswith("dynamics.") and f.code not in _INHERENT
 
     def hold(self, f: Finding) -> None:
-        self.held.append((f, f.step))
+        """Hold `f`; the losses from its step on are taken now, while they are still kept."""
+        start = 0 if f.step is None or f.code in _WHOLE_RUN else f.step
+        self.held.append((f, [v for s, v in self._points() if s >= start][:LAST]))
 
     def release(self) -> list[Finding]:
         """The held findings, each with its verdict and the loss numbers behind it."""
         out, held = [], self.held
         self.held = []
-        points = self.head + [p for p in self.recent if not self.head or p[0] > self.head[-1][0]]
-        tail = [v for _, v in points[-LAST:]]
-        after, after_spread = _level(tail)
-        for f, step in held:
-            start = 0 if step is None or len(points) < 2 * LAST or step > points[-2 * LAST][0] else step
-            window = [v for s, v in points if s >= start][:LAST]
+        after, after_spread = _level([v for _, v in self._points()[-LAST:]])
+        for f, window in held:
             before, before_spread = _level(window)
             learned = (before is not None and after is not None and math.isfinite(after)
                        and before - after > max(0.02 * abs(before), before_spread + after_spread))
@@ -71,6 +74,10 @@ class HarmGate:
             evidence["run_kept_learning"] = learned
             out.append(f.replace(severity=Severity.INFO if learned else Severity.WARNING, evidence=evidence))
         return out
+
+    def _points(self) -> list[tuple[int, float]]:
+        head_end = self.head[-1][0] if self.head else -1
+        return self.head + [p for p in self.recent if p[0] > head_end]
 
 
 def _level(values: list[float]) -> tuple[float | None, float]:
