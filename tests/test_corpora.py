@@ -67,7 +67,7 @@ def test_case_names_its_source(case):
     assert meta["source"].get("report") or meta["source"].get("commit")
     if meta["source"].get("commit"):
         assert re.fullmatch(r"[0-9a-f]{40}", meta["source"]["commit"]), meta["source"]["commit"]
-    assert "def main(" in src and '__name__ == "__main__"' in src
+    assert re.search(r"""__name__ == ["']__main__["']""", src), "a script runs as `python train.py`"
 
 
 @pytest.mark.parametrize("case", BUGS, ids=lambda p: p.name)
