@@ -20,7 +20,7 @@
 # Adaptation: ETTh1 csv / Dataset_ETT_hour replaced by a synthetic 7-variable hourly series with daily/weekly
 # seasonality, standardised, with the same 4 time features (month, day, weekday, hour; timeenc=0 + embed 'fixed');
 # argparse -> dotdict; seq_len 96 -> 48, label_len 48 -> 24, pred_len 24 -> 12, d_model 512 -> 32, n_heads 8 -> 4,
-# d_ff 2048 -> 64, e_layers 2, d_layers 1, factor 5, train_epochs 6 -> 4, batch 32; use_amp False (CUDA autocast);
+# d_ff 2048 -> 64, e_layers 2, d_layers 1, factor 5, train_epochs 6 -> 3, batch 32; use_amp False (CUDA autocast);
 # checkpoints go to a temporary directory; np.Inf -> np.inf (NumPy 2).
 import math
 import os
@@ -790,7 +790,7 @@ def main():
     args = dotdict(model='informer', features='M', seq_len=48, label_len=24, pred_len=12, enc_in=7, dec_in=7,
                    c_out=7, d_model=32, n_heads=4, e_layers=2, d_layers=1, s_layers=[3, 2, 1], d_ff=64, factor=5,
                    padding=0, distil=True, dropout=0.05, attn='prob', embed='fixed', freq='h', activation='gelu',
-                   output_attention=False, mix=True, num_workers=0, train_epochs=4, batch_size=32, patience=3,
+                   output_attention=False, mix=True, num_workers=0, train_epochs=3, batch_size=32, patience=3,
                    learning_rate=0.0001 * 10, lradj='type1', use_amp=False,
                    checkpoints=tempfile.mkdtemp(prefix='informer-'))
     exp = Exp_Informer(args)

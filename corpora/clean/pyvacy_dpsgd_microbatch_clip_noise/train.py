@@ -6,7 +6,8 @@
 # scaling by microbatch/minibatch size, then the wrapped torch.optim.SGD step.
 # Suspicious-looking but correct patterns kept from the original:
 #   - optimizer.zero_grad() is overridden and only clears the private accum_grads; p.grad is cleared per example by
-#     zero_microbatch_grad(); step() OVERWRITES p.grad.data with accum + noise (the last example's grad is discarded)
+#     zero_microbatch_grad(); step() OVERWRITES p.grad.data with accum + noise (the raw per-example grad left in
+#     p.grad is replaced; it was already clipped into accum)
 #   - every update adds isotropic N(0, (clip*sigma)^2) noise to every coordinate, so the loss is noisy and can rise
 #     between iterations; gradients are clipped per example, not per batch
 #   - Poisson (IID) sampling gives a different minibatch size every iteration, while the scaling uses the nominal
