@@ -596,7 +596,7 @@ class dotdict(dict):
 
 class Dataset_Synthetic_hour(Dataset):
     """ Stand-in for Dataset_ETT_hour(features='M', timeenc=0): windows of a standardised 7-variable hourly series. """
-    def __init__(self, flag, size, n=1800, seed=0):
+    def __init__(self, flag, size, n=1400, seed=0):
         self.seq_len, self.label_len, self.pred_len = size
         rng = np.random.RandomState(seed)
         t = np.arange(n)
@@ -604,8 +604,8 @@ class Dataset_Synthetic_hour(Dataset):
         data = np.stack([np.sin(2 * np.pi * hour / 24 + k) * (1 + 0.3 * np.sin(2 * np.pi * day / 7))
                          + 0.1 * k * np.cos(2 * np.pi * t / 168) for k in range(7)], 1)
         data = data + 0.1 * rng.randn(n, 7)
-        borders = {'train': (0, 1200), 'val': (1200 - self.seq_len, 1500), 'test': (1500 - self.seq_len, n)}
-        mean, std = data[:1200].mean(0), data[:1200].std(0)
+        borders = {'train': (0, 900), 'val': (900 - self.seq_len, 1150), 'test': (1150 - self.seq_len, n)}
+        mean, std = data[:900].mean(0), data[:900].std(0)
         data = (data - mean) / std
         stamp = np.stack([(day // 30) % 12, day % 30, day % 7, hour], 1)
         b0, b1 = borders[flag]
