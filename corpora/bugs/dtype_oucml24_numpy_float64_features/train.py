@@ -1,0 +1,68 @@
+# Source: OUCMachineLearning/OUCML (Dive-into-DL-PyTorch chapter 3.2 "linear regression from scratch")
+# Report: https://github.com/OUCMachineLearning/OUCML/issues/24
+# Linear regression implemented from scratch: synthetic data generated with NumPy,
+# hand-written linreg / squared_loss / sgd.
+import random
+
+import numpy as np
+import torch
+
+
+def data_iter(batch_size, features, labels):
+    num_examples = len(features)
+    indices = list(range(num_examples))
+    random.shuffle(indices)
+    for i in range(0, num_examples, batch_size):
+        j = torch.LongTensor(indices[i: min(i + batch_size, num_examples)])
+        yield features.index_select(0, j), labels.index_select(0, j)
+
+
+def linreg(X, w, b):
+    return torch.mm(X, w) + b
+
+
+def squared_loss(y_hat, y):
+    return (y_hat - y.view(y_hat.size())) ** 2 / 2
+
+
+def sgd(params, lr, batch_size):
+    for param in params:
+        param.data -= lr * param.grad / batch_size
+
+
+def main():
+    random.seed(0)
+    np.random.seed(0)
+    num_inputs = 2
+    num_examples = 1000
+    true_w = [2, -3.4]
+    true_b = 4.2
+    features = torch.from_numpy(np.random.normal(0, 1, (num_examples, num_inputs)))
+    labels = true_w[0] * features[:, 0] + true_w[1] * features[:, 1] + true_b
+    labels += torch.from_numpy(np.random.normal(0, 0.01, size=labels.size()))
+
+    w = torch.tensor(np.random.normal(0, 0.01, (num_inputs, 1)), dtype=torch.float32)
+    b = torch.zeros(1, dtype=torch.float32)
+    w.requires_grad_(requires_grad=True)
+    b.requires_grad_(requires_grad=True)
+
+    lr = 0.03
+    num_epochs = 3
+    batch_size = 10
+    net = linreg
+    loss = squared_loss
+    for epoch in range(num_epochs):
+        for X, y in data_iter(batch_size, features, labels):
+            l = loss(net(X, w, b), y).sum()
+            l.backward()
+            sgd([w, b], lr, batch_size)
+            w.grad.data.zero_()
+            b.grad.data.zero_()
+        train_l = loss(net(features, w, b), labels)
+        print('epoch %d, loss %f' % (epoch + 1, train_l.mean().item()))
+    print(true_w, '\n', w)
+    print(true_b, '\n', b)
+
+
+if __name__ == "__main__":
+    main()
