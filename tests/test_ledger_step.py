@@ -292,3 +292,99 @@ def test_nn_dropout_in_eval_is_quiet():
         with torch.no_grad():
             model(x)
     assert not codes(s.report, "silent.dropout_in_eval")
+
+
+# ---------------------------------------------------------------- contracts on the loss region
+def test_siamese_label_n1_times_distance_n_is_an_outer_product():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(net.parameters(), 0.05)
+    with torchtriage.watch(net, opt, on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            a, b, label = torch.randn(8, 6), torch.randn(8, 6), torch.randint(0, 2, (8, 1)).float()
+            d = F.pairwise_distance(net(a), net(b))
+            loss = torch.mean((1 - label) * d.pow(2) + label * F.relu(2.0 - d).pow(2))  # contrastive
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    (f,) = codes(s.report, "silent.loss_broadcast")
+    assert (f.line, f.op) == (line_of("contrastive"), "mul")
+    assert f.evidence["broadcast_shape"] == (8, 8)
+
+
+def distill_kl(student_input: str):
+    torch.manual_seed(0)
+    teacher = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 5))
+    student = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 5))
+    opt = torch.optim.SGD(student.parameters(), 0.1)
+    with torchtriage.watch([teacher, student], opt, on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            x = torch.randn(8, 6)
+            with torch.no_grad():
+                target = F.softmax(teacher(x), dim=1)
+            out = student(x)
+            inp = {"log": F.log_softmax(out, 1), "prob": F.softmax(out, 1), "raw": out.abs() + 0.1}[student_input]
+            loss = F.kl_div(inp, target, reduction="batchmean")  # kl
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return s.report
+
+
+@pytest.mark.parametrize("kind", ["prob", "raw"])
+def test_kl_div_fed_probabilities_or_scores_is_named(kind):
+    (f,) = codes(distill_kl(kind), "silent.kl_div_input_not_log")
+    assert (f.severity, f.line) == (Severity.ERROR, line_of("kl"))
+    if kind == "prob":
+        assert f.evidence["input_producer"].startswith("SoftmaxBackward")
+    else:
+        assert f.evidence["input_max"] > 0
+
+
+def test_kl_div_on_log_softmax_is_quiet():
+    report = distill_kl("log")
+    assert not codes(report, "silent.kl_div_input_not_log")
+    assert not loud(report), report
+
+
+# ---------------------------------------------------------------- parameter updates
+def staged_unfreeze(set_to_none: bool, opt_kind: str = "adamw"):
+    torch.manual_seed(0)
+    backbone = nn.Sequential(nn.Linear(6, 16), nn.ReLU())
+    head = nn.Linear(16, 3)
+    model = nn.Sequential(backbone, head)
+    params = model.parameters()
+    opt = torch.optim.AdamW(params, 1e-2, weight_decay=0.1) if opt_kind == "adamw" \
+        else torch.optim.SGD(params, 0.1, momentum=0.9)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for step in range(6):
+            if step == 3:
+                backbone.requires_grad_(False)  # second stage: the backbone is frozen
+            x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+            opt.zero_grad(set_to_none=set_to_none)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        frozen = backbone[0].weight.detach().clone()
+        x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+        opt.zero_grad(set_to_none=set_to_none)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        moved = not torch.equal(frozen, backbone[0].weight)
+    return s.report, moved
+
+
+@pytest.mark.parametrize("opt_kind", ["adamw", "sgd"])
+def test_frozen_backbone_still_moved_by_the_optimizer_is_named(opt_kind):
+    report, moved = staged_unfreeze(False, opt_kind)
+    assert moved
+    (f,) = codes(report, "gradient.frozen_moved")
+    assert f.severity is Severity.WARNING
+    assert f.evidence["parameters"] == ["0.0.weight", "0.0.bias"]
+    assert f.evidence["grad"] == "a tensor of zeros"
+    assert f.step == 3
+
+
+def test_frozen_backbone_with_grads_set_to_none_is_quiet():
+    report, moved = staged_unfreeze(True)
+    assert not moved
+    assert not codes(report, "gradient.frozen_moved")

@@ -32,4 +32,20 @@ MESSAGES = {
     "ledger.dropout_in_eval.next":
         "pass training=self.training to {fn} (or use an nn.Dropout module); pass training=True yourself "
         "only for Monte-Carlo dropout",
+    "silent.kl_div_input_not_log": "{loss} received inputs that are not log-probabilities",
+    "silent.kl_div_input_not_log.cause":
+        "kl_div(input, target) expects input = log-probabilities (all values <= 0, e.g. log_softmax); "
+        "probabilities or raw scores make it compute target * (log target - input) on the wrong scale: "
+        "the loss and its gradient are not the KL divergence",
+    "silent.kl_div_input_not_log.next":
+        "pass F.log_softmax(scores, dim) as the input (and probabilities as the target, or log_target=True)",
+    "ledger.frozen_moved":
+        "{opt}.step() changed {count} parameter(s) with requires_grad=False ({first}, ...) at step {step}",
+    "ledger.frozen_moved.cause":
+        "an optimizer skips a parameter whose .grad is None, not one whose requires_grad is off: these still hold "
+        "a .grad tensor (zero_grad(set_to_none=False) keeps zeros), so {settings} keeps moving them although they "
+        "are frozen",
+    "ledger.frozen_moved.next":
+        "set their .grad to None when freezing (p.grad = None, or zero_grad(set_to_none=True)), or take them "
+        "out of the optimizer's param groups",
 }

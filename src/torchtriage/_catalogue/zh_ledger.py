@@ -27,4 +27,17 @@ MESSAGES = {
         "函数式的 {fn} 默认 training=True，不读取模块的模式；model.eval() 只关闭 nn.Dropout 模块，不关闭这个调用",
     "ledger.dropout_in_eval.next":
         "给 {fn} 传 training=self.training（或改用 nn.Dropout 模块）；只有蒙特卡洛 dropout 才自己传 training=True",
+    "silent.kl_div_input_not_log": "{loss} 收到的输入不是对数概率",
+    "silent.kl_div_input_not_log.cause":
+        "kl_div(input, target) 要求 input 是对数概率（所有值 <= 0，例如 log_softmax 的输出）；"
+        "传入概率或原始分数时，它在错误的尺度上计算 target * (log target - input)：损失和梯度都不是 KL 散度",
+    "silent.kl_div_input_not_log.next":
+        "把 F.log_softmax(scores, dim) 作为 input（target 用概率，或设 log_target=True）",
+    "ledger.frozen_moved":
+        "第 {step} 步 {opt}.step() 改变了 {count} 个 requires_grad=False 的参数（{first} 等）",
+    "ledger.frozen_moved.cause":
+        "优化器跳过 .grad 为 None 的参数，而不是 requires_grad 关闭的参数：这些参数仍有 .grad 张量"
+        "（zero_grad(set_to_none=False) 会留下零），所以 {settings} 仍在移动它们，尽管它们已被冻结",
+    "ledger.frozen_moved.next":
+        "冻结时把它们的 .grad 设为 None（p.grad = None，或 zero_grad(set_to_none=True)），或把它们移出优化器的参数组",
 }

@@ -1,10 +1,11 @@
 """`LedgerChecker` ("ledger"): the step ledger in a session (issue 26).
 
 Events → `StepLedger` (terms → parameters → optimizer → applied or dropped), the scaled-gradient
-watch (clip before `unscale_`) and the evaluation-dropout watch. Terms are split on the judged
-steps: the first `JUDGE` steps (the step tape is on for them by default), then the sampled
-pairs of `_cadence` when the tape is on; a pending term keeps the check in the steps that
-follow until it is settled. No device read: identities and Python attributes only.
+watch (clip before `unscale_`), frozen parameters moved by a step, and the evaluation-dropout
+watch (a wrapper, every call). The check takes part in the steps of `_cadence.sampled`; terms
+are split on those whose step tape is on (the first `step_tape_steps`, 3 by default); a pending
+term keeps the check in the steps that follow until it is settled. No device read: identities,
+version counters and Python attributes only.
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ from .._frames import UserFrame, user_frame_from_stack
 from ._amp import ScaledGradWatch
 from ._dropout import EvalDropoutWatch
 from ._ledger import StepLedger, Verdict
-from ._terms import joined, terms_of
-
-JUDGE = 3
+from ._moves import FrozenMoves
+from ._terms import Event, Flow, skeleton, terms_of
 
 
 def _at(frame: UserFrame | None) -> str | None:
@@ -43,7 +43,9 @@ class LedgerChecker(Checker):
         self.amp: ScaledGradWatch | None = None
         self.dropout: EvalDropoutWatch | None = None
         self._reported: set[tuple[Any, ...]] = set()
-        self._previous: Any = None  # the record of the step before (a GAN's G ran in it)
+        self.moves: FrozenMoves | None = None
+        self._previous: list[Event] = []
+        self._ended = -2  # the record of the step before (a GAN's G ran in it)
 
     def on_start(self, session: Any) -> None:
         self.session = session
@@ -52,19 +54,21 @@ class LedgerChecker(Checker):
         self.amp.install()
         self.dropout = EvalDropoutWatch(session)
         self.dropout.install()
+        self.moves = FrozenMoves(session)
 
     def wants_step(self, step: int) -> bool:
-        return _cadence.sampled(step, JUDGE) or bool(self.ledger is not None and self.ledger.pending)
+        return _cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending)
 
     # ------------------------------------------------------------------ events
     def on_step_end(self, step: int) -> None:
         snap = self.session.snapshot if self.session is not None else None
         record = snap.record if snap is not None else None
-        self._previous = record if record is not None and record.taped else None
+        self._previous = skeleton(record) if record is not None and record.taped else []
+        self._ended = step
 
     def on_step_begin(self, step: int) -> None:
-        if not _cadence.sampled(step - 1, JUDGE):
-            self._previous = None  # not a step after a judged one: nothing to join
+        if self._ended != step - 1:
+            self._previous = []  # the check sat out the step before: nothing to join
 
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
         assert self.ledger is not None and self.amp is not None and self.session is not None
@@ -74,16 +78,16 @@ class LedgerChecker(Checker):
         record = snap.record if snap is not None else None
         if record is None or not record.taped:
             return
-        if self._previous is not None and self._previous is not record:
-            record = joined(self._previous, record)
+        flow: Flow | None = None
         frame = None
         for root in roots:
-            if not isinstance(root, torch.Tensor) or root.numel() != 1 or root.grad_fn is None:
+            if not isinstance(root, torch.Tensor) or root.numel() != 1 or not root.requires_grad:
                 continue
-            terms = terms_of(root, record)
+            flow = flow or Flow(self._previous, record)
+            terms = terms_of(root, record, flow)
             if terms:
                 frame = frame or user_frame_from_stack(3)
-                self.ledger.backward(terms, self.session.step, frame, record)
+                self.ledger.backward(terms, self.session.step, frame)
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         assert self.ledger is not None
@@ -93,6 +97,12 @@ class LedgerChecker(Checker):
         assert self.ledger is not None and self.amp is not None
         self.ledger.optimizer_step(optimizer)
         self.amp.stepped()
+        if self.moves is not None:
+            self.moves.pre(optimizer)
+
+    def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.moves is not None:
+            self.moves.post(optimizer)
 
     def _offered(self, optimizer: torch.optim.Optimizer) -> None:
         if self.ledger is not None:

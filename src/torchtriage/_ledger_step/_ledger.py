@@ -33,8 +33,6 @@ import torch
 from .._frames import UserFrame
 from ._terms import Term
 
-_CUTS = frozenset({"detach", "detach_", "Tensor.data"})
-
 
 @dataclasses.dataclass
 class Pending:
@@ -107,7 +105,7 @@ class StepLedger:
                     out.append(v)
         return out
 
-    def backward(self, terms: list[Term], step: int, backward: UserFrame | None, record: Any) -> None:
+    def backward(self, terms: list[Term], step: int, backward: UserFrame | None) -> None:
         """The terms of a backward about to run (its graph intact)."""
         index = self.session.param_index
         made: list[tuple[Pending, dict[int, torch.Tensor]]] = []
@@ -121,9 +119,8 @@ class StepLedger:
                 held[pid] = leaf
                 if info.root:
                     reached[info.root] = info.label or "?"
-            sources = {id(c.model): c.label for c in t.sources}
-            cut, cut_op = _cut_between(record, t)
-            pend = Pending(step, t.op, t.frame, backward, sources, cut, cut_op, reached, len(held))
+            sources = dict(t.sources)
+            pend = Pending(step, t.op, t.frame, backward, sources, t.cut, t.cut_op, reached, len(held))
             pend.applied = not t.complete  # an unfinished walk is never judged
             made.append((pend, held))
             for root in reached:
@@ -187,27 +184,3 @@ class StepLedger:
             return None
         return Verdict(term, missed)
 
-
-def _cut_between(record: Any, term: Term) -> tuple[UserFrame | None, str | None]:
-    """The taped `.detach()` / `.data` on the way from a model call's output to the term."""
-    if record is None or term.tensor is None or not term.sources:
-        return None, None
-    from torch.utils import _pytree as pytree
-
-    made: dict[int, Any] = {}
-    for op in [*record.calls, *record.ops]:
-        for out in pytree.tree_leaves(op.output):
-            if isinstance(out, torch.Tensor):
-                made[id(out)] = op
-    seen: set[int] = set()
-    queue = [term.tensor]
-    while queue and len(seen) < 4096:
-        x = queue.pop(0)
-        op = made.get(id(x))
-        if op is None or id(op) in seen:
-            continue
-        seen.add(id(op))
-        if getattr(op, "name", None) in _CUTS:
-            return op.frame, op.name
-        queue += [a for a in pytree.tree_leaves((op.args, op.kwargs)) if isinstance(a, torch.Tensor)]
-    return None, None

@@ -9,9 +9,9 @@ a term. Each term's leaves come from a walk of its own subgraph (`next_functions
 `AccumulateGrad` nodes, as `_gradients/_graph.reach` does): no backward, no kernel, no sync.
 
 The step's tape names a term: the taped op (or the model call) whose output's `grad_fn` is
-the term's node gives the user's line and the tensor, and the step record follows that tensor
-back to the model calls it was computed from (`StepRecord.sources_of`), including through a
-`.detach()`, which the graph cannot see.
+the term's node gives the user's line and the tensor, and `Flow` follows that tensor back to
+the model calls it was computed from, including through a `.detach()`, which the graph cannot
+see (by tensor ids, over this step's record and the previous step's `skeleton`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from .._frames import UserFrame
+from .._gradients._graph import grad_fn_of
 
 MAX_TERMS = 12  # terms walked per backward; more are one term ("the rest")
 MAX_NODES = 100_000  # nodes per term walk; a term past it is left unjudged
@@ -43,7 +44,9 @@ class Term:
     tensor: torch.Tensor | None = None  # the taped output whose grad_fn is the node
     frame: UserFrame | None = None  # where it was computed
     op: str | None = None  # the taped op (or model label) that made it
-    sources: list[Any] = dataclasses.field(default_factory=list)  # RootCalls it was computed from
+    sources: list[tuple[int, str]] = dataclasses.field(default_factory=list)  # models it was computed from
+    cut: UserFrame | None = None  # the taped detach on its way back to a model's output
+    cut_op: str | None = None
 
 
 def _kids(node: Any) -> list[Any]:
@@ -52,7 +55,7 @@ def _kids(node: Any) -> list[Any]:
 
 def split(root: torch.Tensor) -> list[Any]:
     """The term nodes of `root` (one node when the loss is no sum)."""
-    fn = root.grad_fn
+    fn, _ = grad_fn_of(root)
     if fn is None:
         return []
     out: list[Any] = []
@@ -105,24 +108,79 @@ def made_by(record: Any) -> dict[int, tuple[torch.Tensor, Any]]:
         return out
     for ev in [*record.calls, *record.ops]:
         for t in pytree.tree_leaves(ev.output):
-            if isinstance(t, torch.Tensor) and t.requires_grad and t.grad_fn is not None:
-                out.setdefault(id(t.grad_fn), (t, ev))
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                fn, _ = grad_fn_of(t)  # (torch refuses some views' grad_fn)
+                if fn is not None:
+                    out.setdefault(id(fn), (t, ev))
     return out
 
 
-def joined(previous: Any, record: Any) -> Any:
-    """One record of two consecutive steps: the step is closed by the first optimizer that
-    steps, so a GAN's generator update runs on a `G(z)` called in the step before."""
-    from .._step import StepRecord
-
-    both = StepRecord()
-    both.calls = [*previous.calls, *record.calls]
-    both.ops = [*previous.ops, *record.ops]
-    both.taped = True
-    return both
+_CUTS = frozenset({"detach", "detach_", "Tensor.data"})
 
 
-def terms_of(root: torch.Tensor, record: Any) -> list[Term]:
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """A model call or taped op reduced to tensor ids: it keeps no tensor (and no graph) alive."""
+
+    call: bool
+    name: str  # the model's label or the op's name
+    model: int  # id(model) for a call
+    frame: UserFrame | None
+    outs: tuple[int, ...]
+    args: tuple[int, ...]
+
+
+def _ids(tree: Any) -> tuple[int, ...]:
+    return tuple(id(t) for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor))
+
+
+def skeleton(record: Any) -> list[Event]:
+    """The record's data flow by tensor id. The step is closed by the first optimizer that
+    steps, so a GAN's generator update runs on a `G(z)` called in the step before: that step's
+    skeleton is joined to the current record (the tensors the user still holds keep their ids)."""
+    if record is None:
+        return []
+    out = [Event(True, c.label, id(c.model), c.frame, _ids(c.output), _ids((c.args, c.kwargs)))
+           for c in record.calls]
+    out += [Event(False, o.name, 0, o.frame, _ids(o.output), _ids((o.args, o.kwargs))) for o in record.ops]
+    return out
+
+
+class Flow:
+    """Where a tensor came from, over the previous step's skeleton and the current record."""
+
+    def __init__(self, previous: list[Event], record: Any) -> None:
+        self.made: dict[int, Event] = {}
+        for ev in [*previous, *skeleton(record)]:
+            for i in ev.outs:
+                self.made[i] = ev
+
+    def _walk(self, t: torch.Tensor) -> list[Event]:
+        seen: set[int] = set()
+        order: list[Event] = []
+        queue = [id(t)]
+        while queue and len(seen) < 4096:
+            ev = self.made.get(queue.pop(0))
+            if ev is None or id(ev) in seen:
+                continue
+            seen.add(id(ev))
+            order.append(ev)
+            queue += list(ev.args)
+        return order
+
+    def sources(self, t: torch.Tensor) -> list[tuple[int, str]]:
+        """(id(model), label) of the model calls `t` was computed from, through detaches."""
+        return [(ev.model, ev.name) for ev in self._walk(t) if ev.call]
+
+    def cut(self, t: torch.Tensor) -> tuple[UserFrame | None, str | None]:
+        """The taped `.detach()` / `.data` nearest to `t` on its way back."""
+        for ev in self._walk(t):
+            if not ev.call and ev.name in _CUTS:
+                return ev.frame, ev.name
+        return None, None
+
+
+def terms_of(root: torch.Tensor, record: Any, flow: Flow) -> list[Term]:
     """The terms of `root`, each with its leaves and, when the tape saw it made, its line and
     the model calls it was computed from."""
     nodes = split(root)
@@ -138,9 +196,7 @@ def terms_of(root: torch.Tensor, record: Any) -> list[Term]:
             t, ev = hit
             term.tensor, term.frame = t, ev.frame
             term.op = getattr(ev, "name", None) or getattr(ev, "label", None)
-            try:
-                term.sources = record.sources_of(t)
-            except Exception:
-                term.sources = []
+            term.sources = flow.sources(t)
+            term.cut, term.cut_op = flow.cut(t)
         out.append(term)
     return out
