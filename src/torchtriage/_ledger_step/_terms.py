@@ -17,6 +17,7 @@ see (by tensor ids, over this step's record and the previous step's `skeleton`).
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any
 
 import torch
@@ -126,12 +127,16 @@ class Event:
     name: str  # the model's label or the op's name
     model: int  # id(model) for a call
     frame: UserFrame | None
-    outs: tuple[int, ...]
+    outs: tuple[weakref.ref[torch.Tensor], ...]  # alive only while the user holds them
     args: tuple[int, ...]
 
 
 def _ids(tree: Any) -> tuple[int, ...]:
     return tuple(id(t) for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor))
+
+
+def _refs(tree: Any) -> tuple[weakref.ref[torch.Tensor], ...]:
+    return tuple(weakref.ref(t) for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor))
 
 
 def skeleton(record: Any) -> list[Event]:
@@ -140,9 +145,9 @@ def skeleton(record: Any) -> list[Event]:
     skeleton is joined to the current record (the tensors the user still holds keep their ids)."""
     if record is None:
         return []
-    out = [Event(True, c.label, id(c.model), c.frame, _ids(c.output), _ids((c.args, c.kwargs)))
+    out = [Event(True, c.label, id(c.model), c.frame, _refs(c.output), _ids((c.args, c.kwargs)))
            for c in record.calls]
-    out += [Event(False, o.name, 0, o.frame, _ids(o.output), _ids((o.args, o.kwargs))) for o in record.ops]
+    out += [Event(False, o.name, 0, o.frame, _refs(o.output), _ids((o.args, o.kwargs))) for o in record.ops]
     return out
 
 
@@ -152,8 +157,10 @@ class Flow:
     def __init__(self, previous: list[Event], record: Any) -> None:
         self.made: dict[int, Event] = {}
         for ev in [*previous, *skeleton(record)]:
-            for i in ev.outs:
-                self.made[i] = ev
+            for ref in ev.outs:
+                t = ref()
+                if t is not None:  # a dead tensor's id may be another tensor's now
+                    self.made[id(t)] = ev
 
     def _walk(self, t: torch.Tensor) -> list[Event]:
         seen: set[int] = set()
