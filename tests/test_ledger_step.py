@@ -388,3 +388,21 @@ def test_frozen_backbone_with_grads_set_to_none_is_quiet():
     report, moved = staged_unfreeze(True)
     assert not moved
     assert not codes(report, "gradient.frozen_moved")
+
+
+# ---------------------------------------------------------------- the terms of a loss, from its graph
+def test_a_loss_is_split_into_its_additive_terms():
+    from torchtriage._ledger_step._terms import leaves_of, split
+
+    a_net, b_net = nn.Linear(3, 1), nn.Linear(3, 1)
+    x = torch.randn(4, 3)
+    a, b = a_net(x).pow(2).mean(), b_net(x).abs().mean()
+    assert len(split(a + 0.5 * b)) == 2
+    assert len(split(sum({"a": a, "b": b, "c": a * b}.values()))) == 3  # a product is one term
+    assert len(split(torch.stack([a, b]).mean())) == 2
+    assert len(split((a - b) / 4)) == 2
+    assert len(split(a)) == 1
+    assert len(split((a_net(x) + b_net(x)).mean())) == 1  # a sum inside a term is not split
+    (ta, tb) = split(a + b)
+    assert {id(p) for p in a_net.parameters()} == set(leaves_of(ta)[0])
+    assert {id(p) for p in b_net.parameters()} == set(leaves_of(tb)[0])
