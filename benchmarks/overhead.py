@@ -149,7 +149,7 @@ STEPPERS = {"inline_min": step_inline_min, "inline_sentinel": step_inline_sentin
 
 def modes():
     out = ["baseline", "inline_min", "inline_sentinel", "sentinel", "all_checks", "all_but_dynamics",
-           "detect_anomaly"]
+           "all_but_ledger", "detect_anomaly"]
     try:
         from transformers.debug_utils import DebugUnderflowOverflow  # noqa: F401
         out.append("hf_debug_underflow_overflow")
@@ -172,11 +172,13 @@ def instrument(mode: str, model, opt):
 
         with torchtriage.watch(model, opt, on_anomaly="record", report=False):  # the default checks
             yield
-    elif mode == "all_but_dynamics":  # what the dynamics check (issue 19) adds: all_checks against this
+    elif mode in ("all_but_dynamics", "all_but_ledger"):
+        # what the dynamics (issue 19) / ledger (issue 26) check adds: all_checks against this
         import torchtriage
         from torchtriage._registry import DEFAULT_CHECKS
 
-        checks = [c for c in DEFAULT_CHECKS if c != "dynamics"]
+        left_out = mode.removeprefix("all_but_")
+        checks = [c for c in DEFAULT_CHECKS if c != left_out]
         with torchtriage.watch(model, opt, checks=checks, on_anomaly="record", report=False):
             yield
     elif mode == "detect_anomaly":

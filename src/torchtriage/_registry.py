@@ -18,9 +18,11 @@ CHECKS: dict[str, str] = {
     "repro": "torchtriage._repro:ReproRecorder",
     "leakage": "torchtriage._leakage._runtime:LeakageWatch",
     "distributed": "torchtriage._distributed._checker:DistributedChecker",
+    "ledger": "torchtriage._ledger_step:LedgerChecker",
 }
 
-DEFAULT_CHECKS: tuple[str, ...] = ("triage", "nonfinite", "gradients", "silent", "dynamics", "repro", "leakage")
+DEFAULT_CHECKS: tuple[str, ...] = ("triage", "nonfinite", "gradients", "silent", "dynamics", "repro", "leakage",
+                                   "ledger")
 
 
 def available() -> list[str]:

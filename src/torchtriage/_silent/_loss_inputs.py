@@ -78,6 +78,27 @@ def _probabilities(name: str, inp: torch.Tensor, dim: int | None, verdict: str, 
     return Plan(vals, judge)
 
 
+def _log_probabilities(name: str, inp: torch.Tensor) -> Plan:
+    """`kl_div`'s input is log-probabilities (issue 26): every value <= 0. Probabilities (a
+    softmax's output) or raw scores above 0 are the other kind of input: the graph names a
+    softmax producer, else the values do."""
+    made_by = producer(inp)
+    if made_by.startswith(("SoftmaxBackward", "SigmoidBackward")):
+        return _const(dict(name="kl_div_input_not_log", severity=Severity.ERROR, loss=name,
+                           evidence={"input_producer": made_by}))
+    if made_by.startswith("LogSoftmaxBackward"):
+        return _const(None)
+    x = inp.detach()
+
+    def judge(v: list[float]) -> Verdict | None:
+        if v[1] <= 1e-6:
+            return None
+        return dict(name="kl_div_input_not_log", severity=Severity.ERROR, loss=name,
+                    evidence={"input_min": round(v[0], 6), "input_max": round(v[1], 6)})
+
+    return Plan([x.amin(), x.amax()], judge)
+
+
 def loss_plans(name: str, inp: Any, tgt: Any, kwargs: dict[str, Any]) -> list[Plan]:
     """The semantic checks for one loss call (no sync: numbers are read later)."""
     if not isinstance(inp, torch.Tensor) or not isinstance(tgt, torch.Tensor) or not inp.is_floating_point():
@@ -116,6 +137,8 @@ def loss_plans(name: str, inp: Any, tgt: Any, kwargs: dict[str, Any]) -> list[Pl
                             evidence={"input_max": round(v[0], 6), "max_abs_logsumexp": round(v[1], 6)})
 
             plans.append(Plan([x.amax(), lse], judge_nll))
+    elif name == "kl_div" and inp.numel() >= 4:
+        plans.append(_log_probabilities(name, inp))
     elif name in ("binary_cross_entropy_with_logits", "binary_cross_entropy"):
         if name == "binary_cross_entropy_with_logits":
             plans.append(_probabilities(name, inp, None, "sigmoid_before_logits_loss", Severity.ERROR))

@@ -36,7 +36,7 @@ from ._loss_inputs import first_producing_node
 
 # the verdicts that are about what produced the loss input
 INPUT_VERDICTS = frozenset({"probabilities_to_cross_entropy", "sigmoid_before_logits_loss",
-                            "nll_without_log_softmax"})
+                            "nll_without_log_softmax", "kl_div_input_not_log"})
 
 
 @dataclasses.dataclass(frozen=True)

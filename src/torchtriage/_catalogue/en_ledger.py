@@ -1,0 +1,51 @@
+"""English: the step ledger (issue 26): loss terms, scaled gradients, dropout in evaluation."""
+
+MESSAGES = {
+    "ledger.term_detached.reach":
+        "the loss term {term} is computed from {model}'s output but reaches none of {model}'s parameters: "
+        "its gradient went to {reach} only and was never applied, while {model} was stepped with the other "
+        "terms only ({others})",
+    "ledger.term_detached.nothing":
+        "the loss term {term} is computed from {model}'s output but reaches no trainable parameter: it costs "
+        "compute and changes nothing, while {model} was stepped with the other terms only ({others})",
+    "ledger.term_detached.cause":
+        "the path from {model}'s output to this term is cut ({cut}): backward cannot carry the term's "
+        "gradient to {model}, so the optimizer that steps {model} never sees it",
+    "ledger.term_detached.next":
+        "compute the term from the output that still has its graph (no .detach() / .data / no_grad between "
+        "{model} and the term); detach only inside the other model's own update",
+    "ledger.clip_before_unscale":
+        "{fn} ran on gradients still multiplied by the GradScaler's scale ({scale}) at step {step}: "
+        "scaler.unscale_(optimizer) was not called before it",
+    "ledger.clip_before_unscale.cause":
+        "scaler.scale(loss).backward() leaves every .grad multiplied by the scale until scaler.step() or "
+        "scaler.unscale_(); the clip measured the scaled norm, so its threshold is off by the scale and an "
+        "engaged clip shrinks the update by that factor",
+    "ledger.clip_before_unscale.next":
+        "call scaler.unscale_(optimizer) after backward() and before {fn}, then scaler.step(optimizer)",
+    "ledger.dropout_in_eval":
+        "{fn}(p={p}) in the forward of {module} ({cls}) drops units although {module} is in eval() mode: "
+        "two evaluations of the same input differ",
+    "ledger.dropout_in_eval.cause":
+        "the functional {fn} takes training=True by default and does not read the module's mode; "
+        "model.eval() switches nn.Dropout modules off, not this call",
+    "ledger.dropout_in_eval.next":
+        "pass training=self.training to {fn} (or use an nn.Dropout module); pass training=True yourself "
+        "only for Monte-Carlo dropout",
+    "silent.kl_div_input_not_log": "{loss} received inputs that are not log-probabilities",
+    "silent.kl_div_input_not_log.cause":
+        "kl_div(input, target) expects input = log-probabilities (all values <= 0, e.g. log_softmax); "
+        "probabilities or raw scores make it compute target * (log target - input) on the wrong scale: "
+        "the loss and its gradient are not the KL divergence",
+    "silent.kl_div_input_not_log.next":
+        "pass F.log_softmax(scores, dim) as the input (and probabilities as the target, or log_target=True)",
+    "ledger.frozen_moved":
+        "{opt}.step() changed {count} parameter(s) with requires_grad=False ({first}, ...) at step {step}",
+    "ledger.frozen_moved.cause":
+        "an optimizer skips a parameter whose .grad is None, not one whose requires_grad is off: these still hold "
+        "a .grad tensor (zero_grad(set_to_none=False) keeps zeros), so {settings} keeps moving them although they "
+        "are frozen",
+    "ledger.frozen_moved.next":
+        "set their .grad to None when freezing (p.grad = None, or zero_grad(set_to_none=True)), or take them "
+        "out of the optimizer's param groups",
+}

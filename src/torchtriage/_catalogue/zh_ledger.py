@@ -1,0 +1,43 @@
+"""中文：步骤账本（issue 26）：损失项、缩放后的梯度、评估时的 dropout。"""
+
+MESSAGES = {
+    "ledger.term_detached.reach":
+        "损失项 {term} 由 {model} 的输出计算而来，却到达不了 {model} 的任何参数：它的梯度只流向 {reach}，"
+        "且从未被应用；而 {model} 只用其他损失项更新（{others}）",
+    "ledger.term_detached.nothing":
+        "损失项 {term} 由 {model} 的输出计算而来，却到达不了任何可训练参数：它耗费计算而不改变任何东西；"
+        "而 {model} 只用其他损失项更新（{others}）",
+    "ledger.term_detached.cause":
+        "从 {model} 的输出到该损失项的路径被切断（{cut}）：反向传播无法把该项的梯度送到 {model}，"
+        "因此更新 {model} 的优化器从未看到它",
+    "ledger.term_detached.next":
+        "用仍保留计算图的输出计算该项（{model} 与该项之间不要 .detach() / .data / no_grad）；"
+        "只在另一个模型自己的更新中 detach",
+    "ledger.clip_before_unscale":
+        "第 {step} 步 {fn} 作用于仍乘着 GradScaler 缩放因子（{scale}）的梯度：之前没有调用 scaler.unscale_(optimizer)",
+    "ledger.clip_before_unscale.cause":
+        "scaler.scale(loss).backward() 之后每个 .grad 都乘着缩放因子，直到 scaler.step() 或 scaler.unscale_()；"
+        "裁剪量的是缩放后的范数，阈值因此错了一个缩放因子，一旦裁剪生效，更新就被缩小同样的倍数",
+    "ledger.clip_before_unscale.next":
+        "在 backward() 之后、{fn} 之前调用 scaler.unscale_(optimizer)，然后 scaler.step(optimizer)",
+    "ledger.dropout_in_eval":
+        "{module}（{cls}）的 forward 中 {fn}(p={p}) 在 {module} 处于 eval() 模式时仍在丢弃单元："
+        "同一输入的两次评估结果不同",
+    "ledger.dropout_in_eval.cause":
+        "函数式的 {fn} 默认 training=True，不读取模块的模式；model.eval() 只关闭 nn.Dropout 模块，不关闭这个调用",
+    "ledger.dropout_in_eval.next":
+        "给 {fn} 传 training=self.training（或改用 nn.Dropout 模块）；只有蒙特卡洛 dropout 才自己传 training=True",
+    "silent.kl_div_input_not_log": "{loss} 收到的输入不是对数概率",
+    "silent.kl_div_input_not_log.cause":
+        "kl_div(input, target) 要求 input 是对数概率（所有值 <= 0，例如 log_softmax 的输出）；"
+        "传入概率或原始分数时，它在错误的尺度上计算 target * (log target - input)：损失和梯度都不是 KL 散度",
+    "silent.kl_div_input_not_log.next":
+        "把 F.log_softmax(scores, dim) 作为 input（target 用概率，或设 log_target=True）",
+    "ledger.frozen_moved":
+        "第 {step} 步 {opt}.step() 改变了 {count} 个 requires_grad=False 的参数（{first} 等）",
+    "ledger.frozen_moved.cause":
+        "优化器跳过 .grad 为 None 的参数，而不是 requires_grad 关闭的参数：这些参数仍有 .grad 张量"
+        "（zero_grad(set_to_none=False) 会留下零），所以 {settings} 仍在移动它们，尽管它们已被冻结",
+    "ledger.frozen_moved.next":
+        "冻结时把它们的 .grad 设为 None（p.grad = None，或 zero_grad(set_to_none=True)），或把它们移出优化器的参数组",
+}

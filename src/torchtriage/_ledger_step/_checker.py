@@ -1,0 +1,145 @@
+"""`LedgerChecker` ("ledger"): the step ledger in a session (issue 26).
+
+Events → `StepLedger` (terms → parameters → optimizer → applied or dropped), the scaled-gradient
+watch (clip before `unscale_`), frozen parameters moved by a step, and the evaluation-dropout
+watch (a wrapper, every call). The check takes part in the steps of `_cadence.sampled`; terms
+are split on those whose step tape is on (the first `step_tape_steps`, 3 by default); a pending
+term keeps the check in the steps that follow until it is settled. No device read: identities,
+version counters and Python attributes only.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from .. import _cadence
+from .._checker import Checker
+from .._findings import Category, Severity, Stage, from_catalogue
+from .._frames import UserFrame, user_frame_from_stack
+from ._amp import ScaledGradWatch
+from ._dropout import EvalDropoutWatch
+from ._ledger import StepLedger, Verdict
+from ._moves import FrozenMoves
+from ._terms import Event, Flow, skeleton, terms_of
+
+
+def _at(frame: UserFrame | None) -> str | None:
+    return f"{frame.file}:{frame.line}" if frame is not None else None
+
+
+def _short(frame: UserFrame | None) -> str | None:
+    return f"{os.path.basename(frame.file)}:{frame.line}" if frame is not None else None
+
+
+class LedgerChecker(Checker):
+    name = "ledger"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ledger: StepLedger | None = None
+        self.amp: ScaledGradWatch | None = None
+        self.dropout: EvalDropoutWatch | None = None
+        self._reported: set[tuple[Any, ...]] = set()
+        self.moves: FrozenMoves | None = None
+        self._previous: list[Event] = []
+        self._ended = -2  # the record of the step before (a GAN's G ran in it)
+
+    def on_start(self, session: Any) -> None:
+        self.session = session
+        self.ledger = StepLedger(session)
+        self.amp = ScaledGradWatch(session, self._offered)
+        self.amp.install()
+        self.dropout = EvalDropoutWatch(session)
+        self.dropout.install()
+        self.moves = FrozenMoves(session)
+
+    def wants_step(self, step: int) -> bool:
+        return _cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending)
+
+    # ------------------------------------------------------------------ events
+    def on_step_end(self, step: int) -> None:
+        snap = self.session.snapshot if self.session is not None else None
+        record = snap.record if snap is not None else None
+        self._previous = skeleton(record) if record is not None and record.taped else []
+        self._ended = step
+
+    def on_step_begin(self, step: int) -> None:
+        if self._ended != step - 1:
+            self._previous = []  # the check sat out the step before: nothing to join
+
+    def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
+        assert self.ledger is not None and self.amp is not None and self.session is not None
+        self._report(self.ledger.backward_begin())
+        self.amp.backward(roots)
+        snap = self.session.snapshot
+        record = snap.record if snap is not None else None
+        if record is None or not record.taped:
+            return
+        flow: Flow | None = None
+        frame = None
+        for root in roots:
+            if not isinstance(root, torch.Tensor) or root.numel() != 1 or not root.requires_grad:
+                continue
+            flow = flow or Flow(self._previous, record)
+            terms = terms_of(root, record, flow)
+            if terms:
+                frame = frame or user_frame_from_stack(3)
+                self.ledger.backward(terms, self.session.step, frame)
+
+    def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        assert self.ledger is not None
+        self._report(self.ledger.backward_end())
+
+    def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        assert self.ledger is not None and self.amp is not None
+        self.ledger.optimizer_step(optimizer)
+        self.amp.stepped()
+        if self.moves is not None:
+            self.moves.pre(optimizer)
+
+    def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.moves is not None:
+            self.moves.post(optimizer)
+
+    def _offered(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.ledger is not None:
+            self.ledger.optimizer_step(optimizer)
+
+    def on_end(self) -> None:
+        if self.ledger is not None:
+            self._report(self.ledger.end())
+
+    # ------------------------------------------------------------------ findings
+    def _report(self, verdicts: list[Verdict]) -> None:
+        sess = self.session
+        if sess is None:
+            return
+        for v in verdicts:
+            t = v.term
+            key = (_at(t.frame), tuple(sorted(v.missed.values())))
+            if key in self._reported:
+                continue
+            self._reported.add(key)
+            models = ", ".join(sorted(set(v.missed.values())))
+            reached = sorted(set(t.reached.values()))
+            others = [f"{op or 'term'} ({_at(fr)})" for op, fr, r in t.siblings if set(v.missed) & r]
+            short = [f"{op or 'term'} ({_short(fr)})" for op, fr, r in t.siblings if set(v.missed) & r]
+            evidence: dict[str, Any] = {
+                "term": t.op, "term_line": _at(t.frame), "computed_from": sorted(set(t.sources.values())),
+                "reaches_models": reached or "no trainable parameter", "trainable_parameters_reached": t.n_params,
+                "gradient_applied": False, "stepped_without_it": sorted(set(v.missed.values())),
+                "trained_by_terms": others, "backward_line": _at(t.backward)}
+            if t.cut is not None:
+                evidence["cut_at"] = f"{_at(t.cut)} ({t.cut_op})"
+            fields = {"term": t.op or "term", "model": models,
+                      "reach": ", ".join(reached) if reached else "-", "others": "; ".join(short) or "-",
+                      "cut": f"{t.cut_op} at {_short(t.cut)}" if t.cut is not None else "-"}
+            variant = "reach" if reached else "nothing"
+            sess.add(from_catalogue(Category.GRADIENT, "gradient.term_detached", f"ledger.term_detached.{variant}",
+                                    fields=fields, cause_key="ledger.term_detached.cause",
+                                    next_key="ledger.term_detached.next", frame=t.frame, evidence=evidence,
+                                    source_line=True, severity=Severity.WARNING, stage=Stage.BACKWARD,
+                                    step=t.step, op=t.op))
