@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Sequence
 from typing import Any
 
 from ._fingerprint import same_value
@@ -39,6 +40,8 @@ class Difference:
     a: dict[str, Any] | None
     b: dict[str, Any] | None
     output: int = 0  # which output differs (value)
+    # a stretch computed differently: the last op of each side's stretch (what it ends in)
+    ends: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)
 
 
 @dataclasses.dataclass
@@ -79,6 +82,73 @@ def _op_difference(a: dict[str, Any] | None, b: dict[str, Any] | None) -> Differ
     return Difference("op", a, b)
 
 
+REORDER_WINDOW = 64  # events either side in which a value paired with another is looked for
+
+
+def _found_near(e: dict[str, Any], other: list[dict[str, Any]], at: int) -> bool:
+    """Each of `e`'s values is computed near position `at` of the other run, in the same step:
+    two independent computations run in the other order (the gradients of q, k and v of an
+    attention come back in another order after a refactor), not a difference."""
+    lo, hi = max(0, at - REORDER_WINDOW), min(len(other), at + REORDER_WINDOW + 1)
+    near = [other[k] for k in range(lo, hi) if other[k]["s"] == e["s"]]
+    return _values_among(e, near)
+
+
+def _regions(blocks: Sequence[tuple[str, int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """The unaligned stretches between aligned blocks: (A start, A end, B start, B end)."""
+    out: list[tuple[int, int, int, int]] = []
+    open_: list[int] | None = None
+    for tag, i1, i2, j1, j2 in blocks:
+        if tag == "equal":
+            if open_ is not None:
+                out.append((open_[0], open_[1], open_[2], open_[3]))
+                open_ = None
+        elif open_ is None:
+            open_ = [i1, i2, j1, j2]
+        else:
+            open_[1], open_[3] = i2, j2
+    if open_ is not None:
+        out.append((open_[0], open_[1], open_[2], open_[3]))
+    return out
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _values_among(e: dict[str, Any], events: list[dict[str, Any]]) -> bool:
+    """Every output of `e` is among the values `events` compute (same size, dtype and value)."""
+    outs = [o for o in e["out"] if o[2] is not None]
+    made = [o for x in events for o in x["out"] if o[2] is not None]
+    return bool(outs) and all(any(_numel(o[0]) == _numel(m[0]) and o[1] == m[1] and same_value(o[2], m[2], o[1])
+                                  for m in made) for o in outs)
+
+
+def _last(stretch: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The stretch's last op that computes (not a view or copy of its result)."""
+    return next((e for e in reversed(stretch) if _base(e) not in LAYOUT_OPS and _base(e) != "aten::detach"),
+                stretch[-1] if stretch else None)
+
+
+def _ends_in(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
+    """Every output of `a`'s last op (before the views and copies that only re-lay it out) is
+    among the values `b` computes."""
+    last = _last(a)
+    return last is not None and _values_among(last, b)
+
+
+def _same_result(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
+    """Two different stretches of ops that end in the same values (manual attention ported to a
+    fused kernel, a hand-written softmax replaced by `torch.softmax`): the same computation.
+    A stretch one run lacks entirely (a `detach()`, a `~mask`) is never that."""
+    if not a or not b or any(e.get("k") == "input" for e in a + b):
+        return False
+    return _ends_in(a, b) and _ends_in(b, a)
+
+
 def align(ra: dict[str, Any], rb: dict[str, Any]) -> Alignment:
     ea, eb = events(ra), events(rb)
     sa, sb = [signature(e) for e in ea], [signature(e) for e in eb]
@@ -86,50 +156,52 @@ def align(ra: dict[str, Any], rb: dict[str, Any]) -> Alignment:
     partner: dict[int, int] = {}
     loose_a: list[int] = []
     loose_b: list[int] = []
-    blocks: list[tuple[str, int, int, int, int]] = matcher.get_opcodes()
+    blocks = matcher.get_opcodes()
+    same_result: set[tuple[str, int]] = set()  # ops of a region re-implemented with the same result
     for tag, i1, i2, j1, j2 in blocks:
         if tag == "equal":
             partner.update(zip(range(i1, i2), range(j1, j2)))
+    regions = _regions(blocks)
+    for i1, i2, j1, j2 in regions:
+        if _same_result(ea[i1:i2], eb[j1:j2]):
+            same_result.update([("a", i) for i in range(i1, i2)] + [("b", j) for j in range(j1, j2)])
         else:
             loose_a += range(i1, i2)
             loose_b += range(j1, j2)
     # code moved: an unmatched op of A with an unmatched twin in B (same signature and value)
     free_b = set(loose_b)
     for i in loose_a:
-        twin = next((j for j in loose_b if j in free_b and sb[j] == sa[i] and _same_values(ea[i], eb[j]) < 0),
-                    None)
+        twin: int | None = next((j for j in loose_b if j in free_b and sb[j] == sa[i]
+                                 and _same_values(ea[i], eb[j]) < 0), None)
         if twin is not None:
             partner[i] = twin
             free_b.discard(twin)
     gone_a = [i for i in loose_a if i not in partner and _base(ea[i]) not in LAYOUT_OPS]
     gone_b = sorted(j for j in free_b if _base(eb[j]) not in LAYOUT_OPS)
     total = max(len(ea), len(eb))
-    if total and len(partner) < STRUCTURAL * total:
+    matched = len(partner) + len(same_result) // 2
+    if total and matched < STRUCTURAL * total:
         first_a = ea[gone_a[0]] if gone_a else None
         first_b = eb[gone_b[0]] if gone_b else None
-        return Alignment(len(partner), total, None, True, (first_a, first_b))
-    # the first difference in A's order; a B-only op sits where its block starts in A
-    where_b = {}
-    for _tag, i1, _i2, j1, j2 in blocks:
-        for j in range(j1, j2):
-            where_b[j] = i1 - 0.5 + (j - j1) / max(1, j2 - j1 + 1)
+        return Alignment(matched, total, None, True, (first_a, first_b))
+    # the first difference in A's order: a pair of aligned ops whose values part, or a stretch
+    # of ops that only one run has or that each run computes differently (its first op each side)
     candidates: list[tuple[float, Difference]] = []
     for i, j in sorted(partner.items()):
         out = _same_values(ea[i], eb[j])
-        if out >= 0:
+        if out >= 0 and not (_found_near(ea[i], eb, j) and _found_near(eb[j], ea, i)):
             kind = "randomness" if ea[i].get("r") else "value"
             candidates.append((float(i), Difference(kind, ea[i], eb[j], out)))
             break
-    replaced = {i: j for tag, i1, i2, j1, j2 in blocks if tag == "replace"
-                for i, j in zip(range(i1, i2), range(j1, j2))}
-    for i in gone_a:
-        j = replaced.get(i)
-        other = eb[j] if j is not None and j in free_b else None
-        candidates.append((float(i), _op_difference(ea[i], other)))
-        break
-    for j in gone_b:
-        if j not in replaced.values():
-            candidates.append((where_b.get(j, float(len(ea))), Difference("op", None, eb[j])))
+    set_a, set_b = set(gone_a), set(gone_b)
+    for i1, i2, j1, j2 in regions:
+        in_a = [i for i in range(i1, i2) if i in set_a]
+        in_b = [j for j in range(j1, j2) if j in set_b]
+        if in_a or in_b:
+            where = float(in_a[0]) if in_a else i1 - 0.5
+            d = _op_difference(ea[in_a[0]] if in_a else None, eb[in_b[0]] if in_b else None)
+            d.ends = (_last(ea[i1:i2]), _last(eb[j1:j2]))
+            candidates.append((where, d))
             break
     first = min(candidates, key=lambda c: c[0])[1] if candidates else None
-    return Alignment(len(partner), total, first, False)
+    return Alignment(matched, total, first, False)

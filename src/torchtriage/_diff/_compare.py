@@ -84,7 +84,7 @@ def compare(ra: dict[str, Any], rb: dict[str, Any], *, names: tuple[str, str] = 
         found.append(from_catalogue(Category.SILENT, "diff.same", "diff.same", severity=Severity.INFO,
                                     fields={"ops": aligned.pairs, "steps": min(_steps(ra), _steps(rb))}))
     params = _params(ra, rb)
-    if params is not None and not aligned.structural:
+    if params is not None and aligned.first is not None:  # (with none: rounding that Adam amplified)
         found.append(params)
     found += _seeds(a, b) + _init(rb)
     meta = {"steps": min(_steps(ra), _steps(rb)),
@@ -120,14 +120,19 @@ def _diverged(a: _Side, b: _Side, d: Difference, aligned: Alignment) -> Finding:
               "module": e.get("m") or _msg("diff.step_code"),
               "dtype": (e["out"][d.output][1] if e["out"] else "").replace("torch.", "")}
     if d.kind in ("shape", "dtype") and d.a is not None and d.b is not None:
-        fields.update(a=describe(*d.a["out"][0][:2], None), b=describe(*d.b["out"][0][:2], None))
+        oa, ob = d.a["out"][0], d.b["out"][0]
+        fields.update(a=describe(oa[0], oa[1], None), b=describe(ob[0], ob[1], None))
     ev: dict[str, Any] = {"differs": d.kind, f"{a.name} line": a.line(d.a), f"{b.name} line": b.line(d.b),
                           f"{a.name} value": a.value(d.a, d.output), f"{b.name} value": b.value(d.b, d.output)}
     args_a, args_b = (d.a or {}).get("a", ""), (d.b or {}).get("a", "")
     cause_key = "diff.cause.input" if e.get("k") == "input" else "diff.cause.line"
-    if d.a is not None and d.b is not None and args_a != args_b:
+    if d.a is not None and d.b is not None and d.a["o"] == d.b["o"] and args_a != args_b:
         ev[f"{a.name} arguments"], ev[f"{b.name} arguments"] = args_a, args_b
         cause_key = "diff.cause.args"
+    end_a, end_b = d.ends
+    if end_a is not None and end_b is not None and (end_a is not d.a or end_b is not d.b):
+        ev[f"{a.name} result"] = f"{a.what(end_a)}: {a.value(end_a)}"
+        ev[f"{b.name} result"] = f"{b.what(end_b)}: {b.value(end_b)}"
     mode = _mode(a.record, b.record, step)
     if mode:
         ev["mode"] = mode
