@@ -32,7 +32,8 @@ LM = '''
 import sys, torch, torch.nn as nn, torch.nn.functional as F
 torch.manual_seed(0)
 layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.1, batch_first=True)
-model = nn.ModuleDict({{"emb": nn.Embedding(100, 64), "enc": nn.TransformerEncoder(layer, 2), "out": nn.Linear(64, 100)}})
+model = nn.ModuleDict({{"emb": nn.Embedding(100, 64), "enc": nn.TransformerEncoder(layer, 2),
+                       "out": nn.Linear(64, 100)}})
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 tokens = torch.randint(0, 100, (8, 33))
 mask = nn.Transformer.generate_square_subsequent_mask(32)

@@ -232,8 +232,9 @@ def line_chart(name: str, values: Sequence[Any], *, mark_step: int | None = None
     drawn = _buckets(finite, n) if len(finite) > MAX_POINTS else finite
     parts = _grid(ax) + _line(ax, vals, drawn) + _marks(ax, mark_step, bad)
     # (styled in place: the page's stylesheet stays as it is)
-    parts += [p.replace('class="line"', 'class="line b" style="stroke: var(--warn); stroke-dasharray: 5 3"')
-              .replace('class="dot"', 'class="dot b" style="fill: var(--warn)"') for p in _line(ax, other, other_finite)]
+    dashed = 'class="line b" style="stroke: var(--warn); stroke-dasharray: 5 3"'
+    parts += [p.replace('class="line"', dashed).replace('class="dot"', 'class="dot b" style="fill: var(--warn)"')
+              for p in _line(ax, other, other_finite)]
     present = [v for v in vals if v is not None]
     desc = msg("html.chart_desc", name=name, n=n, first=fmt(present[0]), last=fmt(present[-1]),
                lo=fmt(min(ys)) if ys else "–", hi=fmt(max(ys)) if ys else "–")
