@@ -1,4 +1,4 @@
-"""`torchtriage diff` end to end (issue 28): two scripts, a saved step record against a script,
+"""`torchtriage diff` end to end (issue 28): two scripts, a saved step record against a module,
 a script against itself at a git revision; exit codes 0 / 1 / 2."""
 
 from __future__ import annotations
@@ -53,13 +53,13 @@ def test_two_scripts_part_at_the_changed_reduction(tmp_path):
     assert '"code": "diff.diverged"' in (tmp_path / "out.json").read_text()
 
 
-def test_a_saved_record_against_a_script_seeded_differently(tmp_path):
+def test_a_saved_record_against_a_module_seeded_differently(tmp_path):
     a = write(tmp_path / "a.py", seed=0)
-    b = write(tmp_path / "b.py", seed=1)
+    write(tmp_path / "b.py", seed=1)
     rec = run_cli("run", "--quiet", "--record", "ref", "--record-steps", "3", a, "1", cwd=tmp_path)
     assert rec.returncode == 0, rec.stderr
     assert "trained" in rec.stdout  # the run goes on after its recorded steps
-    done = run_cli("diff", "ref", b, "1", cwd=tmp_path)
+    done = run_cli("diff", "ref", "b", "1", cwd=tmp_path)  # b: a module, as `python -m b` runs it
     assert done.returncode == 0, done.stdout + done.stderr
     assert ("i [silent] the scripts seed differently (A: [0]; B: [1]); B ran with A's seed values, so both "
             "draw the same random numbers and, where the sampler uses torch's generator, the same data "
