@@ -130,3 +130,8 @@ def test_an_op_moved_between_independent_lines_is_no_difference():
     rb = {"ops": [ev("aten::sin", 2.0), ev("aten::exp", 1.0), ev("aten::add", 3.0)]}
     result = align(ra, rb)
     assert result.first is None and result.pairs == 3 and not result.structural
+
+
+def test_a_step_function_that_trains_nothing_is_bad_input():
+    with pytest.raises(ValueError, match="^step_fn_a ran no training step that torchtriage could see"):
+        torchtriage.diff(lambda: None, lambda: None, steps=1)

@@ -34,5 +34,6 @@ MESSAGES = {
     "diff.side_failed": ("{side} ended with exit code {code} before its {steps} step(s) were recorded; "
                          "its last lines:\n{tail}"),
     "diff.git_failed": "--git {rev}: cannot check out {path} at that revision: {reason}",
-    "diff.timing": "diff took {diff:.1f} s; the two sides' recorded steps {a:.2f} s and {b:.2f} s",
+    "diff.no_steps": ("{side} ran no training step that torchtriage could see (no model call, no backward); "
+                      "nothing to compare"),
 }

@@ -53,4 +53,9 @@ def diff(step_fn_a: Callable[..., Any], step_fn_b: Callable[..., Any], batch: An
         raise ValueError(f"steps={steps}: expected a number of steps >= 1")
     a = _record(step_fn_a, batch, steps, seed, None)
     b = _record(step_fn_b, batch, steps, seed, a)
+    from .._catalogue import msg
+
+    for name, side in (("step_fn_a", a), ("step_fn_b", b)):
+        if not side.record["ops"]:
+            raise ValueError(msg("diff.no_steps", side=name))
     return compare(dict(a.record, target="A"), dict(b.record, target="B"))

@@ -90,6 +90,8 @@ def record_side(side: Side, args: list[str], folder: str, *, steps: int, seed: i
         raise DiffInputError(msg("diff.side_failed", side=side.label, code=done.returncode, steps=steps, tail=tail))
     record = load_record(folder)
     record["target"] = side.label
+    if not record.get("ops"):
+        raise DiffInputError(msg("diff.no_steps", side=side.label))
     return record, seconds
 
 
