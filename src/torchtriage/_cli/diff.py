@@ -1,6 +1,6 @@
 """`torchtriage diff [--steps N] [--seed S] A B [ARGS...]`: run two versions of a training
 program for the same steps, seeds, data and initial weights, and report the first step, stage,
-module and op where they part (issue 28).
+module and op where they part.
 
 A and B: scripts, modules (as `python -m` takes them), or step record folders written by
 `torchtriage run --record DIR`; `--git REV SCRIPT [ARGS...]` compares SCRIPT at REV (A) with
