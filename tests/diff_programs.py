@@ -225,3 +225,20 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
 
 def tokens() -> torch.Tensor:
     return torch.randint(0, 11, (4, 7), generator=torch.Generator().manual_seed(0))
+
+
+def metric_step(cast: bool):
+    """A metric after the update: `.mean()` of a long tensor raises (fixed by a cast)."""
+    model = nn.Linear(8, 4)
+    opt = _sgd(model)
+
+    def step(batch):
+        x, y = batch
+        logits = model(x.mean(1))
+        loss = F.cross_entropy(logits, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        hits = (logits.argmax(1) == y).long()
+        return hits.float().mean() if cast else hits.mean()  # changed (metric)
+    return step

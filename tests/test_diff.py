@@ -135,3 +135,12 @@ def test_an_op_moved_between_independent_lines_is_no_difference():
 def test_a_step_function_that_trains_nothing_is_bad_input():
     with pytest.raises(ValueError, match="^step_fn_a ran no training step that torchtriage could see"):
         torchtriage.diff(lambda: None, lambda: None, steps=1)
+
+
+def test_a_run_that_raises_where_the_other_goes_on():
+    f = first(torchtriage.diff(P.metric_step(True), P.metric_step(False), P.batch(), steps=2))
+    # (after step 0's update: the ops between two steps count for the next one)
+    assert (f.step, f.line, f.evidence["differs"]) == (1, changed_line("metric"), "error")
+    assert f.message.startswith("the runs part at step 1: B raises RuntimeError: mean(): could not infer output "
+                                "dtype"), f.message
+    assert f.message.endswith(", where A goes on")

@@ -34,6 +34,7 @@ MESSAGES = {
     "diff.side_failed": ("{side} ended with exit code {code} before its {steps} step(s) were recorded; "
                          "its last lines:\n{tail}"),
     "diff.git_failed": "--git {rev}: cannot check out {path} at that revision: {reason}",
+    "diff.raised": "the runs part at step {step}: {side} raises {error}, where {other} goes on",
     "diff.no_steps": ("{side} ran no training step that torchtriage could see (no model call, no backward); "
                       "nothing to compare"),
 }

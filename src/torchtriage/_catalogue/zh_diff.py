@@ -26,5 +26,6 @@ MESSAGES = {
     "diff.no_side": "{side}：找不到；请给出脚本（.py）、模块名（与 python -m 相同）或步骤记录文件夹",
     "diff.side_failed": "{side} 在记录完 {steps} 步之前以退出码 {code} 结束；最后几行：\n{tail}",
     "diff.git_failed": "--git {rev}：无法检出 {path} 在该版本的内容：{reason}",
+    "diff.raised": "两次运行在第 {step} 步分叉：{side} 抛出 {error}，而 {other} 继续运行",
     "diff.no_steps": "{side} 没有运行 torchtriage 能看到的训练步骤（没有模型调用，也没有 backward）；无可比较",
 }

@@ -178,7 +178,8 @@ def align(ra: dict[str, Any], rb: dict[str, Any]) -> Alignment:
             free_b.discard(twin)
     gone_a = [i for i in loose_a if i not in partner and _base(ea[i]) not in LAYOUT_OPS]
     gone_b = sorted(j for j in free_b if _base(eb[j]) not in LAYOUT_OPS)
-    total = max(len(ea), len(eb))
+    # a run that raised stopped early: the share aligned is of the shorter one
+    total = min(len(ea), len(eb)) if ra.get("raised") or rb.get("raised") else max(len(ea), len(eb))
     matched = len(partner) + len(same_result) // 2
     if total and matched < STRUCTURAL * total:
         first_a = ea[gone_a[0]] if gone_a else None

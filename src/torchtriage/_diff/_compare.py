@@ -76,7 +76,10 @@ def compare(ra: dict[str, Any], rb: dict[str, Any], *, names: tuple[str, str] = 
     a, b = _Side(names[0], ra), _Side(names[1], rb)
     found: list[Finding] = []
     aligned = align(ra, rb)
-    if aligned.structural:
+    raised = _raised(a, b, aligned.first)
+    if raised is not None:
+        found.append(raised)
+    elif aligned.structural:
         found.append(_structure(a, b, aligned))
     elif aligned.first is not None:
         found.append(_diverged(a, b, aligned.first, aligned))
@@ -197,6 +200,26 @@ def _msg(key: str, **fields: Any) -> str:
     from .._catalogue import msg
 
     return msg(key, **fields)
+
+
+def _raised(a: _Side, b: _Side, d: Difference | None) -> Finding | None:
+    """One run raised where the other went on, before any other difference: that is where they
+    part (a difference found at or after the step it raised in is the run stopping there)."""
+    for side, other in ((b, a), (a, b)):
+        info = side.record.get("raised")
+        if not info or other.record.get("raised"):
+            continue
+        if d is not None:
+            mine, theirs = (d.a, d.b) if side is a else (d.b, d.a)
+            if mine is not None or theirs is None or theirs["s"] < info["step"]:
+                return None  # a difference before the error, or in the ops this run did run
+        frame = side.frame({"f": info.get("frame")})
+        return from_catalogue(Category.SILENT, "diff.diverged", "diff.raised", severity=Severity.ERROR,
+                              fields={"side": side.name, "other": other.name, "step": info["step"],
+                                      "error": info["error"]},
+                              evidence={"differs": "error", f"{side.name} line": side.line({"f": info.get("frame")})},
+                              step=info["step"], frame=_uf(frame), source_line=True, next_key="diff.next")
+    return None
 
 
 def _structure(a: _Side, b: _Side, aligned: Alignment) -> Finding:

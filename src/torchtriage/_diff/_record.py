@@ -29,7 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from .._checker import Checker
-from .._frames import _TORCH, is_our_file, is_user_file, user_frame_from_stack, user_frame_of
+from .._frames import is_our_file, is_user_file, user_frame_from_stack, user_frame_from_tb, user_frame_of
 from .._nonfinite._trace import ModuleStack
 from ._fingerprint import fingerprint
 from ._weights import map_state
@@ -49,7 +49,7 @@ def _site(start: Any) -> Any:
         file = code.co_filename
         if is_user_file(file) and code.co_name != "__torch_function__":
             return f
-        if is_our_file(file) and not file.startswith(_TORCH) and "__tracebackhide__" not in code.co_varnames \
+        if is_our_file(file) and "__tracebackhide__" not in code.co_varnames \
                 and code.co_name not in ("__torch_dispatch__", "__torch_function__"):
             return False
         f = f.f_back
@@ -181,10 +181,13 @@ class OpRecorder(Checker):
         self.record["modes"].append({})
         sess = self.session
         assert sess is not None
-        self._stack = ModuleStack(lambda m: sess.module_name(m))
-        self._stack.__enter__()
-        self._tape = _OpTape(self)
-        self._tape.__enter__()
+        if self._tape is None:
+            # on from the first step to the end of the last one: the ops between two steps (a
+            # metric after `optimizer.step()`, the next batch's preprocessing) count for the next
+            self._stack = ModuleStack(lambda m: sess.module_name(m))
+            self._stack.__enter__()
+            self._tape = _OpTape(self)
+            self._tape.__enter__()
 
     def on_root_forward_pre(self, model: nn.Module, label: str) -> None:
         if model not in self._models:
@@ -231,12 +234,16 @@ class OpRecorder(Checker):
         self.record["updates"].append([self._step(), updates])
 
     def on_step_end(self, step: int) -> None:
-        self._pop()
         if step + 1 >= self.steps:
+            self._pop()
             self.finish()
 
     def on_exception(self, exc: BaseException) -> None:
         self._pop()
+        if not self._done and "raised" not in self.record:
+            frame = user_frame_from_tb(exc.__traceback__)
+            self.record["raised"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:200],
+                                     "step": self._step(), "frame": self._frame_index(frame)}
 
     def on_end(self) -> None:
         self._pop()
