@@ -134,10 +134,11 @@ def _last(stretch: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _ends_in(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
-    """Every output of `a`'s last op (before the views and copies that only re-lay it out) is
+    """The result of `a`'s last op (before the views and copies that only re-lay it out; its
+    first output: the others of a fused kernel are what it saves for backward, a logsumexp) is
     among the values `b` computes."""
     last = _last(a)
-    return last is not None and _values_among(last, b)
+    return last is not None and bool(last["out"]) and _values_among(dict(last, out=last["out"][:1]), b)
 
 
 def _same_result(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
