@@ -19,6 +19,7 @@ tiny MLP's step runs about 10x slower); nothing after.
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import time
 from typing import Any, Callable
@@ -37,6 +38,7 @@ from ._weights import map_state
 RANDOM_OPS = frozenset({"bernoulli", "native_dropout", "rand", "randn", "randint", "randperm", "normal", "uniform",
                         "multinomial", "exponential", "geometric", "cauchy", "log_normal", "rand_like",
                         "randn_like", "randint_like", "random"})
+_DATA = os.path.join(os.path.dirname(torch.__file__), "utils", "data") + os.sep
 MAX_OPS = 50_000  # per run; a record past it is marked truncated
 
 
@@ -44,12 +46,14 @@ def _site(start: Any) -> Any:
     """The user's frame that issued the op now dispatched; False for an op of torchtriage's own
     code (a check's hook), None when no user frame is on the stack."""
     f = start
+    loading = False  # the op is the data pipeline's (a collate), whoever iterates the loader
     while f is not None:
         code = f.f_code
         file = code.co_filename
         if is_user_file(file) and code.co_name != "__torch_function__":
             return f
-        if is_our_file(file) and "__tracebackhide__" not in code.co_varnames \
+        loading = loading or _DATA in file
+        if is_our_file(file) and not loading and "__tracebackhide__" not in code.co_varnames \
                 and code.co_name not in ("__torch_dispatch__", "__torch_function__"):
             return False
         f = f.f_back
