@@ -103,7 +103,7 @@ def test_exit_codes_are_documented_in_help():
 
 
 ARGS = {"run": ["x.py"], "env": [], "lab": [], "splits": ["a.csv", "b.csv"], "replay": ["B"], "shrink": ["B"],
-        "make-test": ["B"], "report": ["r.json"]}
+        "make-test": ["B"], "report": ["r.json"], "diff": ["a.py", "b.py"]}
 
 
 def test_every_command_takes_the_global_options_before_or_after_it():

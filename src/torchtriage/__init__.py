@@ -18,6 +18,7 @@ if _typing.TYPE_CHECKING:
     from ._contracts import TensorSpec as TensorSpec
     from ._contracts import audit_tensor as audit_tensor
     from ._contracts import expect as expect
+    from ._diff import diff as diff
     from ._env import collect_env as collect_env
     from ._errors import AnomalyError as AnomalyError
     from ._errors import BundleError as BundleError
@@ -102,6 +103,7 @@ _EXPORTS: dict[str, str] = {
     "debug_priority": "._seed",
     "diagnose_gradients": "._gradients",
     "diagnose_none_grad": "._seed",
+    "diff": "._diff",
     "expect": "._contracts",
     "first_nonfinite_step": "._seed",
     "get_language": "._catalogue",
@@ -155,6 +157,7 @@ __all__ = [
     "debug_priority",
     "diagnose_gradients",
     "diagnose_none_grad",
+    "diff",
     "expect",
     "first_nonfinite_step",
     "get_language",

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 # One module per command; each registers itself.
-COMMANDS = ("run", "env", "lab", "splits", "replay", "shrink", "make_test", "report")
+COMMANDS = ("run", "env", "lab", "splits", "replay", "shrink", "make_test", "report", "diff")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -46,6 +46,9 @@ def register(sub: Any) -> None:
     # the rerun's own child process (issue 27): not for users
     p.add_argument("--rerun-at", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--rerun-out", default=None, help=argparse.SUPPRESS)
+    from .._diff._side import add_record_options
+
+    add_record_options(p)  # issue 28: `--record DIR`, a reference run for `torchtriage diff`
     # Optional here and checked in run_command: argparse would otherwise also list ARGS as missing.
     p.add_argument("script", nargs="?", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
@@ -120,7 +123,8 @@ def _check_options(args: argparse.Namespace) -> tuple[str | None, Any]:
             return f"--checks: unknown check(s) {', '.join(unknown)}; accepted: {', '.join(_registry.CHECKS)}", None
     from .._outputs import check_folder_output
 
-    for flag, folder in (("--bundle", args.bundle), ("--tensorboard", args.tensorboard)):
+    for flag, folder in (("--bundle", args.bundle), ("--tensorboard", args.tensorboard),
+                         ("--record", getattr(args, "record", None))):
         problem = check_folder_output(folder, flag) if folder else None
         if problem:
             return problem, None
@@ -163,10 +167,31 @@ def _session(args: argparse.Namespace, checks: Any, options: dict[str, Any]) -> 
 
         stall = float(args.stall_timeout) if args.stall_timeout is not None else None
         options.update(stall_timeout=stall, report_writer=stall_writer)
+    if getattr(args, "record", None):
+        checks, problem = _with_recorder(args, checks)
+        if problem:
+            return None, problem
     try:
         return Session(discover=True, on_anomaly=args.on_anomaly, checks=checks, report=False, **options), None
     except ImportError as e:  # a dashboard's package is missing: the message names the extra
         return None, str(e)
+
+
+def _with_recorder(args: argparse.Namespace, checks: Any) -> tuple[Any, str | None]:
+    """The checks with an `OpRecorder` writing `--record DIR` (issue 28)."""
+    from .. import _registry
+    from .._diff._side import recorder_for
+
+    if args.record_steps < 1:
+        return None, f"--record-steps {args.record_steps}: expected a number of steps >= 1"
+    try:
+        seed = int(args.record_seed) if args.record_seed is not None else None
+        recorder = recorder_for(args.record, steps=args.record_steps, stop=args.record_stop,
+                                init_dir=args.record_init, seeds_dir=args.record_seeds, seed=seed)
+    except ValueError as e:
+        return None, str(e)
+    names = [] if args.record_only else list(_registry.DEFAULT_CHECKS) if checks == "default" else list(checks)
+    return [*names, recorder], None
 
 
 def run_module_command(args: argparse.Namespace) -> int:

@@ -262,7 +262,20 @@ def charts_html(report: Report) -> str:
     charts = []
     steps = report.meta.get("series_steps") if isinstance(report.meta, Mapping) else None
     steps = steps if isinstance(steps, Mapping) else {}
+    # two runs' curves in one chart (`torchtriage diff`, issue 28): meta["series_pairs"]
+    pairs = report.meta.get("series_pairs") if isinstance(report.meta, Mapping) else None
+    paired: dict[str, str] = {}
+    for pair in (pairs.values() if isinstance(pairs, Mapping) else ()):
+        if isinstance(pair, (list, tuple)) and len(pair) == 2 and pair[0] in series and pair[1] in series:
+            paired[pair[0]], paired[pair[1]] = pair[1], ""
     for i, (name, values) in enumerate(series.items()):
+        if name in paired and isinstance(values, (list, tuple)):
+            if paired[name]:
+                chart = line_chart(f"{name} — {paired[name]}", values, mark_step=mark, chart_id=f"chart{i}",
+                                   overlay=(paired[name], series[paired[name]]))
+                if chart:
+                    charts.append(chart)
+            continue
         if isinstance(values, (list, tuple)) and values:
             chart = line_chart(str(name), values, mark_step=mark, chart_id=f"chart{i}", steps=steps.get(name))
             if chart:

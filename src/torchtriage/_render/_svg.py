@@ -195,7 +195,8 @@ def _marks(ax: _Axes, mark_step: int | None, bad: list[tuple[int, float]]) -> li
 
 
 def line_chart(name: str, values: Sequence[Any], *, mark_step: int | None = None,
-               log: bool | None = None, chart_id: str = "c0", steps: Sequence[int] | None = None) -> str:
+               log: bool | None = None, chart_id: str = "c0", steps: Sequence[int] | None = None,
+               overlay: tuple[str, Sequence[Any]] | None = None) -> str:
     """One `<figure>` holding an SVG line chart of `values` (index = step) and a text caption.
 
     Arguments:
@@ -207,6 +208,8 @@ def line_chart(name: str, values: Sequence[Any], *, mark_step: int | None = None
         chart_id: a document-unique id for the SVG's accessible title.
         steps: the step of each value, when they are not 0, 1, 2, ... (a long run's series kept
             in bounded memory: `Report.meta["series_steps"]`).
+        overlay: (name, values) of a second series drawn dashed on the same axes (two runs'
+            curves compared: `torchtriage diff`, issue 28).
 
     Returns:
         The HTML, or "" when the series has no value at all.
@@ -223,13 +226,23 @@ def line_chart(name: str, values: Sequence[Any], *, mark_step: int | None = None
     if not finite and not bad:
         return ""
     ys = [v for _, v in finite]
-    ax = _axes(ys, log, n, steps)
+    other = [_value(v) for v in overlay[1]] if overlay is not None else []
+    other_finite = [(i, v) for i, v in enumerate(other) if v is not None and math.isfinite(v)][:MAX_POINTS]
+    ax = _axes(ys + [v for _, v in other_finite], log, max(n, len(other)), steps)
     drawn = _buckets(finite, n) if len(finite) > MAX_POINTS else finite
     parts = _grid(ax) + _line(ax, vals, drawn) + _marks(ax, mark_step, bad)
+    # (styled in place: the page's stylesheet stays as it is)
+    dashed = 'class="line b" style="stroke: var(--warn); stroke-dasharray: 5 3"'
+    parts += [p.replace('class="line"', dashed).replace('class="dot"', 'class="dot b" style="fill: var(--warn)"')
+              for p in _line(ax, other, other_finite)]
     present = [v for v in vals if v is not None]
     desc = msg("html.chart_desc", name=name, n=n, first=fmt(present[0]), last=fmt(present[-1]),
                lo=fmt(min(ys)) if ys else "–", hi=fmt(max(ys)) if ys else "–")
     notes = [desc]
+    if overlay is not None and other_finite:
+        notes.append(msg("html.chart_desc", name=overlay[0], n=len(other), first=fmt(other_finite[0][1]),
+                         last=fmt(other_finite[-1][1]), lo=fmt(min(v for _, v in other_finite)),
+                         hi=fmt(max(v for _, v in other_finite))))
     if bad:
         notes.append(msg("html.chart_nonfinite", count=len(bad), step=ax.at(bad[0][0]), value=fmt(bad[0][1])))
     if missing:
