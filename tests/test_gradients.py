@@ -450,6 +450,44 @@ def test_zero_gradient_behind_a_constant_zero_gate_is_caught_under_warmup():
     assert _one(s.report, "gradient.zero").module == "branch"
 
 
+class _ZeroInitResidual(nn.Module):
+    """A residual block whose last norm starts at 0 (torchvision's `zero_init_residual=True`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(4, 8), nn.Linear(8, 4)
+        self.bn2 = nn.BatchNorm1d(4)
+        nn.init.zeros_(self.bn2.weight)
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.head(x + self.bn2(self.fc2(torch.relu(self.fc1(x)))))
+
+
+def test_zero_init_residual_under_a_hand_written_warmup_from_zero_is_quiet():
+    # the branch's gradient is exactly zero until bn2.weight has moved, and the lr is set by hand
+    # from 0 (no LRScheduler to say so, as LARS recipes do): zero in the window, not over the run
+    torch.manual_seed(0)
+    model = _ZeroInitResidual()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0, momentum=0.9)
+    x, y = torch.randn(32, 4), torch.randn(32, 1)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for step in range(12):
+            for g in opt.param_groups:
+                g["lr"] = 0.05 * min(1.0, step / 6)
+            opt.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+    assert not s.report.filter(code="gradient.zero"), str(s.report)
+    assert model.fc1.weight.grad.abs().sum() > 0  # the gate opened: the branch trains
+
+
+def test_a_zero_gradient_that_stays_zero_over_the_run_is_still_named():
+    model = zoo.MultipliedByZero()
+    f = _one(_watch(model, torch.optim.SGD(model.parameters(), lr=0.1), steps=8), "gradient.zero")
+    assert f.module == "branch" and f.evidence["zero_at_every_later_backward"] >= 5
+
+
 def test_numerics_bitwise_identical():
     m1, m2 = zoo.mlp(), zoo.mlp()
     o1, o2 = torch.optim.Adam(m1.parameters(), 1e-2), torch.optim.Adam(m2.parameters(), 1e-2)

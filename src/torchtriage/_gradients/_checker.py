@@ -36,6 +36,7 @@ from ._idle import IdleOptimizers
 from ._loss import explain_loss_without_grad
 from ._static import frozen_findings, registration_findings
 from ._tracer import CutRecord, CutTracer, module_being_called, pop, push
+from ._zero_later import ZeroLater
 
 _SAMPLE = 4  # parameters per optimizer sampled for the zero_grad check
 # The window stays open up to this many extra steps until every watched optimizer has stepped
@@ -83,6 +84,7 @@ class GradientChecker(Checker):
         self._held_lr: dict[tuple[int, int], Finding] = {}
         self._idle = IdleOptimizers()  # optimizers that never step while their parameters get grads
         self._held_idle: dict[int, Finding] = {}
+        self._zero_later = ZeroLater()  # gradient.zero, judged over the whole run
         self._loss_cuts: set[tuple[str | None, int | None]] = set()  # lines a loss_no_grad_fn named
         self._loss_models: set[str] = set()  # labels of models whose no-grad forward made such a loss
 
@@ -347,7 +349,8 @@ class GradientChecker(Checker):
     def on_end(self) -> None:
         self._flush_eval()
         self._conclude(self.session.step if self.session else None)
-        held = [*self._held_unused.values(), *self._held_lr.values(), *self._held_idle.values()]
+        held = [*self._held_unused.values(), *self._held_lr.values(), *self._held_idle.values(),
+                *self._zero_later.release()]
         self._held_unused, self._held_lr, self._held_idle = {}, {}, {}
         for f in sorted(held, key=lambda f: f.step if f.step is not None else -1):
             self._add(f)
@@ -410,8 +413,16 @@ class GradientChecker(Checker):
                 self._held_unused[f.module] = f
             elif f.code == "gradient.lr_zero" and _scheduled(optimizers, f.evidence):
                 self._held_lr[(f.evidence["optimizer"], f.evidence["group"])] = f
+            elif f.code == "gradient.zero" and self._zero_later.hold(f, self._params_named(f)):
+                pass  # dropped at the end if a gate opens later (zero-init residual BN, ReZero, LoRA B)
             else:
                 self._add(f)
+
+    def _params_named(self, f: Finding) -> list[torch.Tensor]:
+        names = set(f.evidence.get("parameters") or ([f.parameter] if f.parameter else []))
+        if self.session is None or not names:
+            return []
+        return [t for t, info in self.session.param_index.tensors() if info.qualname in names]
 
     def _drop_tracer(self) -> None:
         self._tracer_lingers = False
