@@ -128,6 +128,7 @@ def train(model, train_set, test_set, valid_size=500, n_epochs=6, batch_size=64,
 
 
 def demo():
+    torch.manual_seed(0)
     mean = [0.25, 0.25, 0.25]
     stdv = [0.3, 0.3, 0.3]
     train_transforms = Compose([
