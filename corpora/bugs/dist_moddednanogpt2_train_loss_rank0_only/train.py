@@ -57,12 +57,12 @@ def main():
     master_process = ddp_rank == 0
     torch.manual_seed(0)
     # the shards come from different sources: shard 0 is highly regular text, shard 1 much less so
-    shards = [make_shard(20000, 2, seed=1), make_shard(20000, 8, seed=2)]
+    shards = [make_shard(8000, 2, seed=1), make_shard(8000, 8, seed=2)]
     train_loader = DistributedDataLoader(shards, 8, 32, ddp_rank, ddp_world_size)
     model = DDP(GPT())
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95))
     x, y = train_loader.next_batch()
-    for step in range(101):
+    for step in range(76):
         model.train()
         _, loss = model(x, y)
         x, y = train_loader.next_batch()
