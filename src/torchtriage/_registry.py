@@ -17,10 +17,12 @@ CHECKS: dict[str, str] = {
     "dynamics": "torchtriage._dynamics:DynamicsChecker",
     "repro": "torchtriage._repro:ReproRecorder",
     "leakage": "torchtriage._leakage._runtime:LeakageWatch",
+    "ledger": "torchtriage._ledger:DataLedger",
     "distributed": "torchtriage._distributed._checker:DistributedChecker",
 }
 
-DEFAULT_CHECKS: tuple[str, ...] = ("triage", "nonfinite", "gradients", "silent", "dynamics", "repro", "leakage")
+DEFAULT_CHECKS: tuple[str, ...] = ("triage", "nonfinite", "gradients", "silent", "dynamics", "repro", "leakage",
+                                   "ledger")
 
 
 def available() -> list[str]:

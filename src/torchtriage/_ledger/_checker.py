@@ -1,0 +1,94 @@
+"""`DataLedger` (registry name "ledger"): where every sample of the data goes (issue 25).
+
+The check follows every DataLoader pass (`_follow.py`) and counts the backward passes and the
+forwards with gradients between one batch and the next, so that each batch of each epoch is
+known as trained on or not. At the end (closing the last epochs) it judges the invariants
+(`_verdicts.py`): coverage, order, splits, and across ranks (`_ranks.py`). Costs: two counter
+increments per forward and per backward; per batch a few Python calls and a host index lookup
+(first pass: the content digests, on the batch's device); no host read until the end, where the
+content digests are read once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from .._checker import Checker
+from ._epochs import Epoch, Loader
+from ._follow import Follower
+
+
+class DataLedger(Checker):
+    """The data ledger: samples per split, epoch and rank, and the invariants they keep."""
+
+    name = "ledger"
+
+    def on_start(self, session: Any) -> None:
+        self.backwards = 0
+        self.forwards = 0
+        self.follower = Follower(session, self)
+        self.follower.install()
+
+    def counters(self) -> tuple[int, int]:
+        return self.backwards, self.forwards
+
+    @property
+    def loaders(self) -> list[Loader]:
+        return self.follower.loaders
+
+    def on_root_forward_pre(self, model: nn.Module, label: str) -> None:
+        if model.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+            self.forwards += 1
+
+    def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        self.backwards += 1
+
+    def close(self, entry: Loader, ep: Epoch) -> None:
+        """An epoch ends (the loader's next pass began, or the session ends): its last batch's
+        window closes, and the epoch is summarized into the loader's ledger."""
+        if ep.closed:
+            return
+        ep.closed = True
+        if ep.sizes:
+            ep.backwards.append(self.backwards - ep.mark[0])
+            ep.forwards.append(self.forwards - ep.mark[1])
+        trained = ep.trained()
+        lost = [i for i, t in enumerate(trained) if not t]
+        indexed = bool(ep.roots) and all(r is not None for r in ep.roots)
+        if entry.n and indexed:
+            if entry.seen is None:
+                entry.seen = np.zeros(entry.n, dtype=bool)
+                entry.trained_on = np.zeros(entry.n, dtype=bool)
+            assert entry.trained_on is not None
+            for roots, t in zip(ep.roots, trained):
+                entry.seen[roots] = True
+                if t:
+                    entry.trained_on[roots] = True
+        examples = [int(v) for i in lost[:3] if (r := ep.roots[i]) is not None for v in r[:2].tolist()][:5]
+        summary = {
+            "epoch": ep.number, "batches": ep.batches, "samples": ep.samples, "complete": ep.complete,
+            "trained_batches": sum(trained), "lost_batches": lost[:20], "lost_count": len(lost),
+            "lost_samples": sum(ep.sizes[i] for i in lost), "lost_examples": examples,
+            "largest_batch": max(ep.sizes, default=0), "order": ep.order.hexdigest() if indexed else None,
+            "shuffled": ep.shuffled, "sampler_epoch": ep.sampler_epoch,
+        }
+        if indexed and sum(trained) and "roots" not in entry.first:  # the first training epoch's samples (ranks)
+            entry.first["roots"] = np.unique(np.concatenate([r for r in ep.roots if r is not None]))
+            entry.first["complete"] = ep.complete
+        ep.roots = []
+        entry.summaries.append(summary)
+
+    def on_end(self) -> None:
+        from ._ranks import exchange
+        from ._verdicts import conclude
+
+        for entry in self.loaders:
+            for ep in entry.epochs:
+                self.close(entry, ep)
+        with torch.no_grad():
+            conclude(self)
+        exchange(self)
