@@ -47,15 +47,19 @@ class DataLedger(Checker):
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         self.backwards += 1
 
+    def end_window(self, ep: Epoch) -> None:
+        """The last batch's window ends (another loader yields, or the epoch closes)."""
+        if ep.sizes and len(ep.backwards) < len(ep.sizes):
+            ep.backwards.append(self.backwards - ep.mark[0])
+            ep.forwards.append(self.forwards - ep.mark[1])
+
     def close(self, entry: Loader, ep: Epoch) -> None:
         """An epoch ends (the loader's next pass began, or the session ends): its last batch's
         window closes, and the epoch is summarized into the loader's ledger."""
         if ep.closed:
             return
         ep.closed = True
-        if ep.sizes:
-            ep.backwards.append(self.backwards - ep.mark[0])
-            ep.forwards.append(self.forwards - ep.mark[1])
+        self.end_window(ep)
         trained = ep.trained()
         lost = [i for i, t in enumerate(trained) if not t]
         indexed = bool(ep.roots) and all(r is not None for r in ep.roots)

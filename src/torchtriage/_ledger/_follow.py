@@ -51,6 +51,9 @@ class Follower:
         self.passes: weakref.WeakKeyDictionary[Any, _Pass] = weakref.WeakKeyDictionary()
         self.made: weakref.WeakKeyDictionary[Any, UserFrame] = weakref.WeakKeyDictionary()
         self.loaders: list[Loader] = []
+        # Exhausted passes whose last batch's window is still open: a prefetching loop trains on
+        # its last batch after the sampler ran out; the window ends at another loader's batch.
+        self.tails: list[tuple[Loader, Epoch]] = []
 
     def install(self) -> None:
         from torch.utils.data import DataLoader, dataloader
@@ -87,8 +90,9 @@ class Follower:
                 data = originals["__next__"](it)
             except StopIteration:
                 p = follower.passes.get(it)
-                if p is not None:
+                if p is not None and not p.epoch.complete:
                     p.epoch.complete = True
+                    follower.tails.append((p.loader, p.epoch))
                 raise
             follower.guarded(follower.on_batch, it, data)
             return data
@@ -151,6 +155,10 @@ class Follower:
         if p is None:
             return
         ep = p.epoch
+        if self.tails:
+            tails, self.tails = self.tails, []
+            for _entry, other in tails:
+                self.ledger.end_window(other)
         bw, fw = self.ledger.counters()
         if ep.sizes:  # the previous batch's window ends here
             ep.backwards.append(bw - ep.mark[0])

@@ -122,6 +122,16 @@ def _named_for_training(entry: Loader) -> bool:
     return "train" in entry.name.lower()
 
 
+_ROLES = (("validation", ("val", "dev")), ("test", ("test", "holdout")))
+
+
+def role(entry: Loader) -> str | None:
+    """The role the user's variable name gives an evaluation loader (`val_loader`, `test_dl`)."""
+    name = entry.name.lower()
+    found = [r for r, words in _ROLES if any(w in name for w in words)]
+    return found[0] if len(found) == 1 else None
+
+
 def splits(loaders: list[Loader]) -> list[Any]:
     train = [e for e in loaders if e.trains]
     held = [e for e in loaders if not e.trains and e.summaries and any(s["samples"] for s in e.summaries)]
@@ -135,7 +145,39 @@ def splits(loaders: list[Loader]) -> list[Any]:
             if f is not None:
                 out.append(f)
                 break
+    out += _eval_pairs(held)
     return out
+
+
+def _eval_pairs(held: list[Loader]) -> list[Any]:
+    """A validation loader and a test loader (by the user's names) over the same samples: the
+    model is selected on its test set."""
+    val = [e for e in held if role(e) == "validation"]
+    test = [e for e in held if role(e) == "test"]
+    for v in val:
+        for t in test:
+            if v.root_ref is not None and v.root() is not None and v.root() is t.root():
+                if v.seen is None or t.seen is None or v.n != t.n:
+                    continue
+                both = v.seen & t.seen
+                count, how = int(both.sum()), "index"
+                example = int(np.flatnonzero(both)[0]) if count else 0
+            else:
+                vk, tk = _keys(v), _keys(t)
+                if vk is None or tk is None or v.row_shape != t.row_shape:
+                    continue
+                hit = torch.isin(tk.cpu(), torch.unique(vk.cpu()))
+                count, how = int(hit.sum()), "content"
+                example = int(torch.nonzero(hit)[0, 0]) if count else 0
+            n = int(t.seen.sum()) if how == "index" and t.seen is not None else t.kept
+            if count >= 2 and count >= 0.5 * n:
+                fields = {"val": _label(v), "val_where": v.where(), "test": _label(t), "test_where": t.where(),
+                          "count": count, "n": n, "share": f"{100 * count / max(n, 1):.1f}%", "how": how}
+                evidence = {"validation_loader": v.name, "validation_at": v.where(), "test_loader": t.name,
+                            "test_at": t.where(), "count": count, "test_samples": n, "example": example,
+                            "matched": how}
+                return [finding("split_overlap", "val_test", "warning", t.made or t.frame, fields, evidence)]
+    return []
 
 
 def _split_finding(e: Loader, t: Loader, count: int, n: int, example: int, how: str, severity: str) -> Any:
