@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import statistics
-import weakref
 from typing import Any
 
 import numpy as np
@@ -77,7 +76,7 @@ class Loader:
     name: str
     frame: UserFrame | None  # the loop over it (or where it was made)
     made: UserFrame | None  # where the DataLoader was made, when seen
-    root_ref: Any  # weakref to the root dataset (None: not indexable)
+    root_token: int  # the root dataset's token: equal for loaders over one dataset (0: none)
     n: int  # len(root) (0: unknown)
     sampler: str
     distributed: bool
@@ -90,9 +89,6 @@ class Loader:
     summaries: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # closed epochs
     first: dict[str, Any] = dataclasses.field(default_factory=dict)  # the first training epoch's samples
 
-    def root(self) -> Any:
-        return self.root_ref() if self.root_ref is not None else None
-
     @property
     def trains(self) -> bool:
         return any(s["trained_batches"] for s in self.summaries)
@@ -101,9 +97,3 @@ class Loader:
         f = self.made or self.frame
         return f"{f.file}:{f.line}" if f else "?"
 
-
-def ref(obj: Any) -> Any:
-    try:
-        return weakref.ref(obj)
-    except TypeError:
-        return None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -28,11 +29,14 @@ import torch
 
 from .._frames import UserFrame, user_frame_from_stack
 from .._leakage._runtime._fingerprint import dense_keys
-from ._epochs import MAX_KEYS, Epoch, Loader, ref
+from ._epochs import MAX_KEYS, Epoch, Loader
 from ._lines import assigned_name, loop_name
 
 if TYPE_CHECKING:
     from ._checker import DataLedger
+
+
+_tokens = itertools.count(1)
 
 
 @dataclasses.dataclass(eq=False)
@@ -50,6 +54,9 @@ class Follower:
         self.ledger = ledger
         self.passes: weakref.WeakKeyDictionary[Any, _Pass] = weakref.WeakKeyDictionary()
         self.made: weakref.WeakKeyDictionary[Any, UserFrame] = weakref.WeakKeyDictionary()
+        # Root datasets by token: the loaders over one dataset are compared by index even after
+        # the dataset is gone (a script's main() returned before the session ends).
+        self.tokens: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self.loaders: list[Loader] = []
         # Exhausted passes whose last batch's window is still open: a prefetching loop trains on
         # its last batch after the sampler ran out; the window ends at another loader's batch.
@@ -137,18 +144,29 @@ class Follower:
 
     def find(self, loader: Any, frame: UserFrame | None, root: Any, n: int) -> Loader:
         made = self.made.get(loader)
+        token = self.token(root)
         for entry in self.loaders:
-            same_root = entry.root() is root if entry.root_ref is not None else root is None
-            if same_root and entry.n == n and entry.frame == frame and entry.made == made:
+            if entry.root_token == token and entry.n == n and entry.frame == frame and entry.made == made:
                 return entry
         name = (assigned_name(made.source) if made else None) or (loop_name(frame.source) if frame else None)
         sampler = _sampler(loader)
         from torch.utils.data.distributed import DistributedSampler
 
-        entry = Loader(name or type(loader).__name__, frame, made, ref(root) if root is not None else None, n,
-                       type(sampler).__name__, isinstance(sampler, DistributedSampler))
+        entry = Loader(name or type(loader).__name__, frame, made, token,
+                       n, type(sampler).__name__, isinstance(sampler, DistributedSampler))
         self.loaders.append(entry)
         return entry
+
+    def token(self, root: Any) -> int:
+        if root is None:
+            return 0
+        try:
+            found = self.tokens.get(root)
+            if found is None:
+                found = self.tokens[root] = next(_tokens)
+            return found
+        except TypeError:  # not weakly referenceable: by id (alive while its loader iterates)
+            return -id(root)
 
     def on_batch(self, it: Any, data: Any) -> None:
         p = self.passes.get(it)

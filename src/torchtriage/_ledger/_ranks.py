@@ -1,14 +1,15 @@
 """Ranks: each rank's samples of an epoch, compared across ranks at the end (issue 25).
 
-Every rank writes its ledger (per training loader: the root indices of its first training
-epoch, a consistent sample of at most `MAX_INDICES` of them: the indices ≡ 0 mod a power of
-two) to the run directory the distributed check uses (`_distributed._rundir`); rank 0 reads
-the others' (waiting at most `WAIT` seconds) and reports the loaders whose ranks drew the same
-samples. Loaders are matched across ranks by the line that iterates them and their dataset's
-length. Overlap above `OVERLAP` of an epoch is reported: a DistributedSampler pads an uneven
-dataset with at most world_size - 1 repeated samples, far below it. A warning when a DDP model
-averages the ranks' gradients (each step then averages copies of one batch); `info` otherwise
-(ranks that train separate models replicate the data on purpose).
+Every rank hands its ledger in with its report, in the report's meta (per training loader: the
+root indices of its first training epoch, a consistent sample of at most `MAX_INDICES` of them:
+the indices ≡ 0 mod a power of two), through the distributed check's exchange (the run
+directory, or the launcher's store across hosts); the merge on rank 0 (`_distributed._merge`)
+calls `compare_records` and reports the loaders whose ranks drew the same samples. Loaders are
+matched across ranks by the line that iterates them and their dataset's length. Overlap above
+`OVERLAP` of an epoch is reported: a DistributedSampler pads an uneven dataset with at most
+world_size - 1 repeated samples, far below it. A warning when a DDP model averages the ranks'
+gradients (each step then averages copies of one batch); `info` otherwise (ranks that train
+separate models replicate the data on purpose).
 """
 
 from __future__ import annotations
@@ -17,16 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._distributed._env import rank_info, run_dir
-from .._distributed._rundir import RunDir
+from .._distributed._env import rank_info
 from .._frames import UserFrame
 from ._verdicts import finding
 
 if TYPE_CHECKING:
     from ._checker import DataLedger
 
-MAX_INDICES = 1 << 16
-WAIT = 20.0
+MAX_INDICES = 1 << 12  # per loader and rank: 4096 indices, about 20 KiB of JSON in the report handed in
 OVERLAP = 0.5
 
 
@@ -61,27 +60,37 @@ def _ddp(ledger: DataLedger) -> bool:
 
 
 def exchange(ledger: DataLedger) -> None:
+    """This rank's ledger, handed in with its report (the report's meta; the merge on rank 0
+    compares the ranks' ledgers, `compare_records`, and drops them from the merged meta)."""
     info = rank_info()
     session = ledger.session
     if info is None or info.world_size < 2 or session is None:
         return
-    rd = RunDir(run_dir(info.rank), info.rank, info.world_size)
     mine = record(ledger)
-    rd.write(f"ledger-{info.rank}.json", mine)
-    if info.rank != 0 or not mine:
-        return
-    names = [f"ledger-{r}.json" for r in range(1, info.world_size)]
-    got = rd.wait(names, 0.0 if session.exception is not None else WAIT)
-    ddp = _ddp(ledger)
-    for key, a in mine.items():
-        for r in range(1, info.world_size):
-            b = (got.get(f"ledger-{r}.json") or {}).get(key)
+    if mine:
+        session.meta["ledger"] = {"ddp": _ddp(ledger), "loaders": mine}
+
+
+def compare_records(records: dict[int, dict[str, Any]]) -> list[Any]:
+    """The ranks' ledgers (in their reports' meta) compared: one finding per loader whose ranks
+    drew the same samples of an epoch."""
+    ledgers = {r: rec.get("report", {}).get("meta", {}).get("ledger") for r, rec in records.items()}
+    ledgers = {r: led for r, led in ledgers.items() if led}
+    if len(ledgers) < 2:
+        return []
+    first = min(ledgers)
+    out = []
+    for key, a in ledgers[first]["loaders"].items():
+        for r in sorted(ledgers):
+            b = ledgers[r]["loaders"].get(key) if r != first else None
             if b is None:
                 continue
-            f = compare(a, b, 0, r, ddp)
+            ddp = any(led.get("ddp") for led in ledgers.values())
+            f = compare(a, b, first, r, ddp)
             if f is not None:
-                session.add(f)
+                out.append(f)
                 break
+    return out
 
 
 def compare(a: dict[str, Any], b: dict[str, Any], ra: int, rb: int, ddp: bool) -> Any:

@@ -140,8 +140,7 @@ def splits(loaders: list[Loader]) -> list[Any]:
         if _named_for_training(e):
             continue
         for t in train:
-            f = _by_index(e, t) if e.root_ref is not None and e.root() is not None and e.root() is t.root() \
-                else _by_content(e, t)
+            f = _by_index(e, t) if e.root_token and e.root_token == t.root_token else _by_content(e, t)
             if f is not None:
                 out.append(f)
                 break
@@ -156,7 +155,7 @@ def _eval_pairs(held: list[Loader]) -> list[Any]:
     test = [e for e in held if role(e) == "test"]
     for v in val:
         for t in test:
-            if v.root_ref is not None and v.root() is not None and v.root() is t.root():
+            if v.root_token and v.root_token == t.root_token:
                 if v.seen is None or t.seen is None or v.n != t.n:
                     continue
                 both = v.seen & t.seen
