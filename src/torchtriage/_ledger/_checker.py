@@ -48,10 +48,15 @@ class DataLedger(Checker):
         self.backwards += 1
 
     def end_window(self, ep: Epoch) -> None:
-        """The last batch's window ends (another loader yields, or the epoch closes)."""
+        """The last batch's window ends: at StopIteration, or, in a loop that fetches one batch
+        ahead (its first batch's window was empty: the second was fetched before any work), when
+        another loader yields or the epoch closes (the last batch is trained after the sampler
+        ran out)."""
         if ep.sizes and len(ep.backwards) < len(ep.sizes):
-            ep.backwards.append(self.backwards - ep.mark[0])
-            ep.forwards.append(self.forwards - ep.mark[1])
+            ahead = len(ep.sizes) < 2 or not (ep.backwards[0] or ep.forwards[0])
+            end = ep.stop if ep.stop is not None and not ahead else self.counters()
+            ep.backwards.append(end[0] - ep.mark[0])
+            ep.forwards.append(end[1] - ep.mark[1])
 
     def close(self, entry: Loader, ep: Epoch) -> None:
         """An epoch ends (the loader's next pass began, or the session ends): its last batch's

@@ -39,6 +39,7 @@ class Epoch:
     mark: tuple[int, int] = (0, 0)  # the counters when the last batch was yielded
     order: Any = dataclasses.field(default_factory=hashlib.blake2b)
     complete: bool = False  # the sampler was exhausted (StopIteration)
+    stop: tuple[int, int] | None = None  # the counters at StopIteration
     closed: bool = False
 
     @property

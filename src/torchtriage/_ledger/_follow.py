@@ -99,6 +99,7 @@ class Follower:
                 p = follower.passes.get(it)
                 if p is not None and not p.epoch.complete:
                     p.epoch.complete = True
+                    p.epoch.stop = follower.ledger.counters()
                     follower.tails.append((p.loader, p.epoch))
                 raise
             follower.guarded(follower.on_batch, it, data)
