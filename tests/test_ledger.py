@@ -50,7 +50,8 @@ def ledger_findings(report):
     return [f for f in report.findings if f.code.startswith("data.") and f.code in CODES]
 
 
-CODES = {"data.coverage_lost", "data.order_repeated", "data.split_overlap", "data.ranks_overlap"}
+CODES = {"data.coverage_lost", "data.order_repeated", "data.split_overlap", "data.ranks_overlap",
+         "data.group_overlap"}
 
 
 def alarms(report):
@@ -258,3 +259,32 @@ def test_ddp_ranks_that_train_on_the_same_samples(tmp_path):
     assert f["evidence"]["sampler"] == "RandomSampler" and f["evidence"]["ddp"] is True
     assert "ledger" not in report["meta"]
     assert not list(tmp_path.glob("run*/*")), "the run directory is left behind"
+
+
+# ---------------------------------------------------------------- groups
+def test_patients_of_a_dataframe_split_row_by_row(tmp_path):
+    report, ns = run_script("bug_groups_dataframe.py", tmp_path)
+    [f] = ledger_findings(report)
+    shared = set(ns["train_df"].patient_id) & set(ns["val_df"].patient_id)
+    assert (f.code, f.severity.value, f.line) == ("data.group_overlap", "warning", here("bug_groups_dataframe.py"))
+    assert f.evidence["key"] == "patient_id" and f.evidence["samples_per_group"] == 8.0
+    assert f.evidence["shared_groups"] == len(shared)
+    assert f.evidence["evaluation_groups"] == ns["val_df"].patient_id.nunique()
+    assert set(f.evidence["examples"]) <= shared
+    assert "names a group and each value is shared by 8.0 samples" in f.evidence["why_a_group"]
+
+
+def test_speakers_of_dict_samples_split_by_utterance(tmp_path):
+    report, ns = run_script("bug_groups_dict_batch.py", tmp_path)
+    [f] = ledger_findings(report)
+    assert (f.code, f.severity.value, f.line) == ("data.group_overlap", "warning", here("bug_groups_dict_batch.py"))
+    items = ns["data"].items
+    val = {items[i]["speaker"] for i in ns["val_set"].indices}
+    train = {items[i]["speaker"] for i in ns["train_set"].indices}
+    assert f.evidence["key"] == "speaker"
+    assert (f.evidence["shared_groups"], f.evidence["evaluation_groups"]) == (len(val & train), len(val))
+
+
+def test_a_split_by_group_is_quiet(tmp_path):
+    report, _ = run_script("clean_groups.py", tmp_path)
+    assert ledger_findings(report) == []

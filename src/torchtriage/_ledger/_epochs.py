@@ -89,6 +89,8 @@ class Loader:
     row_shape: tuple[int, ...] | None = None
     summaries: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # closed epochs
     first: dict[str, Any] = dataclasses.field(default_factory=dict)  # the first training epoch's samples
+    columns: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # group-like columns of the root
+    groups: dict[str, dict[Any, int]] = dataclasses.field(default_factory=dict)  # key -> value -> samples
 
     @property
     def trains(self) -> bool:

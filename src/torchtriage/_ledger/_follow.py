@@ -30,6 +30,7 @@ import torch
 from .._frames import UserFrame, user_frame_from_stack
 from .._leakage._runtime._fingerprint import dense_keys
 from ._epochs import MAX_KEYS, Epoch, Loader
+from ._groups import columns, from_batch, from_indices
 from ._lines import assigned_name, loop_name
 
 if TYPE_CHECKING:
@@ -155,6 +156,8 @@ class Follower:
 
         entry = Loader(name or type(loader).__name__, frame, made, token,
                        n, type(sampler).__name__, isinstance(sampler, DistributedSampler))
+        if root is not None and n:
+            entry.columns = columns(root, n)
         self.loaders.append(entry)
         return entry
 
@@ -201,6 +204,10 @@ class Follower:
         entry = p.loader
         if ep.number == 0 and entry.kept < MAX_KEYS:
             self.fingerprint(entry, tensors, size)
+        if ep.number == 0:  # (the groups of one pass: repeated passes would inflate the counts)
+            if entry.columns and roots is not None:
+                from_indices(entry, roots)
+            from_batch(entry, data, size)
 
     def fingerprint(self, entry: Loader, tensors: list[torch.Tensor], size: int) -> None:
         t = next((t for t in tensors if t.dim() >= 2 and int(t.shape[0]) == size and not t.is_complex()), None)

@@ -54,6 +54,10 @@ def conclude(ledger: DataLedger) -> None:
     if not already:
         for f in splits(ledger.loaders):
             session.add(f)
+    from ._groups import verdicts
+
+    for f in verdicts(ledger.loaders):
+        session.add(f)
 
 
 def _label(entry: Loader) -> str:
