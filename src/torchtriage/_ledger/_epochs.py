@@ -87,6 +87,8 @@ class Loader:
     keys: list[torch.Tensor] = dataclasses.field(default_factory=list)
     kept: int = 0
     row_shape: tuple[int, ...] | None = None
+    ragged: bool = False  # rows of several shapes (padded per batch): the same sample hashes differently
+    whole: bool = True  # iterates its root dataset itself (no Subset in between)
     summaries: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # closed epochs
     first: dict[str, Any] = dataclasses.field(default_factory=dict)  # the first training epoch's samples
     columns: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # group-like columns of the root

@@ -158,6 +158,7 @@ class Follower:
                        n, type(sampler).__name__, isinstance(sampler, DistributedSampler))
         if root is not None and n:
             entry.columns = columns(root, n)
+        entry.whole = getattr(loader, "dataset", None) is root
         self.loaders.append(entry)
         return entry
 
@@ -217,7 +218,8 @@ class Follower:
         if entry.row_shape is None:
             entry.row_shape = shape
         elif entry.row_shape != shape:
-            return  # variable-length rows (padded per batch): not comparable by content
+            entry.ragged = True  # variable-length rows (padded per batch): not comparable by content
+            return
         entry.keys.append(dense_keys(t))
         entry.kept += size
 

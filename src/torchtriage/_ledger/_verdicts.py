@@ -194,6 +194,8 @@ def _split_finding(e: Loader, t: Loader, count: int, n: int, example: int, how: 
 def _by_index(e: Loader, t: Loader) -> Any:
     if e.seen is None or t.trained_on is None or e.n != t.n:
         return None
+    if e.whole and t.whole:
+        return None  # one dataset object, trained on and evaluated: no split between them
     both = e.seen & t.trained_on
     count = int(both.sum())
     if not count:
@@ -213,7 +215,7 @@ def _keys(entry: Loader) -> torch.Tensor | None:
 
 
 def _by_content(e: Loader, t: Loader) -> Any:
-    if e.row_shape is None or e.row_shape != t.row_shape:
+    if e.row_shape is None or e.row_shape != t.row_shape or e.ragged or t.ragged:
         return None
     ek, tk = _keys(e), _keys(t)
     if ek is None or tk is None:
@@ -229,5 +231,8 @@ def _by_content(e: Loader, t: Loader) -> Any:
     if eu.numel() == tu.numel() == int(torch.isin(eu, tu).sum()):
         return None  # the training samples themselves, measured
     n = int(ek.numel())
-    severity = "error" if count >= 2 and count >= SPLIT_SHARE * n else "info"
+    # Rows that repeat inside the training loader repeat across splits as often by chance: the
+    # share must stand well above the training rows' own repeat rate.
+    repeats = 1.0 - tu.numel() / max(tk.numel(), 1)
+    severity = "error" if count >= 2 and count >= max(SPLIT_SHARE, 3 * repeats) * n else "info"
     return _split_finding(e, t, count, n, int(torch.nonzero(hit)[0, 0]), "content", severity)
