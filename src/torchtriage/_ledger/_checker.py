@@ -11,6 +11,8 @@ content digests are read once.
 
 from __future__ import annotations
 
+import itertools
+import weakref
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,8 @@ from .._checker import Checker
 from ._epochs import Epoch, Loader
 from ._follow import Follower
 
+_tokens = itertools.count(1)
+
 
 class DataLedger(Checker):
     """The data ledger: samples per split, epoch and rank, and the invariants they keep."""
@@ -30,6 +34,7 @@ class DataLedger(Checker):
     def on_start(self, session: Any) -> None:
         self.backwards = 0
         self.forwards = 0
+        self.tokens: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
         self.follower = Follower(session, self)
         self.follower.install()
 
@@ -43,6 +48,12 @@ class DataLedger(Checker):
     def on_root_forward_pre(self, model: nn.Module, label: str) -> None:
         if model.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
             self.forwards += 1
+        last = self.follower.last
+        if last is not None:  # the model the latest batch fed (k-fold: one model per fold)
+            token = self.tokens.get(model)
+            if token is None:
+                token = self.tokens[model] = next(_tokens)
+            last.models.add(token)
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         self.backwards += 1

@@ -89,6 +89,8 @@ class Loader:
     row_shape: tuple[int, ...] | None = None
     ragged: bool = False  # rows of several shapes (padded per batch): the same sample hashes differently
     whole: bool = True  # iterates its root dataset itself (no Subset in between)
+    chain: tuple[int, ...] = ()  # tokens of the datasets from the loader's own down to the root
+    models: set[int] = dataclasses.field(default_factory=set)  # tokens of the models its batches fed
     summaries: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # closed epochs
     first: dict[str, Any] = dataclasses.field(default_factory=dict)  # the first training epoch's samples
     columns: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # group-like columns of the root

@@ -62,6 +62,7 @@ class Follower:
         # Exhausted passes whose last batch's window is still open: a prefetching loop trains on
         # its last batch after the sampler ran out; the window ends at another loader's batch.
         self.tails: list[tuple[Loader, Epoch]] = []
+        self.last: Loader | None = None  # the loader that yielded the latest batch (the next forward's)
 
     def install(self) -> None:
         from torch.utils.data import DataLoader, dataloader
@@ -147,8 +148,10 @@ class Follower:
     def find(self, loader: Any, frame: UserFrame | None, root: Any, n: int) -> Loader:
         made = self.made.get(loader)
         token = self.token(root)
+        chain = self.chain(getattr(loader, "dataset", None))
         for entry in self.loaders:
-            if entry.root_token == token and entry.n == n and entry.frame == frame and entry.made == made:
+            if entry.root_token == token and entry.chain == chain and entry.n == n and entry.frame == frame \
+                    and entry.made == made:
                 return entry
         name = (assigned_name(made.source) if made else None) or (loop_name(frame.source) if frame else None)
         sampler = _sampler(loader)
@@ -159,8 +162,20 @@ class Follower:
         if root is not None and n:
             entry.columns = columns(root, n)
         entry.whole = getattr(loader, "dataset", None) is root
+        entry.chain = chain
         self.loaders.append(entry)
         return entry
+
+    def chain(self, dataset: Any) -> tuple[int, ...]:
+        from torch.utils.data import Subset
+
+        out = []
+        for _ in range(16):
+            out.append(self.token(dataset))
+            if not isinstance(dataset, Subset):
+                break
+            dataset = dataset.dataset
+        return tuple(out)
 
     def token(self, root: Any) -> int:
         if root is None:
@@ -198,6 +213,7 @@ class Follower:
             roots = rows if rows is not None and (not rows.size or rows.max() < p.loader.n) else None
         ep.sizes.append(size)
         ep.roots.append(roots)
+        self.last = p.loader
         if roots is not None:
             ep.order.update(roots.tobytes())
         else:

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from ._checker import DataLedger
 
 LOST_SHARE = 0.05
+# Samplers that draw from the whole dataset: a loader with one of them is split by its dataset,
+# not by its sampler (SubsetRandomSampler, a custom sampler over an index list: split by sampler).
+WHOLE_SAMPLERS = frozenset({"RandomSampler", "SequentialSampler", "DistributedSampler", "WeightedRandomSampler"})
 SPLIT_SHARE = 0.01  # content matches below this share of the evaluation samples: natural duplicates (info)
 DISTINCT = 0.9  # a loader whose rows are less distinct than this holds natural duplicates (content unusable)
 
@@ -144,6 +147,8 @@ def splits(loaders: list[Loader]) -> list[Any]:
         if _named_for_training(e):
             continue
         for t in train:
+            if e.models and t.models and not e.models & t.models:
+                continue  # another model evaluates (k-fold: each fold's model on its own fold)
             f = _by_index(e, t) if e.root_token and e.root_token == t.root_token else _by_content(e, t)
             if f is not None:
                 out.append(f)
@@ -194,8 +199,10 @@ def _split_finding(e: Loader, t: Loader, count: int, n: int, example: int, how: 
 def _by_index(e: Loader, t: Loader) -> Any:
     if e.seen is None or t.trained_on is None or e.n != t.n:
         return None
-    if e.whole and t.whole:
+    if e.whole and t.whole and t.sampler in WHOLE_SAMPLERS:
         return None  # one dataset object, trained on and evaluated: no split between them
+    if not t.whole and t.chain and t.chain[0] in e.chain:
+        return None  # a piece of the training part itself (a Subset of it), measured on purpose
     both = e.seen & t.trained_on
     count = int(both.sum())
     if not count:
