@@ -172,7 +172,7 @@ def _eval_pairs(held: list[Loader]) -> list[Any]:
                 example = int(np.flatnonzero(both)[0]) if count else 0
             else:
                 vk, tk = _keys(v), _keys(t)
-                if vk is None or tk is None or v.row_shape != t.row_shape:
+                if vk is None or tk is None or v.row_shape != t.row_shape or v.ragged or t.ragged:
                     continue
                 hit = torch.isin(tk.cpu(), torch.unique(vk.cpu()))
                 count, how = int(hit.sum()), "content"
