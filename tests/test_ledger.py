@@ -288,3 +288,43 @@ def test_speakers_of_dict_samples_split_by_utterance(tmp_path):
 def test_a_split_by_group_is_quiet(tmp_path):
     report, _ = run_script("clean_groups.py", tmp_path)
     assert ledger_findings(report) == []
+
+
+def test_lightning_training_step_that_returns_none_for_some_batches():
+    # Lightning skips the backward of a training_step that returns None; its loop counts the
+    # batches and never exhausts the sampler.
+    L = pytest.importorskip("lightning")
+    from torchtriage.integrations.lightning import TriageCallback
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(4, 1)
+
+        def training_step(self, batch, i):
+            if i % 3 == 2:
+                return None
+            x, y = batch
+            return nn.functional.mse_loss(self.net(x), y)
+
+        def validation_step(self, batch, i):
+            x, y = batch
+            self.log("val_loss", nn.functional.mse_loss(self.net(x), y))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    torch.manual_seed(0)
+    X = torch.randn(112, 4)
+    y = X.sum(1, keepdim=True)
+    cb = TriageCallback(on_anomaly="record", checks=["ledger"])
+    trainer = L.Trainer(max_epochs=3, callbacks=[cb], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(Module(), DataLoader(TensorDataset(X[:96], y[:96]), batch_size=8, shuffle=True),
+                    DataLoader(TensorDataset(X[96:], y[96:]), batch_size=8))
+    [f] = [f for f in cb.report.findings if f.code in CODES]
+    assert (f.code, f.severity.value) == ("data.coverage_lost", "warning")
+    assert (f.evidence["samples"], f.evidence["lost_samples"]) == (288, 96)
+    assert f.evidence["lost_batches_first_epoch"] == [2, 5, 8, 11]

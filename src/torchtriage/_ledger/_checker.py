@@ -75,6 +75,8 @@ class DataLedger(Checker):
         if ep.closed:
             return
         ep.closed = True
+        if not ep.complete and ep.expected and ep.batches == ep.expected:
+            ep.complete = True  # every batch the sampler promised was delivered
         self.end_window(ep)
         trained = ep.trained()
         lost = [i for i, t in enumerate(trained) if not t]

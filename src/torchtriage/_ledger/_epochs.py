@@ -40,6 +40,7 @@ class Epoch:
     order: Any = dataclasses.field(default_factory=hashlib.blake2b)
     complete: bool = False  # the sampler was exhausted (StopIteration)
     stop: tuple[int, int] | None = None  # the counters at StopIteration
+    expected: int | None = None  # len(the iterator): the batches the sampler will deliver
     closed: bool = False
 
     @property
@@ -61,6 +62,10 @@ class Epoch:
         if not total:
             return [False] * len(active)
         per = statistics.median_low([b for b in self.backwards if b > 0] or [1])
+        if len(active) >= 2 and not active[0]:
+            # Fetched one ahead: batch i's work is in window i + 1, the last two batches' in the
+            # last window (after the sampler ran out).
+            active = [*active[1:], self.backwards[-1] >= 2 * per]
         estimate = min(len(active), round(total / max(per, 1)))
         missing = estimate - sum(active)
         if missing > 0:  # shifted activity: count the inactive batches as trained, first ones first

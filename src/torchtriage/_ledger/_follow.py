@@ -99,10 +99,11 @@ class Follower:
                 data = originals["__next__"](it)
             except StopIteration:
                 p = follower.passes.get(it)
-                if p is not None and not p.epoch.complete:
-                    p.epoch.complete = True
+                if p is not None and p.epoch.stop is None:
                     p.epoch.stop = follower.ledger.counters()
-                    follower.tails.append((p.loader, p.epoch))
+                    if not p.epoch.complete:
+                        p.epoch.complete = True
+                        follower.tails.append((p.loader, p.epoch))
                 raise
             follower.guarded(follower.on_batch, it, data)
             return data
@@ -142,6 +143,10 @@ class Follower:
         shuffled = _shuffles(sampler)
         epoch = Epoch(len(entry.epochs), shuffled, getattr(sampler, "epoch", None) if entry.distributed else None)
         epoch.mark = self.ledger.counters()
+        try:
+            epoch.expected = len(it)  # (a loop that counts its batches never exhausts the sampler: Lightning)
+        except TypeError:
+            epoch.expected = None
         entry.epochs.append(epoch)
         self.passes[it] = _Pass(entry, epoch, to_root, getattr(loader, "in_order", True) is not False)
 
@@ -214,6 +219,10 @@ class Follower:
         ep.sizes.append(size)
         ep.roots.append(roots)
         self.last = p.loader
+        if ep.expected is not None and ep.batches == ep.expected and not ep.complete:
+            # the sampler's last batch (a loop that counts its batches never asks for more)
+            ep.complete = True
+            self.tails.append((p.loader, ep))
         if roots is not None:
             ep.order.update(roots.tobytes())
         else:
