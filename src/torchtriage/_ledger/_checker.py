@@ -69,7 +69,7 @@ class DataLedger(Checker):
             ep.backwards.append(end[0] - ep.mark[0])
             ep.forwards.append(end[1] - ep.mark[1])
 
-    def close(self, entry: Loader, ep: Epoch) -> None:
+    def close(self, entry: Loader, ep: Epoch, *, final: bool = False) -> None:
         """An epoch ends (the loader's next pass began, or the session ends): its last batch's
         window closes, and the epoch is summarized into the loader's ledger."""
         if ep.closed:
@@ -79,6 +79,10 @@ class DataLedger(Checker):
             ep.complete = True  # every batch the sampler promised was delivered
         self.end_window(ep)
         trained = ep.trained()
+        if final and trained and not trained[-1] and any(trained):
+            # The session ended after this pass: batches fetched after the last one trained on
+            # (a step limit reached, a loop one batch ahead) are the run stopping, not lost data.
+            ep.complete = False
         lost = [i for i, t in enumerate(trained) if not t]
         indexed = bool(ep.roots) and all(r is not None for r in ep.roots)
         if entry.n and indexed:
@@ -110,7 +114,7 @@ class DataLedger(Checker):
 
         for entry in self.loaders:
             for ep in entry.epochs:
-                self.close(entry, ep)
+                self.close(entry, ep, final=True)
         with torch.no_grad():
             conclude(self)
         exchange(self)

@@ -65,6 +65,8 @@ class Epoch:
         if len(active) >= 2 and not active[0]:
             # Fetched one ahead: batch i's work is in window i + 1, the last two batches' in the
             # last window (after the sampler ran out).
+            inner = [b for b in self.backwards[1:-1] if b > 0]  # (the last window holds two batches' work)
+            per = statistics.median_low(inner) if inner else max(1, self.backwards[-1] // 2)
             active = [*active[1:], self.backwards[-1] >= 2 * per]
         estimate = min(len(active), round(total / max(per, 1)))
         missing = estimate - sum(active)
