@@ -79,9 +79,10 @@ class DataLedger(Checker):
             ep.complete = True  # every batch the sampler promised was delivered
         self.end_window(ep)
         trained = ep.trained()
-        if final and trained and not trained[-1] and any(trained):
-            # The session ended after this pass: batches fetched after the last one trained on
-            # (a step limit reached, a loop one batch ahead) are the run stopping, not lost data.
+        ahead = len(ep.backwards) >= 2 and not (ep.backwards[0] or ep.forwards[0])
+        if final and ahead and ep.stop is None and trained and not trained[-1]:
+            # The session ended in this pass of a loop that fetches a batch ahead and never saw
+            # the sampler run out: the batch fetched last was the run stopping (a step limit).
             ep.complete = False
         lost = [i for i, t in enumerate(trained) if not t]
         indexed = bool(ep.roots) and all(r is not None for r in ep.roots)
