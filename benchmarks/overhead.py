@@ -181,6 +181,13 @@ def instrument(mode: str, model, opt):
         checks = [c for c in DEFAULT_CHECKS if c != left_out]
         with torchtriage.watch(model, opt, checks=checks, on_anomaly="record", report=False):
             yield
+    elif mode == "all_but_ledger":  # what the data ledger (issue 25) adds: all_checks against this
+        import torchtriage
+        from torchtriage._registry import DEFAULT_CHECKS
+
+        checks = [c for c in DEFAULT_CHECKS if c not in ("data_ledger", "step_ledger")]
+        with torchtriage.watch(model, opt, checks=checks, on_anomaly="record", report=False):
+            yield
     elif mode == "detect_anomaly":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -17,12 +17,13 @@ CHECKS: dict[str, str] = {
     "dynamics": "torchtriage._dynamics:DynamicsChecker",
     "repro": "torchtriage._repro:ReproRecorder",
     "leakage": "torchtriage._leakage._runtime:LeakageWatch",
+    "data_ledger": "torchtriage._ledger:DataLedger",
     "distributed": "torchtriage._distributed._checker:DistributedChecker",
-    "ledger": "torchtriage._ledger_step:LedgerChecker",
+    "step_ledger": "torchtriage._ledger_step:LedgerChecker",
 }
 
 DEFAULT_CHECKS: tuple[str, ...] = ("triage", "nonfinite", "gradients", "silent", "dynamics", "repro", "leakage",
-                                   "ledger")
+                                   "data_ledger", "step_ledger")
 
 
 def available() -> list[str]:

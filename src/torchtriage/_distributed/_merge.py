@@ -43,6 +43,7 @@ def merge(records: dict[int, dict[str, Any]], world_size: int, stall: dict[str, 
     diff = _fingerprint_finding(records)
     if diff is not None:
         findings.append(diff)
+    findings += _ledger_findings(records)
     hosts = {rec.get("host") for rec in records.values()}
     if len(hosts) <= 1:
         findings = [f.replace(host=None) for f in findings]
@@ -56,6 +57,7 @@ def _meta(records: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any]
     first = records.get(0) or (records[min(records)] if records else {})
     meta = dict(first.get("report", {}).get("meta", {}))
     meta.pop("rank", None)
+    meta.pop("ledger", None)  # the ranks' data ledgers, compared in `_ledger_findings`
     meta["world_size"] = world_size
     meta["ranks"] = {str(r): {"host": rec.get("host"), "steps": rec.get("report", {}).get("meta", {}).get("steps"),
                               "ended": (rec.get("ended") or {}).get("how"), "stalled": bool(rec.get("stalled"))}
@@ -64,6 +66,13 @@ def _meta(records: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any]
     if missing:
         meta["ranks_missing"] = missing
     return meta
+
+
+def _ledger_findings(records: dict[int, dict[str, Any]]) -> list[Finding]:
+    """The data ledger's rank invariant (issue 25): ranks that drew the same samples."""
+    from .._ledger._ranks import compare_records
+
+    return compare_records(records)
 
 
 def _series(records: dict[int, dict[str, Any]]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""`LedgerChecker` ("ledger"): the step ledger in a session (issue 26).
+"""`LedgerChecker` ("step_ledger"): the step ledger in a session (issue 26).
 
 Events → `StepLedger` (terms → parameters → optimizer → applied or dropped), the scaled-gradient
 watch (clip before `unscale_`), frozen parameters moved by a step, and the evaluation-dropout
@@ -35,7 +35,7 @@ def _short(frame: UserFrame | None) -> str | None:
 
 
 class LedgerChecker(Checker):
-    name = "ledger"
+    name = "step_ledger"
 
     def __init__(self) -> None:
         super().__init__()

@@ -1,0 +1,121 @@
+"""`DataLedger` (registry name "data_ledger"): where every sample of the data goes (issue 25).
+
+The check follows every DataLoader pass (`_follow.py`) and counts the backward passes and the
+forwards with gradients between one batch and the next, so that each batch of each epoch is
+known as trained on or not. At the end (closing the last epochs) it judges the invariants
+(`_verdicts.py`): coverage, order, splits, and across ranks (`_ranks.py`). Costs: two counter
+increments per forward and per backward; per batch a few Python calls and a host index lookup
+(first pass: the content digests, on the batch's device); no host read until the end, where the
+content digests are read once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from .._checker import Checker
+from ._epochs import Epoch, Loader
+from ._follow import Follower
+
+_tokens = itertools.count(1)
+
+
+class DataLedger(Checker):
+    """The data ledger: samples per split, epoch and rank, and the invariants they keep."""
+
+    name = "data_ledger"
+
+    def on_start(self, session: Any) -> None:
+        self.backwards = 0
+        self.forwards = 0
+        self.tokens: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+        self.follower = Follower(session, self)
+        self.follower.install()
+
+    def counters(self) -> tuple[int, int]:
+        return self.backwards, self.forwards
+
+    @property
+    def loaders(self) -> list[Loader]:
+        return self.follower.loaders
+
+    def on_root_forward_pre(self, model: nn.Module, label: str) -> None:
+        if model.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+            self.forwards += 1
+        last = self.follower.last
+        if last is not None:  # the model the latest batch fed (k-fold: one model per fold)
+            token = self.tokens.get(model)
+            if token is None:
+                token = self.tokens[model] = next(_tokens)
+            last.models.add(token)
+
+    def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        self.backwards += 1
+
+    def end_window(self, ep: Epoch) -> None:
+        """The last batch's window ends: at StopIteration, or, in a loop that fetches one batch
+        ahead (its first batch's window was empty: the second was fetched before any work), when
+        another loader yields or the epoch closes (the last batch is trained after the sampler
+        ran out)."""
+        if ep.sizes and len(ep.backwards) < len(ep.sizes):
+            ahead = len(ep.sizes) < 2 or not (ep.backwards[0] or ep.forwards[0])
+            end = ep.stop if ep.stop is not None and not ahead else self.counters()
+            ep.backwards.append(end[0] - ep.mark[0])
+            ep.forwards.append(end[1] - ep.mark[1])
+
+    def close(self, entry: Loader, ep: Epoch, *, final: bool = False) -> None:
+        """An epoch ends (the loader's next pass began, or the session ends): its last batch's
+        window closes, and the epoch is summarized into the loader's ledger."""
+        if ep.closed:
+            return
+        ep.closed = True
+        if not ep.complete and ep.expected and ep.batches == ep.expected:
+            ep.complete = True  # every batch the sampler promised was delivered
+        self.end_window(ep)
+        trained = ep.trained()
+        ahead = len(ep.backwards) >= 2 and not (ep.backwards[0] or ep.forwards[0])
+        if final and ahead and ep.stop is None and trained and not trained[-1]:
+            # The session ended in this pass of a loop that fetches a batch ahead and never saw
+            # the sampler run out: the batch fetched last was the run stopping (a step limit).
+            ep.complete = False
+        lost = [i for i, t in enumerate(trained) if not t]
+        indexed = bool(ep.roots) and all(r is not None for r in ep.roots)
+        if entry.n and indexed:
+            if entry.seen is None:
+                entry.seen = np.zeros(entry.n, dtype=bool)
+                entry.trained_on = np.zeros(entry.n, dtype=bool)
+            assert entry.trained_on is not None
+            for roots, t in zip(ep.roots, trained):
+                entry.seen[roots] = True
+                if t:
+                    entry.trained_on[roots] = True
+        examples = [int(v) for i in lost[:3] if (r := ep.roots[i]) is not None for v in r[:2].tolist()][:5]
+        summary = {
+            "epoch": ep.number, "batches": ep.batches, "samples": ep.samples, "complete": ep.complete,
+            "trained_batches": sum(trained), "lost_batches": lost[:20], "lost_count": len(lost),
+            "lost_samples": sum(ep.sizes[i] for i in lost), "lost_examples": examples,
+            "largest_batch": max(ep.sizes, default=0), "order": ep.order.hexdigest() if indexed else None,
+            "shuffled": ep.shuffled, "sampler_epoch": ep.sampler_epoch,
+        }
+        if indexed and sum(trained) and "roots" not in entry.first:  # the first training epoch's samples (ranks)
+            entry.first["roots"] = np.unique(np.concatenate([r for r in ep.roots if r is not None]))
+            entry.first["complete"] = ep.complete
+        ep.roots = []
+        entry.summaries.append(summary)
+
+    def on_end(self) -> None:
+        from ._ranks import exchange
+        from ._verdicts import conclude
+
+        for entry in self.loaders:
+            for ep in entry.epochs:
+                self.close(entry, ep, final=True)
+        with torch.no_grad():
+            conclude(self)
+        exchange(self)

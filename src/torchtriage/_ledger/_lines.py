@@ -1,0 +1,81 @@
+"""What the user's source says about a loop over a loader: the loader's variable name, and the
+statements that leave a batch out (`continue`) or end the epoch early (`break`).
+
+Read once per loop line, with `ast`, from the file of the user's frame that iterates the loader;
+a file that cannot be read or parsed (a notebook cell, generated code) gives no lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import re
+
+_FOR_IN = re.compile(r"\bin\s+(?:enumerate\(|tqdm\(|zip\()?\s*([A-Za-z_][\w.]*)")
+_ASSIGN = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?::[^=]*)?=\s*(?:[\w.]+\.)?DataLoader\(")
+
+
+@dataclasses.dataclass(frozen=True)
+class Skip:
+    """A `continue` or `break` inside the loop: the line of the `if` that guards it (its own
+    line when unguarded) and the guard's source."""
+
+    kind: str  # "continue" or "break"
+    line: int
+    source: str
+
+
+def loop_name(source: str) -> str | None:
+    """`train_loader` in `for x, y in train_loader:` (or `enumerate(train_loader)`)."""
+    m = _FOR_IN.search(source or "")
+    return m.group(1) if m else None
+
+
+def assigned_name(source: str) -> str | None:
+    """`val_loader` in `val_loader = DataLoader(...)`."""
+    m = _ASSIGN.match(source or "")
+    return m.group(1) if m else None
+
+
+@functools.lru_cache(maxsize=64)
+def _tree(file: str) -> tuple[ast.Module | None, tuple[str, ...]]:
+    try:
+        with open(file, encoding="utf-8") as fh:
+            text = fh.read()
+        return ast.parse(text), tuple(text.splitlines())
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return None, ()
+
+
+def skips(file: str, line: int) -> tuple[Skip, ...]:
+    """The `continue` / `break` statements of the `for` loop on `line` (not those of loops
+    nested in it), each with the line of its innermost enclosing `if`."""
+    return _skips(file, line)
+
+
+@functools.lru_cache(maxsize=256)
+def _skips(file: str, line: int) -> tuple[Skip, ...]:
+    tree, lines = _tree(file)
+    if tree is None:
+        return ()
+    loop = next((n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.AsyncFor)) and n.lineno == line), None)
+    if loop is None:
+        return ()
+    out: list[Skip] = []
+
+    def visit(node: ast.AST, guard: ast.If | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef,
+                                  ast.Lambda, ast.ClassDef)):
+                continue  # their continue/break are theirs
+            if isinstance(child, (ast.Continue, ast.Break)):
+                at = guard.lineno if guard is not None else child.lineno
+                src = lines[at - 1].strip() if 0 < at <= len(lines) else ""
+                out.append(Skip("continue" if isinstance(child, ast.Continue) else "break", at, src))
+                continue
+            visit(child, child if isinstance(child, ast.If) else guard)
+
+    for stmt in loop.body:
+        visit(ast.Module(body=[stmt], type_ignores=[]), None)
+    return tuple(out)

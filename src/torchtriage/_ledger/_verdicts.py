@@ -1,0 +1,245 @@
+"""The invariants a correct program keeps, judged from the ledger at the end.
+
+* coverage: a training epoch's backward passes see what the sampler delivered. A complete epoch
+  (the sampler exhausted) whose batches partly never reached a backward lost coverage. Warning
+  when the lost samples are at least `LOST_SHARE` of the epochs' samples and more than one batch
+  per epoch: a final partial batch left out is what ``drop_last=True`` does, and a few skipped
+  batches (a non-finite loss skipped) are 1-2 % of an epoch of a hundred batches; below that,
+  `info`. An epoch cut short by a ``break`` or a step limit is not judged (the run stopped);
+* order: a shuffling sampler's complete training epochs deliver different orders; two equal
+  orders are a warning (a DistributedSampler whose ``set_epoch`` is never called, a generator
+  re-seeded each epoch);
+* splits: samples a loader only evaluated on (no batch of it ever reached a backward) that a
+  training loader trained on, by index into the same root dataset or by content digest: an
+  error. An evaluation loader over exactly the training samples (train accuracy), or named
+  after the training data, measures the training set on purpose: not reported.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from .._finding import from_catalogue
+from .._frames import UserFrame, user_frame_of_line
+from ._epochs import Loader
+from ._lines import skips
+
+if TYPE_CHECKING:
+    from ._checker import DataLedger
+
+LOST_SHARE = 0.05
+# Samplers that draw from the whole dataset: a loader with one of them is split by its dataset,
+# not by its sampler (SubsetRandomSampler, a custom sampler over an index list: split by sampler).
+WHOLE_SAMPLERS = frozenset({"RandomSampler", "SequentialSampler", "DistributedSampler", "WeightedRandomSampler"})
+SPLIT_SHARE = 0.01  # content matches below this share of the evaluation samples: natural duplicates (info)
+DISTINCT = 0.9  # a loader whose rows are less distinct than this holds natural duplicates (content unusable)
+
+
+def finding(code: str, key: str, severity: str, frame: UserFrame | None, fields: dict[str, Any],
+            evidence: dict[str, Any], cause: str = "") -> Any:
+    return from_catalogue("data", f"data.{code}", f"ledger.{key}.message", fields=fields,
+                          cause_key=f"ledger.{cause or key}.cause", next_key=f"ledger.{cause or key}.next",
+                          frame=frame, evidence=evidence, severity=severity, stage="data", source_line=True)
+
+
+def conclude(ledger: DataLedger) -> None:
+    session = ledger.session
+    if session is None:
+        return
+    for entry in ledger.loaders:
+        for f in (coverage(entry), order(entry)):
+            if f is not None:
+                session.add(f)
+    already = any(f.code == "data.heldout_trained" for f in session.findings)
+    if not already:
+        for f in splits(ledger.loaders):
+            session.add(f)
+    from ._groups import verdicts
+
+    for f in verdicts(ledger.loaders):
+        session.add(f)
+
+
+def _label(entry: Loader) -> str:
+    return f"'{entry.name}'"
+
+
+def coverage(entry: Loader) -> Any:
+    epochs = [s for s in entry.summaries if s["complete"] and s["trained_batches"] and s["batches"]]
+    if not epochs:
+        return None
+    lost_epochs = [s for s in epochs if s["lost_samples"]]
+    if not lost_epochs:
+        return None
+    samples = sum(s["samples"] for s in epochs)
+    lost = sum(s["lost_samples"] for s in epochs)
+    share = lost / max(samples, 1)
+    per_epoch = lost / len(epochs)
+    largest = max(s["largest_batch"] for s in epochs)
+    harmful = share >= LOST_SHARE and per_epoch > largest
+    found = [s for s in skips(entry.frame.file, entry.frame.line) if s.kind == "continue"] if entry.frame else []
+    frame = entry.frame
+    if found and entry.frame is not None:
+        frame = user_frame_of_line(entry.frame.file, found[0].line, entry.frame.function)
+    first = lost_epochs[0]
+    evidence = {
+        "loader": entry.name, "loader_at": entry.where(), "epochs": len(epochs), "samples": samples,
+        "lost_samples": lost, "share": round(share, 4), "lost_batches_first_epoch": first["lost_batches"],
+        "batches_per_epoch": first["batches"], "example_indices": first["lost_examples"],
+        "skips": [f"{s.kind} at line {s.line}: {s.source}" for s in found],
+    }
+    fields = {"loader": _label(entry), "lost": lost, "samples": samples, "share": f"{100 * share:.1f}%",
+              "epochs": len(epochs), "batches": first["lost_count"], "per_epoch": first["batches"],
+              "skip": found[0].source if found else "?"}
+    return finding("coverage_lost", "coverage", "warning" if harmful else "info", frame, fields, evidence,
+                   cause="coverage" if found else "coverage_unknown")
+
+
+def order(entry: Loader) -> Any:
+    epochs = [s for s in entry.summaries if s["complete"] and s["trained_batches"] and s["shuffled"]
+              and s["order"] is not None and s["samples"] >= 16]
+    seen: dict[str, int] = {}
+    repeated: list[int] = []
+    for s in epochs:
+        if s["order"] in seen:
+            repeated.append(s["epoch"])
+        else:
+            seen[s["order"]] = s["epoch"]
+    if not repeated:
+        return None
+    frame = entry.made or entry.frame
+    set_epoch = entry.distributed
+    stuck = {s["sampler_epoch"] for s in epochs}
+    evidence = {"loader": entry.name, "loop": f"{entry.frame.file}:{entry.frame.line}" if entry.frame else "?",
+                "sampler": entry.sampler, "epochs_compared": len(epochs), "epochs_repeated": repeated[:20],
+                "samples_per_epoch": epochs[0]["samples"]}
+    if set_epoch:
+        evidence["sampler_epoch"] = sorted(x for x in stuck if x is not None)
+    fields = {"loader": _label(entry), "where": entry.where(), "epochs": ", ".join(map(str, repeated[:8])),
+              "compared": len(epochs), "sampler": entry.sampler,
+              "epoch": next(iter(stuck)) if len(stuck) == 1 else "?"}
+    return finding("order_repeated", "order", "warning", frame, fields, evidence,
+                   cause="order_set_epoch" if set_epoch and len(stuck) == 1 else "order")
+
+
+def _named_for_training(entry: Loader) -> bool:
+    return "train" in entry.name.lower()
+
+
+_ROLES = (("validation", ("val", "dev")), ("test", ("test", "holdout")))
+
+
+def role(entry: Loader) -> str | None:
+    """The role the user's variable name gives an evaluation loader (`val_loader`, `test_dl`)."""
+    name = entry.name.lower()
+    found = [r for r, words in _ROLES if any(w in name for w in words)]
+    return found[0] if len(found) == 1 else None
+
+
+def splits(loaders: list[Loader]) -> list[Any]:
+    train = [e for e in loaders if e.trains]
+    held = [e for e in loaders if not e.trains and e.summaries and any(s["samples"] for s in e.summaries)]
+    out: list[Any] = []
+    for e in held:
+        if _named_for_training(e):
+            continue
+        for t in train:
+            if e.models and t.models and not e.models & t.models:
+                continue  # another model evaluates (k-fold: each fold's model on its own fold)
+            f = _by_index(e, t) if e.root_token and e.root_token == t.root_token else _by_content(e, t)
+            if f is not None:
+                out.append(f)
+                break
+    out += _eval_pairs(held)
+    return out
+
+
+def _eval_pairs(held: list[Loader]) -> list[Any]:
+    """A validation loader and a test loader (by the user's names) over the same samples: the
+    model is selected on its test set."""
+    val = [e for e in held if role(e) == "validation"]
+    test = [e for e in held if role(e) == "test"]
+    for v in val:
+        for t in test:
+            if v.root_token and v.root_token == t.root_token:
+                if v.seen is None or t.seen is None or v.n != t.n:
+                    continue
+                both = v.seen & t.seen
+                count, how = int(both.sum()), "index"
+                example = int(np.flatnonzero(both)[0]) if count else 0
+            else:
+                vk, tk = _keys(v), _keys(t)
+                if vk is None or tk is None or v.row_shape != t.row_shape or v.ragged or t.ragged:
+                    continue
+                hit = torch.isin(tk.cpu(), torch.unique(vk.cpu()))
+                count, how = int(hit.sum()), "content"
+                example = int(torch.nonzero(hit)[0, 0]) if count else 0
+            n = int(t.seen.sum()) if how == "index" and t.seen is not None else t.kept
+            if count >= 2 and count >= 0.5 * n:
+                fields = {"val": _label(v), "val_where": v.where(), "test": _label(t), "test_where": t.where(),
+                          "count": count, "n": n, "share": f"{100 * count / max(n, 1):.1f}%", "how": how}
+                evidence = {"validation_loader": v.name, "validation_at": v.where(), "test_loader": t.name,
+                            "test_at": t.where(), "count": count, "test_samples": n, "example": example,
+                            "matched": how}
+                return [finding("split_overlap", "val_test", "warning", t.made or t.frame, fields, evidence)]
+    return []
+
+
+def _split_finding(e: Loader, t: Loader, count: int, n: int, example: int, how: str, severity: str) -> Any:
+    fields = {"eval": _label(e), "eval_where": e.where(), "train": _label(t), "train_where": t.where(),
+              "count": count, "n": n, "share": f"{100 * count / max(n, 1):.1f}%", "example": example, "how": how}
+    evidence = {"evaluation_loader": e.name, "evaluation_at": e.where(), "training_loader": t.name,
+                "training_at": t.where(), "count": count, "evaluation_samples": n, "example": example, "matched": how}
+    return finding("split_overlap", "split", severity, e.made or e.frame, fields, evidence)
+
+
+def _by_index(e: Loader, t: Loader) -> Any:
+    if e.seen is None or t.trained_on is None or e.n != t.n:
+        return None
+    if e.whole and t.whole and t.sampler in WHOLE_SAMPLERS:
+        return None  # one dataset object, trained on and evaluated: no split between them
+    if not t.whole and t.chain and t.chain[0] in e.chain:
+        return None  # a piece of the training part itself (a Subset of it), measured on purpose
+    both = e.seen & t.trained_on
+    count = int(both.sum())
+    if not count:
+        return None
+    n = int(e.seen.sum())
+    if n == int(t.trained_on.sum()) == count:
+        return None  # the training samples themselves, measured (train accuracy)
+    return _split_finding(e, t, count, n, int(np.flatnonzero(both)[0]), "index", "error")
+
+
+def _keys(entry: Loader) -> torch.Tensor | None:
+    if not entry.keys:
+        return None
+    if len(entry.keys) > 1:
+        entry.keys = [torch.cat([k.to(entry.keys[0].device) for k in entry.keys])]
+    return entry.keys[0]
+
+
+def _by_content(e: Loader, t: Loader) -> Any:
+    if e.row_shape is None or e.row_shape != t.row_shape or e.ragged or t.ragged:
+        return None
+    ek, tk = _keys(e), _keys(t)
+    if ek is None or tk is None:
+        return None
+    ek, tk = ek.cpu(), tk.cpu()  # the one read of the digests, at the end
+    tu, eu = torch.unique(tk), torch.unique(ek)
+    if tu.numel() < DISTINCT * tk.numel() or eu.numel() < DISTINCT * ek.numel():
+        return None  # rows repeat inside a split: equal content is no evidence of a shared sample
+    hit = torch.isin(ek, tu)
+    count = int(hit.sum())
+    if not count:
+        return None
+    if eu.numel() == tu.numel() == int(torch.isin(eu, tu).sum()):
+        return None  # the training samples themselves, measured
+    n = int(ek.numel())
+    # Rows that repeat inside the training loader repeat across splits as often by chance: the
+    # share must stand well above the training rows' own repeat rate.
+    repeats = 1.0 - tu.numel() / max(tk.numel(), 1)
+    severity = "error" if count >= 2 and count >= max(SPLIT_SHARE, 3 * repeats) * n else "info"
+    return _split_finding(e, t, count, n, int(torch.nonzero(hit)[0, 0]), "content", severity)
