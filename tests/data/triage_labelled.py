@@ -571,6 +571,103 @@ torch.utils.data.DataLoader(data, sampler=torch.utils.data.SequentialSampler(dat
     _c("pack_unsorted_lengths", "data", None,
        "nn.utils.rnn.pack_padded_sequence(torch.randn(5, 3, 4), torch.tensor([2, 5, 3]))"),
     _c("ragged_nested_list", "data|shape", None, "torch.tensor([[1, 2], [3]])"),
+    # ------------------------------------------------------------------ held out
+    # Written and labelled after the first fixes, then measured before any further one:
+    # 49 of these 53 were right; the misses (random generators' parameter checks, an argument
+    # error) were then fixed by family rules.
+    _c("diag_3d", "shape", None, "torch.diag(torch.randn(2, 2, 2))"),
+    _c("tril_1d", "shape", None, "torch.tril(torch.randn(3))"),
+    _c("det_nonsquare", "shape", None, "torch.linalg.det(torch.randn(2, 3))"),
+    _c("eigh_nonsquare", "shape", None, "torch.linalg.eigh(torch.randn(2, 3))"),
+    _c("searchsorted_dims", "shape", None, "torch.searchsorted(torch.randn(2, 3).sort().values, torch.randn(3, 1))"),
+    _c("bucketize_boundaries_2d", "shape", None, "torch.bucketize(torch.randn(3), torch.randn(2, 2))"),
+    _c("pad_sequence_features", "shape", None, "nn.utils.rnn.pad_sequence([torch.randn(3, 2), torch.randn(4, 3)])"),
+    _c("rfft_complex", "dtype", None, "torch.fft.rfft(torch.randn(4, dtype=torch.cfloat))"),
+    _c("roll_align", "shape", None, "torch.roll(torch.randn(3, 3), shifts=(1, 2), dims=(0,))"),
+    _c("flip_duplicate_dims", "shape", None, "torch.flip(torch.randn(3), dims=(0, 0))"),
+    _c("normalize_long", "dtype", None, "F.normalize(torch.arange(4))"),
+    _c("lerp_dtypes", "dtype", None, "torch.lerp(torch.randn(3), torch.randn(3).double(), 0.5)"),
+    _c("clamp_complex", "dtype", None, "torch.randn(3, dtype=torch.cfloat).clamp(0, 1)"),
+    _c("polar_dtypes", "dtype", None, "torch.polar(torch.ones(2), torch.ones(2).double())"),
+    _c("ctc_input_lengths", "shape", None, """
+log_probs = torch.randn(5, 2, 4).log_softmax(2)
+F.ctc_loss(log_probs, torch.randint(1, 4, (2, 3)), torch.tensor([5, 5, 5]), torch.tensor([3, 3]))
+"""),
+    _c("embedding_bag_2d_offsets", "shape", None,
+       "nn.EmbeddingBag(10, 3)(torch.tensor([[1, 2], [3, 4]]), torch.tensor([0, 1]))"),
+    _c("transformer_tgt_mask", "shape", None, """
+model = nn.Transformer(16, 4, 1, 1, 32)
+model(torch.randn(5, 2, 16), torch.randn(6, 2, 16), tgt_mask=torch.zeros(5, 5))
+"""),
+    _c("decoder_missing_memory", "other", None, """
+layer = nn.TransformerDecoderLayer(16, 4)
+layer(torch.randn(5, 2, 16))
+"""),
+    _c("vmap_in_dims", "other", None, "torch.func.vmap(torch.sum, in_dims=(0, 1))(torch.randn(3, 4))"),
+    _c("vmap_batch_sizes", "shape", None, "torch.func.vmap(torch.add)(torch.randn(3, 2), torch.randn(4, 2))"),
+    _c("jacobian_numpy", "gradient", "gradient.numpy_requires_grad",
+       "torch.autograd.functional.jacobian(lambda x: torch.as_tensor(x.numpy()), torch.randn(3))"),
+    _c("quantile_q_dtype", "dtype", None, "torch.quantile(torch.randn(5), torch.tensor([0.5]).double())"),
+    _c("quantile_long", "dtype", None, "torch.quantile(torch.arange(5), 0.5)"),
+    _c("histogram_long", "dtype", None, "torch.histogram(torch.arange(5), bins=3)"),
+    _c("unique_dim_range", "shape", None, "torch.unique(torch.randn(3), dim=1)"),
+    _c("sort_complex", "dtype", None, "torch.randn(3, dtype=torch.cfloat).sort()"),
+    _c("unfold_rank", "shape", None, "F.unfold(torch.randn(3, 8), 2)"),
+    _c("fold_channels", "shape", None, "F.fold(torch.randn(1, 10, 9), output_size=(4, 4), kernel_size=2)"),
+    _c("gumbel_long", "dtype", None, "F.gumbel_softmax(torch.arange(4))"),
+    _c("block_diag_3d", "shape", None, "torch.block_diag(torch.randn(2, 2, 2))"),
+    _c("meta_matmul", "device", None, "torch.randn(2, device='meta') @ torch.randn(2)"),
+    _c("channels_last_3d_view", "layout", None, """
+x = torch.randn(2, 3, 4, 4, 4).to(memory_format=torch.channels_last_3d)
+x.view(2, -1)
+"""),
+    _c("broadcast_to_sub_", "layout", "layout.internal_overlap", "torch.ones(3).broadcast_to(2, 3).sub_(1)"),
+    _c("relu_inplace_expanded", "layout", "layout.internal_overlap",
+       "F.relu(torch.zeros(3, 1).expand(3, 3), inplace=True)"),
+    _c("normal_negative_std", "numerical", None, "torch.empty(3).normal_(0, -1)"),
+    _c("bernoulli_p_range", "numerical", None, "torch.bernoulli(torch.tensor([1.5]))"),
+    _c("poisson_negative_rate", "numerical", None, "torch.poisson(torch.tensor([-1.0]))"),
+    _c("dirichlet_nan", "numerical", "numerical.distribution_nonfinite",
+       "torch.distributions.Dirichlet(torch.tensor([1.0, float('nan')]))"),
+    _c("adam_sparse_grad", "gradient", None, """
+emb = nn.Embedding(10, 3, sparse=True)
+opt = torch.optim.Adam(emb.parameters())
+emb(torch.tensor([1, 2])).sum().backward()
+opt.step()
+"""),
+    _c("sparse_adam_dense_grad", "gradient", None, """
+model = nn.Linear(2, 2)
+opt = torch.optim.SparseAdam(model.parameters())
+model(torch.randn(3, 2)).sum().backward()
+opt.step()
+"""),
+    _c("module_weight_mul_", "gradient", "gradient.leaf_inplace", """
+layer = nn.Linear(2, 2)
+layer.weight.mul_(0.5)
+"""),
+    _c("relu_inplace_parameter", "gradient", "gradient.leaf_inplace", "F.relu_(nn.Linear(2, 2).weight)"),
+    _c("argmax_breaks_graph", "gradient", "gradient.no_graph", """
+model = nn.Linear(4, 3)
+out = model(torch.randn(2, 4)).argmax(1).float().sum()
+out.backward()
+"""),
+    _c("tanh_output_modified", "gradient", "gradient.inplace_saved", """
+layer = nn.Linear(3, 3)
+y = layer(torch.randn(2, 3)).tanh()
+y.add_(1)
+y.sum().backward()
+"""),
+    _c("loader_negative_workers", "data", None, "torch.utils.data.DataLoader(range(3), num_workers=-1)"),
+    _c("loader_batch_sampler_batch_size", "data", None,
+       "torch.utils.data.DataLoader(range(4), batch_sampler=[[0, 1]], batch_size=2)"),
+    _c("weighted_sampler_negative", "data|numerical", None,
+       "list(torch.utils.data.WeightedRandomSampler([-1.0, 1.0], 2))"),
+    _c("subset_index", "data", None, "torch.utils.data.Subset(list(range(3)), [5])[0]"),
+    _c("concat_empty", "data", None, "torch.utils.data.ConcatDataset([])"),
+    _c("linear_bias_dtype", "dtype", None, "F.linear(torch.randn(2, 3), torch.randn(4, 3), torch.randn(4).double())"),
+    _c("view_str", "other", None, "torch.randn(3).view('a')"),
+    _c("zeros_bad_args", "other", None, "torch.zeros((2, 3), 5)"),
+    _c("linear_float_size", "other", None, "nn.Linear(3.5, 2)"),
     # ------------------------------------------------------------------ environment
     _c("load_missing_checkpoint", "environment", "environment.file_not_found", "torch.load('/nonexistent/ckpt.pt')"),
     # ------------------------------------------------------------------ other: wrong Python arguments, module plumbing

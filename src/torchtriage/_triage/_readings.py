@@ -70,6 +70,10 @@ READINGS: tuple[Rule, ...] = (
     Rule("numerical.linalg", Category.NUMERICAL, None, _LINALG),
     Rule("numerical.probabilities", Category.NUMERICAL,
          _r(r"invalid multinomial distribution|probability tensor contains either `inf`, `nan` or element < 0")),
+    # a random generator's parameter out of its domain: std < 0, p outside [0, 1], a negative rate
+    Rule("numerical.sampling_parameter", Category.NUMERICAL,
+         _r(r"\b(?P<sampler>normal|log_normal|exponential|geometric|cauchy|uniform|bernoulli)\w* expects "
+            r"[^,]*, but found|invalid (?P<rate>\w+) rate|Expected p_in >= 0 && p_in <= 1")),
     Rule("numerical.grad_norm_nonfinite", Category.NUMERICAL,
          _r(r"The total norm of order (?P<order>\S+) for gradients from `parameters` is non-finite")),
     Rule("numerical.anomaly", Category.NUMERICAL,
@@ -90,7 +94,9 @@ READINGS: tuple[Rule, ...] = (
     # other, named: Python argument errors (their signatures list dtypes and dims, read as faults)
     Rule("other.arguments", Category.OTHER,
          _r(r"received an invalid combination of arguments|missing \d+ required positional arguments?|"
-            r"got an unexpected keyword argument|takes \d+ positional arguments? but \d+ (?:was|were) given|"
+            r"got an unexpected keyword argument|failed to unpack the object at pos \d+|"
+            r"must be tuple of ints, but found element of type|"
+            r"takes \d+ positional arguments? but \d+ (?:was|were) given|"
             r"cannot assign '[\w.]+' object to (?:buffer|parameter) '\w+'"), (TypeError,), refine=_arguments),
 )
 
