@@ -11,6 +11,10 @@ with a number) with no traceback and no operands, so only the message's words de
     → gradient). Topics are keyword labels, so this is a rough check that the category is
     plausible, not a hand-checked ground truth.
 
+Then correctness (issue 27 §4): the real errors of `tests/data/triage_labelled.py`, each raised
+by a real torch call and labelled by hand, are triaged with their tracebacks and operands;
+printed per expected category as "correct: K/N (P %)", with every case classified wrong.
+
     python benchmarks/triage_coverage.py [TABLE]      (make bench-triage)
 """
 
@@ -21,6 +25,7 @@ import sys
 import warnings
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -95,7 +100,46 @@ def main(argv: list[str]) -> int:
         n = max(r["total"], 1)
         print(f"{topic:<10} {r['total']:>9} {r['specific']:>9} {r['specific'] / n:>9.1%} {r['agree'] / n:>10.1%}")
     print(f"{'all':<10} {total:>9} {specific:>9} {specific / max(total, 1):>9.1%} {agree / max(total, 1):>10.1%}")
+    print()
+    correctness()
     return 0
+
+
+def load_labelled() -> Any:
+    """tests/data/triage_labelled.py, the hand-labelled corpus of real raised errors."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("triage_labelled", ROOT / "tests" / "data" / "triage_labelled.py")
+    assert spec is not None and spec.loader is not None
+    mod = sys.modules.setdefault("triage_labelled", importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def correctness() -> tuple[int, int]:
+    """Print the share of the labelled real errors the triage classifies right; (correct, total)."""
+    import tempfile
+
+    labelled = load_labelled()
+    with tempfile.TemporaryDirectory() as tmp:
+        outcomes = labelled.run_all(tmp)
+    per: dict[str, Counter[str]] = {}
+    for o in outcomes:
+        c = per.setdefault("|".join(sorted(o.case.categories)), Counter())
+        c["total"] += 1
+        c["correct"] += o.correct
+    print(f"correctness on {len(outcomes)} real raised errors labelled by hand (tests/data/triage_labelled.py)")
+    for category, c in sorted(per.items(), key=lambda kv: -kv[1]["total"]):
+        print(f"  {category:<12} correct: {c['correct']}/{c['total']} ({c['correct'] / c['total']:.1%})")
+    good = sum(o.correct for o in outcomes)
+    print(f"  {'all':<12} correct: {good}/{len(outcomes)} ({good / max(len(outcomes), 1):.1%})")
+    wrong = [o for o in outcomes if not o.correct]
+    if wrong:
+        print("wrong:")
+    for o in wrong:
+        print(f"  {o.case.id}: expected {o.case.category}/{o.case.code or '*'}, got {o.category or '-'}/{o.code or '-'}"
+              f"  ({o.raised[:100] or 'did not raise'})")
+    return good, len(outcomes)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ MESSAGES = {
                                "changed between runs)"),
     "nonfinite.rerun.gone": ("the rerun reached step {step} and its values stayed finite: the value depends on "
                              "something outside the seeded script (the time, the environment, another process)"),
-    "nonfinite.why.no_rerun_watch": ("the step was not recorded and the value did not come back before the run "
-                                     "ended; under `torchtriage run` a seeded script is rerun to localize it, or "
-                                     "pass step_tape='always' to watch()"),
+    "nonfinite.why.no_rerun_watch": ("inside watch() no rerun follows, and this step was not recorded: run the script "
+                                     "under `torchtriage run` (seed it with torch.manual_seed(...) so that the rerun "
+                                     "draws the same data), which reruns it up to this step to localize the value, or "
+                                     "pass step_tape='always' to watch() to record every step"),
     "nonfinite.rerun.rank": "rank {rank} of {world}, alone (a process group of one: DDP averaged this rank's gradients only)",
 }

@@ -16,7 +16,8 @@ MESSAGES = {
                                "（未设种子的数据加载、torch 之外的随机源、运行之间文件有改动）"),
     "nonfinite.rerun.gone": ("重跑到了第 {step} 步，数值保持有限：这个值取决于脚本种子之外的东西"
                              "（时间、环境、另一个进程）"),
-    "nonfinite.why.no_rerun_watch": ("这一步没有被记录，且运行结束前该值没有再出现；在 `torchtriage run` 下，"
-                                     "设定了种子的脚本会被重跑以定位它，或给 watch() 传 step_tape='always'"),
+    "nonfinite.why.no_rerun_watch": ("在 watch() 中不会重跑，且这一步没有被记录：请在 `torchtriage run` 下运行脚本"
+                                     "（用 torch.manual_seed(...) 设定种子，使重跑取到相同的数据），它会把脚本重跑到这一步"
+                                     "以定位该值；或给 watch() 传 step_tape='always' 以记录每一步"),
     "nonfinite.rerun.rank": "{world} 个进程中的第 {rank} 号进程，单独重跑（只有一个进程的进程组：DDP 只平均了这个进程的梯度）",
 }

@@ -78,6 +78,10 @@ def not_reproduced(stage: Stage, step: int, evidence: dict[str, Any] | None = No
         why = why_not(session)
         if why is not None:
             evidence.setdefault("why", msg(why))
+            if why in ("nonfinite.why.not_taped", "nonfinite.why.no_record") and not getattr(session, "discover", True):
+                # watch(): no rerun can follow (only `torchtriage run` reruns the script); say
+                # what to do instead (issue 27)
+                evidence["what to do"] = msg("nonfinite.why.no_rerun_watch")
             keeper = session.checker("snapshot")
             if why == "nonfinite.why.not_taped" and keeper is not None:
                 keeper.arm()

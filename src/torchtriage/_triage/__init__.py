@@ -4,6 +4,8 @@ check next. The original exception is always re-raised unchanged.
 
     _rules.py     the (exception type, message regex) → category/code table, with refinements
     _families.py  the frequent torch error families (issue 12), same Rule shape, tried after _rules
+    _overlap.py   memory overlap (a write through an expanded tensor) as a layout fault (issue 27)
+    _readings.py  families the vocabulary misread, and the place that raised (issue 27)
     _structure.py explanations from the program's structure: empty optimizer, DDP unused parameters,
                   the line that produced a tensor modified in place
     _vocab.py     an unknown torch message read by its words and the operands (generic codes)

@@ -27,6 +27,8 @@ from ._consequence import consequence_evidence, earlier_nonfinite
 from ._context import Context, _internal
 from ._families import match_family
 from ._freed import reuse_fields
+from ._overlap import match_overlap
+from ._readings import match_reading, raised_in
 from ._rules import RULES, Rule, classify
 from ._structure import inplace_producer
 from ._vocab import read
@@ -87,6 +89,8 @@ def explain_in_context(exc: BaseException, session: Any = None) -> tuple[Finding
         ctx.user_frame = worker.frame or ctx.user_frame
     known = hit is not None and any(hit[0] is r for r in RULES)
     reading = None
+    # An unknown error raised by torch.utils.data or torch.optim is that place's fault (issue 27).
+    place = raised_in(target) if hit is None and worker is None else None
     # torch.distributed speaks of process ranks, sizes and devices of a job, not of tensors:
     # its words would read as shape or device faults ("environment variable RANK expected").
     if hit is None and _torch_raised(target, worker) and not (ctx.sites.function or "").startswith(
@@ -104,6 +108,8 @@ def explain_in_context(exc: BaseException, session: Any = None) -> tuple[Finding
                 fields.update(extra)
         fields.setdefault("opname", fields.get("op") or op or "?")
         op = fields.pop("op", None) or op
+    elif place is not None and (reading is None or reading.category.value != place.split(".")[0]):
+        code, category, op, fields = place, Category(place.split(".")[0]), None, {}
     elif reading is not None:
         code, category, op = reading.code, reading.category, None
         fields = {"vocabulary": ", ".join(dict.fromkeys(w.strip() for w in reading.words))}
@@ -150,7 +156,7 @@ def explain_in_context(exc: BaseException, session: Any = None) -> tuple[Finding
 
 def _classify(exc: BaseException) -> tuple[Rule, re.Match[str]] | None:
     """The exact rules first (nothing they know changes), then the families of issue 12."""
-    return classify(exc) or match_family(exc)
+    return classify(exc) or match_family(exc) or match_overlap(exc) or match_reading(exc)
 
 
 # Types torch raises its own checks with; anything else (KeyError, a user's own class) is not read.

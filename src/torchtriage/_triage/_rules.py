@@ -55,12 +55,15 @@ def _linear_in_features(m: re.Match[str], ctx: Any) -> tuple[str, dict[str, Any]
     return None
 
 
+# conv's "Input type (double) and bias type (float)" names C types
+_C_TYPES = {"float": "Float", "double": "Double", "long": "Long", "int": "Int", "c10::Half": "Half",
+            "c10::BFloat16": "BFloat16", "unsigned char": "Byte", "bool": "Bool"}
 _INTEGER = {"Long", "Int", "Short", "Byte", "Char", "Bool"}
 _HALF = {"Half", "BFloat16"}
 
 
 def _dtype_pair(m: re.Match[str], ctx: Any) -> tuple[str, dict[str, Any]] | None:
-    a, b = _plain_dtype(m.group("a")), _plain_dtype(m.group("b"))
+    a, b = (_C_TYPES.get(v, v) for v in (_plain_dtype(m.group("a")), _plain_dtype(m.group("b"))))
     pair = {a, b}
     if pair & _INTEGER:
         return "dtype.integer_input", {"a": a, "b": b}
@@ -182,7 +185,8 @@ RULES: tuple[Rule, ...] = (
          _r(r"Expected tensor for argument #\d+ 'indices' to have one of the following scalar types: "
             r"(?P<expected>[\w, ]+); but got (?P<got>[\w.]+)"), op="embedding"),
     Rule("dtype.index", Category.DTYPE,
-         _r(r"(?P<op>\w+)\(\): Expected dtype (?P<expected>[\w/]+) for index"), op="index"),
+         _r(r"(?P<op>\w+)\(\): Expected dtype (?P<expected>[\w/]+) for index"), (IndexError, RuntimeError),
+         op="index"),
     # device
     Rule("device.mismatch", Category.DEVICE,
          _r(r"Expected all tensors to be on the same device[^\n]*"), refine=_device_fields),
@@ -256,7 +260,7 @@ RULES: tuple[Rule, ...] = (
     Rule("gradient.backward_twice", Category.GRADIENT,
          _r(r"Trying to backward through the graph a second time"), op="backward"),
     Rule("gradient.leaf_inplace", Category.GRADIENT,
-         _r(r"a leaf Variable that requires grad is being used in an in-place operation")),
+         _r(r"(?<!view of )a leaf Variable that requires grad is being used in an in-place operation")),
     # environment
     Rule("environment.file_not_found", Category.ENVIRONMENT, None, (FileNotFoundError,)),
 )

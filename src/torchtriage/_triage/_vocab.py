@@ -62,7 +62,7 @@ SIGNALS: tuple[Signal, ...] = (
                         r"\bsame number\b|too (?:small|large|big)|\bwindow\b|"
                         r"\bkernel_size\b|\bpadding\b|\bstride\b.*\bsize|"
                         r"\bsplit\w*\b|\bchunks?\b|\bsections?\b|\bheads?\b|\bembed_dim\b|\bsequence\b|\bslices?\b"),
-    _s("data.index_range", 3, r"\bindex\w*\b.*\b(?:out of (?:range|bounds)|exceeds?)|out of bounds|"
+    _s("data.index_range", 3, r"\bindex\w*\b.*\b(?:out of (?:range|bounds)|exceeds?)|out of (?:\w+ )?bounds|"
                               r"\bindices? \S+ out of range|\bout of range in self\b"),
     # dtype: scalar types, floating point vs integers, unsupported kernels
     _s("dtype.unsupported", 5, r"not implemented for '\w+'|\bnot (?:yet )?(?:supported|implemented) "
