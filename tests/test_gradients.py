@@ -3,6 +3,7 @@ on intentional patterns (GAN D-step detach, teacher/EMA, gradient accumulation, 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
@@ -485,7 +486,7 @@ def test_zero_init_residual_under_a_hand_written_warmup_from_zero_is_quiet():
 def test_a_zero_gradient_that_stays_zero_over_the_run_is_still_named():
     model = zoo.MultipliedByZero()
     f = _one(_watch(model, torch.optim.SGD(model.parameters(), lr=0.1), steps=8), "gradient.zero")
-    assert f.module == "branch" and f.evidence["zero_at_every_later_backward"] >= 5
+    assert f.module == "branch" and f.evidence["later_gradients_all_zero"] >= 5
 
 
 def test_numerics_bitwise_identical():
@@ -727,3 +728,40 @@ def test_a_finding_made_right_after_the_update_belongs_to_that_step():
             assert out.grad is None  # read after step 0's update, before any new forward
     f = _one(s.report, "gradient.nonleaf_grad")
     assert (f.step, s.report.meta["steps"]) == (0, 1)
+
+
+def test_an_encoder_kept_under_no_grad_for_its_first_updates_is_quiet():
+    # fairseq's `freeze_finetune_updates`: the encoder runs under no_grad for the first N updates,
+    # then trains; the window sees the cut, the run does not keep it (issue 24)
+    torch.manual_seed(0)
+    encoder, head = nn.Linear(4, 8), nn.Linear(8, 1)
+    model = nn.ModuleDict({"encoder": encoder, "head": head})
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for step in range(10):
+            with torch.no_grad() if step < 4 else contextlib.nullcontext():
+                h = encoder(x)
+            loss = F.mse_loss(head(h), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    assert not s.report.filter(code="gradient.cut_no_grad"), str(s.report)
+
+
+def test_an_encoder_under_no_grad_for_the_whole_run_is_named():
+    torch.manual_seed(0)
+    encoder, head = nn.Linear(4, 8), nn.Linear(8, 1)
+    model = nn.ModuleDict({"encoder": encoder, "head": head})
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(10):
+            with torch.no_grad():
+                h = encoder(x)
+            loss = F.mse_loss(head(h), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    f = _one(s.report, "gradient.cut_no_grad")
+    assert f.module == "encoder" and f.evidence["later_gradients_all_zero"] == 0

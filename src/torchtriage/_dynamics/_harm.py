@@ -13,8 +13,10 @@ then the loss after that step is compared with the loss at it:
   * otherwise (flat, higher, non-finite, or no loss seen after it): a `warning`, with the same
     evidence, which is the harm a user can check.
 
-Findings whose harm is their own definition (the loss growing geometrically, updates too small
-to move the loss) are not held.
+A gradient spike or growth is judged by whether the loss got worse after it (rose by more than
+the same margin, or stopped being finite), since many correct runs have losses that do not fall
+(RL critics, GANs). Findings whose harm is their own definition (the loss growing
+geometrically, updates too small to move the loss) are not held.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ from ._common import num
 
 # Findings whose evidence already is the loss failing to fall.
 _INHERENT = {"dynamics.divergence", "dynamics.stagnation"}
+# Findings whose harm is the loss getting worse after them, not the loss failing to fall: a
+# gradient spike in a run whose loss is flat by nature (RL critics, GANs) harmed nothing unless
+# the loss rose or broke after it.
+_WORSE_ONLY = {"dynamics.exploding_gradients"}
 # Findings about the whole run, made at its end: measured from the run's first losses.
 _WHOLE_RUN = {"dynamics.warmup_never_ends"}
 LAST = 10  # losses that make "the loss at the end"
@@ -66,8 +72,13 @@ class HarmGate:
         after, after_spread = _level([v for _, v in self._points()[-LAST:]])
         for f, window in held:
             before, before_spread = _level(window)
-            learned = (before is not None and after is not None and math.isfinite(after)
-                       and before - after > max(0.02 * abs(before), before_spread + after_spread))
+            margin = max(0.02 * abs(before), before_spread + after_spread) if before is not None else 0.0
+            if f.code in _WORSE_ONLY:
+                learned = (before is not None and after is not None and math.isfinite(after)
+                           and after - before <= margin)
+            else:
+                learned = (before is not None and after is not None and math.isfinite(after)
+                           and before - after > margin)
             evidence = dict(f.evidence)
             evidence["loss_at_finding"] = num(before)
             evidence["loss_at_end"] = num(after)

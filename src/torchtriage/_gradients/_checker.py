@@ -413,8 +413,9 @@ class GradientChecker(Checker):
                 self._held_unused[f.module] = f
             elif f.code == "gradient.lr_zero" and _scheduled(optimizers, f.evidence):
                 self._held_lr[(f.evidence["optimizer"], f.evidence["group"])] = f
-            elif f.code == "gradient.zero" and self._zero_later.hold(f, self._params_named(f)):
-                pass  # dropped at the end if a gate opens later (zero-init residual BN, ReZero, LoRA B)
+            elif f.code in _JUDGED_LATER and self._zero_later.hold(f, self._params_named(f)):
+                pass  # dropped at the end if the parameters get a gradient later (a gate that opens,
+                # an encoder kept under no_grad for its first updates, layer-local training)
             else:
                 self._add(f)
 
@@ -431,6 +432,10 @@ class GradientChecker(Checker):
                 self.session.internal_error("gradients.tracer", self.tracer.failed)
             if pop(self.tracer):
                 self.tracer = None
+
+
+# Verdicts about gradients that did not arrive in the window, judged over the whole run.
+_JUDGED_LATER = ("gradient.zero", "gradient.cut_no_grad")
 
 
 def _scheduled(optimizers: list[torch.optim.Optimizer], evidence: Any) -> bool:

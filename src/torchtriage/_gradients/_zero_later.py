@@ -1,5 +1,6 @@
-"""A gradient exactly zero in the analysis window, judged over the whole run (issue 24: severity
-from harm; issue 26: judge a zero gradient once the parameters it depends on have moved).
+"""A gradient exactly zero (or none at all: a `no_grad` cut) in the analysis window, judged over
+the whole run (issue 24: severity from harm; issue 26: judge a zero gradient once the parameters
+it depends on have moved).
 
 Zero-initialised gates make a branch's gradient exactly zero until the gate itself has moved:
 zero-init residual BN (`zero_init_residual`), ReZero / adaLN-Zero, LoRA's `B`, a gate behind an
@@ -8,7 +9,8 @@ zeros; the run does not keep them. So a `gradient.zero` finding is held: each of
 gets a post-accumulate-grad hook that folds "this gradient had a non-zero element" into one
 boolean on the device (no host read), and at the session's end one read of those flags decides:
 some parameter got a non-zero gradient later → the finding is dropped (the zero was the gate's
-first steps); none did → the finding stands, with the number of backward passes it covers.
+first steps, or an encoder kept under `no_grad` for its first N updates); none did → the finding
+stands, with the number of backward passes it covers.
 Only runs with such a finding pay for the hooks, and only on the parameters it names.
 """
 
@@ -58,5 +60,5 @@ class ZeroLater:
         for (f, _, _, count), nonzero in zip(held, later):
             if nonzero:
                 continue  # a gate opened: the zero was its first steps
-            out.append(f.replace(evidence={**f.evidence, "zero_at_every_later_backward": count[0]}))
+            out.append(f.replace(evidence={**f.evidence, "later_gradients_all_zero": count[0]}))
         return out
