@@ -22,6 +22,7 @@ import torch.nn as nn
 from .._checker import Checker
 from ._epochs import Epoch, Loader
 from ._follow import Follower
+from ._ranks import exchange  # (importing it registers the rank comparison with the distributed merge)
 
 _tokens = itertools.count(1)
 
@@ -110,7 +111,6 @@ class DataLedger(Checker):
         entry.summaries.append(summary)
 
     def on_end(self) -> None:
-        from ._ranks import exchange
         from ._verdicts import conclude
 
         for entry in self.loaders:

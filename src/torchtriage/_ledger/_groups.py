@@ -101,7 +101,8 @@ def from_indices(entry: Loader, roots: np.ndarray) -> None:
 
 
 def verdicts(loaders: list[Loader]) -> list[Any]:
-    from ._verdicts import _label, finding
+    from ._make import finding
+    from ._make import label as _label
 
     train = [e for e in loaders if e.trains and e.groups]
     held = [e for e in loaders if not e.trains and e.groups and "train" not in e.name.lower()]

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._distributed._env import rank_info
+from .._distributed._merge import RECORD_CHECKS
 from .._frames import UserFrame
-from ._verdicts import finding
+from ._make import finding
 
 if TYPE_CHECKING:
     from ._checker import DataLedger
@@ -113,3 +114,6 @@ def compare(a: dict[str, Any], b: dict[str, Any], ra: int, rb: int, ddp: bool) -
                 "estimated": rate > 1}
     cause = "ranks_same_rank" if a["distributed"] else "ranks"
     return finding("ranks_overlap", "ranks", "warning" if ddp else "info", frame, fields, evidence, cause=cause)
+
+
+RECORD_CHECKS.append(compare_records)  # the merged report of a distributed run compares the ranks' ledgers

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from .._finding import from_catalogue
-from .._frames import UserFrame, user_frame_of_line
+from .._frames import user_frame_of_line
 from ._epochs import Loader
 from ._lines import skips
+from ._make import finding
+from ._make import label as _label
 
 if TYPE_CHECKING:
     from ._checker import DataLedger
@@ -36,13 +37,6 @@ LOST_SHARE = 0.05
 WHOLE_SAMPLERS = frozenset({"RandomSampler", "SequentialSampler", "DistributedSampler", "WeightedRandomSampler"})
 SPLIT_SHARE = 0.01  # content matches below this share of the evaluation samples: natural duplicates (info)
 DISTINCT = 0.9  # a loader whose rows are less distinct than this holds natural duplicates (content unusable)
-
-
-def finding(code: str, key: str, severity: str, frame: UserFrame | None, fields: dict[str, Any],
-            evidence: dict[str, Any], cause: str = "") -> Any:
-    return from_catalogue("data", f"data.{code}", f"ledger.{key}.message", fields=fields,
-                          cause_key=f"ledger.{cause or key}.cause", next_key=f"ledger.{cause or key}.next",
-                          frame=frame, evidence=evidence, severity=severity, stage="data", source_line=True)
 
 
 def conclude(ledger: DataLedger) -> None:
@@ -63,8 +57,6 @@ def conclude(ledger: DataLedger) -> None:
         session.add(f)
 
 
-def _label(entry: Loader) -> str:
-    return f"'{entry.name}'"
 
 
 def coverage(entry: Loader) -> Any:
