@@ -191,8 +191,8 @@ def test_every_commands_help_ends_with_its_exit_codes():
     assert set(commands) == set(ARGS)
     for name, parser in commands.items():
         text = parser.format_help()
-        assert "exit status" in text, name
-        assert "2 " in text.split("exit status", 1)[1] or "2 for bad input" in text, name
+        assert "exit status" in text.lower(), name
+        assert "2 " in text.lower().split("exit status", 1)[1], name
     splits = commands["splits"].format_help()
     assert "0 nothing leaks; 1 something leaks between the splits; 2 bad input" in splits
     replay = commands["replay"].format_help()

@@ -73,6 +73,8 @@ def coverage(entry: Loader) -> Any:
     largest = max(s["largest_batch"] for s in epochs)
     harmful = share >= LOST_SHARE and per_epoch > largest
     found = [s for s in skips(entry.frame.file, entry.frame.line) if s.kind == "continue"] if entry.frame else []
+    if not harmful and not found:
+        return None  # a small loss with no line that skips: nothing to act on (batches kept in a list)
     frame = entry.frame
     if found and entry.frame is not None:
         frame = user_frame_of_line(entry.frame.file, found[0].line, entry.frame.function)
