@@ -35,7 +35,17 @@ FLOOR = 0.95
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
-    return labelled.run_all(str(tmp_path_factory.mktemp("labelled")))
+    # torch's default (distribution argument validation on): the first `torch.compile` of the
+    # process (another test in this worker) turns it off for good, and the distribution snippets
+    # rely on the error it raises
+    from torch.distributions import Distribution
+
+    before = Distribution._validate_args
+    Distribution.set_default_validate_args(True)
+    try:
+        return labelled.run_all(str(tmp_path_factory.mktemp("labelled")))
+    finally:
+        Distribution.set_default_validate_args(before)
 
 
 def test_corpus_is_large_and_spread():
