@@ -7,11 +7,19 @@ names no op and no line. With `--compare`, each script runs once more with `--no
 run's own localization only), for the before / after figures.
 
     python benchmarks/not_reproduced.py [--compare]
+    python benchmarks/not_reproduced.py --suite [-n 2]
+
+`--suite` measures the share over every non-finite test in the test suite instead: it runs each
+test file that names a non-finite finding code, with a probe on PYTHONPATH (`_nf_probe/`) that
+records every non-finite warning or error any report holds, in the test process and in every
+process a test starts (`torchtriage run`, torchrun ranks). A test's findings are counted once
+each (the same finding read back from JSON is not counted twice).
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import subprocess
@@ -54,10 +62,64 @@ def run(script: str, *opts: str) -> tuple[list[dict], float]:
             return nonfinite(json.load(fh)), took
 
 
+def suite_files() -> list[str]:
+    out = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))):
+        with open(path, encoding="utf-8") as fh:
+            if "nonfinite" in fh.read():
+                out.append(os.path.relpath(path, ROOT))
+    return out
+
+
+def suite(workers: int) -> None:
+    files = suite_files()
+    log = os.path.join(tempfile.gettempdir(), "torchtriage_nf_suite.jsonl")  # kept for a look afterwards
+    if os.path.exists(log):
+        os.remove(log)
+    env = dict(os.environ, TORCHTRIAGE_NF_LOG=log, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(ROOT, "benchmarks", "_nf_probe"), os.path.join(ROOT, "src")]
+        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    t0 = time.monotonic()
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
+    if workers > 1:
+        cmd += ["-n", str(workers)]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, check=False)
+    took = time.monotonic() - t0
+    rows = []
+    if os.path.exists(log):
+        with open(log, encoding="utf-8") as fh:
+            rows = [json.loads(line) for line in fh]
+    seen: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["test"], r["code"], r["step"], r["op"], r["file"], r["line"], r["rank"], r["message"])
+        seen.setdefault(key, r)
+    per_test: dict[str, list[dict]] = {}
+    for r in seen.values():
+        per_test.setdefault(r["test"] or "(outside a test)", []).append(r)
+    bad_total = 0
+    for test, found in sorted(per_test.items()):
+        bad = [f for f in found if not_reproduced(f)]
+        bad_total += len(bad)
+        if bad:
+            print(f"not reproduced: {test}: " + "; ".join(f"{f['code']} step {f['step']}: {f['message']}" for f in bad))
+    n = len(seen)
+    share = bad_total / n if n else 0.0
+    tail = done.stdout.strip().splitlines()[-1:] if done.stdout.strip() else ["(no output)"]
+    print(f"{len(files)} test files, {len(per_test)} tests with non-finite findings ({tail[0]}; {took:.0f} s)")
+    print(f"suite: {bad_total} of {n} non-finite finding(s) not reproduced: {100 * share:.1f} %")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--compare", action="store_true", help="also run each script with --no-rerun")
+    ap.add_argument("--suite", action="store_true", help="measure over every non-finite test of the test suite")
+    ap.add_argument("-n", type=int, default=2, help="pytest workers for --suite (default 2)")
     args = ap.parse_args()
+    if args.suite:
+        suite(args.n)
+        return
     modes = [("rerun", ())] + ([("no rerun", ("--no-rerun",))] if args.compare else [])
     totals = {name: [0, 0] for name, _ in modes}
     for script in SCRIPTS:

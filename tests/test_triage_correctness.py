@@ -176,3 +176,13 @@ def test_overlap_in_chinese():
         set_language(before)
     assert f.message == ("scale 被原地写入，但它的多个元素共用同一块内存"
                          "（形状 [4, 4]，步长 [1, 0]：维度 1 上步长为 0，是 expand 出来的张量）")
+
+
+def test_scheduler_values_are_the_schedule_and_its_argument_the_optimizer(outcomes):
+    """A scheduler stepped past its total steps, or built with a value it refuses, is a fault of
+    the schedule against the loop (`other.scheduler_config`); a scheduler given a model where the
+    optimizer belongs stays an optimizer fault. Both are raised inside torch/optim/lr_scheduler.py."""
+    got = {o.case.id: (o.category, o.code) for o in outcomes}
+    assert got["onecycle_stepped_past_total"] == ("other", "other.scheduler_config")
+    assert got["cyclic_bad_mode"] == ("other", "other.scheduler_config")
+    assert got["scheduler_not_optimizer"][0] == "gradient"

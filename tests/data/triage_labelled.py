@@ -529,6 +529,19 @@ opt.step()
 model = nn.Linear(2, 1)
 torch.optim.lr_scheduler.StepLR(model, step_size=1)
 """),
+    _c("onecycle_stepped_past_total", "other", "other.scheduler_config", """
+model = nn.Linear(2, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, epochs=1, steps_per_epoch=2)
+for _ in range(3):
+    opt.step()
+    sched.step()
+"""),
+    _c("cyclic_bad_mode", "other", "other.scheduler_config", """
+model = nn.Linear(2, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+torch.optim.lr_scheduler.CyclicLR(opt, base_lr=0.01, max_lr=0.1, mode="linear")
+"""),
     _c("scaler_unscale_twice", "gradient", None, """
 model = nn.Linear(2, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)

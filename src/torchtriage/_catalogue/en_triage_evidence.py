@@ -54,6 +54,9 @@ MESSAGES = {
     "triage.gradient.optimizer_config": "{error}",
     "triage.gradient.optimizer_config.cause": "the optimizer (or its scheduler / state) was built or called with arguments it refuses",
     "triage.gradient.optimizer_config.next": "check the optimizer's arguments at your line: parameters as model.parameters(), lr and betas in range, a closure where required",
+    "triage.other.scheduler_config": "{error}",
+    "triage.other.scheduler_config.cause": "the learning-rate scheduler's schedule does not fit the loop: it was stepped more times than it was built for, or built with a length or a value it refuses (steps_per_epoch, epochs and total_steps count the loop's scheduler.step() calls)",
+    "triage.other.scheduler_config.next": "build the scheduler from the loop it steps in (for a per-batch schedule: epochs=E, steps_per_epoch=len(train_loader), or total_steps=E*len(train_loader)), and step it exactly where it counts",
     # data
     "triage.data.collate_type": "the DataLoader cannot batch a sample: found {found}",
     "triage.data.collate_type.cause": "the dataset returned a value default_collate cannot stack (None, a custom object)",

@@ -110,8 +110,13 @@ def match_reading(exc: BaseException) -> tuple[Rule, re.Match[str]] | None:
 
 
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-PLACES = ((os.path.join(_TORCH, "utils", "data") + os.sep, "data.pipeline"),
-          (os.path.join(_TORCH, "optim") + os.sep, "gradient.optimizer_config"))
+# (path prefix, exception types or None for any, code). A scheduler's ValueError is a value of its
+# schedule that does not fit the loop (stepped past total_steps, steps_per_epoch below the
+# batches); its TypeError is the optimizer argument, an optimizer fault like torch.optim's own.
+PLACES: tuple[tuple[str, tuple[type[BaseException], ...] | None, str], ...] = (
+    (os.path.join(_TORCH, "utils", "data") + os.sep, None, "data.pipeline"),
+    (os.path.join(_TORCH, "optim", "lr_scheduler.py"), (ValueError,), "other.scheduler_config"),
+    (os.path.join(_TORCH, "optim") + os.sep, None, "gradient.optimizer_config"))
 
 
 def raised_in(exc: BaseException) -> str | None:
@@ -122,4 +127,5 @@ def raised_in(exc: BaseException) -> str | None:
     if tb is None:
         return None
     path = os.path.abspath(tb.tb_frame.f_code.co_filename)
-    return next((code for prefix, code in PLACES if path.startswith(prefix)), None)
+    return next((code for prefix, kinds, code in PLACES
+                 if path.startswith(prefix) and (kinds is None or isinstance(exc, kinds))), None)
