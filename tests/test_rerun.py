@@ -105,6 +105,10 @@ def test_masked_mean_over_an_empty_mask_on_rank_0_of_two_gloo_ranks(tmp_path):
     _assert_localized(f, "numerical.nonfinite_loss", "aten::div", script, "loss = (err * mask).sum() / mask.sum()", 6)
     assert f["rank"] == 0
     assert f["evidence"]["rerun as"].startswith("rank 0 of 2, alone")
+    # why: the divisor is the mask's count, an int64 zero; and the batch rank 0 had at that step
+    assert f["evidence"]["zeros in divisor"] == 1
+    assert (f["evidence"]["input 1"]["dtype"], f["evidence"]["input 1"]["max"]) == ("torch.int64", 0.0)
+    assert f["evidence"]["batch: model input 0"]["shape"] == [8, 4]
     [received] = [g for g in report["findings"] if g["code"] == "distributed.nonfinite_received"]
     assert (received["rank"], received["step"], received["evidence"]["origin rank"]) == (1, 6, 0)
 

@@ -61,4 +61,5 @@ MESSAGES = {
     # evidence labels
     "nonfinite.ev.input": "input {index}",
     "nonfinite.ev.output": "output",
+    "nonfinite.ev.batch": "batch: {model} input {index}",
 }

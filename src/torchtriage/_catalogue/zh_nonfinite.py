@@ -57,4 +57,5 @@ MESSAGES = {
     "nonfinite.next.amp_collapse": "先不使用 scaler 找到第一个非有限值（用 float32 跑一步），让易溢出的算子保持 float32，或改用 bfloat16。",
     "nonfinite.ev.input": "输入 {index}",
     "nonfinite.ev.output": "输出",
+    "nonfinite.ev.batch": "批数据：{model} 的输入 {index}",
 }

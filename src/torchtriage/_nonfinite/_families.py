@@ -60,9 +60,11 @@ def explain(op: str, inputs: list[Any], output: Any, *, scalars: tuple[Any, ...]
     """The op family's cause, next check and evidence for `op(inputs) -> output`."""
     name = base_name(op)
     ins = _floats(inputs)
+    # every tensor operand, counts and masks too: `x.sum() / mask.sum()` divides by an int64
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor) and t.numel()]
     out = output if isinstance(output, torch.Tensor) else None
     ev: dict[str, Any] = {}
-    for i, t in enumerate(ins[:3]):
+    for i, t in enumerate(tensors[:3]):
         ev[msg("nonfinite.ev.input", index=i)] = summarize(t)
     if out is not None:
         ev[msg("nonfinite.ev.output")] = summarize(out)
@@ -98,7 +100,7 @@ def explain(op: str, inputs: list[Any], output: Any, *, scalars: tuple[Any, ...]
             ev["negatives in input"] = neg
             return pick("sqrt", negatives=neg)
     if name in DIV:
-        d = ins[1] if len(ins) > 1 else (x if name in ("reciprocal", "rsqrt") else None)
+        d = tensors[1] if len(tensors) > 1 else (x if name in ("reciprocal", "rsqrt") else None)
         if d is not None:
             zeros = int((d == 0).sum())
             ev["zeros in divisor"] = zeros

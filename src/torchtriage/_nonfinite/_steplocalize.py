@@ -22,9 +22,11 @@ import sys
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from .._catalogue import msg
 from .._findings import Finding, Stage
+from .._summary import summarize
 from ._families import kind_of, kind_text
 from ._replay import (
     FirstNonFiniteNode,
@@ -66,8 +68,19 @@ def _traced_replay(session: Any, state: Any, namer: Any) -> tuple[OpTracer, Repl
 def _by(record: Any, **more: Any) -> dict[str, Any]:
     ev: dict[str, Any] = {"localized_by": BY, "replayed": (
         f"{len(record.calls)} model call(s), {sum(1 for o in record.ops if not o.before_step)} op(s)")}
+    ev.update(_batch(record))
     ev.update({k: v for k, v in more.items() if v is not None})
     return ev
+
+
+def _batch(record: Any) -> dict[str, Any]:
+    """The step's batch as its first model call received it: shapes, dtypes, min / max and
+    non-finite counts of up to two tensors (on the report path only)."""
+    if not record.calls:
+        return {}
+    call = record.calls[0]
+    leaves = [t for t in tree_leaves((call.args, call.kwargs)) if isinstance(t, torch.Tensor)][:2]
+    return {msg("nonfinite.ev.batch", model=call.label, index=i): summarize(t) for i, t in enumerate(leaves)}
 
 
 def _with_by(f: Finding, record: Any, **more: Any) -> Finding:

@@ -176,6 +176,8 @@ class OpTracer(TorchDispatchMode):
             for t in outs:
                 self._remember(t, None)
             return
+        # every operand for the evidence: a count or a mask divides as an integer tensor
+        operands = [t for t in leaves if isinstance(t, torch.Tensor) and t.numel() > 0 and t.device.type != "meta"]
         states = [self._state(t) for t in tensors]
         bad_in = [s for s in states if s is not None]
         computed = [s for s in bad_in if s.kind == "computed"]
@@ -187,12 +189,12 @@ class OpTracer(TorchDispatchMode):
             in_nan = any(bool(torch.isnan(t).any()) for t, s in zip(tensors, states) if s is not None)
             out_nan = any(bool(torch.isnan(torch.view_as_real(t) if t.is_complex() else t).any()) for t in bad_out)
             if out_nan and not in_nan:
-                origin = self._new("computed", name, tensors, bad_out[0], scalars)
+                origin = self._new("computed", name, operands, bad_out[0], scalars)
                 origin.sources = bad_in
             else:
                 origin = bad_in[0] if bad_in else self._new("constant", name, tensors, bad_out[0], scalars)
         else:
-            origin = self._new("computed", name, tensors, bad_out[0], scalars)
+            origin = self._new("computed", name, operands, bad_out[0], scalars)
         for t in outs:
             self._remember(t, origin if any(t is b for b in bad_out) else None)
 
