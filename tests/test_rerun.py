@@ -141,3 +141,32 @@ def test_repro_loop_with_a_target_the_script_builds_before_its_loop(tmp_path):
     assert not pytest_passes()  # fails on the bug
     script.write_text(script.read_text().replace("/ target) ** 2", "/ target.clamp_min(1e-3)) ** 2"))
     assert pytest_passes()  # passes after the fix
+
+
+def test_repro_loop_under_watch_with_a_script_built_target_replayed_by_a_relative_script_path(tmp_path, monkeypatch):
+    """`watch(bundle_dir=)` in the user's script; replay and shrink name the script as the user
+    types it (`train.py`, relative): the script-built target is still swapped and sliced."""
+    script = tmp_path / "train.py"
+    script.write_text((ZOO / "watched_target.py").read_text())
+    res = subprocess.run([sys.executable, "train.py"], capture_output=True, text=True, timeout=600,
+                         env=_env(), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    monkeypatch.chdir(tmp_path)
+    bundle = torchtriage.load_bundle("bundle")
+    [entry] = bundle.meta["batch"]["inputs"]
+    assert (entry["where"], entry["shape"], entry["line"]) == ("sub", [256, 1], _line(script, "loss = (((pred"))
+    shrunk = torchtriage.shrink(bundle, lambda b: torchtriage.replay(b, script="train.py"), log=None)
+    assert shrunk.invalid is None and shrunk.samples == (77,)
+    assert shrunk.replays <= 20
+    from torchtriage._repro._maketest import make_test
+
+    made = make_test(shrunk.bundle, "regress", script="train.py")
+
+    def pytest_passes() -> bool:
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", made.test],
+                           capture_output=True, text=True, timeout=600, env=_env(), cwd=tmp_path)
+        return r.returncode == 0
+
+    assert not pytest_passes()  # fails on the bug
+    script.write_text(script.read_text().replace("/ target) ** 2", "/ target.clamp_min(1e-3)) ** 2"))
+    assert pytest_passes()  # passes after the fix

@@ -191,7 +191,8 @@ def _replay_script(bundle: Bundle, script: str, script_args: list[str], checks: 
         with session:
             inj.install()
             try:
-                runpy.run_path(script, run_name="__main__")
+                # absolute, as `python S` names __main__'s file: the bundle's input lines name it so
+                runpy.run_path(os.path.abspath(script), run_name="__main__")
             except _StopReplay:
                 pass
             except SystemExit:
@@ -244,7 +245,7 @@ class _InputSwap(TorchFunctionMode):
         if frame is not None:
             name = op_name(func)
             here = [e for e in self.inj.inputs if e["where"] == name and e["line"] == frame.line
-                    and e["file"] == frame.file]
+                    and _same_file(e["file"], frame.file)]
         if not here and not swapped:
             return args, kwargs
 
@@ -261,3 +262,9 @@ class _InputSwap(TorchFunctionMode):
 
         return tuple(sub(a) for a in args), {k: sub(v) for k, v in kwargs.items()}
 
+
+@functools.lru_cache(maxsize=256)
+def _same_file(recorded: str, seen: str) -> bool:
+    """The bundle's file of an input and the replay's frame file name the same file (a watched
+    script run as `python train.py` records it absolute; a symlinked folder, the real path)."""
+    return recorded == seen or os.path.realpath(recorded) == os.path.realpath(seen)
