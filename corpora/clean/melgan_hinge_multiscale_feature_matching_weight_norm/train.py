@@ -10,7 +10,7 @@
 # numpy; torch.stft now needs return_complex, so the real/imag parts come from view_as_real; .cuda() calls,
 # tensorboard, wav dumping and checkpoints dropped; LJSpeech -> synthetic 22.05 kHz "voiced" audio
 # (harmonic stacks with vibrato and amplitude envelopes); ngf 32 -> 8, n_residual_layers 3 -> 2,
-# num_D 3 -> 2, seq_len 8192 -> 1024, batch 16 -> 4, 3000 epochs -> 50 steps.
+# num_D 3 -> 2, seq_len 8192 -> 1024, batch 16 -> 2, 3000 epochs -> 50 steps.
 import time
 
 import numpy as np
@@ -277,7 +277,7 @@ def main():
     np.random.seed(0)
     torch.set_num_threads(1)
     args = type("Args", (), dict(n_mel_channels=80, ngf=8, n_residual_layers=2, ndf=16, num_D=2, n_layers_D=4,
-                                 downsamp_factor=4, lambda_feat=10, batch_size=4, seq_len=1024, epochs=1,
+                                 downsamp_factor=4, lambda_feat=10, batch_size=2, seq_len=1024, epochs=1,
                                  log_interval=10, max_steps=50))()
 
     netG = Generator(args.n_mel_channels, args.ngf, args.n_residual_layers)
