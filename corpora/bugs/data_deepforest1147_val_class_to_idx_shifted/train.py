@@ -60,7 +60,8 @@ class CropModel(nn.Module):
 
 def main():
     torch.manual_seed(0)
-    tmp = tempfile.mkdtemp()
+    tmp_handle = tempfile.TemporaryDirectory()
+    tmp = tmp_handle.name
     train_dir, val_dir = os.path.join(tmp, "train"), os.path.join(tmp, "val")
     write_crops(train_dir, {0: 60, 1: 60, 2: 60, 3: 60}, seed=0)
     write_crops(val_dir, {0: 20, 2: 20, 3: 20}, seed=1)

@@ -93,7 +93,7 @@ def main():
     decoder = Decoder(32, 32, T, 1)
     enc_opt = optim.Adam(encoder.parameters(), lr=1e-3)
     dec_opt = optim.Adam(decoder.parameters(), lr=1e-3)
-    for e_i in range(6):
+    for e_i in range(4):
         perm_idx = np.random.permutation(t_cfg.train_size - t_cfg.T)
         losses = []
         for t_i in range(0, t_cfg.train_size, t_cfg.batch_size):
