@@ -87,14 +87,24 @@ def suite(workers: int) -> None:
     done = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, check=False)
     took = time.monotonic() - t0
+    tail = done.stdout.strip().splitlines()[-1:] if done.stdout.strip() else ["(no output)"]
+    summarize(log, f"{len(files)} test files ({tail[0]}; {took:.0f} s)")
+
+
+def summarize(log: str, ran: str) -> None:
+    """Print the not-reproduced findings and the share from the probe's log."""
     rows = []
     if os.path.exists(log):
         with open(log, encoding="utf-8") as fh:
             rows = [json.loads(line) for line in fh]
+    # One finding per (test, code, step, rank): a run builds its report more than once (the
+    # "not reproduced" finding before the rerun replaces it, the rerun's child, the JSON read
+    # back), and the finding counts as localized when any of its versions names an op or a line.
     seen: dict[tuple, dict] = {}
     for r in rows:
-        key = (r["test"], r["code"], r["step"], r["op"], r["file"], r["line"], r["rank"], r["message"])
-        seen.setdefault(key, r)
+        key = (r["test"], r["code"], r["step"], r["rank"])
+        if key not in seen or (not_reproduced(seen[key]) and not not_reproduced(r)):
+            seen[key] = r
     per_test: dict[str, list[dict]] = {}
     for r in seen.values():
         per_test.setdefault(r["test"] or "(outside a test)", []).append(r)
@@ -106,8 +116,7 @@ def suite(workers: int) -> None:
             print(f"not reproduced: {test}: " + "; ".join(f"{f['code']} step {f['step']}: {f['message']}" for f in bad))
     n = len(seen)
     share = bad_total / n if n else 0.0
-    tail = done.stdout.strip().splitlines()[-1:] if done.stdout.strip() else ["(no output)"]
-    print(f"{len(files)} test files, {len(per_test)} tests with non-finite findings ({tail[0]}; {took:.0f} s)")
+    print(f"{ran}: {len(per_test)} tests with non-finite findings")
     print(f"suite: {bad_total} of {n} non-finite finding(s) not reproduced: {100 * share:.1f} %")
 
 
@@ -116,7 +125,11 @@ def main() -> None:
     ap.add_argument("--compare", action="store_true", help="also run each script with --no-rerun")
     ap.add_argument("--suite", action="store_true", help="measure over every non-finite test of the test suite")
     ap.add_argument("-n", type=int, default=2, help="pytest workers for --suite (default 2)")
+    ap.add_argument("--from-log", metavar="JSONL", help="summarize a probe log of an earlier --suite run")
     args = ap.parse_args()
+    if args.from_log:
+        summarize(args.from_log, args.from_log)
+        return
     if args.suite:
         suite(args.n)
         return
