@@ -3,7 +3,7 @@
 # MiniGPT-4's LinearWarmupCosineLRScheduler and the inner training loop of BaseTask
 # (lr_scheduler.step(cur_epoch, cur_step) before every iteration, gradient accumulation).
 # The Vicuna/Q-Former model is reduced to a small projection + MLP head on synthetic
-# image-feature / target pairs; the stage-2 config has warmup_steps longer than one epoch.
+# image-feature / target pairs; run config: 6 epochs x 100 iterations, 300 warmup steps.
 import math
 
 import torch

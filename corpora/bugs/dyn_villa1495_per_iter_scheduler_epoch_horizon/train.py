@@ -1,8 +1,8 @@
 # Source: ScrollPrize/villa, vesuvius/src/vesuvius/models/training/train.py (BaseTrainer._get_scheduler, train loop)
 # Report: https://github.com/ScrollPrize/villa/pull/1495
-# Vesuvius BaseTrainer: the scheduler factory gets max_steps=self.mgr.max_epoch, and the
-# per-iteration schedulers ('onecycle', 'cyclic', 'cosine_warmup', 'diffusers_cosine_warmup')
-# are stepped once per optimizer step. The 3D segmentation network and the zarr patch
+# Vesuvius BaseTrainer: optimizer, scheduler factory (get_scheduler with the trainer's
+# config), per-iteration / per-epoch scheduler stepping, gradient clipping and the epoch
+# loop with max_steps_per_epoch. The 3D segmentation network and the zarr patch
 # datasets are reduced to a small 2D conv net on synthetic patches; get_scheduler keeps
 # the diffusers cosine-with-warmup lambda.
 import math
