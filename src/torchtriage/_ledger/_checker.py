@@ -22,6 +22,9 @@ import torch.nn as nn
 from .._checker import Checker
 from ._epochs import Epoch, Loader
 from ._follow import Follower
+from ._passes import conclude as passes_verdicts
+from ._passes import exchange as exchange_passes
+from ._passes import note as note_pass
 from ._ranks import exchange  # (importing it registers the rank comparison with the distributed merge)
 
 _tokens = itertools.count(1)
@@ -96,6 +99,7 @@ class DataLedger(Checker):
                 entry.seen[roots] = True
                 if t:
                     entry.trained_on[roots] = True
+        note_pass(entry, ep, trained)
         examples = [int(v) for i in lost[:3] if (r := ep.roots[i]) is not None for v in r[:2].tolist()][:5]
         summary = {
             "epoch": ep.number, "batches": ep.batches, "samples": ep.samples, "complete": ep.complete,
@@ -118,4 +122,8 @@ class DataLedger(Checker):
                 self.close(entry, ep, final=True)
         with torch.no_grad():
             conclude(self)
+        if self.session is not None:
+            for f in passes_verdicts(self):
+                self.session.add(f)
         exchange(self)
+        exchange_passes(self)

@@ -28,6 +28,7 @@ from .._leakage._runtime._fingerprint import dense_keys
 from ._epochs import MAX_KEYS, Epoch, Loader
 from ._groups import columns, from_batch, from_indices
 from ._lines import assigned_name, loop_name
+from ._passes import dataset_size, promised
 from ._stream import as_rows, stream
 from ._stream import tensors as batch_tensors
 
@@ -94,6 +95,7 @@ class Follower:
         shuffled = _shuffles(sampler)
         epoch = Epoch(len(entry.epochs), shuffled, getattr(sampler, "epoch", None) if entry.distributed else None)
         epoch.mark = self.ledger.counters()
+        epoch.promised = promised(loader, sampler)
         try:
             epoch.expected = len(it)  # (a loop that counts its batches never exhausts the sampler: Lightning)
         except TypeError:
@@ -119,6 +121,7 @@ class Follower:
             entry.columns = columns(root, n)
         entry.whole = getattr(loader, "dataset", None) is root
         entry.chain = chain
+        entry.size = dataset_size(loader)
         self.loaders.append(entry)
         return entry
 
