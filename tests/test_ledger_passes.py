@@ -47,3 +47,24 @@ def test_ddp_validation_padded_by_the_distributed_sampler(tmp_path):
         (2, 21, 22, 21, 1, 0)
     assert "DistributedSampler pads" in f["cause"]
     assert "ledger_passes" not in report["meta"]
+
+
+# ---------------------------------------------------------------- samples without an index
+def test_a_generator_of_batches_over_overlapping_ranges(tmp_path):
+    report, _ = run_script("bug_generator_overlap.py", tmp_path)
+    [f] = [f for f in report.findings if f.code == "data.split_overlap"]
+    assert (f.severity.value, f.line) == ("error", here("bug_generator_overlap.py"))
+    assert (f.evidence["count"], f.evidence["evaluation_samples"], f.evidence["matched"]) == (200, 400, "content")
+
+
+def test_iterable_datasets_with_workers_out_of_order_over_overlapping_ranges(tmp_path):
+    report, _ = run_script("bug_iterable_overlap.py", tmp_path)
+    [f] = [f for f in report.findings if f.code == "data.split_overlap"]
+    assert (f.severity.value, f.line) == ("error", here("bug_iterable_overlap.py"))
+    assert (f.evidence["evaluation_loader"], f.evidence["training_loader"]) == ("val_loader", "train_loader")
+    assert (f.evidence["count"], f.evidence["evaluation_samples"], f.evidence["matched"]) == (100, 200, "content")
+
+
+def test_disjoint_generators_a_train_accuracy_pass_and_an_agent_are_quiet(tmp_path):
+    report, _ = run_script("clean_generator.py", tmp_path)
+    assert [f.code for f in report.findings if f.code.startswith("data.")] == []

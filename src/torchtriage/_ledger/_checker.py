@@ -22,6 +22,7 @@ import torch.nn as nn
 from .._checker import Checker
 from ._epochs import Epoch, Loader
 from ._follow import Follower
+from ._handfed import HandFed
 from ._passes import conclude as passes_verdicts
 from ._passes import exchange as exchange_passes
 from ._passes import note as note_pass
@@ -41,6 +42,7 @@ class DataLedger(Checker):
         self.tokens: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
         self.follower = Follower(session, self)
         self.follower.install()
+        self.handfed = HandFed(session, self)
 
     def counters(self) -> tuple[int, int]:
         return self.backwards, self.forwards
@@ -58,6 +60,10 @@ class DataLedger(Checker):
             if token is None:
                 token = self.tokens[model] = next(_tokens)
             last.models.add(token)
+
+    def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                        output: Any) -> None:
+        self.handfed.on_forward(model, args, kwargs)
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         self.backwards += 1
