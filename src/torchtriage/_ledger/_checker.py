@@ -23,6 +23,7 @@ from .._checker import Checker
 from ._epochs import Epoch, Loader
 from ._follow import Follower
 from ._handfed import HandFed
+from ._handfed import judge as judge_handfed
 from ._passes import conclude as passes_verdicts
 from ._passes import exchange as exchange_passes
 from ._passes import note as note_pass
@@ -131,5 +132,11 @@ class DataLedger(Checker):
         if self.session is not None:
             for f in passes_verdicts(self):
                 self.session.add(f)
+            codes = {(f.code, f.severity.value) for f in self.session.findings}
+            if ("data.split_overlap", "error") not in codes and ("data.heldout_trained", "error") not in codes:
+                with torch.no_grad():
+                    found = judge_handfed(self.handfed, self.loaders)  # samples without an index
+                if found is not None:
+                    self.session.add(found)
         exchange(self)
         exchange_passes(self)

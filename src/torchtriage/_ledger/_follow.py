@@ -1,7 +1,7 @@
 """Following every DataLoader pass: which samples each batch holds, and what the loop did with
 the batch before it asked for the next one.
 
-The session's DataLoader events (`_stream.py`: a loader made, a pass begun, a batch with the
+The session's DataLoader events (`.._loaderstream`: a loader made, a pass begun, a batch with the
 sampler's indices, the sampler exhausted) fill the ledger (`_epochs.py`). Indices are followed
 down a `Subset` chain to the root dataset, so two loaders over parts of one dataset speak of the same samples. With
 `in_order=False` the batches come back out of order: only their sizes are counted. An
@@ -25,12 +25,12 @@ import torch
 
 from .._frames import UserFrame, user_frame_from_stack
 from .._leakage._runtime._fingerprint import dense_keys
+from .._loaderstream import as_rows, stream
+from .._loaderstream import tensors as batch_tensors
 from ._epochs import MAX_KEYS, Epoch, Loader
 from ._groups import columns, from_batch, from_indices
 from ._lines import assigned_name, loop_name
 from ._passes import dataset_size, promised
-from ._stream import as_rows, stream
-from ._stream import tensors as batch_tensors
 
 if TYPE_CHECKING:
     from ._checker import DataLedger

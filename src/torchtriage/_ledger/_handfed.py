@@ -32,9 +32,10 @@ import torch.nn as nn
 
 from .._frames import in_user_file, user_frame_of, user_stack_frame
 from .._leakage._runtime._fingerprint import dense_keys
+from .._loaderstream import stream
+from .._loaderstream import tensors as batch_tensors
 from ._epochs import MAX_KEYS, Loader
-from ._stream import stream
-from ._stream import tensors as batch_tensors
+from ._verdicts import _keys, _split_finding
 
 if TYPE_CHECKING:
     from ._checker import DataLedger
@@ -143,8 +144,6 @@ def _host(chunks: list[torch.Tensor]) -> list[np.ndarray]:
 
 def judge(hf: HandFed, loaders: list[Loader]) -> Any:
     """The split verdict over the rows of hand-fed forwards (see the module docstring)."""
-    from ._verdicts import _keys, _split_finding
-
     ev, tr = hf.eval, hf.train
     if not ev.chunks or ev.shape is None:
         return None

@@ -49,15 +49,8 @@ def conclude(ledger: DataLedger) -> None:
                 session.add(f)
     already = any(f.code == "data.heldout_trained" for f in session.findings)
     if not already:
-        found = splits(ledger.loaders)
-        for f in found:
+        for f in splits(ledger.loaders):
             session.add(f)
-        if not any(f.severity.value == "error" for f in found):
-            from ._handfed import judge
-
-            handfed = judge(ledger.handfed, ledger.loaders)
-            if handfed is not None:
-                session.add(handfed)
     from ._groups import verdicts
 
     for f in verdicts(ledger.loaders):

@@ -6,7 +6,7 @@ holds the rows as stored. A list of ``(label, token ids)`` samples packed by a `
 into EmbeddingBag ids + offsets, images transformed on load, tokenized texts: their batches
 never equal the stored rows. The DataLoader knows the rows anyway: its sampler hands the
 dataset indices of each batch to the fetcher. The data ledger's stream of DataLoader events
-(`_ledger/_stream.py`, the session's one follower of loaders: the sampler's indices of each
+(`_loaderstream.py`, the session's one follower of loaders: the sampler's indices of each
 batch, in order also with worker processes) hands this index each batch with its indices;
 Subsets are followed down to the dataset a split was drawn from (a `Base`).
 
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..._frames import user_files_on_stack
-from ..._ledger._stream import as_rows, stream
-from ..._ledger._stream import tensors as _batch_tensors
+from ..._loaderstream import as_rows, stream
+from ..._loaderstream import tensors as _batch_tensors
 from ._adopt import adopt
 from ._base import Base
 

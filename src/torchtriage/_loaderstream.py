@@ -1,5 +1,5 @@
 """The session's one follower of DataLoader passes: every check that asks which samples a batch
-holds listens here (the data ledger, `_follow.py`; the runtime leakage check's loader index).
+holds listens here (the data ledger, `_ledger/_follow.py`, built on it; the runtime leakage check's loader index).
 
 `DataLoader.__init__` is wrapped to note where a loader was made; `_BaseDataLoaderIter.__init__`
 and `_reset` (a pass begins: a new iterator, or a persistent-workers iterator reused),
