@@ -57,10 +57,13 @@ class DataLedger(Checker):
             self.forwards += 1
         last = self.follower.last
         if last is not None:  # the model the latest batch fed (k-fold: one model per fold)
-            token = self.tokens.get(model)
-            if token is None:
-                token = self.tokens[model] = next(_tokens)
-            last.models.add(token)
+            last.models.add(self.token_of(model))
+
+    def token_of(self, model: nn.Module) -> int:
+        token = self.tokens.get(model)
+        if token is None:
+            token = self.tokens[model] = next(_tokens)
+        return token
 
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:

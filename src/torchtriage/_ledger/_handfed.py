@@ -6,14 +6,17 @@ DataLoader batch fed (no batch was yielded since the previous forward, and its i
 batch's tensor fed before), the rows of its first input of two or more dimensions are digested
 where they are (`dense_keys`: about 20 elementwise integer kernels on at most 513 values per row,
 on the batch's device, no host read), and kept per side: rows of training forwards (gradients
-on, train() mode) and rows of evaluation forwards (no_grad, inference_mode or eval()). The same
-tensor given again (a benchmark's fixed batch, a validation tensor evaluated each epoch) is not
-digested again. At most `MAX_KEYS` rows per side (8 MiB); the digests are read once, at the end.
+on, train() mode) and rows of evaluation forwards, per model: a forward in eval() mode without
+gradients, or one without gradients whose calling lines name held-out data (`val`, `test`,
+`dev`, `eval`, `holdout`; a no_grad forward in train() mode otherwise is an agent acting or a
+target computed, not an evaluation). The same tensor object given again (a benchmark's fixed
+batch, a validation tensor evaluated each epoch) is not digested again. At most `MAX_KEYS` rows
+per side (8 MiB); the digests are read once, at the end.
 
 The split verdict (`judge`): distinct evaluation rows that are also training rows (of these
 forwards or of a DataLoader that trained) are reported as `data.split_overlap` when the
-evaluation data is an evaluation set (the same batch evaluated at least twice: a validation
-pass repeated; a stream of new rows, as an agent acting on its states, never is), the overlap
+evaluation data is an evaluation set (the same batch, by content, evaluated at least twice: a
+validation pass repeated; a stream of new rows never is), the overlap
 is at least 8 rows and at least `SPLIT_SHARE` of the evaluation rows and three times the rate at
 which rows repeat inside one forward (natural duplicates, draws with replacement); an error.
 A forward whose calling lines name training data (``train_acc = evaluate(model, X_train)``)
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import types
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,6 +47,7 @@ if TYPE_CHECKING:
 SPLIT_SHARE = 0.01
 MIN_ROWS = 8  # rows of an evaluation forward (an agent acting on one state is no evaluation set)
 MIN_OVERLAP = 8
+HELD_WORDS = ("val", "test", "dev", "eval", "holdout")
 
 
 def _ptr(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], int]:
@@ -66,10 +71,10 @@ class HandFed:
         self.ledger = ledger
         self.fresh = False
         self.fed: set[int] = set()  # storages of inputs a DataLoader batch fed
-        self.train = Side()
-        self.eval = Side()
-        self.last: dict[tuple[int, int, tuple[int, ...], int], int] = {}  # eval tensor -> its chunk
-        self.last_train: tuple[int, int, tuple[int, ...], int] | None = None
+        self.sides: dict[tuple[int, bool], Side] = {}  # (model token, training) -> its rows
+        self.kept = 0
+        # The tensors given last (by identity, checked through a weak reference): not digested again.
+        self.last: dict[int, tuple[weakref.ref[torch.Tensor], tuple[Any, ...], Side, int]] = {}
         stream(session).listen("ledger.handfed", self)
 
     def on_batch(self, it: Any, indices: Any, data: Any) -> None:
@@ -77,40 +82,37 @@ class HandFed:
 
     def on_forward(self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         inputs = batch_tensors((args, kwargs))
-        x = next((t for t in inputs if t.dim() >= 2 and t.shape[0] > 0 and not t.is_complex()), None)
         if self.fresh:  # a DataLoader batch fed this forward
             self.fresh = False
             self.fed = {_ptr(t)[0] for t in inputs}
             return
-        if x is None or _ptr(x)[0] in self.fed:
+        x = next((t for t in inputs if t.dim() >= 2 and t.shape[0] > 0 and not t.is_complex()), None)
+        if x is None or self.kept >= 2 * MAX_KEYS or _ptr(x)[0] in self.fed:
             return
         training = torch.is_grad_enabled() and not torch.is_inference_mode_enabled() and model.training
-        side = self.train if training else self.eval
+        if not training and x.shape[0] < MIN_ROWS:
+            return
+        ident = _ptr(x)
+        seen = self.last.get(id(x))
+        if seen is not None and seen[0]() is x and seen[1] == ident:
+            seen[2].repeats[seen[3]] += 1  # the same tensor again (a validation tensor each epoch)
+            return
+        token = self.ledger.token_of(model)
+        side = self.sides.get((token, training))
+        if side is None:
+            side = self.sides[(token, training)] = Side()
         if side.kept >= MAX_KEYS:
             return
-        key = _ptr(x)
-        if training:
-            if key == self.last_train:
-                return
-            self.last_train = key
-        else:
-            if x.shape[0] < MIN_ROWS:
-                return
-            seen = self.last.get(key)
-            if seen is not None:
-                side.repeats[seen] += 1
-                return
-            frames = _user_frames(3)
-            text = " ".join(src for _, src in frames).lower()
-            if "train" in text and not any(w in text for w in ("val", "test", "dev", "eval", "holdout")):
-                return  # the training data measured on purpose
+        if side.frame is None or not training:
+            frames = _user_frames(3 if not training else 1)
+            if not training:
+                text = " ".join(src for _, src in frames).lower()
+                held = any(w in text for w in HELD_WORDS)
+                if "train" in text and not held:
+                    return  # the training data measured on purpose
+                if model.training and not held:
+                    return  # no_grad in train() mode, unnamed: acting, targets (an agent's), not an evaluation
             if side.frame is None and frames:
-                side.frame = frames[0][0]
-            if len(self.last) < 4096:
-                self.last[key] = len(side.chunks)
-        if training and side.frame is None:
-            frames = _user_frames(1)
-            if frames:
                 side.frame = frames[0][0]
         shape = tuple(x.shape[1:])
         if side.shape is None:
@@ -121,6 +123,10 @@ class HandFed:
             side.chunks.append(dense_keys(x.detach()))
         side.repeats.append(0)
         side.kept += int(x.shape[0])
+        self.kept += int(x.shape[0])
+        if len(self.last) > 64:
+            self.last.clear()
+        self.last[id(x)] = (weakref.ref(x), ident, side, len(side.chunks) - 1)
 
 
 def _user_frames(most: int) -> list[tuple[Any, str]]:
@@ -143,12 +149,20 @@ def _host(chunks: list[torch.Tensor]) -> list[np.ndarray]:
 
 
 def judge(hf: HandFed, loaders: list[Loader]) -> Any:
-    """The split verdict over the rows of hand-fed forwards (see the module docstring)."""
-    ev, tr = hf.eval, hf.train
-    if not ev.chunks or ev.shape is None:
-        return None
-    train_chunks = list(tr.chunks) if tr.shape == ev.shape else []
-    trainers = [e for e in loaders if e.trains and e.row_shape == ev.shape and not e.ragged]
+    """The split verdict over the rows of hand-fed forwards, per model (see the module docstring)."""
+    for (token, training), ev in hf.sides.items():
+        if training or not ev.chunks or ev.shape is None:
+            continue
+        found = _judge_model(ev, hf.sides.get((token, True)), token, loaders)
+        if found is not None:
+            return found
+    return None
+
+
+def _judge_model(ev: Side, tr: Side | None, token: int, loaders: list[Loader]) -> Any:
+    own = list(tr.chunks) if tr is not None and tr.shape == ev.shape else []
+    trainers = [e for e in loaders if e.trains and token in e.models and e.row_shape == ev.shape and not e.ragged]
+    train_chunks = list(own)
     for e in trainers:
         k = _keys(e)
         if k is not None:
@@ -167,7 +181,7 @@ def judge(hf: HandFed, loaders: list[Loader]) -> Any:
         if digest not in seen:
             seen[digest] = len(kept)
             kept.append(rows)
-    within = [(r.size, np.unique(r).size) for r in (*kept, *tr_rows[:len(tr.chunks)]) if r.size]
+    within = [(r.size, np.unique(r).size) for r in (*kept, *tr_rows[:len(own)]) if r.size]
     rate = sum(n - u for n, u in within) / max(sum(n for n, _ in within), 1)
     eu = np.unique(np.concatenate(kept))
     tu = np.unique(np.concatenate(tr_rows))
@@ -178,7 +192,7 @@ def judge(hf: HandFed, loaders: list[Loader]) -> Any:
     if not repeated or count < max(SPLIT_SHARE, 3 * rate) * n:
         return None
     e = Loader("evaluation forwards", ev.frame, None, 0, 0, "", False)
-    t = trainers[0] if trainers and not tr.chunks else Loader("training forwards", tr.frame, None, 0, 0,
-                                                              "", False)
+    t = trainers[0] if trainers and not own else Loader("training forwards", tr.frame if tr else None, None, 0, 0,
+                                                        "", False)
     example = int(np.flatnonzero(hit)[0])
     return _split_finding(e, t, count, n, example, "content", "error")
