@@ -52,7 +52,7 @@ HELD_WORDS = ("val", "test", "dev", "eval", "holdout")
 
 def _ptr(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], int]:
     try:
-        return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t._version)
+        return (t.untyped_storage().data_ptr(), int(t.storage_offset()), tuple(t.shape), t._version)
     except (RuntimeError, NotImplementedError):
         return (0, 0, (), 0)
 
@@ -131,7 +131,7 @@ class HandFed:
 
 def _user_frames(most: int) -> list[tuple[Any, str]]:
     f: types.FrameType | None = user_stack_frame(1)
-    out = []
+    out: list[tuple[Any, str]] = []
     while f is not None and len(out) < most:
         if in_user_file(f):
             uf = user_frame_of(f)
