@@ -12,7 +12,8 @@ Judged on the first complete pass (the sampler exhausted; a pass cut by a ``brea
 look, not judged) of a loader that never reaches a backward, whose samples are known by index:
 
 * on one process: the samples its sampler should deliver (``len(sampler)``; a sampler that
-  draws with replacement is not judged) against the samples delivered, and the distinct ones;
+  draws with replacement, or a sampler or batch sampler of the user's, is not judged) against
+  the samples delivered, and the distinct ones;
 * across ranks (a DistributedSampler): every rank hands its pass's root indices in with its
   report (`exchange`), and the merge compares the union with the dataset (`compare_passes`).
 
@@ -56,11 +57,14 @@ def note(entry: Loader, ep: Epoch, trained: list[bool]) -> None:
 def promised(loader: Any, sampler: Any) -> int | None:
     """The samples a pass of `loader` should deliver: its sampler's length, for a sampler that
     draws without replacement (None: unknown, or drawn with replacement)."""
-    from torch.utils.data import RandomSampler, WeightedRandomSampler
+    from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, SubsetRandomSampler
+    from torch.utils.data.distributed import DistributedSampler
 
-    if sampler is None or isinstance(sampler, WeightedRandomSampler):
-        return None
-    if isinstance(sampler, RandomSampler) and sampler.replacement:
+    if type(getattr(loader, "batch_sampler", None)) is not BatchSampler:
+        return None  # a batch sampler of the user's (episodes, buckets): its own promise, unknown here
+    if type(sampler) not in (SequentialSampler, SubsetRandomSampler, RandomSampler, DistributedSampler):
+        return None  # a sampler of the user's may repeat samples by design (balanced, episodic)
+    if isinstance(sampler, RandomSampler) and (sampler.replacement or sampler.num_samples != len(sampler.data_source)):
         return None
     try:
         return int(len(sampler))
@@ -129,7 +133,8 @@ def exchange(ledger: DataLedger) -> None:
     mine = {}
     for entry in ledger.loaders:
         p = entry.first.get("eval_pass")
-        if p is None or entry.trains or not entry.distributed or p["roots"].size > MAX_INDICES:
+        if p is None or entry.trains or not entry.distributed or p["promised"] is None \
+                or p["roots"].size > MAX_INDICES:
             continue
         frame = entry.made or entry.frame
         mine[_key(entry)] = {"name": entry.name, "where": entry.where(), "sampler": entry.sampler,

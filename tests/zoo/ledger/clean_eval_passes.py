@@ -1,9 +1,22 @@
 # Evaluation loaders that see each sample once: no drop_last, a sequential sampler, and a quick
-# look at the first batches that stops early (not a full pass: not judged).
+# look at the first batches that stops early (not a full pass: not judged); episodes drawn by a
+# batch sampler of the user's repeat samples by design (not judged).
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
+
+
+class Episodes:
+    def __init__(self, n, k, episodes):
+        self.n, self.k, self.episodes = n, k, episodes
+
+    def __iter__(self):
+        for _ in range(self.episodes):
+            yield torch.randperm(self.n)[:self.k].tolist()
+
+    def __len__(self):
+        return self.episodes
 
 
 def main():
@@ -27,6 +40,9 @@ def main():
                 model(xb)
             acc = sum((model(xb).argmax(1) == yb).sum().item() for xb, yb in val_loader) / 200
         print(f"epoch {epoch}: val acc {acc:.3f}")
+    episodes = DataLoader(TensorDataset(X[800:], y[800:]), batch_sampler=Episodes(200, 20, 30))
+    with torch.no_grad():
+        print(sum((model(xb).argmax(1) == yb).float().mean().item() for xb, yb in episodes) / 30)
 
 
 if __name__ == "__main__":
