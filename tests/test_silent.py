@@ -33,7 +33,7 @@ def _one(report, code):
     found = report.filter(code=code)
     assert len(found) == 1, [f.code for f in report.findings]
     f = found[0]
-    assert f.category is Category.SILENT
+    assert f.category is (Category.DATA if code.startswith("data.") else Category.SILENT)
     return f
 
 
@@ -480,8 +480,9 @@ def test_train_mode_while_evaluating():
 
 def test_target_leak_and_loss_collapse():
     report = _watch(nn.Linear(4, 1), z.target_leaked_into_input, lr=0.5)
-    leak = _one(report, "silent.target_in_input")
+    leak = _one(report, "data.target_in_input")  # the label leaking into the inputs: a data fault
     assert (leak.step, leak.stage, leak.evidence["matching_column"]) == (0, Stage.DATA, 3)
+    assert leak.category is Category.DATA
     assert leak.message == "the loss target equals input column 3 of the model"
     collapse = _one(report, "silent.loss_collapse")
     assert collapse.severity is Severity.WARNING and collapse.step == 3

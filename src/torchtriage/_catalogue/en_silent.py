@@ -60,9 +60,9 @@ MESSAGES = {
     "silent.loss_collapse": "the loss fell to about 0 within {steps} steps",
     "silent.loss_collapse.cause": "a loss this low this fast usually means the target leaked into the input or the labels are trivial",
     "silent.loss_collapse.next": "check that no input feature is the target (or computed from it) and that labels vary",
-    "silent.target_in_input": "the loss target equals input column {column} of the model",
-    "silent.target_in_input.cause": "the target leaked into the features, so the model can read the answer",
-    "silent.target_in_input.next": "drop the target column (and anything derived from it) from the inputs",
+    "data.target_in_input": "the loss target equals input column {column} of the model",
+    "data.target_in_input.cause": "the target leaked into the features, so the model can read the answer",
+    "data.target_in_input.next": "drop the target column (and anything derived from it) from the inputs",
     "lab.title": "torchtriage lab: four common faults (a broadcast loss, a cut graph, an exp overflow, a writer "
                  "in both splits), run in memory and diagnosed by torchtriage's checks",
     "lab.broadcast": "broadcast: shape {shape}, MSE={wrong} against aligned MSE={right}   [{code}]",

@@ -60,9 +60,9 @@ MESSAGES = {
     "silent.loss_collapse": "损失在 {steps} 步内降到约为 0",
     "silent.loss_collapse.cause": "损失这么快降得这么低，通常意味着目标泄漏进了输入，或标签过于简单",
     "silent.loss_collapse.next": "检查是否有输入特征就是目标（或由目标计算而来），以及标签是否有变化",
-    "silent.target_in_input": "损失的目标等于模型输入的第 {column} 列",
-    "silent.target_in_input.cause": "目标泄漏进了特征，模型可以直接读到答案",
-    "silent.target_in_input.next": "从输入中删除目标列（以及由它派生的一切）",
+    "data.target_in_input": "损失的目标等于模型输入的第 {column} 列",
+    "data.target_in_input.cause": "目标泄漏进了特征，模型可以直接读到答案",
+    "data.target_in_input.next": "从输入中删除目标列（以及由它派生的一切）",
     "lab.title": "torchtriage lab：四个常见故障（广播的损失、被切断的计算图、指数溢出、同一书写者出现在两个划分中），"
                  "在内存中运行并由 torchtriage 的检查诊断",
     "lab.broadcast": "广播：形状 {shape}，MSE={wrong}，对齐后 MSE={right}   [{code}]",

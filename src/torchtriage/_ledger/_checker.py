@@ -22,6 +22,11 @@ import torch.nn as nn
 from .._checker import Checker
 from ._epochs import Epoch, Loader
 from ._follow import Follower
+from ._handfed import HandFed
+from ._handfed import judge as judge_handfed
+from ._passes import conclude as passes_verdicts
+from ._passes import exchange as exchange_passes
+from ._passes import note as note_pass
 from ._ranks import exchange  # (importing it registers the rank comparison with the distributed merge)
 
 _tokens = itertools.count(1)
@@ -38,6 +43,7 @@ class DataLedger(Checker):
         self.tokens: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
         self.follower = Follower(session, self)
         self.follower.install()
+        self.handfed = HandFed(session, self)
 
     def counters(self) -> tuple[int, int]:
         return self.backwards, self.forwards
@@ -51,10 +57,17 @@ class DataLedger(Checker):
             self.forwards += 1
         last = self.follower.last
         if last is not None:  # the model the latest batch fed (k-fold: one model per fold)
-            token = self.tokens.get(model)
-            if token is None:
-                token = self.tokens[model] = next(_tokens)
-            last.models.add(token)
+            last.models.add(self.token_of(model))
+
+    def token_of(self, model: nn.Module) -> int:
+        token = self.tokens.get(model)
+        if token is None:
+            token = self.tokens[model] = next(_tokens)
+        return token
+
+    def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                        output: Any) -> None:
+        self.handfed.on_forward(model, args, kwargs)
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         self.backwards += 1
@@ -96,6 +109,7 @@ class DataLedger(Checker):
                 entry.seen[roots] = True
                 if t:
                     entry.trained_on[roots] = True
+        note_pass(entry, ep, trained)
         examples = [int(v) for i in lost[:3] if (r := ep.roots[i]) is not None for v in r[:2].tolist()][:5]
         summary = {
             "epoch": ep.number, "batches": ep.batches, "samples": ep.samples, "complete": ep.complete,
@@ -118,4 +132,14 @@ class DataLedger(Checker):
                 self.close(entry, ep, final=True)
         with torch.no_grad():
             conclude(self)
+        if self.session is not None:
+            for f in passes_verdicts(self):
+                self.session.add(f)
+            codes = {(f.code, f.severity.value) for f in self.session.findings}
+            if ("data.split_overlap", "error") not in codes and ("data.heldout_trained", "error") not in codes:
+                with torch.no_grad():
+                    found = judge_handfed(self.handfed, self.loaders)  # samples without an index
+                if found is not None:
+                    self.session.add(found)
         exchange(self)
+        exchange_passes(self)

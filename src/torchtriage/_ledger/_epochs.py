@@ -41,6 +41,7 @@ class Epoch:
     complete: bool = False  # the sampler was exhausted (StopIteration)
     stop: tuple[int, int] | None = None  # the counters at StopIteration
     expected: int | None = None  # len(the iterator): the batches the sampler will deliver
+    promised: int | None = None  # the samples the sampler will deliver (`_passes.promised`)
     closed: bool = False
 
     @property
@@ -88,6 +89,7 @@ class Loader:
     n: int  # len(root) (0: unknown)
     sampler: str
     distributed: bool
+    size: int = 0  # len(the loader's own dataset) (0: unknown)
     epochs: list[Epoch] = dataclasses.field(default_factory=list)
     seen: np.ndarray | None = None  # per root index: yielded
     trained_on: np.ndarray | None = None  # per root index: its batch reached a backward

@@ -1,12 +1,9 @@
 """Following every DataLoader pass: which samples each batch holds, and what the loop did with
 the batch before it asked for the next one.
 
-`DataLoader.__init__` is wrapped to note where a loader was made; `_BaseDataLoaderIter.__init__`
-and `_reset` (a pass begins: a new iterator, or a persistent-workers iterator reused), `_next_index` (the
-sampler's indices, handed to the fetcher or to the workers ahead of their batches: a first-in
-first-out queue per iterator) and `__next__` (a batch reaches the user's loop, or the sampler is
-exhausted) to fill the ledger (`_epochs.py`). Indices are followed down a `Subset` chain to the
-root dataset, so two loaders over parts of one dataset speak of the same samples. With
+The session's DataLoader events (`.._loaderstream`: a loader made, a pass begun, a batch with the
+sampler's indices, the sampler exhausted) fill the ledger (`_epochs.py`). Indices are followed
+down a `Subset` chain to the root dataset, so two loaders over parts of one dataset speak of the same samples. With
 `in_order=False` the batches come back out of order: only their sizes are counted. An
 `IterableDataset` has no indices: its samples are known by content only.
 
@@ -18,7 +15,6 @@ batch's device, no host read).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import itertools
 import weakref
@@ -29,9 +25,12 @@ import torch
 
 from .._frames import UserFrame, user_frame_from_stack
 from .._leakage._runtime._fingerprint import dense_keys
+from .._loaderstream import as_rows, stream
+from .._loaderstream import tensors as batch_tensors
 from ._epochs import MAX_KEYS, Epoch, Loader
 from ._groups import columns, from_batch, from_indices
 from ._lines import assigned_name, loop_name
+from ._passes import dataset_size, promised
 
 if TYPE_CHECKING:
     from ._checker import DataLedger
@@ -46,7 +45,6 @@ class _Pass:
     epoch: Epoch
     to_root: np.ndarray | None
     in_order: bool
-    queue: collections.deque[Any] = dataclasses.field(default_factory=collections.deque)
 
 
 class Follower:
@@ -65,66 +63,20 @@ class Follower:
         self.last: Loader | None = None  # the loader that yielded the latest batch (the next forward's)
 
     def install(self) -> None:
-        from torch.utils.data import DataLoader, dataloader
+        stream(self.session).listen("ledger.loader", self)
 
-        follower = self
-        init = DataLoader.__dict__["__init__"]
+    # ------------------------------------------------------------------ the stream's events
+    def on_stop(self, it: Any) -> None:
+        p = self.passes.get(it)
+        if p is not None and p.epoch.stop is None:
+            p.epoch.stop = self.ledger.counters()
+            if not p.epoch.complete:
+                p.epoch.complete = True
+                self.tails.append((p.loader, p.epoch))
 
-        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
-            init(loader, *args, **kwargs)
-            follower.guarded(follower.on_made, loader)
+    def on_begin(self, it: Any, loader: Any) -> None:
+        self.on_reset(it, loader)
 
-        self._wrap(DataLoader, "__init__", init, __init__)
-        cls = dataloader._BaseDataLoaderIter
-        originals = {name: cls.__dict__[name] for name in ("__init__", "_reset", "_next_index", "__next__")}
-
-        def __init__it(it: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
-            originals["__init__"](it, loader, *args, **kwargs)
-            follower.guarded(follower.on_reset, it, loader)
-
-        def _reset(it: Any, loader: Any = None, first_iter: bool = False, *args: Any, **kwargs: Any) -> Any:
-            if not first_iter and loader is not None:  # a persistent-workers iterator's next pass
-                follower.guarded(follower.on_reset, it, loader)
-            return originals["_reset"](it, loader, first_iter, *args, **kwargs)
-
-        def _next_index(it: Any) -> Any:
-            out = originals["_next_index"](it)
-            p = follower.passes.get(it)
-            if p is not None:
-                p.queue.append(out)
-            return out
-
-        def __next__(it: Any) -> Any:
-            try:
-                data = originals["__next__"](it)
-            except StopIteration:
-                p = follower.passes.get(it)
-                if p is not None and p.epoch.stop is None:
-                    p.epoch.stop = follower.ledger.counters()
-                    if not p.epoch.complete:
-                        p.epoch.complete = True
-                        follower.tails.append((p.loader, p.epoch))
-                raise
-            follower.guarded(follower.on_batch, it, data)
-            return data
-
-        for name, fn in (("__init__", __init__it), ("_reset", _reset), ("_next_index", _next_index),
-                         ("__next__", __next__)):
-            self._wrap(cls, name, originals[name], fn)
-
-    def _wrap(self, cls: type, name: str, original: Any, fn: Any) -> None:
-        fn.__wrapped__ = original
-        fn.__name__ = name
-        fn.__qualname__ = f"{cls.__name__}.{name}"
-        self.session.patch(cls, name, fn)
-
-    def guarded(self, fn: Any, *args: Any) -> None:
-        try:
-            fn(*args)
-        except Exception as e:  # our bug must never reach the user's loop
-            self.session.internal_error("ledger.loader", e)
-
-    # ------------------------------------------------------------------ events
     def on_made(self, loader: Any) -> None:
         frame = user_frame_from_stack(2)
         if frame is not None:
@@ -143,6 +95,7 @@ class Follower:
         shuffled = _shuffles(sampler)
         epoch = Epoch(len(entry.epochs), shuffled, getattr(sampler, "epoch", None) if entry.distributed else None)
         epoch.mark = self.ledger.counters()
+        epoch.promised = promised(loader, sampler)
         try:
             epoch.expected = len(it)  # (a loop that counts its batches never exhausts the sampler: Lightning)
         except TypeError:
@@ -168,6 +121,7 @@ class Follower:
             entry.columns = columns(root, n)
         entry.whole = getattr(loader, "dataset", None) is root
         entry.chain = chain
+        entry.size = dataset_size(loader)
         self.loaders.append(entry)
         return entry
 
@@ -193,7 +147,7 @@ class Follower:
         except TypeError:  # not weakly referenceable: by id (alive while its loader iterates)
             return -id(root)
 
-    def on_batch(self, it: Any, data: Any) -> None:
+    def on_batch(self, it: Any, indices: Any, data: Any) -> None:
         p = self.passes.get(it)
         if p is None:
             return
@@ -207,9 +161,8 @@ class Follower:
             ep.backwards.append(bw - ep.mark[0])
             ep.forwards.append(fw - ep.mark[1])
         ep.mark = (bw, fw)
-        indices = p.queue.popleft() if p.queue else None
-        rows = _as_rows(indices) if p.in_order else None
-        tensors = _tensors(data)
+        rows = as_rows(indices) if p.in_order else None
+        tensors = batch_tensors(data)
         size = len(rows) if rows is not None else next((int(t.shape[0]) for t in tensors if t.dim() >= 1), 1)
         roots = None
         if rows is not None and p.loader.n:
@@ -283,35 +236,3 @@ def _shuffles(sampler: Any) -> bool:
     if isinstance(sampler, DistributedSampler):
         return bool(getattr(sampler, "shuffle", False))
     return isinstance(sampler, (RandomSampler, SubsetRandomSampler))
-
-
-def _as_rows(indices: Any) -> np.ndarray | None:
-    if isinstance(indices, (int, np.integer)) and not isinstance(indices, bool):
-        return np.asarray([int(indices)], dtype=np.int64)
-    if isinstance(indices, torch.Tensor):
-        if indices.is_floating_point() or indices.device.type != "cpu":
-            return None
-        return indices.reshape(-1).numpy().astype(np.int64, copy=False)
-    if isinstance(indices, (list, tuple, np.ndarray)) and len(indices):
-        try:
-            arr = np.asarray(indices)
-        except (ValueError, TypeError):
-            return None
-        if arr.dtype.kind in "iu" and arr.ndim == 1 and arr.min() >= 0:
-            return arr.astype(np.int64, copy=False)
-    return None
-
-
-def _tensors(obj: Any, depth: int = 0) -> list[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if depth >= 3:
-        return []
-    if isinstance(obj, dict):
-        obj = list(obj.values())
-    if isinstance(obj, (list, tuple)):
-        out: list[torch.Tensor] = []
-        for v in obj[:16]:
-            out += _tensors(v, depth + 1)
-        return out[:16]
-    return []

@@ -243,7 +243,8 @@ class SilentChecker(Checker):
             # (`not <=`: a NaN in the batch makes every difference NaN, which matches nothing)
             if not best <= 1e-6 * max(1.0, sp) or not sp > 0:
                 return None
-            return dict(name="target_in_input", severity=Severity.ERROR, stage=Stage.DATA, column=int(col),
+            return dict(name="target_in_input", family="data", severity=Severity.ERROR, stage=Stage.DATA,
+                        column=int(col),
                         evidence={"input_shape": shape(x), "target_shape": shape(tgt), "matching_column": int(col),
                                   "max_abs_difference": best})
 

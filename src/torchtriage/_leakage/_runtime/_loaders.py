@@ -5,10 +5,10 @@ Content fingerprints (`_fingerprint.py`) match a batch with a split's rows only 
 holds the rows as stored. A list of ``(label, token ids)`` samples packed by a ``collate_fn``
 into EmbeddingBag ids + offsets, images transformed on load, tokenized texts: their batches
 never equal the stored rows. The DataLoader knows the rows anyway: its sampler hands the
-dataset indices of each batch to the fetcher. So `_next_index` is wrapped to note the indices of
-each batch (a first-in first-out queue per iterator, because worker processes are handed
-indices ahead of the batches they return, in order), and `__next__` to take the indices of the
-batch it yields; Subsets are followed down to the dataset a split was drawn from (a `Base`).
+dataset indices of each batch to the fetcher. The data ledger's stream of DataLoader events
+(`_loaderstream.py`, the session's one follower of loaders: the sampler's indices of each
+batch, in order also with worker processes) hands this index each batch with its indices;
+Subsets are followed down to the dataset a split was drawn from (a `Base`).
 
 Which forward a batch fed: a forward given one of the batch's tensors (the same storage: the
 tensor, a view of it) is fed by it; otherwise a forward that comes first after the batch was
@@ -22,22 +22,20 @@ indices are the sampler's, already there); no device read.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import weakref
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from ..._frames import user_files_on_stack
+from ..._loaderstream import as_rows, stream
+from ..._loaderstream import tensors as _batch_tensors
 from ._adopt import adopt
 from ._base import Base
 
 if TYPE_CHECKING:
     from ._checker import LeakageWatch
-
-MAX_TENSORS = 16  # batch tensors remembered per batch (to recognise the forward they feed)
 
 
 @dataclasses.dataclass(eq=False)
@@ -66,7 +64,6 @@ class _Segment:
 @dataclasses.dataclass
 class _Track:
     segments: list[_Segment]  # empty: no index of this dataset is in a split's base
-    queue: collections.deque[Any] = dataclasses.field(default_factory=collections.deque)
 
 
 class LoaderIndex:
@@ -81,38 +78,7 @@ class LoaderIndex:
         self.files = user_files_on_stack(2)  # the user's code at the session's start (split lines)
 
     def install(self) -> None:
-        from torch.utils.data import dataloader
-
-        cls = dataloader._BaseDataLoaderIter
-        originals = {name: vars(cls)[name] for name in ("_reset", "_next_index", "__next__")}
-        index = self
-
-        def _reset(it: Any, *args: Any, **kwargs: Any) -> Any:
-            out = originals["_reset"](it, *args, **kwargs)
-            index.tracks.pop(it, None)  # a new epoch: the sampler restarts
-            return out
-
-        def _next_index(it: Any) -> Any:
-            out = originals["_next_index"](it)
-            index.guarded(index.on_index, it, out)
-            return out
-
-        def __next__(it: Any) -> Any:
-            data = originals["__next__"](it)
-            index.guarded(index.on_batch, it, data)
-            return data
-
-        for name, fn in (("_reset", _reset), ("_next_index", _next_index), ("__next__", __next__)):
-            fn.__wrapped__ = originals[name]  # type: ignore[attr-defined]
-            fn.__name__ = name
-            fn.__qualname__ = f"{cls.__name__}.{name}"
-            self.session.patch(cls, name, fn)
-
-    def guarded(self, fn: Any, *args: Any) -> None:
-        try:
-            fn(*args)
-        except Exception as e:  # our bug must never reach the user's code
-            self.session.internal_error("leakage.loader", e)
+        stream(self.session).listen("leakage.loader", self)  # the data ledger's DataLoader events
 
     # ---------------------------------------------------------------- the loader's side
     def track(self, it: Any) -> _Track:
@@ -163,19 +129,17 @@ class LoaderIndex:
             dataset = dataset.dataset
         return []
 
-    def on_index(self, it: Any, indices: Any) -> None:
-        track = self.track(it)
-        if track.segments:
-            track.queue.append(indices)
+    def on_begin(self, it: Any, loader: Any) -> None:
+        self.tracks.pop(it, None)  # a new epoch: the sampler restarts
 
-    def on_batch(self, it: Any, data: Any) -> None:
-        track = self.tracks.get(it)
-        if track is None or not track.segments or not track.queue:
+    def on_batch(self, it: Any, indices: Any, data: Any) -> None:
+        track = self.track(it)
+        if not track.segments:
             return
-        indices = track.queue.popleft()
-        rows = _as_rows(indices)
-        if rows is None:
+        arr = as_rows(indices)
+        if arr is None:
             return
+        rows = torch.from_numpy(arr)
         if self.fed:
             self.recent, self.fed = [], False
         self.recent = [b for b in self.recent if b.source != id(track)]
@@ -197,7 +161,7 @@ class LoaderIndex:
         self.fed = True
         if not self.recent:
             return []
-        inputs = _tensors((args, kwargs))
+        inputs = _batch_tensors((args, kwargs))
         mine = {_storage(t) for t in inputs} - {0}
         found = [b for b in self.recent if any(ref() is not None and ptr in mine for ref, ptr in b.storages)]
         if not found:
@@ -215,38 +179,6 @@ def _is_concat(dataset: Any) -> bool:
     return isinstance(dataset, ConcatDataset)
 
 
-def _as_rows(indices: Any) -> torch.Tensor | None:
-    """A sampler's batch as int64 positions on the host: ints, numpy integers, a list or an
-    array of them; None for anything else (an iterable dataset's None, keys of a dict-like
-    dataset: not positions)."""
-    if isinstance(indices, torch.Tensor):
-        if indices.is_floating_point() or indices.is_complex() or indices.device.type != "cpu":
-            return None
-        return indices.detach().to(torch.int64).reshape(-1)
-    if isinstance(indices, (int, np.integer)) and not isinstance(indices, bool):
-        return torch.tensor([int(indices)], dtype=torch.int64)
-    if isinstance(indices, (list, tuple, np.ndarray)) and len(indices):
-        arr = np.asarray(indices)
-        if arr.dtype.kind in "iu" and arr.ndim == 1:
-            return torch.from_numpy(arr.astype(np.int64, copy=False))
-    return None
-
-
-def _tensors(obj: Any, depth: int = 0) -> list[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if depth >= 3:
-        return []
-    if isinstance(obj, dict):
-        obj = list(obj.values())
-    if isinstance(obj, (list, tuple)):
-        out: list[torch.Tensor] = []
-        for v in obj[:MAX_TENSORS]:
-            out += _tensors(v, depth + 1)
-        return out[:MAX_TENSORS]
-    return []
-
-
 def _storage(t: torch.Tensor) -> int:
     try:
         return int(t.untyped_storage().data_ptr())
@@ -255,4 +187,4 @@ def _storage(t: torch.Tensor) -> int:
 
 
 def _storages(data: Any) -> list[tuple[weakref.ref[torch.Tensor], int]]:
-    return [(weakref.ref(t), p) for t in _tensors(data) if (p := _storage(t))]
+    return [(weakref.ref(t), p) for t in _batch_tensors(data) if (p := _storage(t))]

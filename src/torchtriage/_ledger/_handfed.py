@@ -1,0 +1,198 @@
+"""Samples that reach a model without a DataLoader (issue 25): a Python generator yielding
+tensors, rows indexed out of a tensor by hand, a whole validation tensor given at once.
+
+No sampler gives their indices, so they are known by content: at a root forward that no
+DataLoader batch fed (no batch was yielded since the previous forward, and its input is not a
+batch's tensor fed before), the rows of its first input of two or more dimensions are digested
+where they are (`dense_keys`: about 20 elementwise integer kernels on at most 513 values per row,
+on the batch's device, no host read), and kept per side: rows of training forwards (gradients
+on, train() mode) and rows of evaluation forwards, per model: a forward in eval() mode without
+gradients, or one without gradients whose calling lines name held-out data (`val`, `test`,
+`dev`, `eval`, `holdout`; a no_grad forward in train() mode otherwise is an agent acting or a
+target computed, not an evaluation). The same tensor object given again (a benchmark's fixed
+batch, a validation tensor evaluated each epoch) is not digested again. At most `MAX_KEYS` rows
+per side (8 MiB); the digests are read once, at the end.
+
+The split verdict (`judge`): distinct evaluation rows that are also training rows (of these
+forwards or of a DataLoader that trained) are reported as `data.split_overlap` when the
+evaluation data is an evaluation set (the same batch, by content, evaluated at least twice: a
+validation pass repeated; a stream of new rows never is), the overlap
+is at least 8 rows and at least `SPLIT_SHARE` of the evaluation rows and three times the rate at
+which rows repeat inside one forward (natural duplicates, draws with replacement); an error.
+A forward whose calling lines name training data (``train_acc = evaluate(model, X_train)``)
+measures the training set on purpose and is left out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import types
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from .._frames import in_user_file, user_frame_of, user_stack_frame
+from .._leakage._runtime._fingerprint import dense_keys
+from .._loaderstream import stream
+from .._loaderstream import tensors as batch_tensors
+from ._epochs import MAX_KEYS, Loader
+from ._verdicts import _keys, _split_finding
+
+if TYPE_CHECKING:
+    from ._checker import DataLedger
+
+SPLIT_SHARE = 0.01
+MIN_ROWS = 8  # rows of an evaluation forward (an agent acting on one state is no evaluation set)
+MIN_OVERLAP = 8
+HELD_WORDS = ("val", "test", "dev", "eval", "holdout")
+
+
+def _ptr(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], int]:
+    try:
+        return (t.untyped_storage().data_ptr(), int(t.storage_offset()), tuple(t.shape), t._version)
+    except (RuntimeError, NotImplementedError):
+        return (0, 0, (), 0)
+
+
+class Side:
+    def __init__(self) -> None:
+        self.chunks: list[torch.Tensor] = []
+        self.repeats: list[int] = []  # per chunk: times the same tensor was given again
+        self.kept = 0
+        self.shape: tuple[int, ...] | None = None
+        self.frame: Any = None
+
+
+class HandFed:
+    def __init__(self, session: Any, ledger: DataLedger) -> None:
+        self.ledger = ledger
+        self.fresh = False
+        self.fed: set[int] = set()  # storages of inputs a DataLoader batch fed
+        self.sides: dict[tuple[int, bool], Side] = {}  # (model token, training) -> its rows
+        self.kept = 0
+        # The tensors given last (by identity, checked through a weak reference): not digested again.
+        self.last: dict[int, tuple[weakref.ref[torch.Tensor], tuple[Any, ...], Side, int]] = {}
+        stream(session).listen("ledger.handfed", self)
+
+    def on_batch(self, it: Any, indices: Any, data: Any) -> None:
+        self.fresh = True
+
+    def on_forward(self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        inputs = batch_tensors((args, kwargs))
+        if self.fresh:  # a DataLoader batch fed this forward
+            self.fresh = False
+            self.fed = {_ptr(t)[0] for t in inputs}
+            return
+        x = next((t for t in inputs if t.dim() >= 2 and t.shape[0] > 0 and not t.is_complex()), None)
+        if x is None or self.kept >= 2 * MAX_KEYS or _ptr(x)[0] in self.fed:
+            return
+        training = torch.is_grad_enabled() and not torch.is_inference_mode_enabled() and model.training
+        if not training and x.shape[0] < MIN_ROWS:
+            return
+        ident = _ptr(x)
+        seen = self.last.get(id(x))
+        if seen is not None and seen[0]() is x and seen[1] == ident:
+            seen[2].repeats[seen[3]] += 1  # the same tensor again (a validation tensor each epoch)
+            return
+        token = self.ledger.token_of(model)
+        side = self.sides.get((token, training))
+        if side is None:
+            side = self.sides[(token, training)] = Side()
+        if side.kept >= MAX_KEYS:
+            return
+        if side.frame is None or not training:
+            frames = _user_frames(3 if not training else 1)
+            if not training:
+                text = " ".join(src for _, src in frames).lower()
+                held = any(w in text for w in HELD_WORDS)
+                if "train" in text and not held:
+                    return  # the training data measured on purpose
+                if model.training and not held:
+                    return  # no_grad in train() mode, unnamed: acting, targets (an agent's), not an evaluation
+            if side.frame is None and frames:
+                side.frame = frames[0][0]
+        shape = tuple(x.shape[1:])
+        if side.shape is None:
+            side.shape = shape
+        elif side.shape != shape:
+            return  # rows of another shape (another input): one shape per side
+        with torch.no_grad():
+            side.chunks.append(dense_keys(x.detach()))
+        side.repeats.append(0)
+        side.kept += int(x.shape[0])
+        self.kept += int(x.shape[0])
+        if len(self.last) > 64:
+            self.last.clear()
+        self.last[id(x)] = (weakref.ref(x), ident, side, len(side.chunks) - 1)
+
+
+def _user_frames(most: int) -> list[tuple[Any, str]]:
+    f: types.FrameType | None = user_stack_frame(1)
+    out: list[tuple[Any, str]] = []
+    while f is not None and len(out) < most:
+        if in_user_file(f):
+            uf = user_frame_of(f)
+            out.append((uf, uf.source or ""))
+        f = f.f_back
+    return out
+
+
+def _host(chunks: list[torch.Tensor]) -> list[np.ndarray]:
+    if not chunks:
+        return []
+    dev = chunks[0].device
+    joined = torch.cat([c.to(dev) for c in chunks]).cpu().numpy()  # the one read, at the end
+    return np.split(joined, np.cumsum([c.numel() for c in chunks])[:-1])
+
+
+def judge(hf: HandFed, loaders: list[Loader]) -> Any:
+    """The split verdict over the rows of hand-fed forwards, per model (see the module docstring)."""
+    for (token, training), ev in hf.sides.items():
+        if training or not ev.chunks or ev.shape is None:
+            continue
+        found = _judge_model(ev, hf.sides.get((token, True)), token, loaders)
+        if found is not None:
+            return found
+    return None
+
+
+def _judge_model(ev: Side, tr: Side | None, token: int, loaders: list[Loader]) -> Any:
+    own = list(tr.chunks) if tr is not None and tr.shape == ev.shape else []
+    trainers = [e for e in loaders if e.trains and token in e.models and e.row_shape == ev.shape and not e.ragged]
+    train_chunks = list(own)
+    for e in trainers:
+        k = _keys(e)
+        if k is not None:
+            train_chunks.append(k)
+    if not train_chunks:
+        return None
+    ev_rows = _host(ev.chunks)
+    tr_rows = _host(train_chunks)
+    seen: dict[bytes, int] = {}
+    kept: list[np.ndarray] = []
+    repeated = False
+    for rows, again in zip(ev_rows, ev.repeats):
+        digest = hashlib.blake2b(np.sort(rows).tobytes(), digest_size=16).digest()
+        if again or digest in seen:
+            repeated = True
+        if digest not in seen:
+            seen[digest] = len(kept)
+            kept.append(rows)
+    within = [(r.size, np.unique(r).size) for r in (*kept, *tr_rows[:len(own)]) if r.size]
+    rate = sum(n - u for n, u in within) / max(sum(n for n, _ in within), 1)
+    eu = np.unique(np.concatenate(kept))
+    tu = np.unique(np.concatenate(tr_rows))
+    hit = np.isin(eu, tu)
+    count, n = int(hit.sum()), int(eu.size)
+    if count < MIN_OVERLAP or (count == n == tu.size):
+        return None
+    if not repeated or count < max(SPLIT_SHARE, 3 * rate) * n:
+        return None
+    e = Loader("evaluation forwards", ev.frame, None, 0, 0, "", False)
+    t = trainers[0] if trainers and not own else Loader("training forwards", tr.frame if tr else None, None, 0, 0,
+                                                        "", False)
+    example = int(np.flatnonzero(hit)[0])
+    return _split_finding(e, t, count, n, example, "content", "error")

@@ -1,0 +1,173 @@
+"""Evaluation passes (issue 25): each pass over an evaluation loader sees each of its samples once.
+
+A metric averaged over an evaluation pass is the mean over what the pass delivered. Samples
+delivered twice are counted twice (a DistributedSampler pads its split to a multiple of the
+world size by repeating the first samples, and a metric merged across ranks counts them), and
+samples never delivered are missing (``drop_last=True`` on an evaluation loader, a
+DistributedSampler with ``drop_last=True``). Both bias the metric by up to their share of the
+pass: d duplicates among N samples move a mean by at most d / (N + d), l lost ones by at most
+l / N.
+
+Judged on the first complete pass (the sampler exhausted; a pass cut by a ``break`` is a quick
+look, not judged) of a loader that never reaches a backward, whose samples are known by index:
+
+* on one process: the samples its sampler should deliver (``len(sampler)``; a sampler that
+  draws with replacement, or a sampler or batch sampler of the user's, is not judged) against
+  the samples delivered, and the distinct ones;
+* across ranks (a DistributedSampler): every rank hands its pass's root indices in with its
+  report (`exchange`), and the merge compares the union with the dataset (`compare_passes`).
+
+Severity: a warning when the duplicated or lost samples are at least `MATERIAL` of the pass (1 %:
+enough to move an accuracy by a whole point, the resolution at which results are compared);
+below that, `info` (a DistributedSampler over 10 000 samples on 8 ranks pads at most 7).
+Cost: at each evaluation pass's end, one concatenation and one `np.unique` of its indices, on
+the host; in a distributed run at most `MAX_INDICES` indices per loader in the report.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._distributed._env import rank_info
+from .._distributed._merge import RECORD_CHECKS
+from .._frames import UserFrame
+from ._epochs import Epoch, Loader
+from ._make import finding
+
+if TYPE_CHECKING:
+    from ._checker import DataLedger
+
+MATERIAL = 0.01
+MAX_INDICES = 1 << 15  # per evaluation loader and rank, in the report handed in (about 200 KiB of JSON)
+
+
+def note(entry: Loader, ep: Epoch, trained: list[bool]) -> None:
+    """At an epoch's close: keep the first complete evaluation pass's root indices (with their
+    repeats) and what its sampler promised."""
+    if "eval_pass" in entry.first or not ep.complete or any(trained) or not ep.roots:
+        return
+    if any(r is None for r in ep.roots):
+        return
+    roots = np.concatenate([r for r in ep.roots if r is not None])
+    entry.first["eval_pass"] = {"epoch": ep.number, "roots": roots, "promised": ep.promised}
+
+
+def promised(loader: Any, sampler: Any) -> int | None:
+    """The samples a pass of `loader` should deliver: its sampler's length, for a sampler that
+    draws without replacement (None: unknown, or drawn with replacement)."""
+    from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, SubsetRandomSampler
+    from torch.utils.data.distributed import DistributedSampler
+
+    if type(getattr(loader, "batch_sampler", None)) is not BatchSampler:
+        return None  # a batch sampler of the user's (episodes, buckets): its own promise, unknown here
+    if type(sampler) not in (SequentialSampler, SubsetRandomSampler, RandomSampler, DistributedSampler):
+        return None  # a sampler of the user's may repeat samples by design (balanced, episodic)
+    if isinstance(sampler, RandomSampler) and (sampler.replacement or sampler.num_samples != len(sampler.data_source)):
+        return None
+    try:
+        return int(len(sampler))
+    except TypeError:
+        return None
+
+
+def dataset_size(loader: Any) -> int:
+    try:
+        return int(len(loader.dataset))
+    except TypeError:
+        return 0
+
+
+def conclude(ledger: DataLedger) -> list[Any]:
+    """The one-process verdicts (the ranks' are judged at the merge)."""
+    out = []
+    for entry in ledger.loaders:
+        p = entry.first.get("eval_pass")
+        if p is None or entry.trains or entry.distributed or p["promised"] is None:
+            continue
+        roots = p["roots"]
+        delivered, distinct = int(roots.size), int(np.unique(roots).size)
+        dup, lost = delivered - distinct, max(0, p["promised"] - delivered)
+        if dup or lost:
+            example = _repeated(roots) if dup else None
+            out.append(_finding(entry.name, entry.where(), entry.made or entry.frame, entry.sampler,
+                                p["promised"] if lost else distinct, delivered, distinct, dup, lost, example, None))
+    return out
+
+
+def _repeated(roots: np.ndarray) -> int | None:
+    values, counts = np.unique(roots, return_counts=True)
+    many = values[counts > 1]
+    return int(many[0]) if many.size else None
+
+
+def _finding(name: str, where: str, frame: UserFrame | None, sampler: str, n: int, delivered: int, distinct: int,
+             dup: int, lost: int, example: int | None, ranks: int | None) -> Any:
+    bias = max(dup / max(delivered, 1), lost / max(n, 1))
+    severity = "warning" if bias >= MATERIAL else "info"
+    key = "eval_duplicates" if dup >= lost else "eval_lost"
+    fields = {"loader": f"'{name}'", "where": where, "n": n, "delivered": delivered, "distinct": distinct,
+              "dup": dup, "lost": lost, "example": example if example is not None else "?",
+              "bias": f"{100 * bias:.1f}", "sampler": sampler,
+              "ranks": ranks or 1}
+    evidence = {"loader": name, "loader_at": where, "sampler": sampler, "samples": n, "delivered": delivered,
+                "distinct": distinct, "duplicated": dup, "lost": lost, "example_repeated": example,
+                "ranks": ranks, "max_metric_bias": round(bias, 4)}
+    cause = key + ("_ranks" if ranks else "")
+    return finding(key, key, severity, frame, fields, evidence, cause=cause)
+
+
+def _key(entry: Loader) -> str:
+    f = entry.made or entry.frame
+    return f"{f.file}:{f.line}|{entry.n}" if f else f"?|{entry.n}"
+
+
+def exchange(ledger: DataLedger) -> None:
+    """This rank's first complete evaluation pass per distributed evaluation loader, handed in
+    with its report (meta "ledger_passes", dropped from the merged meta)."""
+    info = rank_info()
+    session = ledger.session
+    if info is None or info.world_size < 2 or session is None:
+        return
+    mine = {}
+    for entry in ledger.loaders:
+        p = entry.first.get("eval_pass")
+        if p is None or entry.trains or not entry.distributed or p["promised"] is None \
+                or p["roots"].size > MAX_INDICES:
+            continue
+        frame = entry.made or entry.frame
+        mine[_key(entry)] = {"name": entry.name, "where": entry.where(), "sampler": entry.sampler,
+                             "n": entry.size, "indices": p["roots"].tolist(),
+                             "file": frame.file if frame else None, "line": frame.line if frame else None,
+                             "function": frame.function if frame else ""}
+    if mine:
+        session.meta["ledger_passes"] = {"world_size": info.world_size, "loaders": mine}
+
+
+def compare_passes(records: dict[int, dict[str, Any]]) -> list[Any]:
+    passes = {r: rec.get("report", {}).get("meta", {}).get("ledger_passes") for r, rec in records.items()}
+    passes = {r: p for r, p in passes.items() if p}
+    if len(passes) < 2:
+        return []
+    world = max(p["world_size"] for p in passes.values())
+    if len(passes) < world:
+        return []  # a rank's pass is missing: the union would count samples as lost
+    out = []
+    first = min(passes)
+    for key, a in passes[first]["loaders"].items():
+        parts = [passes[r]["loaders"].get(key) for r in sorted(passes)]
+        if any(p is None for p in parts) or not a["n"]:
+            continue
+        roots = np.concatenate([np.asarray(p["indices"], dtype=np.int64) for p in parts])
+        delivered, distinct = int(roots.size), int(np.unique(roots).size)
+        dup, lost = delivered - distinct, max(0, int(a["n"]) - distinct)
+        if not (dup or lost):
+            continue
+        frame = UserFrame(a["file"], a["line"], a["function"]) if a.get("file") else None
+        out.append(_finding(a["name"], a["where"], frame, a["sampler"], int(a["n"]), delivered, distinct, dup, lost,
+                            _repeated(roots) if dup else None, len(parts)))
+    return out
+
+
+RECORD_CHECKS.append(compare_passes)  # the merged report of a distributed run: evaluation passes across ranks
