@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+import types
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +83,7 @@ class SilentChecker(Checker):
         self._autocast: list[tuple[str, torch.dtype]] = []
         self._full = max(_cadence.FULL, self.warmup, self.collapse_steps)
         self._last_step = -1  # the last step taken part in
+        self._in_root = 0  # root model calls in progress (a loss computed inside the model's forward)
         keeper = session.checker("snapshot")
         if keeper is not None and self.warmup > 0:
             keeper.hold_tape(self.warmup)  # the loss region reads the step tape on the warm-up steps
@@ -156,11 +159,19 @@ class SilentChecker(Checker):
         if step != self._last_step + 1:
             self.zero = ZeroGradWatch()  # its samples are of a step before the gap
         self._last_step = step
+        self._in_root = 0
         self._eval_forwards.clear()
         self._backward_in_step = False
 
+    def on_root_forward_pre(self, model: nn.Module, label: str) -> None:
+        self._in_root += 1
+
+    def on_exception(self, exc: BaseException) -> None:
+        self._in_root = 0  # (a forward that raised: no on_root_forward came)
+
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
+        self._in_root = max(0, self._in_root - 1)
         out = first_tensor(output)
         if not self._backward_in_step:  # the step's autocast, for a replay of its forward
             self._autocast = [(d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
@@ -199,6 +210,11 @@ class SilentChecker(Checker):
                 self._builtin_broadcast(call)
             plans = loss_plans(call.name, inp, tgt, kw)
             snap = self.session.snapshot
+            if self._in_root:
+                # A loss computed inside the model's forward (an HF model given `labels=`): the
+                # snapshot holds the step's first call that returned, not this one (an earlier
+                # batch of an evaluation pass, or none yet): the running call's own inputs.
+                snap = _running_call(self.session.models)
             ids = snap.args[0] if snap is not None and snap.args else (snap.kwargs.get("input_ids") if snap else None)
             if call.name == "cross_entropy" and is_index_tensor(tgt):
                 mask = snap.kwargs.get("attention_mask") if snap is not None else None
@@ -466,6 +482,22 @@ class SilentChecker(Checker):
         for m in self._leaving:  # at close no call of ours is running: take them off
             m.inside = 0
         self._pop_left_modes()
+
+
+def _running_call(models: list[nn.Module]) -> Any:
+    """The inputs (`.args`, `.kwargs`) of the outermost call of a watched model in progress,
+    read off its `Module._call_impl` frame; None when there is none."""
+    roots = {id(m) for m in models}
+    found = None
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_code.co_name == "_call_impl":
+            scope = f.f_locals  # (a frame that ends with the call: nothing kept alive past it)
+            if id(scope.get("self")) in roots:
+                found = types.SimpleNamespace(args=tuple(scope.get("args") or ()),
+                                              kwargs=dict(scope.get("kwargs") or {}))
+        f = f.f_back
+    return found
 
 
 def _second_tokens(snap: Any, ids: Any) -> Any:
