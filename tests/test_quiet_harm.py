@@ -214,3 +214,34 @@ def test_parameters_used_functionally_and_reached_after_a_frozen_warmup_are_quie
             opt.step()
             model.updates += 1
     assert not [f for f in s.report.filter(category="gradient") if f.severity is not Severity.INFO]
+
+
+# ------------------------------------------------------------------ a loss that falls to ~0
+def _collapse_run(lr):
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    x = torch.randn(32, 4)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])  # a small set a model fits exactly
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(25):
+            opt.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+    return s.report
+
+
+def test_a_loss_memorised_over_many_updates_is_info():
+    (f,) = _collapse_run(lr=0.3).filter(code="silent.loss_collapse")
+    assert f.severity is Severity.INFO and f.step > 5
+
+
+def test_a_loss_that_collapses_within_a_few_updates_is_still_a_warning():
+    from zoo import silent as z
+
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        z.target_leaked_into_input(model, opt)
+    (f,) = s.report.filter(code="silent.loss_collapse")
+    assert (f.severity, f.step) == (Severity.WARNING, 3)

@@ -467,7 +467,11 @@ class SilentChecker(Checker):
             # A collapse stays down; a loss that touches ~0 once and comes back (several
             # networks' losses on one step clock, a noisy objective) did not collapse.
             if 0 <= v <= first * 1e-3 and all(w <= first * 1e-2 for w in vals[k:]):
-                self._add(finding("loss_collapse", severity=Severity.WARNING, stage=Stage.LOSS, frame=self._loss_frame,
+                # Harm (issue 24): a thousandfold fall within a few updates is faster than any
+                # model learns from data (the answer is in its input); a small training set
+                # memorised over more steps (a GNN on 150 graphs) is a run that learned: info.
+                severity = Severity.WARNING if k <= _INSTANT else Severity.INFO
+                self._add(finding("loss_collapse", severity=severity, stage=Stage.LOSS, frame=self._loss_frame,
                                   step=k, steps=k, evidence={"first_loss": fmt(first), f"loss_at_step_{k}": fmt(v),
                                                              "ratio": f"{v / first:.2e}"}))
                 return
@@ -482,6 +486,9 @@ class SilentChecker(Checker):
         for m in self._leaving:  # at close no call of ours is running: take them off
             m.inside = 0
         self._pop_left_modes()
+
+
+_INSTANT = 5  # updates within which a loss that collapses had the answer in its input
 
 
 def _running_call(models: list[nn.Module]) -> Any:
