@@ -5,6 +5,7 @@ exact finding."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -245,3 +246,31 @@ def test_a_loss_that_collapses_within_a_few_updates_is_still_a_warning():
         z.target_leaked_into_input(model, opt)
     (f,) = s.report.filter(code="silent.loss_collapse")
     assert (f.severity, f.step) == (Severity.WARNING, 3)
+
+
+# ------------------------------------------------------------------ batches fetched in groups
+def _ledger_run(source):
+    import runpy
+    import tempfile
+    from pathlib import Path
+
+    from torchtriage._session import Session
+
+    path = Path(tempfile.mkdtemp()) / "loop.py"
+    path.write_text(source)
+    with Session(discover=True, on_anomaly="record", report=False, checks=["data_ledger"]) as s:
+        runpy.run_path(str(path), run_name="__main__")
+    return s.report
+
+
+_GROUPED = (Path(__file__).parent / "zoo" / "ledger" / "clean_grouped_fetch.py").read_text()
+
+
+def test_micro_batches_fetched_a_cycle_at_a_time_are_trained():
+    assert not _alarms(_ledger_run(_GROUPED), "data.coverage_lost")
+
+
+def test_a_cycle_that_trains_one_of_its_fetched_batches_still_loses_coverage():
+    bug = _GROUPED.replace("for xb, yb in batches:", "for xb, yb in batches[-1:]:  # BUG: the last only")
+    (f,) = _alarms(_ledger_run(bug), "data.coverage_lost")
+    assert (f.severity, f.evidence["lost_samples"], f.evidence["samples"]) == (Severity.WARNING, 576, 768)
