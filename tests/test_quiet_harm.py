@@ -274,3 +274,44 @@ def test_a_cycle_that_trains_one_of_its_fetched_batches_still_loses_coverage():
     bug = _GROUPED.replace("for xb, yb in batches:", "for xb, yb in batches[-1:]:  # BUG: the last only")
     (f,) = _alarms(_ledger_run(bug), "data.coverage_lost")
     assert (f.severity, f.evidence["lost_samples"], f.evidence["samples"]) == (Severity.WARNING, 576, 768)
+
+
+# ------------------------------------------------------------------ next-token loss inside forward
+class TinyLM(nn.Module):
+    """nanoGPT's calling convention: `logits, loss = model(idx, targets)`."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(12, 16)
+        self.head = nn.Linear(16, 12)
+
+    def forward(self, idx, targets=None):
+        logits = self.head(self.emb(idx))
+        loss = None if targets is None else F.cross_entropy(logits.view(-1, 12), targets.view(-1), ignore_index=-1)
+        return logits, loss
+
+
+def _lm_run(shift):
+    torch.manual_seed(0)
+    model = TinyLM()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    data = torch.randint(0, 12, (8, 9))
+    x, y = (data[:, :-1], data[:, 1:]) if shift else (data[:, :-1], data[:, :-1])
+    x, y = x.contiguous(), y.contiguous()
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            _, loss = model(x, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return s.report
+
+
+def test_shifted_targets_passed_to_the_model_are_quiet():
+    # the targets argument is the loss's target, not a decoder's input to compare it with
+    assert not _alarms(_lm_run(shift=True), "silent.labels_not_shifted")
+
+
+def test_unshifted_targets_passed_to_the_model_are_found():
+    f = _alarms(_lm_run(shift=False), "silent.labels_not_shifted")[0]
+    assert (f.severity, f.evidence["positions_equal_to_input"]) == (Severity.ERROR, "64/64")

@@ -220,7 +220,7 @@ class SilentChecker(Checker):
                 mask = snap.kwargs.get("attention_mask") if snap is not None else None
                 plans += token_plans(tgt, ids, ignore_index=kw.get("ignore_index", -100),
                                      reduction=kw.get("reduction", "mean"), attention_mask=mask,
-                                     weighted=kw.get("weight") is not None, second=_second_tokens(snap, ids))
+                                     weighted=kw.get("weight") is not None, second=_second_tokens(snap, ids, tgt))
             plans += self._target_in_input_plans(ids, tgt)
         self._queue(plans, frame=call.frame, op=call.name, module=call.module, inp=inp)
 
@@ -507,9 +507,10 @@ def _running_call(models: list[nn.Module]) -> Any:
     return found
 
 
-def _second_tokens(snap: Any, ids: Any) -> Any:
+def _second_tokens(snap: Any, ids: Any, target: Any = None) -> Any:
     """A decoder's input (`decoder_input_ids=`, or a later positional integer tensor shaped
-    like `ids`) the root model was called with, or None."""
+    like `ids`) the root model was called with, or None. Not the loss target itself: a model
+    called as `model(x, targets)` computes its loss inside forward from that argument."""
     if snap is None or not isinstance(ids, torch.Tensor):
         return None
     dec = snap.kwargs.get("decoder_input_ids")
@@ -517,5 +518,12 @@ def _second_tokens(snap: Any, ids: Any) -> Any:
         return dec
     for a in reversed(snap.args[1:]):
         if isinstance(a, torch.Tensor) and a.shape == ids.shape and not a.is_floating_point() and a.dtype != torch.bool:
-            return a
+            return None if _same_storage(a, target) else a
     return None
+
+
+def _same_storage(a: torch.Tensor, b: Any) -> bool:
+    try:
+        return isinstance(b, torch.Tensor) and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    except Exception:  # a tensor subclass without storage
+        return False
