@@ -266,8 +266,22 @@ def _ledger_run(source):
 _GROUPED = (Path(__file__).parent / "zoo" / "ledger" / "clean_grouped_fetch.py").read_text()
 
 
-def test_micro_batches_fetched_a_cycle_at_a_time_are_trained():
-    assert not _alarms(_ledger_run(_GROUPED), "data.coverage_lost")
+_AHEAD = """
+def ahead(loader):  # one batch fetched ahead of the loop (accelerate's DataLoaderShard)
+    it = iter(loader)
+    nxt = next(it)
+    for b in it:
+        yield nxt
+        nxt = b
+    yield nxt
+"""
+
+
+@pytest.mark.parametrize("one_ahead", [False, True])
+def test_micro_batches_fetched_a_cycle_at_a_time_are_trained(one_ahead):
+    source = _GROUPED.replace("accum = 4\n", "accum = 4\n" + _AHEAD).replace(
+        "it = iter(train_loader)", "it = ahead(train_loader)") if one_ahead else _GROUPED
+    assert not _alarms(_ledger_run(source), "data.coverage_lost")
 
 
 def test_a_cycle_that_trains_one_of_its_fetched_batches_still_loses_coverage():

@@ -81,14 +81,17 @@ class Epoch:
 def _fed_in_groups(active: list[bool], forwards: list[int]) -> None:
     """Batches fetched in a group before their work (the HF Trainer fetches a gradient-
     accumulation cycle's batches at once, then runs one forward per batch): a window whose
-    training forwards number the inactive batches just before it plus its own fed each of them.
-    A loop that skips batches runs its usual forwards for the one it keeps. In place."""
+    training forwards number the inactive batches just before it plus its own (or just them,
+    when the loader also fetches one batch ahead: accelerate) fed each of them. A loop that
+    skips batches runs its usual forward for the one it keeps. In place."""
     run = 0
     for i, a in enumerate(active):
         if not a:
             run += 1
             continue
-        if run and forwards[i] == run + 1:
+        # (the last window, after the sampler ran out, also holds the batch fetched ahead's work)
+        low = forwards[i] - (2 if i == len(active) - 1 else 1)
+        if run and forwards[i] >= 2 and low <= run <= forwards[i]:
             active[i - run:i] = [True] * run
         run = 0
 
