@@ -496,7 +496,7 @@ def _running_call(models: list[nn.Module]) -> Any:
     read off its `Module._call_impl` frame; None when there is none."""
     roots = {id(m) for m in models}
     found = None
-    f = sys._getframe(2)
+    f: types.FrameType | None = sys._getframe(2)
     while f is not None:
         if f.f_code.co_name == "_call_impl":
             scope = f.f_locals  # (a frame that ends with the call: nothing kept alive past it)
