@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
-import types
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -213,8 +211,8 @@ class SilentChecker(Checker):
             if self._in_root:
                 # A loss computed inside the model's forward (an HF model given `labels=`): the
                 # snapshot holds the step's first call that returned, not this one (an earlier
-                # batch of an evaluation pass, or none yet): the running call's own inputs.
-                snap = _running_call(self.session.models)
+                # batch of an evaluation pass, or none yet): its tokens are not this target's.
+                snap = None
             ids = snap.args[0] if snap is not None and snap.args else (snap.kwargs.get("input_ids") if snap else None)
             if call.name == "cross_entropy" and is_index_tensor(tgt):
                 mask = snap.kwargs.get("attention_mask") if snap is not None else None
@@ -489,22 +487,6 @@ class SilentChecker(Checker):
 
 
 _INSTANT = 5  # updates within which a loss that collapses had the answer in its input
-
-
-def _running_call(models: list[nn.Module]) -> Any:
-    """The inputs (`.args`, `.kwargs`) of the outermost call of a watched model in progress,
-    read off its `Module._call_impl` frame; None when there is none."""
-    roots = {id(m) for m in models}
-    found = None
-    f: types.FrameType | None = sys._getframe(2)
-    while f is not None:
-        if f.f_code.co_name == "_call_impl":
-            scope = f.f_locals  # (a frame that ends with the call: nothing kept alive past it)
-            if id(scope.get("self")) in roots:
-                found = types.SimpleNamespace(args=tuple(scope.get("args") or ()),
-                                              kwargs=dict(scope.get("kwargs") or {}))
-        f = f.f_back
-    return found
 
 
 def _second_tokens(snap: Any, ids: Any, target: Any = None) -> Any:
