@@ -139,6 +139,27 @@ def in_user_file(f: types.FrameType) -> bool:
 _code_cache: dict[types.CodeType, bool] = {}  # code object -> `_user_code` of its frames
 
 
+def released_locals(f: types.FrameType) -> dict[str, Any]:
+    """A frame's local variables, read without keeping them alive.
+
+    Before Python 3.13, `frame.f_locals` of a function frame is a dict cached on the frame: the
+    values read stay referenced by it until the next read or the frame's exit. Read from a hook
+    in a training function, that pins the step's loss and its graph for the rest of the epoch
+    (and our own graph check then sees "loss graphs kept"). The copy is returned and the cache
+    emptied; the frame's variables themselves are untouched (CPython writes the cache back only
+    for a trace function, and never deletes a variable the cache lacks). A module or class body's
+    `f_locals` is its real namespace, and from 3.13 a live proxy: both returned as they are."""
+    scope = f.f_locals
+    if sys.version_info >= (3, 13) or not f.f_code.co_flags & _CO_OPTIMIZED or scope is f.f_globals:
+        return scope
+    copy = dict(scope)
+    scope.clear()
+    return copy
+
+
+_CO_OPTIMIZED = 0x0001  # (inspect.CO_OPTIMIZED: a function's frame, whose f_locals is a snapshot)
+
+
 def user_stack_frame(skip: int = 0) -> types.FrameType | None:
     """The innermost frame object of the user's code on the current call stack, searched from
     `skip` frames above the caller. A torch-function mode's handler (the user's own mode, which

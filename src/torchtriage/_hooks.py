@@ -26,7 +26,14 @@ from torch.optim import optimizer as _optim_mod
 from ._checker import LOSS_FUNCTIONS, Checker, LossCall, overrides
 from ._errors import POLICY_ERRORS
 from ._findings import Stage
-from ._frames import find_frame, note_optimizer_frame, passed_through, user_frame_from_stack, user_stack_frame
+from ._frames import (
+    find_frame,
+    note_optimizer_frame,
+    passed_through,
+    released_locals,
+    user_frame_from_stack,
+    user_stack_frame,
+)
 from ._modestack import forget, put_back, set_aside
 from ._patching import Patches
 from ._roothook import RootHook  # pickles and deep-copies inert, with the user's model
@@ -430,7 +437,7 @@ def _label_from_caller(module: nn.Module) -> str:
     try:
         f = user_stack_frame()
         if f is not None:
-            for scope in (f.f_locals, f.f_globals):
+            for scope in (released_locals(f), f.f_globals):
                 for k, v in scope.items():
                     if v is module and not k.startswith("_"):
                         return k

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ._frames import user_stack_frame
+from ._frames import released_locals, user_stack_frame
 
 _MAX_ITEMS = 64  # elements of a dict / list searched for a tensor (a list of 10k tensors is data)
 
@@ -108,7 +108,8 @@ def variable_names(tensors: dict[int, torch.Tensor], frame: types.FrameType | No
     if frame is None or not tensors:
         return found
     skip = {id(m) for m in skip_modules}
-    scopes = [frame.f_locals, frame.f_globals] if frame.f_locals is not frame.f_globals else [frame.f_locals]
+    local = released_locals(frame)
+    scopes = [local, frame.f_globals] if local is not frame.f_globals else [local]
     for scope in scopes:
         for var, value in list(scope.items()):
             if var.startswith("_") or not var.isidentifier() or len(found) == len(tensors):

@@ -440,6 +440,7 @@ class Analysis:
             key = (code, id(where) if isinstance(where, CutRecord) else (info.root, where))
             groups.setdefault(key, (where, []))[1].append((pid, info))
         out = []
+        none = set(unreached)
         for (code, _), (where, members) in groups.items():
             paths = paths_of.get(members[0][1].root, merged)
             infos = [i for _, i in members]
@@ -447,6 +448,11 @@ class Analysis:
             first = infos[0]
             common = dict(parameters=names[:10], count=len(names), grad=None, requires_grad=True,
                           in_optimizer=any(pid in opt_of for pid, _ in members), **self._model_of(first))
+            if code in ("unused", "unreached", "unreached_raw") and opts_known:
+                # harm evidence (`_harm.py`): does the optimizer holding them train anything else?
+                opts = {opt_of[pid][0] for pid, _ in members if pid in opt_of}
+                common["optimizer_trains_nothing_else"] = bool(opts) and not any(
+                    o[0] in opts and pid not in none for pid, o in opt_of.items() if pid in trainable)
             if isinstance(where, CutRecord):
                 rec = where
                 owners = sorted({i.module for i in infos if i.module is not None})

@@ -32,6 +32,7 @@ from .._findings import Finding, Severity, Stage
 from .._frames import user_frame_from_stack
 from ._analysis import Analysis, _first_tensor, add_model, make_finding
 from ._graph import reach
+from ._harm import JUDGED, judge
 from ._idle import IdleOptimizers
 from ._loss import explain_loss_without_grad
 from ._static import frozen_findings, registration_findings
@@ -84,6 +85,8 @@ class GradientChecker(Checker):
         self._held_lr: dict[tuple[int, int], Finding] = {}
         self._idle = IdleOptimizers()  # optimizers that never step while their parameters get grads
         self._held_idle: dict[int, Finding] = {}
+        self._held_harm: list[Finding] = []  # no-gradient warnings judged by the loss at the end
+        self._versions: dict[int, list[tuple[Any, int]]] = {}  # id(finding) -> its parameters' versions
         self._zero_later = ZeroLater()  # gradient.zero, judged over the whole run
         self._loss_cuts: set[tuple[str | None, int | None]] = set()  # lines a loss_no_grad_fn named
         self._loss_models: set[str] = set()  # labels of models whose no-grad forward made such a loss
@@ -349,9 +352,12 @@ class GradientChecker(Checker):
     def on_end(self) -> None:
         self._flush_eval()
         self._conclude(self.session.step if self.session else None)
-        held = [*self._held_unused.values(), *self._held_lr.values(), *self._held_idle.values(),
-                *self._zero_later.release()]
-        self._held_unused, self._held_lr, self._held_idle = {}, {}, {}
+        losses = self.session.health.values("loss") if self.session is not None else []
+        unmoved = [f for f in [*self._held_unused.values(), *self._held_harm] if not self._moved(f)]
+        self._versions = {}
+        held = [*(judge(f, losses) for f in unmoved),
+                *self._held_lr.values(), *self._held_idle.values(), *self._zero_later.release()]
+        self._held_unused, self._held_lr, self._held_idle, self._held_harm = {}, {}, {}, []
         for f in sorted(held, key=lambda f: f.step if f.step is not None else -1):
             self._add(f)
         if self._tracer_lingers:
@@ -409,6 +415,11 @@ class GradientChecker(Checker):
             if f.code == "gradient.cut_no_grad" and self._loss_models and \
                     f.evidence.get("model", only_label) in self._loss_models:
                 continue  # that model's no-grad forward made the loss: the same cut, named there
+            if f.code in JUDGED:
+                # Parameters used without calling their module (MultiheadAttention's out_proj,
+                # read by F.multi_head_attention_forward) or reached on later steps only (an
+                # encoder under no_grad for its first updates) move later: their versions now.
+                self._versions[id(f)] = [(weakref.ref(t), t._version) for t in self._params_named(f)]
             if f.code == "gradient.unused" and f.module is not None:
                 self._held_unused[f.module] = f
             elif f.code == "gradient.lr_zero" and _scheduled(optimizers, f.evidence):
@@ -416,8 +427,15 @@ class GradientChecker(Checker):
             elif f.code in _JUDGED_LATER and self._zero_later.hold(f, self._params_named(f)):
                 pass  # dropped at the end if the parameters get a gradient later (a gate that opens,
                 # an encoder kept under no_grad for its first updates, layer-local training)
+            elif f.code in JUDGED and f.severity is Severity.WARNING:
+                self._held_harm.append(f)  # its severity from the run's loss, at the end (`_harm.py`)
             else:
                 self._add(f)
+
+    def _moved(self, f: Finding) -> bool:
+        """Some parameter of `f` was updated after the window (an optimizer skips one whose grad
+        is None): it got its gradient after all."""
+        return any((t := ref()) is not None and t._version != version for ref, version in self._versions.get(id(f), []))
 
     def _params_named(self, f: Finding) -> list[torch.Tensor]:
         names = set(f.evidence.get("parameters") or ([f.parameter] if f.parameter else []))

@@ -59,6 +59,7 @@ class Epoch:
         several backward passes per batch (a GAN) has more, so the count of batches trained is
         also estimated from the backwards: their number over the usual number per active batch."""
         active = [b > 0 or f > 0 for b, f in zip(self.backwards, self.forwards)]
+        _fed_in_groups(active, self.forwards)
         total = sum(self.backwards)
         if not total:
             return [False] * len(active)
@@ -76,6 +77,24 @@ class Epoch:
                 if not a and missing > 0:
                     active[i], missing = True, missing - 1
         return active
+
+
+def _fed_in_groups(active: list[bool], forwards: list[int]) -> None:
+    """Batches fetched in a group before their work (the HF Trainer fetches a gradient-
+    accumulation cycle's batches at once, then runs one forward per batch): a window whose
+    training forwards number the inactive batches just before it plus its own (or just them,
+    when the loader also fetches one batch ahead: accelerate) fed each of them. A loop that
+    skips batches runs its usual forward for the one it keeps. In place."""
+    run = 0
+    for i, a in enumerate(active):
+        if not a:
+            run += 1
+            continue
+        # (the last window, after the sampler ran out, also holds the batch fetched ahead's work)
+        low = forwards[i] - (2 if i == len(active) - 1 else 1)
+        if run and forwards[i] >= 2 and low <= run <= forwards[i]:
+            active[i - run:i] = [True] * run
+        run = 0
 
 
 @dataclasses.dataclass(eq=False)

@@ -81,6 +81,7 @@ class SilentChecker(Checker):
         self._autocast: list[tuple[str, torch.dtype]] = []
         self._full = max(_cadence.FULL, self.warmup, self.collapse_steps)
         self._last_step = -1  # the last step taken part in
+        self._in_root = 0  # root model calls in progress (a loss computed inside the model's forward)
         keeper = session.checker("snapshot")
         if keeper is not None and self.warmup > 0:
             keeper.hold_tape(self.warmup)  # the loss region reads the step tape on the warm-up steps
@@ -156,11 +157,19 @@ class SilentChecker(Checker):
         if step != self._last_step + 1:
             self.zero = ZeroGradWatch()  # its samples are of a step before the gap
         self._last_step = step
+        self._in_root = 0
         self._eval_forwards.clear()
         self._backward_in_step = False
 
+    def on_root_forward_pre(self, model: nn.Module, label: str) -> None:
+        self._in_root += 1
+
+    def on_exception(self, exc: BaseException) -> None:
+        self._in_root = 0  # (a forward that raised: no on_root_forward came)
+
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
+        self._in_root = max(0, self._in_root - 1)
         out = first_tensor(output)
         if not self._backward_in_step:  # the step's autocast, for a replay of its forward
             self._autocast = [(d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
@@ -199,12 +208,17 @@ class SilentChecker(Checker):
                 self._builtin_broadcast(call)
             plans = loss_plans(call.name, inp, tgt, kw)
             snap = self.session.snapshot
+            if self._in_root:
+                # A loss computed inside the model's forward (an HF model given `labels=`): the
+                # snapshot holds the step's first call that returned, not this one (an earlier
+                # batch of an evaluation pass, or none yet): its tokens are not this target's.
+                snap = None
             ids = snap.args[0] if snap is not None and snap.args else (snap.kwargs.get("input_ids") if snap else None)
             if call.name == "cross_entropy" and is_index_tensor(tgt):
                 mask = snap.kwargs.get("attention_mask") if snap is not None else None
                 plans += token_plans(tgt, ids, ignore_index=kw.get("ignore_index", -100),
                                      reduction=kw.get("reduction", "mean"), attention_mask=mask,
-                                     weighted=kw.get("weight") is not None, second=_second_tokens(snap, ids))
+                                     weighted=kw.get("weight") is not None, second=_second_tokens(snap, ids, tgt))
             plans += self._target_in_input_plans(ids, tgt)
         self._queue(plans, frame=call.frame, op=call.name, module=call.module, inp=inp)
 
@@ -452,7 +466,11 @@ class SilentChecker(Checker):
             # A collapse stays down; a loss that touches ~0 once and comes back (several
             # networks' losses on one step clock, a noisy objective) did not collapse.
             if 0 <= v <= first * 1e-3 and all(w <= first * 1e-2 for w in vals[k:]):
-                self._add(finding("loss_collapse", severity=Severity.WARNING, stage=Stage.LOSS, frame=self._loss_frame,
+                # Harm (issue 24): a thousandfold fall within a few updates is faster than any
+                # model learns from data (the answer is in its input); a small training set
+                # memorised over more steps (a GNN on 150 graphs) is a run that learned: info.
+                severity = Severity.WARNING if k <= _INSTANT else Severity.INFO
+                self._add(finding("loss_collapse", severity=severity, stage=Stage.LOSS, frame=self._loss_frame,
                                   step=k, steps=k, evidence={"first_loss": fmt(first), f"loss_at_step_{k}": fmt(v),
                                                              "ratio": f"{v / first:.2e}"}))
                 return
@@ -469,9 +487,13 @@ class SilentChecker(Checker):
         self._pop_left_modes()
 
 
-def _second_tokens(snap: Any, ids: Any) -> Any:
+_INSTANT = 5  # updates within which a loss that collapses had the answer in its input
+
+
+def _second_tokens(snap: Any, ids: Any, target: Any = None) -> Any:
     """A decoder's input (`decoder_input_ids=`, or a later positional integer tensor shaped
-    like `ids`) the root model was called with, or None."""
+    like `ids`) the root model was called with, or None. Not the loss target itself: a model
+    called as `model(x, targets)` computes its loss inside forward from that argument."""
     if snap is None or not isinstance(ids, torch.Tensor):
         return None
     dec = snap.kwargs.get("decoder_input_ids")
@@ -479,5 +501,12 @@ def _second_tokens(snap: Any, ids: Any) -> Any:
         return dec
     for a in reversed(snap.args[1:]):
         if isinstance(a, torch.Tensor) and a.shape == ids.shape and not a.is_floating_point() and a.dtype != torch.bool:
-            return a
+            return None if _same_storage(a, target) else a
     return None
+
+
+def _same_storage(a: torch.Tensor, b: Any) -> bool:
+    try:
+        return isinstance(b, torch.Tensor) and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    except Exception:  # a tensor subclass without storage
+        return False
