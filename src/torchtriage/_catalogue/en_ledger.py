@@ -48,4 +48,23 @@ MESSAGES = {
     "ledger.frozen_moved.next":
         "set their .grad to None when freezing (p.grad = None, or zero_grad(set_to_none=True)), or take them "
         "out of the optimizer's param groups",
+    "ledger.not_moved.low":
+        "{count} parameter(s) of {model} ({first}, ...) had non-zero gradients and {opt} stepped {steps} time(s), "
+        "yet {share} of their sampled values never changed: the weights are {dtype} and the updates round away",
+    "ledger.not_moved.low.cause":
+        "the weights are stored in {dtype}: near |w| = {w} its numbers are about {spacing} apart, and an update "
+        "smaller than half of that (Adam's steps are about lr = {lr}) rounds back to the old value, so most "
+        "weights stay where they are",
+    "ledger.not_moved.low.next":
+        "keep float32 weights (do not cast the model with .to({dtype}) / .half()) and run the forward under "
+        "torch.autocast(dtype={dtype}); or keep a float32 master copy for the optimizer",
+    "ledger.not_moved.still":
+        "{count} parameter(s) of {model} ({first}, ...) had non-zero gradients and {opt} stepped {steps} time(s) "
+        "with lr {lr}, yet none of their sampled values ever changed",
+    "ledger.not_moved.still.cause":
+        "the optimizer's steps did not reach these values: it updates another tensor (a stale copy, the old "
+        "tensor of a parameter replaced after it was built), or something restores them after each step",
+    "ledger.not_moved.still.next":
+        "check that the optimizer holds the very tensors the model uses (id(p) of model.parameters() against "
+        "optimizer.param_groups) and that nothing reloads or overwrites them after step()",
 }

@@ -40,4 +40,22 @@ MESSAGES = {
         "（zero_grad(set_to_none=False) 会留下零），所以 {settings} 仍在移动它们，尽管它们已被冻结",
     "ledger.frozen_moved.next":
         "冻结时把它们的 .grad 设为 None（p.grad = None，或 zero_grad(set_to_none=True)），或把它们移出优化器的参数组",
+    "ledger.not_moved.low":
+        "{model} 的 {count} 个参数（{first} 等）有非零梯度，{opt} 也执行了 {steps} 次 step，"
+        "但其采样值中有 {share} 从未改变：权重是 {dtype}，更新被舍入掉了",
+    "ledger.not_moved.low.cause":
+        "权重以 {dtype} 存储：在 |w| = {w} 附近相邻可表示数相差约 {spacing}，小于其一半的更新"
+        "（Adam 的步长约为 lr = {lr}）会被舍入回原值，所以大多数权重不动",
+    "ledger.not_moved.low.next":
+        "保留 float32 权重（不要用 .to({dtype}) / .half() 转换模型），在 torch.autocast(dtype={dtype}) 下运行前向；"
+        "或为优化器保留一份 float32 主副本",
+    "ledger.not_moved.still":
+        "{model} 的 {count} 个参数（{first} 等）有非零梯度，{opt} 以 lr {lr} 执行了 {steps} 次 step，"
+        "但其采样值从未改变",
+    "ledger.not_moved.still.cause":
+        "优化器的 step 没有作用到这些值上：它更新的是另一个张量（过期的副本、构建优化器后被替换的参数的旧张量），"
+        "或者每次 step 之后有代码把它们恢复了",
+    "ledger.not_moved.still.next":
+        "检查优化器持有的正是模型使用的张量（比较 model.parameters() 与 optimizer.param_groups 的 id(p)），"
+        "并确认 step() 之后没有代码重新加载或覆盖它们",
 }

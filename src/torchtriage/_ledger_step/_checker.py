@@ -24,6 +24,7 @@ from ._dropout import EvalDropoutWatch
 from ._ledger import StepLedger, Verdict
 from ._moves import FrozenMoves
 from ._terms import Event, Flow, skeleton, terms_of
+from ._updates import UpdateWatch
 
 
 def _at(frame: UserFrame | None) -> str | None:
@@ -44,6 +45,7 @@ class LedgerChecker(Checker):
         self.dropout: EvalDropoutWatch | None = None
         self._reported: set[tuple[Any, ...]] = set()
         self.moves: FrozenMoves | None = None
+        self.updates: UpdateWatch | None = None
         self._previous: list[Event] = []
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
 
@@ -55,6 +57,7 @@ class LedgerChecker(Checker):
         self.dropout = EvalDropoutWatch(session)
         self.dropout.install()
         self.moves = FrozenMoves(session)
+        self.updates = UpdateWatch(session)
 
     def wants_step(self, step: int) -> bool:
         return _cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending)
@@ -92,6 +95,8 @@ class LedgerChecker(Checker):
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         assert self.ledger is not None
         self._report(self.ledger.backward_end())
+        if self.updates is not None:
+            self.updates.backward_end()
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         assert self.ledger is not None and self.amp is not None
@@ -103,6 +108,8 @@ class LedgerChecker(Checker):
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         if self.moves is not None:
             self.moves.post(optimizer)
+        if self.updates is not None:
+            self.updates.stepped(optimizer)
 
     def _offered(self, optimizer: torch.optim.Optimizer) -> None:
         if self.ledger is not None:
@@ -111,6 +118,9 @@ class LedgerChecker(Checker):
     def on_end(self) -> None:
         if self.ledger is not None:
             self._report(self.ledger.end())
+        if self.updates is not None and self.session is not None:
+            for f in self.updates.end():
+                self.session.add(f)
 
     # ------------------------------------------------------------------ findings
     def _report(self, verdicts: list[Verdict]) -> None:
