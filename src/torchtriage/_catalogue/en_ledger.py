@@ -67,4 +67,42 @@ MESSAGES = {
     "ledger.not_moved.still.next":
         "check that the optimizer holds the very tensors the model uses (id(p) of model.parameters() against "
         "optimizer.param_groups) and that nothing reloads or overwrites them after step()",
+    "ledger.ranks_drift":
+        "the replicas of {model} differ after step {step}: {count} parameter(s) ({first}, ...) are not the same "
+        "on rank {a} and rank {b}",
+    "ledger.ranks_drift.cause":
+        "DDP keeps replicas equal only if every rank starts equal, runs the same update and syncs every "
+        "gradient; something in this step changed one rank's parameters differently (a rank-local update, "
+        "a seed per rank in a parametrization, a gradient that bypassed the sync)",
+    "ledger.ranks_drift.next":
+        "compare the parameters named on two ranks just before and after step {step}; look for code that "
+        "runs on one rank only or updates parameters outside optimizer.step()",
+    "ledger.ranks_drift.cause.cast":
+        "parameters were cast or moved after the model was wrapped in DistributedDataParallel ({casts}): DDP's "
+        "gradient buckets and broadcast were built for the old tensors, so the ranks no longer sync them",
+    "ledger.ranks_drift.next.cast":
+        "cast and move the model (.to(dtype), .half(), .cuda()) before wrapping it in DistributedDataParallel",
+    "ledger.ranks_drift.cause.bypass":
+        "the wrapped module was called directly in grad mode ({line}, model.module(x)): DDP syncs gradients only "
+        "for calls through the wrapper, so the backward of that call left each rank with its own gradient",
+    "ledger.ranks_drift.next.bypass":
+        "call the DDP wrapper itself (model(x)) for training; call model.module only under torch.no_grad()",
+    "ledger.grad_summed":
+        "at step {step} the synced gradient of {count} parameter(s) ({first}, ...) is {ratio} × the mean of "
+        "the {world} ranks' own gradients: it was summed over the ranks and never divided",
+    "ledger.grad_summed.cause":
+        "dist.all_reduce(p.grad) sums by default (ReduceOp.SUM): without a division by the world size, every "
+        "step is {world} times larger than the mean gradient, as if the learning rate were {world} times higher",
+    "ledger.grad_summed.next":
+        "divide after the all_reduce (p.grad /= dist.get_world_size()), use ReduceOp.AVG, or let "
+        "DistributedDataParallel average the gradients",
+    "ledger.sharded_no_grad":
+        "{count} sharded parameter(s) ({first}, ...) had no gradient (.grad None) at any of {steps} optimizer "
+        "step(s): they never train",
+    "ledger.sharded_no_grad.cause":
+        "no backward reached these fully_shard parameters: their module is not called on the way to the loss, "
+        "its output is detached or computed under no_grad, or they were replaced after fully_shard",
+    "ledger.sharded_no_grad.next":
+        "follow the module's output to the loss; apply fully_shard after the model is complete and call the "
+        "sharded module (not a copy) in forward",
 }

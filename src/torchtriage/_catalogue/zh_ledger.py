@@ -58,4 +58,37 @@ MESSAGES = {
     "ledger.not_moved.still.next":
         "检查优化器持有的正是模型使用的张量（比较 model.parameters() 与 optimizer.param_groups 的 id(p)），"
         "并确认 step() 之后没有代码重新加载或覆盖它们",
+    "ledger.ranks_drift":
+        "{model} 的各副本在第 {step} 步之后不一致：{count} 个参数（{first} 等）在 rank {a} 与 rank {b} 上不同",
+    "ledger.ranks_drift.cause":
+        "DDP 只有在各 rank 起点相同、执行相同更新并同步每个梯度时才能保持副本一致；这一步中有代码让某个 rank 的参数"
+        "发生了不同的变化（只在一个 rank 上的更新、按 rank 设置的随机种子、绕过同步的梯度）",
+    "ledger.ranks_drift.next":
+        "比较第 {step} 步前后两个 rank 上这些参数的值；查找只在一个 rank 上运行、或在 optimizer.step() 之外更新参数的代码",
+    "ledger.ranks_drift.cause.cast":
+        "模型被 DistributedDataParallel 包装之后，参数又被转换了类型或设备（{casts}）：DDP 的梯度桶与广播是为旧张量建立的，"
+        "各 rank 不再同步它们",
+    "ledger.ranks_drift.next.cast":
+        "在包装为 DistributedDataParallel 之前完成模型的 .to(dtype)、.half()、.cuda()",
+    "ledger.ranks_drift.cause.bypass":
+        "在梯度模式下直接调用了被包装的模块（{line}，model.module(x)）：DDP 只为经过包装器的调用同步梯度，"
+        "那次调用的 backward 让每个 rank 留下了各自的梯度",
+    "ledger.ranks_drift.next.bypass":
+        "训练时调用 DDP 包装器本身（model(x)）；只在 torch.no_grad() 下调用 model.module",
+    "ledger.grad_summed":
+        "第 {step} 步 {count} 个参数（{first} 等）同步后的梯度是 {world} 个 rank 各自梯度均值的 {ratio} 倍："
+        "它在各 rank 间求和后没有再除",
+    "ledger.grad_summed.cause":
+        "dist.all_reduce(p.grad) 默认求和（ReduceOp.SUM）：不除以进程数时，每一步都是平均梯度的 {world} 倍，"
+        "相当于学习率放大了 {world} 倍",
+    "ledger.grad_summed.next":
+        "在 all_reduce 之后除以进程数（p.grad /= dist.get_world_size()），或使用 ReduceOp.AVG，"
+        "或交给 DistributedDataParallel 求平均",
+    "ledger.sharded_no_grad":
+        "{count} 个分片参数（{first} 等）在 {steps} 次优化器 step 中都没有梯度（.grad 为 None）：它们从未被训练",
+    "ledger.sharded_no_grad.cause":
+        "没有任何 backward 到达这些 fully_shard 参数：其模块不在通往损失的路径上被调用，输出被 detach 或在 no_grad 下计算，"
+        "或者它们在 fully_shard 之后被替换了",
+    "ledger.sharded_no_grad.next":
+        "沿模块的输出追踪到损失；在模型完整之后再调用 fully_shard，并在 forward 中调用分片后的模块（而不是副本）",
 }

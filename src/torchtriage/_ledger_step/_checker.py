@@ -23,6 +23,7 @@ from ._amp import ScaledGradWatch
 from ._dropout import EvalDropoutWatch
 from ._ledger import StepLedger, Verdict
 from ._moves import FrozenMoves
+from ._ranks import RankWatch
 from ._terms import Event, Flow, skeleton, terms_of
 from ._updates import UpdateWatch
 
@@ -46,6 +47,7 @@ class LedgerChecker(Checker):
         self._reported: set[tuple[Any, ...]] = set()
         self.moves: FrozenMoves | None = None
         self.updates: UpdateWatch | None = None
+        self.ranks: RankWatch | None = None
         self._previous: list[Event] = []
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
 
@@ -58,6 +60,11 @@ class LedgerChecker(Checker):
         self.dropout.install()
         self.moves = FrozenMoves(session)
         self.updates = UpdateWatch(session)
+        self.ranks = RankWatch(session)
+
+    def on_model(self, model: torch.nn.Module, label: str) -> None:
+        if self.ranks is not None:
+            self.ranks.model(model, label)
 
     def wants_step(self, step: int) -> bool:
         return _cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending)
@@ -68,10 +75,14 @@ class LedgerChecker(Checker):
         record = snap.record if snap is not None else None
         self._previous = skeleton(record) if record is not None and record.taped else []
         self._ended = step
+        if self.ranks is not None:
+            self.ranks.step_end(step)
 
     def on_step_begin(self, step: int) -> None:
         if self._ended != step - 1:
             self._previous = []  # the check sat out the step before: nothing to join
+        if self.ranks is not None:
+            self.ranks.step_begin(_cadence.sampled(step))
 
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
         assert self.ledger is not None and self.amp is not None and self.session is not None
@@ -104,6 +115,8 @@ class LedgerChecker(Checker):
         self.amp.stepped()
         if self.moves is not None:
             self.moves.pre(optimizer)
+        if self.ranks is not None:
+            self.ranks.optimizer_step(optimizer)
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         if self.moves is not None:
@@ -120,6 +133,9 @@ class LedgerChecker(Checker):
             self._report(self.ledger.end())
         if self.updates is not None and self.session is not None:
             for f in self.updates.end():
+                self.session.add(f)
+        if self.ranks is not None and self.session is not None:
+            for f in self.ranks.end():
                 self.session.add(f)
 
     # ------------------------------------------------------------------ findings
