@@ -106,8 +106,6 @@ class LedgerChecker(Checker):
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         assert self.ledger is not None
         self._report(self.ledger.backward_end())
-        if self.updates is not None:
-            self.updates.backward_end()
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         assert self.ledger is not None and self.amp is not None
@@ -117,6 +115,8 @@ class LedgerChecker(Checker):
             self.moves.pre(optimizer)
         if self.ranks is not None:
             self.ranks.optimizer_step(optimizer)
+        if self.updates is not None:
+            self.updates.step_pre(optimizer)
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         if self.moves is not None:

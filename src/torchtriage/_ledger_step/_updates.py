@@ -3,9 +3,11 @@
 A parameter should move when it requires grad, an optimizer that stepped holds it and its
 gradient is non-zero. Whether it did is read from its values: a sample of at most `SAMPLE`
 elements (evenly spaced over the flattened tensor) is kept when the parameter is first seen with
-a gradient, and at each of the first `LOOKS` judged backwards the sampled positions whose
-gradient is non-zero are noted (a zero-initialised branch, LoRA's `B`, a ReZero gate: their
-gradient is zero until what they depend on has moved, so they are judged only from then on).
+a gradient, and at each of the first `LOOKS` judged steps of the optimizer holding it the
+sampled positions whose gradient (as that optimizer reads it) is non-zero are noted (a
+zero-initialised branch, LoRA's `B`, a ReZero gate: their gradient is zero until what they
+depend on has moved, so they are judged only from then on). A gradient below `NOISE` of its
+model's usual scale is float noise around an exact zero (a bias before a BatchNorm).
 At the end each noted position is compared with its first value:
 
   * weights stored in bfloat16 / float16, with most noted positions unchanged: the optimizer's
@@ -16,7 +18,7 @@ At the end each noted position is compared with its first value:
 
 A group whose learning rate is 0 is left to `gradient.lr_zero`; a parameter no optimizer holds,
 or held by one that never stepped, to the gradient check (`not_in_optimizer`, `optimizer_idle`).
-Cost: per parameter, one gather and one compare at each of the first `LOOKS` judged backwards;
+Cost: per parameter, two gathers and a maximum at each of the first `LOOKS` judged steps;
 one compare and one read at the end. No device read before the end.
 """
 
@@ -36,6 +38,7 @@ LOOKS = 8  # judged backwards whose non-zero gradient positions are noted
 MIN_STEPS = 3  # judged steps of the holding optimizer before its parameters are judged
 LOW = (torch.bfloat16, torch.float16)
 LOW_SHARE = 0.5  # low-precision weights: this share of the noted positions unchanged
+NOISE = 1e-3  # a gradient below this share of its model's scale is float noise around an exact 0
 
 
 @dataclasses.dataclass
@@ -44,7 +47,7 @@ class _Track:
     dtype: torch.dtype
     index: torch.Tensor
     start: torch.Tensor
-    nonzero: torch.Tensor
+    gmax: torch.Tensor  # the largest |gradient| seen at each sampled position
 
 
 def _sample(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -61,26 +64,29 @@ class UpdateWatch:
         self.tracked: dict[int, _Track] = {}
         self.steps: dict[int, int] = {}  # id(optimizer) -> judged steps
         self.frames: dict[int, UserFrame | None] = {}  # id(optimizer) -> the line of its first step
-        self.looks = 0
+        self.looks: dict[int, int] = {}  # id(optimizer) -> judged steps whose gradients were sampled
 
-    def backward_end(self) -> None:
-        if self.looks >= LOOKS:
+    def step_pre(self, opt: torch.optim.Optimizer) -> None:
+        """`opt` is about to step: the gradients it will apply, at its first `LOOKS` judged steps."""
+        seen = self.looks.get(id(opt), 0)
+        if seen >= LOOKS:
             return
-        self.looks += 1
+        self.looks[id(opt)] = seen + 1
         with torch.no_grad():
-            for p, info in self.session.param_index.tensors():
-                if info.optimizer is None or not p.requires_grad or p.grad is None or not p.is_floating_point() \
-                        or not p.numel() or _dtensor(p) or p.grad.layout is not torch.strided \
-                        or p.grad.shape != p.shape:
-                    continue
-                t = self.tracked.get(id(p))
-                if t is None or t.ref() is not p or t.dtype != p.dtype:
-                    n = p.numel()
-                    index = torch.linspace(0, n - 1, min(n, SAMPLE), device=p.device).long()
-                    t = _Track(weakref.ref(p), p.dtype, index, _sample(p, index).clone(),
-                               torch.zeros(index.numel(), dtype=torch.bool, device=p.device))
-                    self.tracked[id(p)] = t
-                t.nonzero |= _sample(p.grad, t.index) != 0
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    if not isinstance(p, torch.Tensor) or not p.requires_grad or p.grad is None \
+                            or not p.is_floating_point() or not p.numel() or _dtensor(p) \
+                            or p.grad.layout is not torch.strided or p.grad.shape != p.shape:
+                        continue
+                    t = self.tracked.get(id(p))
+                    if t is None or t.ref() is not p or t.dtype != p.dtype:
+                        n = p.numel()
+                        index = torch.linspace(0, n - 1, min(n, SAMPLE), device=p.device).long()
+                        t = _Track(weakref.ref(p), p.dtype, index, _sample(p, index).clone(),
+                                   torch.zeros(index.numel(), dtype=torch.float32, device=p.device))
+                        self.tracked[id(p)] = t
+                    torch.maximum(t.gmax, _sample(p.grad, t.index).abs().float(), out=t.gmax)
 
     def stepped(self, opt: torch.optim.Optimizer) -> None:
         self.steps[id(opt)] = self.steps.get(id(opt), 0) + 1
@@ -109,12 +115,24 @@ class UpdateWatch:
                 lr = group.get("lr", None)
                 if isinstance(lr, (int, float)) and lr == 0:
                     continue
-                now = _sample(p, t.index)
-                same = (now == t.start) & t.nonzero
-                rows.append((p, info, opt, lr, torch.stack([t.nonzero.sum(), same.sum()])))
+                rows.append((p, info, opt, lr, t))
         if not rows:
             return []
-        counts = torch.stack([r[4].cpu() for r in rows]).tolist()
+        with torch.no_grad():
+            # a gradient counts only above a share of its model's usual scale (the median over its
+            # parameters of the largest sampled |gradient|): a bias before a BatchNorm, a critic's
+            # last bias under mean(fake) - mean(real) get float noise where the exact gradient is 0
+            peaks = torch.stack([r[4].gmax.max().cpu() for r in rows]).tolist()
+            by_root: dict[int, list[float]] = {}
+            for r, peak in zip(rows, peaks):
+                by_root.setdefault(r[1].root, []).append(peak)
+            scale = {root: sorted(v)[len(v) // 2] for root, v in by_root.items()}
+            counts_t = []
+            for p, info, _, _, t in rows:
+                moving = t.gmax > NOISE * scale[info.root]
+                same = (_sample(p, t.index) == t.start) & moving
+                counts_t.append(torch.stack([moving.sum(), same.sum()]).cpu())
+            counts = torch.stack(counts_t).tolist()
         groups: dict[tuple[int, int, bool], list[tuple[Any, ...]]] = {}
         for (p, info, opt, lr, _), (noted, same) in zip(rows, counts):
             if not noted:
