@@ -140,3 +140,63 @@ def test_a_pruned_float32_layer_whose_pruned_weights_stay_zero_is_quiet():
             with torch.no_grad():
                 model[0].weight.mul_(mask)
     assert not codes(s.report, *MOVES)
+
+
+def test_a_clone_trained_with_the_original_models_optimizer_is_named():
+    torch.manual_seed(0)
+    import copy
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def fit(net, steps):
+        for _ in range(steps):
+            x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+            opt.zero_grad()
+            F.cross_entropy(net(x), y).backward()
+            opt.step()  # STEP-SHARED
+
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        fit(model, 4)
+        clone = copy.deepcopy(model)
+        for layer in clone:
+            if hasattr(layer, "reset_parameters"):
+                layer.reset_parameters()
+        fit(clone, 12)  # the clone's gradients are never applied
+    [f] = codes(s.report, *MOVES)
+    assert f.code == "gradient.not_moved" and f.line == line_of("STEP-SHARED")
+    assert f.evidence["since_step"] == 4 and f.evidence["tensors_held"] == 4
+    assert f.evidence["judged_steps_without_gradient"] == 12
+
+
+def test_an_accumulation_condition_that_never_lets_the_optimizer_step_is_named():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    accumulation = 8
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for epoch in range(3):
+            for i in range(6):  # 6 batches an epoch, fewer than `accumulation`
+                x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+                (F.cross_entropy(model(x), y) / accumulation).backward()  # BACKWARD-ACCUM
+                if (i + 1) % accumulation == 0:
+                    opt.step()
+                    opt.zero_grad()
+    [f] = codes(s.report, *MOVES)
+    assert f.code == "gradient.not_moved" and f.line == line_of("BACKWARD-ACCUM")
+    assert f.evidence["optimizer_steps"] == 0 and f.evidence["judged_backwards"] >= 8
+    assert f.evidence["count"] == 4 and f.evidence["unchanged_share"] == "100%"
+
+
+def test_accumulation_that_steps_every_few_batches_is_quiet():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for i in range(24):
+            x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+            (F.cross_entropy(model(x), y) / 4).backward()
+            if (i + 1) % 4 == 0:
+                opt.step()
+                opt.zero_grad()
+    assert not codes(s.report, *MOVES)

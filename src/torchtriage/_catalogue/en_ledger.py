@@ -105,4 +105,34 @@ MESSAGES = {
     "ledger.sharded_no_grad.next":
         "follow the module's output to the loss; apply fully_shard after the model is complete and call the "
         "sharded module (not a copy) in forward",
+    "ledger.not_moved.never":
+        "{opt} holds {count} parameter(s) of {model} ({first}, ...) that got non-zero gradients in {backwards} "
+        "backward pass(es), but its step() was never called: none of their sampled values changed",
+    "ledger.not_moved.never.cause":
+        "the update is never reached: the condition around optimizer.step() (gradient accumulation, a step "
+        "counter) is never true, or step() was left out, so the gradients pile up in .grad and the weights "
+        "never change",
+    "ledger.not_moved.never.next":
+        "check the condition that guards optimizer.step() (e.g. (step + 1) % accumulation_steps with fewer "
+        "batches per epoch than accumulation_steps) and that step() runs at least once per epoch",
+    "ledger.not_moved.copy":
+        "{count} parameter(s) of {model} ({first}, ...) got non-zero gradients in {backwards} backward pass(es) "
+        "but no optimizer holds them; {opt} stepped {steps} time(s) on {twins} tensor(s) that never had a "
+        "gradient: none of the sampled values changed",
+    "ledger.not_moved.copy.cause":
+        "the optimizer was built for another copy of these parameters (a deepcopy or clone of the model, or the "
+        "parameters before they were replaced): it steps tensors the forward never uses, so {model} never changes",
+    "ledger.not_moved.copy.next":
+        "build an optimizer from this model's own parameters (type(opt)(model.parameters(), **opt.defaults)) "
+        "after copying or replacing the model",
+    "ledger.not_moved.gradless":
+        "{opt} stepped at every judged step from step {since} on ({steps} of them) while none of the {count} "
+        "tensor(s) it holds (of {model}) had a gradient, although backward passes ran: its steps change nothing "
+        "the forward uses",
+    "ledger.not_moved.gradless.cause":
+        "the optimizer holds other tensors than the ones the loss reaches: it was built for the model before a "
+        "deepcopy / clone, or before its parameters were replaced, so the model trained from then on never changes",
+    "ledger.not_moved.gradless.next":
+        "build an optimizer from the parameters of the model you train (type(opt)(model.parameters(), "
+        "**opt.defaults)) after copying or replacing it",
 }

@@ -91,4 +91,29 @@ MESSAGES = {
         "或者它们在 fully_shard 之后被替换了",
     "ledger.sharded_no_grad.next":
         "沿模块的输出追踪到损失；在模型完整之后再调用 fully_shard，并在 forward 中调用分片后的模块（而不是副本）",
+    "ledger.not_moved.never":
+        "{opt} 持有 {model} 的 {count} 个参数（{first} 等），它们在 {backwards} 次 backward 中得到了非零梯度，"
+        "但 step() 从未被调用：其采样值没有任何改变",
+    "ledger.not_moved.never.cause":
+        "更新从未执行：optimizer.step() 外面的条件（梯度累积、步数计数）从未成立，或漏掉了 step()，"
+        "梯度在 .grad 中不断累积而权重从不改变",
+    "ledger.not_moved.never.next":
+        "检查控制 optimizer.step() 的条件（例如每个 epoch 的批次数少于 accumulation_steps 时的 "
+        "(step + 1) % accumulation_steps），并确认每个 epoch 至少执行一次 step()",
+    "ledger.not_moved.copy":
+        "{model} 的 {count} 个参数（{first} 等）在 {backwards} 次 backward 中得到了非零梯度，但没有任何优化器持有它们；"
+        "{opt} 对 {twins} 个从未有过梯度的张量执行了 {steps} 次 step：采样值没有任何改变",
+    "ledger.not_moved.copy.cause":
+        "优化器是为这些参数的另一份副本构建的（模型的 deepcopy 或克隆，或被替换之前的参数）："
+        "它更新的是前向从不使用的张量，所以 {model} 从不改变",
+    "ledger.not_moved.copy.next":
+        "在复制或替换模型之后，用这个模型自己的参数构建优化器（type(opt)(model.parameters(), **opt.defaults)）",
+    "ledger.not_moved.gradless":
+        "从第 {since} 步起的每个被检查的步骤（共 {steps} 个）{opt} 都执行了 step，但它持有的 {count} 个张量（属于 {model}）"
+        "都没有梯度，尽管 backward 在运行：它的更新不会改变前向用到的任何东西",
+    "ledger.not_moved.gradless.cause":
+        "优化器持有的张量并不是损失所到达的张量：它是在 deepcopy / 克隆模型之前，或参数被替换之前构建的，"
+        "所以此后训练的模型从未改变",
+    "ledger.not_moved.gradless.next":
+        "在复制或替换模型之后，用所训练模型的参数构建优化器（type(opt)(model.parameters(), **opt.defaults)）",
 }

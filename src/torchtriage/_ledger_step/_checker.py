@@ -77,6 +77,8 @@ class LedgerChecker(Checker):
         self._ended = step
         if self.ranks is not None:
             self.ranks.step_end(step)
+        if self.updates is not None:
+            self.updates.step_end()
 
     def on_step_begin(self, step: int) -> None:
         if self._ended != step - 1:
@@ -106,6 +108,8 @@ class LedgerChecker(Checker):
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         assert self.ledger is not None
         self._report(self.ledger.backward_end())
+        if self.updates is not None:
+            self.updates.backward_end()
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         assert self.ledger is not None and self.amp is not None
