@@ -175,7 +175,7 @@ def test_an_accumulation_condition_that_never_lets_the_optimizer_step_is_named()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     accumulation = 8
     with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
-        for epoch in range(3):
+        for _epoch in range(3):
             for i in range(6):  # 6 batches an epoch, fewer than `accumulation`
                 x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
                 (F.cross_entropy(model(x), y) / accumulation).backward()  # BACKWARD-ACCUM
