@@ -60,7 +60,7 @@ class _Wrapped:
         self.label = label
         named = [(n, p) for n, p in inner.named_parameters() if p.is_floating_point() and not _dtensor(p)]
         self.names = [n for n, _ in named]
-        self.params = [weakref.ref(p) for _, p in named]
+        self.params: list[weakref.ref[torch.Tensor]] = [weakref.ref(p) for _, p in named]
         self.kinds = [(p.dtype, p.device) for _, p in named]
         self.inside = 0
         self.armed = False  # the wrapper's own hooks ran once (a model found in its first call)
@@ -89,8 +89,8 @@ class _Wrapped:
                         inner.register_forward_pre_hook(our_hook(inner_call))]
 
     def live(self) -> list[torch.Tensor] | None:
-        out = [r() for r in self.params]
-        return None if any(p is None for p in out) else out  # type: ignore[misc]
+        out = [p for r in self.params if (p := r()) is not None]
+        return out if len(out) == len(self.params) else None
 
     def check_kinds(self, params: list[torch.Tensor], step: int) -> None:
         for i, p in enumerate(params):
