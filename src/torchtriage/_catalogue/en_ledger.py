@@ -135,4 +135,8 @@ MESSAGES = {
     "ledger.not_moved.gradless.next":
         "build an optimizer from the parameters of the model you train (type(opt)(model.parameters(), "
         "**opt.defaults)) after copying or replacing it",
+    "ledger.term_detached.cause.constant":
+        "the term does not require grad: it was computed from {model}'s output through a cut inside the model "
+        "(a .detach(), .data, no_grad, or a tensor rebuilt from values), so it is a constant in the loss and its "
+        "gradient to {model} is zero whatever its weight",
 }

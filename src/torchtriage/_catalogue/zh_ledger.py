@@ -116,4 +116,7 @@ MESSAGES = {
         "所以此后训练的模型从未改变",
     "ledger.not_moved.gradless.next":
         "在复制或替换模型之后，用所训练模型的参数构建优化器（type(opt)(model.parameters(), **opt.defaults)）",
+    "ledger.term_detached.cause.constant":
+        "这一项不需要梯度：它由 {model} 的输出经过模型内部的一处切断（.detach()、.data、no_grad，或由数值重建的张量）"
+        "计算而来，所以在损失中是一个常数，无论权重多大，它对 {model} 的梯度都是零",
 }

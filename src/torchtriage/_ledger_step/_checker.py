@@ -168,8 +168,12 @@ class LedgerChecker(Checker):
                       "reach": ", ".join(reached) if reached else "-", "others": "; ".join(short) or "-",
                       "cut": f"{t.cut_op} at {_short(t.cut)}" if t.cut is not None else "-"}
             variant = "reach" if reached else "nothing"
+            constant = t.constant and t.cut is None
+            cause = "ledger.term_detached.cause.constant" if constant else "ledger.term_detached.cause"
+            if t.constant:
+                evidence["requires_grad"] = False
             sess.add(from_catalogue(Category.GRADIENT, "gradient.term_detached", f"ledger.term_detached.{variant}",
-                                    fields=fields, cause_key="ledger.term_detached.cause",
+                                    fields=fields, cause_key=cause,
                                     next_key="ledger.term_detached.next", frame=t.frame, evidence=evidence,
                                     source_line=True, severity=Severity.WARNING, stage=Stage.BACKWARD,
                                     step=t.step, op=t.op))
