@@ -38,6 +38,7 @@ SAMPLE = 32
 LOOKS = 8  # judged steps (or backwards) whose gradients are sampled, per parameter
 MIN_STEPS = 3  # judged steps of the holding optimizer before its parameters are judged
 MIN_BACKWARDS = 8  # judged backwards before an optimizer that never stepped is judged
+MIN_VALUES = 4  # sampled positions with a gradient, per finding of a stepped optimizer
 MIN_GRADLESS = 5  # judged steps in a row, to the end, of an optimizer none of whose tensors has a gradient
 LOW = (torch.bfloat16, torch.float16)
 LOW_SHARE = 0.5  # low-precision weights: this share of the noted positions unchanged
@@ -192,7 +193,9 @@ class UpdateWatch:
                 kind = "low" if t.dtype in LOW else "still"
             if (kind == "low" and same >= LOW_SHARE * noted) or (kind != "low" and same == noted):
                 groups.setdefault((t.info.root, t.opt or 0, kind), []).append((t, int(noted), int(same), w))
-        return out + [self._finding(items, kind) for (_, _, kind), items in groups.items()]
+        # a lone scalar (a critic's output bias held at a weight clip's bound) is too little to judge
+        return out + [self._finding(items, kind) for (_, _, kind), items in groups.items()
+                      if kind in ("never", "copy") or sum(it[1] for it in items) >= MIN_VALUES]
 
     def streak(self, opt: torch.optim.Optimizer) -> None:
         """At every judged step of `opt`: does any tensor it holds have a gradient?"""
