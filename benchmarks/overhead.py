@@ -149,7 +149,7 @@ STEPPERS = {"inline_min": step_inline_min, "inline_sentinel": step_inline_sentin
 
 def modes():
     out = ["baseline", "inline_min", "inline_sentinel", "sentinel", "all_checks", "all_but_dynamics",
-           "all_but_ledger", "all_but_data_ledger", "detect_anomaly"]
+           "all_but_ledger", "all_but_data_ledger", "all_but_step_ledger", "detect_anomaly"]
     try:
         from transformers.debug_utils import DebugUnderflowOverflow  # noqa: F401
         out.append("hf_debug_underflow_overflow")
@@ -172,20 +172,20 @@ def instrument(mode: str, model, opt):
 
         with torchtriage.watch(model, opt, on_anomaly="record", report=False):  # the default checks
             yield
-    elif mode in ("all_but_dynamics", "all_but_data_ledger"):
-        # what the dynamics (issue 19) / data ledger (issue 25) check adds: all_checks against this
-        import torchtriage
-        from torchtriage._registry import DEFAULT_CHECKS
-
-        left_out = mode.removeprefix("all_but_")  # (a check's registry name)
-        checks = [c for c in DEFAULT_CHECKS if c != left_out]
-        with torchtriage.watch(model, opt, checks=checks, on_anomaly="record", report=False):
-            yield
     elif mode == "all_but_ledger":  # what the two ledgers (issues 25, 26) add: all_checks against this
         import torchtriage
         from torchtriage._registry import DEFAULT_CHECKS
 
         checks = [c for c in DEFAULT_CHECKS if c not in ("data_ledger", "step_ledger")]
+        with torchtriage.watch(model, opt, checks=checks, on_anomaly="record", report=False):
+            yield
+    elif mode in ("all_but_dynamics", "all_but_data_ledger", "all_but_step_ledger"):
+        # what the dynamics (issue 19) / data ledger (25) / step ledger (26) check adds: all_checks against this
+        import torchtriage
+        from torchtriage._registry import DEFAULT_CHECKS
+
+        left_out = mode.removeprefix("all_but_")  # (a check's registry name)
+        checks = [c for c in DEFAULT_CHECKS if c != left_out]
         with torchtriage.watch(model, opt, checks=checks, on_anomaly="record", report=False):
             yield
     elif mode == "detect_anomaly":

@@ -48,4 +48,95 @@ MESSAGES = {
     "ledger.frozen_moved.next":
         "set their .grad to None when freezing (p.grad = None, or zero_grad(set_to_none=True)), or take them "
         "out of the optimizer's param groups",
+    "ledger.not_moved.low":
+        "{count} parameter(s) of {model} ({first}, ...) had non-zero gradients and {opt} stepped {steps} time(s), "
+        "yet {share} of their sampled values never changed: the weights are {dtype} and the updates round away",
+    "ledger.not_moved.low.cause":
+        "the weights are stored in {dtype}: near |w| = {w} its numbers are about {spacing} apart, and an update "
+        "smaller than half of that (Adam's steps are about lr = {lr}) rounds back to the old value, so most "
+        "weights stay where they are",
+    "ledger.not_moved.low.next":
+        "keep float32 weights (do not cast the model with .to({dtype}) / .half()) and run the forward under "
+        "torch.autocast(dtype={dtype}); or keep a float32 master copy for the optimizer",
+    "ledger.not_moved.still":
+        "{count} parameter(s) of {model} ({first}, ...) had non-zero gradients and {opt} stepped {steps} time(s) "
+        "with lr {lr}, yet none of their sampled values ever changed",
+    "ledger.not_moved.still.cause":
+        "the optimizer's steps did not reach these values: it updates another tensor (a stale copy, the old "
+        "tensor of a parameter replaced after it was built), or something restores them after each step",
+    "ledger.not_moved.still.next":
+        "check that the optimizer holds the very tensors the model uses (id(p) of model.parameters() against "
+        "optimizer.param_groups) and that nothing reloads or overwrites them after step()",
+    "ledger.ranks_drift":
+        "the replicas of {model} differ after step {step}: {count} parameter(s) ({first}, ...) are not the same "
+        "on rank {a} and rank {b}",
+    "ledger.ranks_drift.cause":
+        "DDP keeps replicas equal only if every rank starts equal, runs the same update and syncs every "
+        "gradient; something in this step changed one rank's parameters differently (a rank-local update, "
+        "a seed per rank in a parametrization, a gradient that bypassed the sync)",
+    "ledger.ranks_drift.next":
+        "compare the parameters named on two ranks just before and after step {step}; look for code that "
+        "runs on one rank only or updates parameters outside optimizer.step()",
+    "ledger.ranks_drift.cause.cast":
+        "parameters were cast or moved after the model was wrapped in DistributedDataParallel ({casts}): DDP's "
+        "gradient buckets and broadcast were built for the old tensors, so the ranks no longer sync them",
+    "ledger.ranks_drift.next.cast":
+        "cast and move the model (.to(dtype), .half(), .cuda()) before wrapping it in DistributedDataParallel",
+    "ledger.ranks_drift.cause.bypass":
+        "the wrapped module was called directly in grad mode ({line}, model.module(x)): DDP syncs gradients only "
+        "for calls through the wrapper, so the backward of that call left each rank with its own gradient",
+    "ledger.ranks_drift.next.bypass":
+        "call the DDP wrapper itself (model(x)) for training; call model.module only under torch.no_grad()",
+    "ledger.grad_summed":
+        "at step {step} the synced gradient of {count} parameter(s) ({first}, ...) is {ratio} × the mean of "
+        "the {world} ranks' own gradients: it was summed over the ranks and never divided",
+    "ledger.grad_summed.cause":
+        "dist.all_reduce(p.grad) sums by default (ReduceOp.SUM): without a division by the world size, every "
+        "step is {world} times larger than the mean gradient, as if the learning rate were {world} times higher",
+    "ledger.grad_summed.next":
+        "divide after the all_reduce (p.grad /= dist.get_world_size()), use ReduceOp.AVG, or let "
+        "DistributedDataParallel average the gradients",
+    "ledger.sharded_no_grad":
+        "{count} sharded parameter(s) ({first}, ...) had no gradient (.grad None) at any of {steps} optimizer "
+        "step(s): they never train",
+    "ledger.sharded_no_grad.cause":
+        "no backward reached these fully_shard parameters: their module is not called on the way to the loss, "
+        "its output is detached or computed under no_grad, or they were replaced after fully_shard",
+    "ledger.sharded_no_grad.next":
+        "follow the module's output to the loss; apply fully_shard after the model is complete and call the "
+        "sharded module (not a copy) in forward",
+    "ledger.not_moved.never":
+        "{opt} holds {count} parameter(s) of {model} ({first}, ...) that got non-zero gradients in {backwards} "
+        "backward pass(es), but its step() was never called: none of their sampled values changed",
+    "ledger.not_moved.never.cause":
+        "the update is never reached: the condition around optimizer.step() (gradient accumulation, a step "
+        "counter) is never true, or step() was left out, so the gradients pile up in .grad and the weights "
+        "never change",
+    "ledger.not_moved.never.next":
+        "check the condition that guards optimizer.step() (e.g. (step + 1) % accumulation_steps with fewer "
+        "batches per epoch than accumulation_steps) and that step() runs at least once per epoch",
+    "ledger.not_moved.copy":
+        "{count} parameter(s) of {model} ({first}, ...) got non-zero gradients in {backwards} backward pass(es) "
+        "but no optimizer holds them; {opt} stepped {steps} time(s) on {twins} tensor(s) that never had a "
+        "gradient: none of the sampled values changed",
+    "ledger.not_moved.copy.cause":
+        "the optimizer was built for another copy of these parameters (a deepcopy or clone of the model, or the "
+        "parameters before they were replaced): it steps tensors the forward never uses, so {model} never changes",
+    "ledger.not_moved.copy.next":
+        "build an optimizer from this model's own parameters (type(opt)(model.parameters(), **opt.defaults)) "
+        "after copying or replacing the model",
+    "ledger.not_moved.gradless":
+        "{opt} stepped at every judged step from step {since} on ({steps} of them) while none of the {count} "
+        "tensor(s) it holds (of {model}) had a gradient, although backward passes ran: its steps change nothing "
+        "the forward uses",
+    "ledger.not_moved.gradless.cause":
+        "the optimizer holds other tensors than the ones the loss reaches: it was built for the model before a "
+        "deepcopy / clone, or before its parameters were replaced, so the model trained from then on never changes",
+    "ledger.not_moved.gradless.next":
+        "build an optimizer from the parameters of the model you train (type(opt)(model.parameters(), "
+        "**opt.defaults)) after copying or replacing it",
+    "ledger.term_detached.cause.constant":
+        "the term does not require grad: it was computed from {model}'s output through a cut inside the model "
+        "(a .detach(), .data, no_grad, or a tensor rebuilt from values), so it is a constant in the loss and its "
+        "gradient to {model} is zero whatever its weight",
 }

@@ -40,4 +40,83 @@ MESSAGES = {
         "（zero_grad(set_to_none=False) 会留下零），所以 {settings} 仍在移动它们，尽管它们已被冻结",
     "ledger.frozen_moved.next":
         "冻结时把它们的 .grad 设为 None（p.grad = None，或 zero_grad(set_to_none=True)），或把它们移出优化器的参数组",
+    "ledger.not_moved.low":
+        "{model} 的 {count} 个参数（{first} 等）有非零梯度，{opt} 也执行了 {steps} 次 step，"
+        "但其采样值中有 {share} 从未改变：权重是 {dtype}，更新被舍入掉了",
+    "ledger.not_moved.low.cause":
+        "权重以 {dtype} 存储：在 |w| = {w} 附近相邻可表示数相差约 {spacing}，小于其一半的更新"
+        "（Adam 的步长约为 lr = {lr}）会被舍入回原值，所以大多数权重不动",
+    "ledger.not_moved.low.next":
+        "保留 float32 权重（不要用 .to({dtype}) / .half() 转换模型），在 torch.autocast(dtype={dtype}) 下运行前向；"
+        "或为优化器保留一份 float32 主副本",
+    "ledger.not_moved.still":
+        "{model} 的 {count} 个参数（{first} 等）有非零梯度，{opt} 以 lr {lr} 执行了 {steps} 次 step，"
+        "但其采样值从未改变",
+    "ledger.not_moved.still.cause":
+        "优化器的 step 没有作用到这些值上：它更新的是另一个张量（过期的副本、构建优化器后被替换的参数的旧张量），"
+        "或者每次 step 之后有代码把它们恢复了",
+    "ledger.not_moved.still.next":
+        "检查优化器持有的正是模型使用的张量（比较 model.parameters() 与 optimizer.param_groups 的 id(p)），"
+        "并确认 step() 之后没有代码重新加载或覆盖它们",
+    "ledger.ranks_drift":
+        "{model} 的各副本在第 {step} 步之后不一致：{count} 个参数（{first} 等）在 rank {a} 与 rank {b} 上不同",
+    "ledger.ranks_drift.cause":
+        "DDP 只有在各 rank 起点相同、执行相同更新并同步每个梯度时才能保持副本一致；这一步中有代码让某个 rank 的参数"
+        "发生了不同的变化（只在一个 rank 上的更新、按 rank 设置的随机种子、绕过同步的梯度）",
+    "ledger.ranks_drift.next":
+        "比较第 {step} 步前后两个 rank 上这些参数的值；查找只在一个 rank 上运行、或在 optimizer.step() 之外更新参数的代码",
+    "ledger.ranks_drift.cause.cast":
+        "模型被 DistributedDataParallel 包装之后，参数又被转换了类型或设备（{casts}）：DDP 的梯度桶与广播是为旧张量建立的，"
+        "各 rank 不再同步它们",
+    "ledger.ranks_drift.next.cast":
+        "在包装为 DistributedDataParallel 之前完成模型的 .to(dtype)、.half()、.cuda()",
+    "ledger.ranks_drift.cause.bypass":
+        "在梯度模式下直接调用了被包装的模块（{line}，model.module(x)）：DDP 只为经过包装器的调用同步梯度，"
+        "那次调用的 backward 让每个 rank 留下了各自的梯度",
+    "ledger.ranks_drift.next.bypass":
+        "训练时调用 DDP 包装器本身（model(x)）；只在 torch.no_grad() 下调用 model.module",
+    "ledger.grad_summed":
+        "第 {step} 步 {count} 个参数（{first} 等）同步后的梯度是 {world} 个 rank 各自梯度均值的 {ratio} 倍："
+        "它在各 rank 间求和后没有再除",
+    "ledger.grad_summed.cause":
+        "dist.all_reduce(p.grad) 默认求和（ReduceOp.SUM）：不除以进程数时，每一步都是平均梯度的 {world} 倍，"
+        "相当于学习率放大了 {world} 倍",
+    "ledger.grad_summed.next":
+        "在 all_reduce 之后除以进程数（p.grad /= dist.get_world_size()），或使用 ReduceOp.AVG，"
+        "或交给 DistributedDataParallel 求平均",
+    "ledger.sharded_no_grad":
+        "{count} 个分片参数（{first} 等）在 {steps} 次优化器 step 中都没有梯度（.grad 为 None）：它们从未被训练",
+    "ledger.sharded_no_grad.cause":
+        "没有任何 backward 到达这些 fully_shard 参数：其模块不在通往损失的路径上被调用，输出被 detach 或在 no_grad 下计算，"
+        "或者它们在 fully_shard 之后被替换了",
+    "ledger.sharded_no_grad.next":
+        "沿模块的输出追踪到损失；在模型完整之后再调用 fully_shard，并在 forward 中调用分片后的模块（而不是副本）",
+    "ledger.not_moved.never":
+        "{opt} 持有 {model} 的 {count} 个参数（{first} 等），它们在 {backwards} 次 backward 中得到了非零梯度，"
+        "但 step() 从未被调用：其采样值没有任何改变",
+    "ledger.not_moved.never.cause":
+        "更新从未执行：optimizer.step() 外面的条件（梯度累积、步数计数）从未成立，或漏掉了 step()，"
+        "梯度在 .grad 中不断累积而权重从不改变",
+    "ledger.not_moved.never.next":
+        "检查控制 optimizer.step() 的条件（例如每个 epoch 的批次数少于 accumulation_steps 时的 "
+        "(step + 1) % accumulation_steps），并确认每个 epoch 至少执行一次 step()",
+    "ledger.not_moved.copy":
+        "{model} 的 {count} 个参数（{first} 等）在 {backwards} 次 backward 中得到了非零梯度，但没有任何优化器持有它们；"
+        "{opt} 对 {twins} 个从未有过梯度的张量执行了 {steps} 次 step：采样值没有任何改变",
+    "ledger.not_moved.copy.cause":
+        "优化器是为这些参数的另一份副本构建的（模型的 deepcopy 或克隆，或被替换之前的参数）："
+        "它更新的是前向从不使用的张量，所以 {model} 从不改变",
+    "ledger.not_moved.copy.next":
+        "在复制或替换模型之后，用这个模型自己的参数构建优化器（type(opt)(model.parameters(), **opt.defaults)）",
+    "ledger.not_moved.gradless":
+        "从第 {since} 步起的每个被检查的步骤（共 {steps} 个）{opt} 都执行了 step，但它持有的 {count} 个张量（属于 {model}）"
+        "都没有梯度，尽管 backward 在运行：它的更新不会改变前向用到的任何东西",
+    "ledger.not_moved.gradless.cause":
+        "优化器持有的张量并不是损失所到达的张量：它是在 deepcopy / 克隆模型之前，或参数被替换之前构建的，"
+        "所以此后训练的模型从未改变",
+    "ledger.not_moved.gradless.next":
+        "在复制或替换模型之后，用所训练模型的参数构建优化器（type(opt)(model.parameters(), **opt.defaults)）",
+    "ledger.term_detached.cause.constant":
+        "这一项不需要梯度：它由 {model} 的输出经过模型内部的一处切断（.detach()、.data、no_grad，或由数值重建的张量）"
+        "计算而来，所以在损失中是一个常数，无论权重多大，它对 {model} 的梯度都是零",
 }

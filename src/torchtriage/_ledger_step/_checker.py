@@ -23,7 +23,9 @@ from ._amp import ScaledGradWatch
 from ._dropout import EvalDropoutWatch
 from ._ledger import StepLedger, Verdict
 from ._moves import FrozenMoves
+from ._ranks import RankWatch
 from ._terms import Event, Flow, skeleton, terms_of
+from ._updates import UpdateWatch
 
 
 def _at(frame: UserFrame | None) -> str | None:
@@ -44,6 +46,8 @@ class LedgerChecker(Checker):
         self.dropout: EvalDropoutWatch | None = None
         self._reported: set[tuple[Any, ...]] = set()
         self.moves: FrozenMoves | None = None
+        self.updates: UpdateWatch | None = None
+        self.ranks: RankWatch | None = None
         self._previous: list[Event] = []
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
 
@@ -55,6 +59,12 @@ class LedgerChecker(Checker):
         self.dropout = EvalDropoutWatch(session)
         self.dropout.install()
         self.moves = FrozenMoves(session)
+        self.updates = UpdateWatch(session)
+        self.ranks = RankWatch(session)
+
+    def on_model(self, model: torch.nn.Module, label: str) -> None:
+        if self.ranks is not None:
+            self.ranks.model(model, label)
 
     def wants_step(self, step: int) -> bool:
         return _cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending)
@@ -65,10 +75,16 @@ class LedgerChecker(Checker):
         record = snap.record if snap is not None else None
         self._previous = skeleton(record) if record is not None and record.taped else []
         self._ended = step
+        if self.ranks is not None:
+            self.ranks.step_end(step)
+        if self.updates is not None:
+            self.updates.step_end()
 
     def on_step_begin(self, step: int) -> None:
         if self._ended != step - 1:
             self._previous = []  # the check sat out the step before: nothing to join
+        if self.ranks is not None:
+            self.ranks.step_begin(_cadence.sampled(step))
 
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
         assert self.ledger is not None and self.amp is not None and self.session is not None
@@ -92,6 +108,8 @@ class LedgerChecker(Checker):
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         assert self.ledger is not None
         self._report(self.ledger.backward_end())
+        if self.updates is not None:
+            self.updates.backward_end()
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         assert self.ledger is not None and self.amp is not None
@@ -99,10 +117,16 @@ class LedgerChecker(Checker):
         self.amp.stepped()
         if self.moves is not None:
             self.moves.pre(optimizer)
+        if self.ranks is not None:
+            self.ranks.optimizer_step(optimizer)
+        if self.updates is not None:
+            self.updates.step_pre(optimizer)
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         if self.moves is not None:
             self.moves.post(optimizer)
+        if self.updates is not None:
+            self.updates.stepped(optimizer)
 
     def _offered(self, optimizer: torch.optim.Optimizer) -> None:
         if self.ledger is not None:
@@ -111,6 +135,12 @@ class LedgerChecker(Checker):
     def on_end(self) -> None:
         if self.ledger is not None:
             self._report(self.ledger.end())
+        if self.updates is not None and self.session is not None:
+            for f in self.updates.end():
+                self.session.add(f)
+        if self.ranks is not None and self.session is not None:
+            for f in self.ranks.end():
+                self.session.add(f)
 
     # ------------------------------------------------------------------ findings
     def _report(self, verdicts: list[Verdict]) -> None:
@@ -138,8 +168,12 @@ class LedgerChecker(Checker):
                       "reach": ", ".join(reached) if reached else "-", "others": "; ".join(short) or "-",
                       "cut": f"{t.cut_op} at {_short(t.cut)}" if t.cut is not None else "-"}
             variant = "reach" if reached else "nothing"
+            constant = t.constant and t.cut is None
+            cause = "ledger.term_detached.cause.constant" if constant else "ledger.term_detached.cause"
+            if t.constant:
+                evidence["requires_grad"] = False
             sess.add(from_catalogue(Category.GRADIENT, "gradient.term_detached", f"ledger.term_detached.{variant}",
-                                    fields=fields, cause_key="ledger.term_detached.cause",
+                                    fields=fields, cause_key=cause,
                                     next_key="ledger.term_detached.next", frame=t.frame, evidence=evidence,
                                     source_line=True, severity=Severity.WARNING, stage=Stage.BACKWARD,
                                     step=t.step, op=t.op))

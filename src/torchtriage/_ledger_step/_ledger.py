@@ -51,6 +51,7 @@ class Pending:
     stepped: dict[int, str] = dataclasses.field(default_factory=dict)  # models an optimizer stepped meanwhile
     siblings: list[tuple[str | None, UserFrame | None, frozenset[int]]] = dataclasses.field(default_factory=list)
     applied: bool = False
+    constant: bool = False  # added to the loss without requiring grad: it reaches nothing
 
 
 @dataclasses.dataclass
@@ -121,6 +122,7 @@ class StepLedger:
                     reached[info.root] = info.label or "?"
             sources = dict(t.sources)
             pend = Pending(step, t.op, t.frame, backward, sources, t.cut, t.cut_op, reached, len(held))
+            pend.constant = t.node is None
             pend.applied = not t.complete  # an unfinished walk is never judged
             made.append((pend, held))
             for root in reached:
@@ -140,8 +142,8 @@ class StepLedger:
                     del term.params[pid]
                 else:
                     term.params[pid] = (ref, id(p.grad))
-            if term.params and not term.applied:
-                self.pending.append(term)
+            if (term.params or term.constant) and not term.applied:
+                self.pending.append(term)  # a constant waits for the next step to see what it missed
             elif not term.applied:
                 v = self._verdict(term)
                 if v is not None:

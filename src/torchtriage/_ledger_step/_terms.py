@@ -54,8 +54,9 @@ def _kids(node: Any) -> list[Any]:
     return [f for f, _ in getattr(node, "next_functions", ()) if f is not None]
 
 
-def split(root: torch.Tensor) -> list[Any]:
-    """The term nodes of `root` (one node when the loss is no sum)."""
+def split(root: torch.Tensor, sums: list[Any] | None = None) -> list[Any]:
+    """The term nodes of `root` (one node when the loss is no sum); the sum nodes looked through
+    go to `sums`."""
     fn, _ = grad_fn_of(root)
     if fn is None:
         return []
@@ -73,6 +74,8 @@ def split(root: torch.Tensor) -> list[Any]:
             out.append(node)
         elif name.startswith(_SUM) and kids:
             stack += reversed(kids)
+            if sums is not None:
+                sums.append(node)
         elif name.startswith(_SCALE) and len(kids) == 1:
             stack.append(kids[0])
         elif name.startswith(_REDUCE) and len(kids) == 1 and type(kids[0]).__name__.startswith(_STACK):
@@ -117,6 +120,7 @@ def made_by(record: Any) -> dict[int, tuple[torch.Tensor, Any]]:
 
 
 _CUTS = frozenset({"detach", "detach_", "Tensor.data"})
+_SCALING = frozenset({"mul", "div", "truediv", "neg", "Tensor.mul", "Tensor.div", "Tensor.__mul__"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,10 +194,12 @@ class Flow:
 def terms_of(root: torch.Tensor, record: Any, flow: Flow) -> list[Term]:
     """The terms of `root`, each with its leaves and, when the tape saw it made, its line and
     the model calls it was computed from."""
-    nodes = split(root)
-    if len(nodes) < 2:
-        return []
+    sums: list[Any] = []
+    nodes = split(root, sums)
     made = made_by(record)
+    consts = constants(sums, made, flow)
+    if len(nodes) + len(consts) < 2:
+        return []
     out = []
     for node in nodes:
         leaves, complete = leaves_of(node)
@@ -206,4 +212,36 @@ def terms_of(root: torch.Tensor, record: Any, flow: Flow) -> list[Term]:
             term.sources = flow.sources(t)
             term.cut, term.cut_op = flow.cut(t)
         out.append(term)
+    return out + consts
+
+
+def constants(sums: list[Any], made: dict[int, tuple[torch.Tensor, Any]], flow: Flow) -> list[Term]:
+    """Terms added to the loss that do not require grad although they were computed from a
+    model's output (`loss = shape + 10 * reg(out["weight"])` with the weights detached inside
+    the model): the graph has no node for them; the taped sum names them. They reach nothing."""
+    out: list[Term] = []
+    seen: set[int] = set()
+    for node in sums:
+        hit = made.get(id(node))
+        if hit is None:
+            continue
+        ev = hit[1]
+        for a in pytree.tree_leaves((getattr(ev, "args", ()), getattr(ev, "kwargs", {}))):
+            if not isinstance(a, torch.Tensor) or a.requires_grad or not a.is_floating_point() \
+                    or a.numel() != 1 or id(a) in seen:
+                continue
+            seen.add(id(a))
+            sources = flow.sources(a)
+            if not sources:
+                continue
+            producer = flow.made.get(id(a))
+            for _ in range(4):  # through a scaling by a number (`10 * reg`) to the line that computed it
+                if producer is None or producer.call or producer.name.strip("_").removeprefix("r") \
+                        not in _SCALING or len(producer.args) != 1:
+                    break
+                producer = flow.made.get(producer.args[0]) or producer
+            term = Term(None, {}, True, tensor=a, frame=producer.frame if producer is not None else ev.frame,
+                        op=producer.name if producer is not None else None, sources=sources)
+            term.cut, term.cut_op = flow.cut(a)
+            out.append(term)
     return out

@@ -1,0 +1,202 @@
+"""The step ledger's parameter updates (issue 26): a parameter that requires grad, is held by an
+optimizer that stepped and has a non-zero gradient must move. Written as users write them; the
+correct twins stay quiet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchtriage
+from torchtriage import Severity
+
+HERE = str(Path(__file__))
+
+
+def line_of(marker: str) -> int:
+    lines = Path(HERE).read_text(encoding="utf-8").splitlines()
+    return next(i for i, text in enumerate(lines, 1) if text.rstrip().endswith(f"# {marker}"))
+
+
+def codes(report, *names):
+    return [f for f in report if f.code in names]
+
+
+MOVES = ("dtype.updates_rounded_away", "gradient.not_moved")
+
+
+class TokenModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(32, 64)
+        self.proj = nn.Linear(4 * 64, 64)
+        self.head = nn.Linear(64, 32)
+
+    def forward(self, idx):
+        return self.head(F.gelu(self.proj(self.emb(idx).flatten(1))))
+
+
+def train_tokens(dtype, lr=1e-4, steps=12, autocast=False):
+    torch.manual_seed(0)
+    model = TokenModel()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(steps):
+            x = torch.randint(0, 32, (64, 4))
+            y = (x[:, -1] + 1) % 32
+            if model.proj.weight.dtype != dtype:
+                model = model.to(dtype=dtype)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                logits = model(x)
+            loss = F.cross_entropy(logits.float(), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()  # STEP-TOKENS
+    return s.report
+
+
+def test_a_model_cast_to_bf16_whose_updates_round_away_is_named():
+    report = train_tokens(torch.bfloat16)
+    [f] = codes(report, *MOVES)
+    assert f.code == "dtype.updates_rounded_away" and f.severity is Severity.WARNING
+    assert f.line == line_of("STEP-TOKENS")
+    ev = f.evidence
+    assert ev["dtype"] == "bfloat16" and ev["optimizer"] == "AdamW" and ev["lr"] == 1e-4
+    assert {"proj.weight", "head.weight"} <= set(ev["parameters"])
+    assert ev["unchanged"] >= 0.5 * ev["sampled_values_with_gradient"]
+    assert ev["dtype_spacing_there"] > ev["lr"]
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_float32_weights_with_or_without_autocast_are_quiet(autocast):
+    assert not codes(train_tokens(torch.float32, autocast=autocast), *MOVES)
+
+
+def test_bf16_weights_with_a_learning_rate_that_moves_them_are_quiet():
+    assert not codes(train_tokens(torch.bfloat16, lr=3e-2), *MOVES)
+
+
+def test_an_optimizer_that_steps_a_stale_copy_is_named():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    snapshot = {k: v.clone() for k, v in model.state_dict().items()}
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(6):
+            x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()  # STEP-RESTORED
+            model.load_state_dict(snapshot)  # "keep the best": restores the start each step
+    [f] = codes(s.report, *MOVES)
+    assert f.code == "gradient.not_moved" and f.severity is Severity.WARNING
+    assert f.line == line_of("STEP-RESTORED")
+    assert f.evidence["unchanged"] == f.evidence["sampled_values_with_gradient"] > 0
+    assert f.evidence["count"] == 4 and f.evidence["optimizer"] == "SGD"
+
+
+def test_zero_initialised_branches_and_an_lr_warmup_from_zero_are_quiet():
+    torch.manual_seed(0)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(8, 8)
+            self.gate = nn.Parameter(torch.zeros(1))  # ReZero
+            self.lora_a = nn.Parameter(torch.randn(2, 8) * 0.1)
+            self.lora_b = nn.Parameter(torch.zeros(8, 2))  # LoRA B
+
+        def forward(self, x):
+            return x + self.gate * self.body(x) + x @ self.lora_a.t() @ self.lora_b.t()
+
+    model = nn.Sequential(Block(), nn.Linear(8, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, s / 3))
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(10):
+            x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            sched.step()
+    assert not codes(s.report, *MOVES)
+
+
+def test_a_pruned_float32_layer_whose_pruned_weights_stay_zero_is_quiet():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
+    mask = (torch.rand_like(model[0].weight) > 0.8).float()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(8):
+            x, y = torch.randn(16, 16), torch.randint(0, 2, (16,))
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            with torch.no_grad():
+                model[0].weight.mul_(mask)
+    assert not codes(s.report, *MOVES)
+
+
+def test_a_clone_trained_with_the_original_models_optimizer_is_named():
+    torch.manual_seed(0)
+    import copy
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def fit(net, steps):
+        for _ in range(steps):
+            x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+            opt.zero_grad()
+            F.cross_entropy(net(x), y).backward()
+            opt.step()  # STEP-SHARED
+
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        fit(model, 4)
+        clone = copy.deepcopy(model)
+        for layer in clone:
+            if hasattr(layer, "reset_parameters"):
+                layer.reset_parameters()
+        fit(clone, 12)  # the clone's gradients are never applied
+    [f] = codes(s.report, *MOVES)
+    assert f.code == "gradient.not_moved" and f.line == line_of("STEP-SHARED")
+    assert f.evidence["since_step"] == 4 and f.evidence["tensors_held"] == 4
+    assert f.evidence["judged_steps_without_gradient"] == 12
+
+
+def test_an_accumulation_condition_that_never_lets_the_optimizer_step_is_named():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    accumulation = 8
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _epoch in range(3):
+            for i in range(6):  # 6 batches an epoch, fewer than `accumulation`
+                x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+                (F.cross_entropy(model(x), y) / accumulation).backward()  # BACKWARD-ACCUM
+                if (i + 1) % accumulation == 0:
+                    opt.step()
+                    opt.zero_grad()
+    [f] = codes(s.report, *MOVES)
+    assert f.code == "gradient.not_moved" and f.line == line_of("BACKWARD-ACCUM")
+    assert f.evidence["optimizer_steps"] == 0 and f.evidence["judged_backwards"] >= 8
+    assert f.evidence["count"] == 4 and f.evidence["unchanged_share"] == "100%"
+
+
+def test_accumulation_that_steps_every_few_batches_is_quiet():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for i in range(24):
+            x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+            (F.cross_entropy(model(x), y) / 4).backward()
+            if (i + 1) % 4 == 0:
+                opt.step()
+                opt.zero_grad()
+    assert not codes(s.report, *MOVES)
