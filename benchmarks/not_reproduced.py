@@ -9,8 +9,8 @@ run's own localization only), for the before / after figures.
     python benchmarks/not_reproduced.py [--compare]
     python benchmarks/not_reproduced.py --suite [-n 2]
 
-`--suite` measures the share over every non-finite test in the test suite instead: it runs each
-test file that names a non-finite finding code, with a probe on PYTHONPATH (`_nf_probe/`) that
+`--suite` measures the share over every non-finite test in the test suite instead: it runs the
+whole test suite with a probe on PYTHONPATH (`_nf_probe/`, and `-p nf_probe`) that
 records every non-finite warning or error any report holds, in the test process and in every
 process a test starts (`torchtriage run`, torchrun ranks). A test's findings are counted once
 each (the same finding read back from JSON is not counted twice).
@@ -19,7 +19,6 @@ each (the same finding read back from JSON is not counted twice).
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import subprocess
@@ -62,17 +61,8 @@ def run(script: str, *opts: str) -> tuple[list[dict], float]:
             return nonfinite(json.load(fh)), took
 
 
-def suite_files() -> list[str]:
-    out = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))):
-        with open(path, encoding="utf-8") as fh:
-            if "nonfinite" in fh.read():
-                out.append(os.path.relpath(path, ROOT))
-    return out
-
-
 def suite(workers: int) -> None:
-    files = suite_files()
+    files = ["tests"]  # the whole suite: any test may make a non-finite value
     log = os.path.join(tempfile.gettempdir(), "torchtriage_nf_suite.jsonl")  # kept for a look afterwards
     if os.path.exists(log):
         os.remove(log)
@@ -81,14 +71,14 @@ def suite(workers: int) -> None:
         [os.path.join(ROOT, "benchmarks", "_nf_probe"), os.path.join(ROOT, "src")]
         + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     t0 = time.monotonic()
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "nf_probe", *files]
     if workers > 1:
         cmd += ["-n", str(workers)]
     done = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, check=False)
     took = time.monotonic() - t0
     tail = done.stdout.strip().splitlines()[-1:] if done.stdout.strip() else ["(no output)"]
-    summarize(log, f"{len(files)} test files ({tail[0]}; {took:.0f} s)")
+    summarize(log, f"the test suite ({tail[0]}; {took:.0f} s)")
 
 
 def summarize(log: str, ran: str) -> None:

@@ -3,7 +3,9 @@
 PYTHONPATH for the test run and every process it starts; it does nothing unless
 TORCHTRIAGE_NF_LOG names a file. It waits until torchtriage's report model is imported (no torch
 import for processes that never use torchtriage), then wraps `Report.__post_init__` to append one
-JSON line per non-finite warning or error, with the test that was running."""
+JSON line per non-finite warning or error, with the test that was running. In a pytest
+process, torchtriage's pytest plugin is imported by pytest's assertion-rewriting importer, which
+bypasses this finder: `nf_probe.py` (loaded with `-p nf_probe`) patches there instead."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ _TARGET = "torchtriage._findings"
 
 def _patch(module) -> None:
     report = module.Report
+    if getattr(report.__post_init__, "_nf_probe", False):
+        return
     original = report.__post_init__
 
     def __post_init__(self) -> None:
@@ -38,6 +42,7 @@ def _patch(module) -> None:
         except Exception:  # the probe never breaks a test
             pass
 
+    __post_init__._nf_probe = True  # type: ignore[attr-defined]
     report.__post_init__ = __post_init__
 
 
