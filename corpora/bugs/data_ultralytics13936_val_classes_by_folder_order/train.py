@@ -1,9 +1,9 @@
 # Report: https://github.com/ultralytics/ultralytics/issues/13936
 # Fix: https://github.com/ultralytics/ultralytics/pull/26192
 # YOLOv8-cls style training of an image-rotation classifier (classes "0", "90", "180", "270") from a
-# dataset laid out as train/<class>/ and test/<class>/ folders. ClassificationDataset indexes each split
-# the torchvision ImageFolder way: classes = the sorted folder names of THAT split. Synthetic images
-# (16x16 oriented patterns) are written to a temporary directory; the test split has no "180" images.
+# dataset laid out as train/<class>/ and test/<class>/ folders, each read by ClassificationDataset
+# through an ImageFolder-style scan. Synthetic images (16x16 oriented patterns) are written to a
+# temporary directory; the test set sampled for this run happens to contain no "180" images.
 import os
 import tempfile
 
