@@ -44,8 +44,24 @@ def nonfinite(report: dict) -> list[dict]:
             and f["severity"] in ("warning", "error")]
 
 
+def _not_reproduced_causes() -> set[str]:
+    from torchtriage._catalogue import en_nonfinite, zh_nonfinite
+
+    return {m.MESSAGES["nonfinite.cause.not_reproduced"] for m in (en_nonfinite, zh_nonfinite)}
+
+
+NOT_REPRODUCED = _not_reproduced_causes()
+
+
 def not_reproduced(f: dict) -> bool:
-    return f.get("op") is None and f.get("file") is None
+    """The finding says the replay did not reproduce the value (its cause is that sentence, in
+    either language). A finding localized by nature (a batch that holds NaN, an update or a
+    state that made a parameter non-finite) names its input or parameter, not an op: it counts
+    as localized."""
+    if "cause" in f:
+        return f["cause"] in NOT_REPRODUCED
+    message = f.get("message") or ""  # (a probe log written before the cause was kept)
+    return "did not reproduce it" in message or "没有复现" in message
 
 
 def run(script: str, *opts: str) -> tuple[list[dict], float]:

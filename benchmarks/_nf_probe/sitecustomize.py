@@ -34,7 +34,7 @@ def _patch(module) -> None:
                     rows.append({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" (")[0],
                                  "pid": os.getpid(), "code": f.code, "step": f.step, "op": f.op,
                                  "file": os.path.basename(f.file) if f.file else None, "line": f.line,
-                                 "rank": f.rank, "message": f.message,
+                                 "rank": f.rank, "message": f.message, "cause": f.cause,
                                  "localized_by": (f.evidence or {}).get("localized_by")})
             if rows:
                 with open(_LOG, "a", encoding="utf-8") as fh:
