@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from .._deferred import read_scalars
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
 from .._params import ParamInfo
@@ -172,19 +173,23 @@ class UpdateWatch:
         with torch.no_grad():
             # a gradient counts only above a share of its model's usual scale (the median over its
             # parameters of the largest sampled |gradient|): a bias before a BatchNorm, a critic's
-            # last bias under mean(fake) - mean(real) get float noise where the exact gradient is 0
-            peaks = torch.stack([t.gmax.max().cpu() for t, _ in rows]).tolist()
-            by_root: dict[int, list[float]] = {}
-            for (t, _), peak in zip(rows, peaks):
-                by_root.setdefault(t.info.root, []).append(peak)
-            scale = {root: sorted(v)[len(v) // 2] for root, v in by_root.items()}
+            # last bias under mean(fake) - mean(real) get float noise where the exact gradient is 0.
+            # All on the device, read once.
+            dev = rows[0][0].gmax.device
+            peaks = torch.stack([_on(t.gmax.max().float(), dev) for t, _ in rows])
+            roots = [t.info.root for t, _ in rows]
+            scale = torch.empty_like(peaks)
+            for root in set(roots):
+                idx = [i for i, r in enumerate(roots) if r == root]
+                scale[idx] = peaks[idx].sort().values[len(idx) // 2]
             counts_t = []
-            for t, _ in rows:
-                moving = t.gmax > NOISE * scale[t.info.root]
+            for i, (t, _) in enumerate(rows):
+                moving = t.gmax > NOISE * _on(scale[i], t.gmax.device)
                 same = ~t.moved & moving
                 w = t.start.abs().float().median()
-                counts_t.append(torch.stack([moving.sum().float(), same.sum().float(), w]).cpu())
-            counts = torch.stack(counts_t).tolist()
+                counts_t.append(_on(torch.stack([moving.sum().float(), same.sum().float(), w]), dev))
+            flat = read_scalars([torch.stack(counts_t).reshape(-1)])  # the one read, at the end
+            counts = [flat[k:k + 3] for k in range(0, len(flat), 3)]
         groups: dict[tuple[int, int, str], list[tuple[_Track, int, int, float]]] = {}
         for (t, kind), (noted, same, w) in zip(rows, counts):
             if not noted:
@@ -296,3 +301,8 @@ class UpdateWatch:
                               frame=frame, evidence=evidence, source_line=frame is not None,
                               severity=Severity.WARNING, stage=Stage.OPTIMIZER, step=sess.step,
                               module=info.module, parameter=names[0])
+
+
+def _on(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`x` on `device`, with no copy (and no call at all) when it is there already."""
+    return x if x.device == device else x.to(device)
