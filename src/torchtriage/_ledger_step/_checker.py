@@ -136,7 +136,12 @@ class LedgerChecker(Checker):
         if self.ledger is not None:
             self._report(self.ledger.end())
         if self.updates is not None and self.session is not None:
+            explained = _explained_parameters(self.session.findings)
             for f in self.updates.end():
+                # parameters in no optimizer (or held by a stale one) already have their finding:
+                # that they did not move is its consequence, not a second cause
+                if f.code == "gradient.not_moved" and f.parameter in explained:
+                    continue
                 self.session.add(f)
         if self.ranks is not None and self.session is not None:
             for f in self.ranks.end():
@@ -177,3 +182,18 @@ class LedgerChecker(Checker):
                                     next_key="ledger.term_detached.next", frame=t.frame, evidence=evidence,
                                     source_line=True, severity=Severity.WARNING, stage=Stage.BACKWARD,
                                     step=t.step, op=t.op))
+
+
+def _explained_parameters(findings: Any) -> set[str]:
+    """Parameters that a loud optimizer-membership finding already names."""
+    out: set[str] = set()
+    for f in findings:
+        if f.code not in ("gradient.optimizer_stale", "gradient.not_in_optimizer") or f.severity is Severity.INFO:
+            continue
+        if f.parameter:
+            out.add(f.parameter)
+        for key in ("model_params_not_in_optimizer", "parameters"):
+            names = f.evidence.get(key)
+            if isinstance(names, (list, tuple)):
+                out.update(str(n) for n in names)
+    return out
