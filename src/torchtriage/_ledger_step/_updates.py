@@ -61,6 +61,10 @@ class _Track:
     opt_name: str
     lr: Any
     looks: int = 0
+    # a position's value differed from its start when a later step began (None: not looked yet):
+    # a run that restores its weights once (rewinding, the best checkpoint reloaded at the end)
+    # moved them in between; one that restores them after every step never did
+    drift: torch.Tensor | None = None
 
 
 def _sample(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -105,6 +109,9 @@ class UpdateWatch:
                        id(opt) if opt is not None else None, type(opt).__name__ if opt is not None else "", lr)
             self.tracked[id(p)] = t
         assert t is not None
+        if not fresh:
+            differ = _sample(p, t.index) != t.start
+            t.drift = differ if t.drift is None else t.drift | differ
         torch.maximum(t.gmax, _sample(p.grad, t.index).abs().float(), out=t.gmax)
         t.looks += 1
 
@@ -159,7 +166,10 @@ class UpdateWatch:
                 p = t.ref()
                 if p is not None and p.dtype == t.dtype:
                     differ = _sample(p, t.index) != t.start
-                    t.moved = differ if final else t.moved | differ
+                    if final:
+                        t.moved = differ if t.drift is None else differ | t.drift
+                    else:
+                        t.moved = t.moved | differ
 
     # ------------------------------------------------------------------ judging
     def end(self) -> list[Finding]:
@@ -167,7 +177,9 @@ class UpdateWatch:
         if not self.tracked:
             return out
         self.step_end(final=True)
-        rows = [(t, kind) for t in self.tracked.values() if (kind := self._kind(t)) is not None]
+        # a parameter freed before the end (its model was dropped) left nothing the run keeps
+        rows = [(t, kind) for t in self.tracked.values()
+                if t.ref() is not None and (kind := self._kind(t)) is not None]
         if not rows:
             return out
         with torch.no_grad():
