@@ -273,6 +273,11 @@ def compare_records(records: dict[int, dict[str, Any]]) -> list[Finding]:
     if len(recs) < 2:
         return []
     try:
+        for rec in recs.values():  # the records went through JSON: a non-finite number is a string
+            for m in rec.get("models", []):
+                m["prints"] = [[_real(v) for v in row] for row in m.get("prints", [])]
+            for sync in rec.get("sync", []):
+                sync["local"], sync["synced"] = [_real(v) for v in sync["local"]], [_real(v) for v in sync["synced"]]
         return [f for f in (_drift(recs), _summed(recs)) if f is not None]
     except Exception as e:  # our own bug: a warning, never the merged report lost
         import warnings
@@ -378,3 +383,11 @@ def _summed(recs: dict[int, dict[str, Any]]) -> Finding | None:
 
 
 RECORD_CHECKS.append(compare_records)  # the merged report of a distributed run compares the ranks' steps
+
+
+def _real(v: Any) -> float:
+    """A number of a record: "nan" / "inf" (as JSON wrote them) back to floats."""
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
