@@ -197,9 +197,9 @@ class UpdateWatch:
             counts_t = []
             for i, (t, _) in enumerate(rows):
                 moving = t.gmax > NOISE * _on(scale[i], t.gmax.device)
-                same = ~t.moved & moving
-                w = t.start.abs().float().median()
-                counts_t.append(_on(torch.stack([moving.sum().float(), same.sum().float(), w]), dev))
+                unchanged = ~t.moved & moving
+                typical = t.start.abs().float().median()
+                counts_t.append(_on(torch.stack([moving.sum().float(), unchanged.sum().float(), typical]), dev))
             flat = read_scalars([torch.stack(counts_t).reshape(-1)])  # the one read, at the end
             counts = [flat[k:k + 3] for k in range(0, len(flat), 3)]
         groups: dict[tuple[int, int, str], list[tuple[_Track, int, int, float]]] = {}
