@@ -1,4 +1,4 @@
-# Source: ivadomed/ivadomed, ivadomed/main.py (cmd_train), ivadomed/models.py (Unet), ivadomed/losses.py, commit 71bba650f8763aa6a7ea047a9f5dc9ceef274945^ (parent of the fix)
+# Source: ivadomed/ivadomed, ivadomed/main.py (cmd_train), ivadomed/models.py (Unet), ivadomed/losses.py, commit 034b7d4eb8bdd090a0c2d687ee0bad2a38f51ba4
 # Report: https://github.com/ivadomed/ivadomed/pull/55
 # ivadomed cmd_train: U-Net with sigmoid output, Adam with cosine annealing over num_epochs,
 # dice loss, training loop and validation loop with dice score. The medicaltorch BIDS loaders

@@ -1,4 +1,4 @@
-# Source: awslabs/realtime-fraud-detection-with-gnn-on-dgl, src/sagemaker/FD_SL_DGL/gnn_fraud_detection_dgl/fd_sl_train_entry_point.py (train_fg, evaluate, __main__), pytorch_model.py (HeteroRGCN), utils.py (get_metrics), commit 4cfd8e269f16546ed34169a46216de8b146dbdf0^
+# Source: awslabs/realtime-fraud-detection-with-gnn-on-dgl, src/sagemaker/FD_SL_DGL/gnn_fraud_detection_dgl/fd_sl_train_entry_point.py (train_fg, evaluate, __main__), pytorch_model.py (HeteroRGCN), utils.py (get_metrics), commit bec9e2f5d4d6c5addf7a31ef7a13cd5ce4600d64
 # Report: https://github.com/awslabs/realtime-fraud-detection-with-gnn-on-dgl/pull/728
 # Full-graph heterogeneous RGCN fraud detection: transaction ("target") nodes with features,
 # card / device / email nodes with learned embeddings, relation-specific linear maps with mean
