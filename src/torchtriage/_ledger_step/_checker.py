@@ -21,6 +21,7 @@ from .._findings import Category, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
 from ._amp import ScaledGradWatch
 from ._dropout import EvalDropoutWatch
+from ._evalrandom import EvalRandomWatch
 from ._ledger import StepLedger, Verdict
 from ._moves import FrozenMoves
 from ._ranks import RankWatch
@@ -48,6 +49,7 @@ class LedgerChecker(Checker):
         self.moves: FrozenMoves | None = None
         self.updates: UpdateWatch | None = None
         self.ranks: RankWatch | None = None
+        self.evalrandom: EvalRandomWatch | None = None
         self._previous: list[Event] = []
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
 
@@ -61,13 +63,28 @@ class LedgerChecker(Checker):
         self.moves = FrozenMoves(session)
         self.updates = UpdateWatch(session)
         self.ranks = RankWatch(session)
+        self.evalrandom = EvalRandomWatch(session)
 
     def on_model(self, model: torch.nn.Module, label: str) -> None:
         if self.ranks is not None:
             self.ranks.model(model, label)
 
     def wants_step(self, step: int) -> bool:
-        return _cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending)
+        return _cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending) \
+            or not torch.is_grad_enabled() or torch.is_inference_mode_enabled()  # (an evaluation begins it)
+
+    def on_root_forward_pre(self, model: torch.nn.Module, label: str) -> None:
+        if self.evalrandom is not None and not model.training:
+            self.evalrandom.forward_pre(model, label)
+
+    def on_root_forward(self, model: torch.nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                        output: Any) -> None:
+        if self.evalrandom is not None and self.evalrandom.mode is not None:
+            self.evalrandom.forward(model, label)
+
+    def on_exception(self, exc: BaseException) -> None:
+        if self.evalrandom is not None:
+            self.evalrandom.drop()
 
     # ------------------------------------------------------------------ events
     def on_step_end(self, step: int) -> None:
@@ -133,6 +150,8 @@ class LedgerChecker(Checker):
             self.ledger.optimizer_step(optimizer)
 
     def on_end(self) -> None:
+        if self.evalrandom is not None:
+            self.evalrandom.drop()
         if self.ledger is not None:
             self._report(self.ledger.end())
         if self.updates is not None and self.session is not None:
