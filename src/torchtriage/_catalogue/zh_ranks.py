@@ -12,3 +12,14 @@ MESSAGES = {
         "用 DistributedDataParallel 包装执行前向的模型并调用该包装器，或在 backward() 与 step() 之间对其梯度做 "
         "all-reduce（dist.all_reduce(p.grad); p.grad /= world_size）",
 }
+
+MESSAGES.update({
+    "ranks.global_divisor":
+        "损失被除以一个在所有 rank 上求和的计数（{reduced} 处的 all_reduce），随后 DDP 又在 {world} 个 rank 上对梯度取平均："
+        "每一步只有全局均值梯度的 {scale} 倍",
+    "ranks.global_divisor.cause":
+        "除以全局计数后，各 rank 的损失之和已经是全局均值；DDP 的平均又除了一次 world size（损失上的常数因子为 {factor}），"
+        "相当于学习率被除以 {world}",
+    "ranks.global_divisor.next":
+        "把损失乘以 dist.get_world_size()（loss = loss_sum * world_size / global_count），或除以本 rank 自己的计数并让 DDP 取平均",
+})

@@ -107,6 +107,8 @@ class LedgerChecker(Checker):
         assert self.ledger is not None and self.amp is not None and self.session is not None
         self._report(self.ledger.backward_begin())
         self.amp.backward(roots)
+        if self.ranks is not None:
+            self.ranks.backward(roots)
         snap = self.session.snapshot
         record = snap.record if snap is not None else None
         if record is None or not record.taped:

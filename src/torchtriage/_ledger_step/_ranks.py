@@ -36,6 +36,7 @@ from .._distributed._merge import RECORD_CHECKS
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
 from .._transparent import our_hook
+from ._normalizer import GlobalDivisor
 from ._replicas import OptimizerPrints, compare_optimizers
 
 KEEP = 48  # recorded steps (thinned by half past it, the first 16 kept)
@@ -64,6 +65,7 @@ class _Wrapped:
         self.params: list[weakref.ref[torch.Tensor]] = [weakref.ref(p) for _, p in named]
         self.kinds = [(p.dtype, p.device) for _, p in named]
         self.inside = 0
+        self.called = False  # a grad-mode forward went through the wrapper since the last backward
         # the wrapper's own hooks ran once (a model found in its first call); hooked when it was
         # built: from the start, so that a wrapper never called at all shows its bypass
         self.armed = armed
@@ -75,6 +77,8 @@ class _Wrapped:
         def enter(module: nn.Module, args: Any) -> None:
             self.inside += 1
             self.armed = True
+            if torch.is_grad_enabled():
+                self.called = True
 
         def leave(module: nn.Module, args: Any, output: Any) -> None:
             self.inside = max(0, self.inside - 1)
@@ -127,8 +131,10 @@ class RankWatch:
         self.shards: dict[int, list[Any]] = {}  # id(param) -> [ref, none count, judged steps]
         self.replicas = OptimizerPrints(session)
         self._sampled = False
+        self.divisor = GlobalDivisor(session, self.world)
         if self.on:
             self._watch_wrapping()
+            self.divisor.install()
 
     # ------------------------------------------------------------------ events
     def _watch_wrapping(self) -> None:
@@ -198,6 +204,13 @@ class RankWatch:
 
         return hook
 
+    def backward(self, roots: tuple[torch.Tensor, ...]) -> None:
+        if self.on:
+            # DDP averages the gradients of a backward through the wrapper's forward
+            self.divisor.backward(roots, any(w.called for w in self.models))
+            for w in self.models:
+                w.called = False
+
     def step_begin(self, sampled: bool) -> None:
         self._sampled = self.on and sampled
         self._sampling = self.on and sampled and len(self.sync) + len(self.sync_pending) < MAX_SYNC
@@ -266,6 +279,8 @@ class RankWatch:
         if not self.on:
             return []
         out = self._none_grads()
+        if self.divisor.found is not None:
+            out.append(self.divisor.found)
         rec: dict[str, Any] = {"world_size": self.world, "models": [], "sync": []}
         for i, w in enumerate(self.models):
             steps = [(s, n) for j, s, n in self.prints if j == i]
