@@ -50,6 +50,7 @@ class LedgerChecker(Checker):
         self.updates: UpdateWatch | None = None
         self.ranks: RankWatch | None = None
         self.evalrandom: EvalRandomWatch | None = None
+        self._eval_only = False  # awake only for a step that began with an evaluation forward
         self._previous: list[Event] = []
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
 
@@ -88,6 +89,8 @@ class LedgerChecker(Checker):
 
     # ------------------------------------------------------------------ events
     def on_step_end(self, step: int) -> None:
+        if self._eval_only:
+            return
         snap = self.session.snapshot if self.session is not None else None
         record = snap.record if snap is not None else None
         self._previous = skeleton(record) if record is not None and record.taped else []
@@ -98,12 +101,17 @@ class LedgerChecker(Checker):
             self.updates.step_end()
 
     def on_step_begin(self, step: int) -> None:
+        self._eval_only = not (_cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending))
+        if self._eval_only:
+            return  # the rest of the ledger sits this step out, as it would asleep
         if self._ended != step - 1:
             self._previous = []  # the check sat out the step before: nothing to join
         if self.ranks is not None:
             self.ranks.step_begin(_cadence.sampled(step))
 
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
+        if self._eval_only:
+            return
         assert self.ledger is not None and self.amp is not None and self.session is not None
         self._report(self.ledger.backward_begin())
         self.amp.backward(roots)
@@ -125,12 +133,16 @@ class LedgerChecker(Checker):
                 self.ledger.backward(terms, self.session.step, frame)
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        if self._eval_only:
+            return
         assert self.ledger is not None
         self._report(self.ledger.backward_end())
         if self.updates is not None:
             self.updates.backward_end()
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        if self._eval_only:
+            return
         assert self.ledger is not None and self.amp is not None
         self.ledger.optimizer_step(optimizer)
         self.amp.stepped()
@@ -142,6 +154,8 @@ class LedgerChecker(Checker):
             self.updates.step_pre(optimizer)
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
+        if self._eval_only:
+            return
         if self.moves is not None:
             self.moves.post(optimizer)
         if self.updates is not None:
