@@ -98,7 +98,7 @@ def _counter(m: nn.Module) -> torch.Tensor | None:
 
 
 def _batchnorms_in_train(model: nn.Module) -> list[tuple[str, nn.Module, int]]:
-    out = []
+    out: list[tuple[str, nn.Module, int]] = []
     for name, m in model.named_modules():
         if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training and m.track_running_stats \
                 and (t := _counter(m)) is not None:

@@ -85,14 +85,15 @@ class GlobalDivisor:
         frame = user_frame_from_stack(2)
         self.reduced[key] = (weakref.ref(tensor), f"{frame.file}:{frame.line}" if frame is not None else None)
 
-    def _reduced_line(self, t: Any) -> str | None | bool:
+    def _reduced(self, t: Any) -> tuple[bool, str | None]:
+        """(whether `t` shares its storage with a tensor all-reduced with SUM, that call's line)."""
         if not isinstance(t, torch.Tensor):
-            return False
+            return False, None
         key = _storage(t)
         entry = self.reduced.get(key) if key is not None else None
         if entry is None or entry[0]() is None:
-            return False
-        return entry[1]
+            return False, None
+        return True, entry[1]
 
     def backward(self, roots: tuple[torch.Tensor, ...], ddp_in_step: bool) -> None:
         if self.found is not None or not self.reduced or not ddp_in_step:
@@ -104,8 +105,8 @@ class GlobalDivisor:
                     return
 
     def _walk(self, root: torch.Tensor) -> None:
-        node, factor, divisor_line = root.grad_fn, 1.0, None
-        divided = False
+        node: Any = root.grad_fn
+        factor, divisor_line, divided = 1.0, None, False
         for _ in range(MAX_DEPTH):
             name = type(node).__name__
             if name not in ("DivBackward0", "MulBackward0"):
@@ -114,9 +115,9 @@ class GlobalDivisor:
                 other = node._saved_other
             except (AttributeError, RuntimeError):  # not saved (the other operand needs no grad here), or freed
                 return
-            line = self._reduced_line(other) if name == "DivBackward0" and not divided else False
-            c = _constant(other) if line is False else None
-            if line is not False:
+            hit, line = self._reduced(other) if name == "DivBackward0" and not divided else (False, None)
+            c = _constant(other) if not hit else None
+            if hit:
                 divided, divisor_line = True, line
             elif c is not None and c != 0:
                 factor = factor / c if name == "DivBackward0" else factor * c

@@ -144,7 +144,7 @@ class RankWatch:
         original = cls.__init__
         watch = self
 
-        def __init__(ddp: nn.Module, *args: Any, **kwargs: Any) -> None:
+        def __init__(ddp: Any, *args: Any, **kwargs: Any) -> None:
             original(ddp, *args, **kwargs)
             try:
                 inner = getattr(ddp, "module", None)
