@@ -147,3 +147,20 @@ def test_the_rng_stream_and_outputs_are_untouched():
 
     for a, b in zip(run(False), run(True)):
         assert torch.equal(a, b)
+
+
+def test_a_partly_frozen_model_trained_in_eval_mode_is_not_an_evaluation():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8),
+                                                                   nn.Dropout(0.2), nn.Linear(8, 3)))
+    opt = torch.optim.SGD(model[2].parameters(), lr=0.05)
+    x, y = torch.randn(16, 6), torch.randint(0, 3, (16,))
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            model.eval()
+            model[2].train()  # the head trains, BatchNorm and dropout included
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    assert _ours(s) == []

@@ -3,11 +3,13 @@
 A model in `eval()` mode is expected to be a function: the same batch evaluated twice gives the
 same output, unless the user samples on purpose. Nothing is re-run to check it (a replay would
 move BatchNorm's running statistics and the RNG): during a model's first `EVAL_FORWARDS` root
-forwards in `eval()` mode a pass-through `TorchFunctionMode` notes each random op its forward
-calls (`torch.rand*` / `randn*` / `randint*` / `randperm` / `bernoulli` / `normal` /
-`multinomial`, the in-place samplers, dropout with `training=True` and `p > 0`, `rrelu` in
-training) and the module that called it. It changes no argument and no result and draws no
-random number itself: the user's RNG stream and numerics stay as they are.
+forwards in `eval()` mode under `no_grad` / `inference_mode` (with gradients on, an `eval()`
+model is a partly frozen one being trained: `model.eval(); model.head.train()`) a pass-through
+`TorchFunctionMode` notes each random op its forward calls (`torch.rand*` / `randn*` /
+`randint*` / `randperm` / `bernoulli` / `normal` / `multinomial`, the in-place samplers,
+dropout with `training=True` and `p > 0`, `rrelu` in training) and the module that called
+it. It changes no argument and no result and draws no random number itself: the user's RNG
+stream and numerics stay as they are.
 
 - random ops in an `eval()` forward: an `info` naming the modules (a VAE that samples, a dropout
   switched back on for MC dropout are often meant); an op given its own `generator=` is sampling
@@ -120,6 +122,8 @@ class EvalRandomWatch:
         self.drop()
         if model.training or self.seen.get(id(model), 0) >= EVAL_FORWARDS or self.session.busy:
             return
+        if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+            return  # eval() with gradients: a partly frozen model trained (`model.eval(); head.train()`)
         self.seen[id(model)] = self.seen.get(id(model), 0) + 1
         self.model = weakref.ref(model)
         self.bns = _batchnorms_in_train(model)
