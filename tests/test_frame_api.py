@@ -46,6 +46,8 @@ TORCH_PRIVATES = {
     "_orig_mod": "the module a torch.compile'd OptimizedModule wraps, to replay it eagerly",
     "_scale": "GradScaler's scale tensor on the device (get_scale() would sync)",
     "_saved_dim": "a softmax node's saved dim, to read which axis a loss normalised",
+    "_saved_other": "a Div/Mul node's saved operand: the divisor a loss was normalised by (all-reduced "
+                    "count) and the constants on it",
     "_step_count": "an LR scheduler's step counter: 0 before its first step()",
     "_local_tensor": "a DTensor's local shard without to_local()'s autograd wrapper",
     "_dataset": "a DataLoader iterator's dataset (no public reference from the iterator to its loader), "

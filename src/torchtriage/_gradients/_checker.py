@@ -356,7 +356,8 @@ class GradientChecker(Checker):
         unmoved = [f for f in [*self._held_unused.values(), *self._held_harm] if not self._moved(f)]
         self._versions = {}
         held = [*(judge(f, losses) for f in unmoved),
-                *self._held_lr.values(), *self._held_idle.values(), *self._zero_later.release()]
+                *self._held_lr.values(), *self._held_idle.values(),
+                *(judge(f, losses) for f in self._zero_later.release())]
         self._held_unused, self._held_lr, self._held_idle, self._held_harm = {}, {}, {}, []
         for f in sorted(held, key=lambda f: f.step if f.step is not None else -1):
             self._add(f)

@@ -15,7 +15,10 @@ to train and lost something:
     way, so the finding stays as the gradient check made it.
 
 Otherwise the run learned without those parameters: an `info`, with the loss numbers as
-evidence a user can check.
+evidence a user can check. A gradient exactly zero over the whole run (`gradient.zero`, once
+`_zero_later` has seen no non-zero gradient) is judged the same way: a parameter that sits
+behind a constant (a softmax over a dimension of size 1, an attention over one sampled
+neighbour) never learns, and that is harm only when the run did not learn either.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import statistics
 
 from .._findings import Finding, Severity
 
-JUDGED = ("gradient.unused", "gradient.unreached")
+JUDGED = ("gradient.unused", "gradient.unreached", "gradient.zero")
 WINDOW = 10  # losses at the start and at the end of the run
 
 

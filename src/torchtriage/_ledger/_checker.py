@@ -21,6 +21,7 @@ import torch.nn as nn
 
 from .._checker import Checker
 from ._epochs import Epoch, Loader
+from ._evalsync import EvalSync
 from ._follow import Follower
 from ._handfed import HandFed
 from ._handfed import judge as judge_handfed
@@ -44,6 +45,11 @@ class DataLedger(Checker):
         self.follower = Follower(session, self)
         self.follower.install()
         self.handfed = HandFed(session, self)
+        self.evalsync = EvalSync(session, self)
+        if session.checker("distributed") is not None:  # a rank of several: its evaluation shares
+            from .._loaderstream import stream
+
+            stream(session).listen("ledger.evalsync", self.evalsync)
 
     def counters(self) -> tuple[int, int]:
         return self.backwards, self.forwards
@@ -54,6 +60,7 @@ class DataLedger(Checker):
 
     def on_root_forward_pre(self, model: nn.Module, label: str) -> None:
         if model.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+            self.evalsync.training()
             self.forwards += 1
         last = self.follower.last
         if last is not None:  # the model the latest batch fed (k-fold: one model per fold)
@@ -70,6 +77,7 @@ class DataLedger(Checker):
         self.handfed.on_forward(model, args, kwargs)
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        self.evalsync.training()
         self.backwards += 1
 
     def end_window(self, ep: Epoch) -> None:
@@ -143,3 +151,6 @@ class DataLedger(Checker):
                     self.session.add(found)
         exchange(self)
         exchange_passes(self)
+        if self.session is not None:
+            for f in self.evalsync.end():
+                self.session.add(f)

@@ -21,6 +21,7 @@ from .._findings import Category, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
 from ._amp import ScaledGradWatch
 from ._dropout import EvalDropoutWatch
+from ._evalrandom import EvalRandomWatch
 from ._ledger import StepLedger, Verdict
 from ._moves import FrozenMoves
 from ._ranks import RankWatch
@@ -48,6 +49,8 @@ class LedgerChecker(Checker):
         self.moves: FrozenMoves | None = None
         self.updates: UpdateWatch | None = None
         self.ranks: RankWatch | None = None
+        self.evalrandom: EvalRandomWatch | None = None
+        self._eval_only = False  # awake only for a step that began with an evaluation forward
         self._previous: list[Event] = []
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
 
@@ -61,16 +64,33 @@ class LedgerChecker(Checker):
         self.moves = FrozenMoves(session)
         self.updates = UpdateWatch(session)
         self.ranks = RankWatch(session)
+        self.evalrandom = EvalRandomWatch(session)
 
     def on_model(self, model: torch.nn.Module, label: str) -> None:
         if self.ranks is not None:
             self.ranks.model(model, label)
 
     def wants_step(self, step: int) -> bool:
-        return _cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending)
+        return _cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending) \
+            or not torch.is_grad_enabled() or torch.is_inference_mode_enabled()  # (an evaluation begins it)
+
+    def on_root_forward_pre(self, model: torch.nn.Module, label: str) -> None:
+        if self.evalrandom is not None and not model.training:
+            self.evalrandom.forward_pre(model, label)
+
+    def on_root_forward(self, model: torch.nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                        output: Any) -> None:
+        if self.evalrandom is not None and self.evalrandom.mode is not None:
+            self.evalrandom.forward(model, label)
+
+    def on_exception(self, exc: BaseException) -> None:
+        if self.evalrandom is not None:
+            self.evalrandom.drop()
 
     # ------------------------------------------------------------------ events
     def on_step_end(self, step: int) -> None:
+        if self._eval_only:
+            return
         snap = self.session.snapshot if self.session is not None else None
         record = snap.record if snap is not None else None
         self._previous = skeleton(record) if record is not None and record.taped else []
@@ -81,15 +101,22 @@ class LedgerChecker(Checker):
             self.updates.step_end()
 
     def on_step_begin(self, step: int) -> None:
+        self._eval_only = not (_cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending))
+        if self._eval_only:
+            return  # the rest of the ledger sits this step out, as it would asleep
         if self._ended != step - 1:
             self._previous = []  # the check sat out the step before: nothing to join
         if self.ranks is not None:
             self.ranks.step_begin(_cadence.sampled(step))
 
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
+        if self._eval_only:
+            return
         assert self.ledger is not None and self.amp is not None and self.session is not None
         self._report(self.ledger.backward_begin())
         self.amp.backward(roots)
+        if self.ranks is not None:
+            self.ranks.backward(roots)
         snap = self.session.snapshot
         record = snap.record if snap is not None else None
         if record is None or not record.taped:
@@ -106,12 +133,16 @@ class LedgerChecker(Checker):
                 self.ledger.backward(terms, self.session.step, frame)
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        if self._eval_only:
+            return
         assert self.ledger is not None
         self._report(self.ledger.backward_end())
         if self.updates is not None:
             self.updates.backward_end()
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        if self._eval_only:
+            return
         assert self.ledger is not None and self.amp is not None
         self.ledger.optimizer_step(optimizer)
         self.amp.stepped()
@@ -123,6 +154,8 @@ class LedgerChecker(Checker):
             self.updates.step_pre(optimizer)
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
+        if self._eval_only:
+            return
         if self.moves is not None:
             self.moves.post(optimizer)
         if self.updates is not None:
@@ -133,6 +166,8 @@ class LedgerChecker(Checker):
             self.ledger.optimizer_step(optimizer)
 
     def on_end(self) -> None:
+        if self.evalrandom is not None:
+            self.evalrandom.drop()
         if self.ledger is not None:
             self._report(self.ledger.end())
         if self.updates is not None and self.session is not None:

@@ -36,6 +36,8 @@ from .._distributed._merge import RECORD_CHECKS
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
 from .._transparent import our_hook
+from ._normalizer import GlobalDivisor
+from ._replicas import OptimizerPrints, compare_optimizers
 
 KEEP = 48  # recorded steps (thinned by half past it, the first 16 kept)
 MAX_SYNC = 4  # optimizer steps whose local and synced gradient sums are recorded
@@ -54,7 +56,7 @@ def _dtensor(t: torch.Tensor) -> bool:
 class _Wrapped:
     """One DDP model: its inner parameters, their dtype and device when first seen, the hooks."""
 
-    def __init__(self, ddp: nn.Module, label: str, owner: RankWatch) -> None:
+    def __init__(self, ddp: nn.Module, label: str, owner: RankWatch, armed: bool = False) -> None:
         inner = ddp.module
         assert isinstance(inner, nn.Module)
         self.label = label
@@ -63,7 +65,10 @@ class _Wrapped:
         self.params: list[weakref.ref[torch.Tensor]] = [weakref.ref(p) for _, p in named]
         self.kinds = [(p.dtype, p.device) for _, p in named]
         self.inside = 0
-        self.armed = False  # the wrapper's own hooks ran once (a model found in its first call)
+        self.called = False  # a grad-mode forward went through the wrapper since the last backward
+        # the wrapper's own hooks ran once (a model found in its first call); hooked when it was
+        # built: from the start, so that a wrapper never called at all shows its bypass
+        self.armed = armed
         self.bypass: dict[str, Any] | None = None
         self.casts: list[str] = []
         self.cast_line: str | None = None
@@ -72,6 +77,8 @@ class _Wrapped:
         def enter(module: nn.Module, args: Any) -> None:
             self.inside += 1
             self.armed = True
+            if torch.is_grad_enabled():
+                self.called = True
 
         def leave(module: nn.Module, args: Any, output: Any) -> None:
             self.inside = max(0, self.inside - 1)
@@ -122,16 +129,48 @@ class RankWatch:
         self._wrapped: set[int] = set()
         self._sampling = False
         self.shards: dict[int, list[Any]] = {}  # id(param) -> [ref, none count, judged steps]
+        self.replicas = OptimizerPrints(session)
+        self._sampled = False
+        self.divisor = GlobalDivisor(session, self.world)
+        if self.on:
+            self._watch_wrapping()
+            self.divisor.install()
 
     # ------------------------------------------------------------------ events
+    def _watch_wrapping(self) -> None:
+        """DistributedDataParallel built while the session runs: watched from its construction,
+        also when the session never sees it called (its wrapped module called instead)."""
+        cls = torch.nn.parallel.DistributedDataParallel
+        original = cls.__init__
+        watch = self
+
+        def __init__(ddp: Any, *args: Any, **kwargs: Any) -> None:
+            original(ddp, *args, **kwargs)
+            try:
+                inner = getattr(ddp, "module", None)
+                if isinstance(inner, nn.Module):
+                    watch._add_wrapped(ddp, type(inner).__name__, armed=True)
+            except Exception as e:
+                watch.session.internal_error("step ledger, ranks", e)
+
+        self.session.patch(cls, "__init__", __init__)
+
+    def _add_wrapped(self, model: nn.Module, label: str, armed: bool = False) -> None:
+        if id(model) in self._wrapped:
+            for w in self.models:
+                if w.modules[0]() is model:
+                    w.label = label
+            return
+        self._wrapped.add(id(model))
+        self.models.append(_Wrapped(model, label, self, armed=armed))
+        if len(self.models) == 1:
+            self.session.patch(nn.Module, "_apply", self._wrap_apply(nn.Module._apply))
+
     def model(self, model: nn.Module, label: str) -> None:
         if not self.on:
             return
-        if is_ddp(model) and id(model) not in self._wrapped:
-            self._wrapped.add(id(model))
-            self.models.append(_Wrapped(model, label, self))
-            if len(self.models) == 1:
-                self.session.patch(nn.Module, "_apply", self._wrap_apply(nn.Module._apply))
+        if is_ddp(model):
+            self._add_wrapped(model, label)
         for p in model.parameters():
             if p.requires_grad and p.is_floating_point() and not _dtensor(p) and id(p) not in self._hooked:
                 self._hooked.add(id(p))
@@ -165,7 +204,15 @@ class RankWatch:
 
         return hook
 
+    def backward(self, roots: tuple[torch.Tensor, ...]) -> None:
+        if self.on:
+            # DDP averages the gradients of a backward through the wrapper's forward
+            self.divisor.backward(roots, any(w.called for w in self.models))
+            for w in self.models:
+                w.called = False
+
     def step_begin(self, sampled: bool) -> None:
+        self._sampled = self.on and sampled
         self._sampling = self.on and sampled and len(self.sync) + len(self.sync_pending) < MAX_SYNC
         if not self._sampling:
             self.local.clear()
@@ -174,6 +221,8 @@ class RankWatch:
         if not self.on:
             return
         self._shards(opt)
+        if self._sampled:
+            self.replicas.pre_step(opt, self.session.step)
         if not self._sampling or not self.local:
             return
         names, local, synced = [], [], []
@@ -230,6 +279,8 @@ class RankWatch:
         if not self.on:
             return []
         out = self._none_grads()
+        if self.divisor.found is not None:
+            out.append(self.divisor.found)
         rec: dict[str, Any] = {"world_size": self.world, "models": [], "sync": []}
         for i, w in enumerate(self.models):
             steps = [(s, n) for j, s, n in self.prints if j == i]
@@ -241,7 +292,8 @@ class RankWatch:
             rec["sync"].append({"step": step, "names": names, "local": local.cpu().tolist(),
                                 "synced": synced.cpu().tolist()})
         self.sync_pending.clear()
-        if rec["models"] or rec["sync"]:
+        rec["optimizers"] = self.replicas.record()
+        if rec["models"] or rec["sync"] or rec["optimizers"]:
             self.session.meta["step_ranks"] = rec
         return out
 
@@ -278,7 +330,10 @@ def compare_records(records: dict[int, dict[str, Any]]) -> list[Finding]:
                 m["prints"] = [[_real(v) for v in row] for row in m.get("prints", [])]
             for sync in rec.get("sync", []):
                 sync["local"], sync["synced"] = [_real(v) for v in sync["local"]], [_real(v) for v in sync["synced"]]
-        return [f for f in (_drift(recs), _summed(recs)) if f is not None]
+        drift = _drift(recs)
+        found = [f for f in (drift, _summed(recs)) if f is not None]
+        # replicas of a DDP model found drifting: their optimizer's drift is the same fault
+        return found if drift is not None else found + compare_optimizers(recs)
     except Exception as e:  # our own bug: a warning, never the merged report lost
         import warnings
 
