@@ -1,0 +1,121 @@
+"""The data ledger's severities judged by harm (session 8): evaluation passes that drop a
+remainder, hand-fed evaluation rows equal by content to training rows, and loaders fetched
+together for one backward. Each program is written the way users write it; the bugs assert the
+exact finding, the look-alike correct programs assert silence."""
+
+from __future__ import annotations
+
+import textwrap
+
+from test_ledger import run_script
+
+PASS_CODES = {"data.eval_duplicates", "data.eval_lost"}
+
+
+def _run(tmp_path, source, name="prog.py", checks=("data_ledger",)):
+    return run_script(name, tmp_path, checks=checks, source=textwrap.dedent(source))
+
+
+def _line(source, marker="# HERE"):
+    return next(i for i, s in enumerate(textwrap.dedent(source).splitlines(), 1) if marker in s)
+
+
+# ---------------------------------------------------------------- evaluation passes (eval_lost)
+TINY_VAL = """
+import torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+X, y = torch.randn(220, 6), torch.randint(0, 3, (220,))
+train_ds, holdout = TensorDataset(X[:200], y[:200]), TensorDataset(X[200:], y[200:])
+train_loader = DataLoader(train_ds, batch_size=32, shuffle=True, drop_last=True)
+val_loader = DataLoader(holdout, batch_size=32, drop_last=True)  # HERE
+model = nn.Linear(6, 3)
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+for epoch in range(2):
+    for xb, yb in train_loader:
+        opt.zero_grad(); F.cross_entropy(model(xb), yb).backward(); opt.step()
+    with torch.no_grad():
+        accs = [(model(xb).argmax(1) == yb).float().mean() for xb, yb in val_loader]
+    print(epoch, sum(accs) / max(len(accs), 1))
+"""
+
+
+def test_a_validation_split_smaller_than_one_batch_is_never_evaluated(tmp_path):
+    report, _ = _run(tmp_path, TINY_VAL)
+    [f] = [f for f in report.findings if f.code in PASS_CODES]
+    assert (f.code, f.severity.value, f.line) == ("data.eval_lost", "warning", _line(TINY_VAL))
+    ev = f.evidence
+    assert (ev["loader"], ev["samples"], ev["delivered"], ev["lost"], ev["never_evaluated"], ev["passes"]) == \
+        ("val_loader", 20, 0, 20, 20, 2)
+
+
+RANDOM_SPLIT_REMAINDER = """
+import torch, torch.nn as nn
+from torch.utils.data import DataLoader, Dataset, random_split
+
+class Images(Dataset):
+    def __init__(self, n=72):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 3, 8, 8, generator=g)
+        self.m = (self.x[:, 0] > 0).long()
+    def __len__(self):
+        return len(self.x)
+    def __getitem__(self, i):
+        return {"image": self.x[i], "mask": self.m[i]}
+
+ds = Images()
+train_set, val_set = random_split(ds, [65, 7], generator=torch.Generator().manual_seed(0))
+train_loader = DataLoader(train_set, batch_size=4, shuffle=True)
+val_loader = DataLoader(val_set, batch_size=4, shuffle=False, drop_last=True)  # HERE
+net = nn.Conv2d(3, 2, 3, padding=1)
+opt = torch.optim.RMSprop(net.parameters(), lr=1e-3)
+for epoch in range(2):
+    net.train()
+    for b in train_loader:
+        opt.zero_grad(); nn.functional.cross_entropy(net(b["image"]), b["mask"]).backward(); opt.step()
+    net.eval()
+    with torch.inference_mode():
+        dice = sum(float((net(b["image"]).argmax(1) == b["mask"]).float().mean()) for b in val_loader)
+"""
+
+SHUFFLED_VAL_EACH_EPOCH = """
+import torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+t = torch.linspace(0, 60, 1400)
+series = torch.stack([torch.sin(t + k) for k in range(4)], 1)
+
+class Windows(torch.utils.data.Dataset):
+    def __init__(self, lo, hi):
+        self.s = series[lo:hi]
+    def __len__(self):
+        return len(self.s) - 24 - 6 + 1
+    def __getitem__(self, i):
+        return self.s[i:i + 24], self.s[i + 24:i + 30]
+
+def get_data(flag):
+    ds = Windows(*{"train": (0, 900), "val": (876, 1150), "test": (1126, 1400)}[flag])
+    return DataLoader(ds, batch_size=32, shuffle=flag != "test", drop_last=True)  # HERE
+
+train_loader, vali_loader, test_loader = get_data("train"), get_data("val"), get_data("test")
+model = nn.Sequential(nn.Flatten(), nn.Linear(96, 24))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+for epoch in range(3):
+    model.train()
+    for x, y in train_loader:
+        opt.zero_grad(); F.mse_loss(model(x), y.flatten(1)).backward(); opt.step()
+    model.eval()
+    with torch.no_grad():
+        for loader in (vali_loader, test_loader):
+            loss = sum(F.mse_loss(model(x), y.flatten(1)).item() for x, y in loader)
+"""
+
+
+def test_a_remainder_smaller_than_the_evaluated_part_is_info(tmp_path):
+    for source in (RANDOM_SPLIT_REMAINDER, SHUFFLED_VAL_EACH_EPOCH):
+        report, _ = _run(tmp_path, source)
+        found = [f for f in report.findings if f.code in PASS_CODES]
+        assert found and all(f.severity.value == "info" for f in found), [f.message for f in found]
+        assert all(f.evidence["lost"] < f.evidence["delivered"] for f in found)
