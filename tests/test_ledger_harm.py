@@ -119,3 +119,109 @@ def test_a_remainder_smaller_than_the_evaluated_part_is_info(tmp_path):
         found = [f for f in report.findings if f.code in PASS_CODES]
         assert found and all(f.severity.value == "info" for f in found), [f.message for f in found]
         assert all(f.evidence["lost"] < f.evidence["delivered"] for f in found)
+
+
+# ---------------------------------------------------------------- hand-fed rows equal by content
+ID_QUERIES = """
+import torch, torch.nn as nn
+
+torch.manual_seed(0)
+n_ent = 200
+triples = torch.stack([torch.randint(1, n_ent, (1400,)), torch.randint(0, 6, (1400,)),
+                       torch.randint(1, n_ent, (1400,))], 1)
+test, train = triples[:256], triples[256:]
+
+class Scorer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.e = nn.Embedding(n_ent, 16)
+    def forward(self, heads):
+        return self.e(heads[:, 0]) @ self.e.weight.t()
+
+model = Scorer()
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+def ranks(model, rows):
+    model.eval()
+    with torch.no_grad():
+        out = []
+        for i in range(0, len(rows) - 127, 128):
+            chunk = rows[i:i + 128]
+            scores = model(chunk[:, :1])
+            out.append((scores > scores.gather(1, chunk[:, 2:])).sum(1) + 1)
+    return torch.cat(out).float()
+
+for epoch in range(4):
+    model.train()
+    perm = torch.randperm(len(train))
+    for i in range(0, len(perm) - 127, 128):
+        b = train[perm[i:i + 128]]
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(b[:, :1]), b[:, 2]).backward()
+        opt.step()
+    mrr = (1 / ranks(model, test)).mean()
+"""
+
+SOURCE_MEASURED = """
+import math, torch, torch.nn as nn
+
+def spirals(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 3, (n,), generator=g)
+    r = torch.rand(n, generator=g)
+    t = r * 4 + y * (2 * math.pi / 3) + 0.2 * torch.randn(n, generator=g)
+    return torch.stack([r * torch.cos(t), r * torch.sin(t)], 1), y
+
+def acc(model, x, y):
+    model.eval()
+    with torch.no_grad():
+        out = (model(x).argmax(1) == y).float().mean().item()
+    model.train()
+    return out
+
+xs, ys = spirals(1500, 1)
+xq, yq = spirals(600, 3)
+model = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 3))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+for rnd in range(3):
+    for step in range(60):
+        idx = torch.randint(0, len(xs), (128,))
+        opt.zero_grad(); nn.functional.cross_entropy(model(xs[idx]), ys[idx]).backward(); opt.step()
+    print(rnd, acc(model, xs, ys), acc(model, xq, yq))
+"""
+
+HELDOUT_TRAINED = """
+import torch, torch.nn as nn
+
+torch.manual_seed(0)
+X, y = torch.randn(1000, 5), torch.randint(0, 2, (1000,))
+X_val, y_val = X[800:], y[800:]
+model = nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.Linear(16, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    model.train()
+    for step in range(20):
+        idx = torch.randint(0, len(X), (64,))  # draws from all rows, the held-out ones too
+        opt.zero_grad(); nn.functional.cross_entropy(model(X[idx]), y[idx]).backward(); opt.step()
+    model.eval()
+    with torch.no_grad():
+        val_acc = (model(X_val).argmax(1) == y_val).float().mean()  # HERE
+"""
+
+
+def test_id_rows_that_repeat_inside_the_evaluation_set_are_not_identity(tmp_path):
+    report, _ = _run(tmp_path, ID_QUERIES)
+    assert [f for f in report.findings if f.code == "data.split_overlap"] == []
+
+
+def test_the_tensor_training_batches_were_drawn_from_measured_is_quiet(tmp_path):
+    report, _ = _run(tmp_path, SOURCE_MEASURED)
+    assert [f for f in report.findings if f.code == "data.split_overlap"] == []
+
+
+def test_a_held_out_part_of_the_tensor_training_draws_from_is_an_error(tmp_path):
+    report, _ = _run(tmp_path, HELDOUT_TRAINED)
+    [f] = [f for f in report.findings if f.code == "data.split_overlap"]
+    assert (f.severity.value, f.line) == ("error", _line(HELDOUT_TRAINED))
+    assert (f.evidence["evaluation_samples"], f.evidence["matched"]) == (200, "content")
+    assert f.evidence["count"] >= 190

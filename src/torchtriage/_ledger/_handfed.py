@@ -183,16 +183,59 @@ def _judge_model(ev: Side, tr: Side | None, token: int, loaders: list[Loader]) -
             kept.append(rows)
     within = [(r.size, np.unique(r).size) for r in (*kept, *tr_rows[:len(own)]) if r.size]
     rate = sum(n - u for n, u in within) / max(sum(n for n, _ in within), 1)
-    eu = np.unique(np.concatenate(kept))
     tu = np.unique(np.concatenate(tr_rows))
+    sizes = np.array([r.size for r in tr_rows], dtype=np.int64)
+    train = (np.concatenate(tr_rows), np.repeat(np.arange(len(tr_rows)), sizes), sizes)
+    kept = [r for r in kept if not _training_source(r, train, tu)]  # a training source measured
+    if not kept:
+        return None
+    eu = np.unique(np.concatenate(kept))
     hit = np.isin(eu, tu)
     count, n = int(hit.sum()), int(eu.size)
     if count < MIN_OVERLAP or (count == n == tu.size):
         return None
-    if not repeated or count < max(SPLIT_SHARE, 3 * rate) * n:
+    chance = min(1.0, collisions(kept) * tu.size)  # a new sample's row equal to a training row by chance
+    if not repeated or count < max(SPLIT_SHARE, 3 * rate, 3 * chance) * n:
         return None
     e = Loader("evaluation forwards", ev.frame, None, 0, 0, "", False)
     t = trainers[0] if trainers and not own else Loader("training forwards", tr.frame if tr else None, None, 0, 0,
                                                         "", False)
     example = int(np.flatnonzero(hit)[0])
     return _split_finding(e, t, count, n, example, "content", "error")
+
+
+def collisions(chunks: list[np.ndarray]) -> float:
+    """The probability that two distinct evaluation samples have equal rows: pairs of equal digests
+    over pairs of rows, inside each evaluation forward (one pass gives each sample once, so equal
+    rows there are equal content, not a sample drawn twice). Rows of a few ids (a knowledge graph's
+    head entity, a user id) repeat at this rate, and a new sample's row then equals one of `U`
+    distinct training rows with a probability of about `U` times it."""
+    same = pairs = 0
+    for rows in chunks:
+        if rows.size < 2:
+            continue
+        _, counts = np.unique(rows, return_counts=True)
+        same += int((counts * (counts - 1) // 2).sum())
+        pairs += rows.size * (rows.size - 1) // 2
+    return same / pairs if pairs else 0.0
+
+
+SOURCE_INSIDE = 0.99  # the training forwards that touch an evaluated tensor drew (almost) only from it
+SOURCE_COVERED = 0.9  # ... and reached most of it (draws with replacement miss e^-k after k epochs' worth)
+
+
+def _training_source(rows: np.ndarray, train: tuple[np.ndarray, np.ndarray, np.ndarray], tu: np.ndarray) -> bool:
+    """An evaluation forward's rows are a training source, measured on purpose (train accuracy on the
+    tensor the training batches were indexed from): the training forwards that share a row with it
+    drew their rows from it (`SOURCE_INSIDE`), and they reached most of it (`SOURCE_COVERED`). An
+    evaluation tensor that is a part of what training drew from (the training batches also hold
+    other rows: a held-out part trained on) is not one. `train`: the training rows, each row's
+    forward, and each forward's row count."""
+    ev = np.unique(rows)
+    if ev.size < MIN_ROWS or np.isin(ev, tu).mean() < SOURCE_COVERED:
+        return False
+    keys, chunk_of, sizes = train
+    hit = np.isin(keys, ev)
+    touched = np.unique(chunk_of[hit])
+    total = int(sizes[touched].sum())
+    return total > 0 and int(hit.sum()) >= SOURCE_INSIDE * total
