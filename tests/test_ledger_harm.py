@@ -225,3 +225,64 @@ def test_a_held_out_part_of_the_tensor_training_draws_from_is_an_error(tmp_path)
     assert (f.severity.value, f.line) == ("error", _line(HELDOUT_TRAINED))
     assert (f.evidence["evaluation_samples"], f.evidence["matched"]) == (200, "content")
     assert f.evidence["count"] >= 190
+
+
+# ---------------------------------------------------------------- loaders fetched together for one step
+EPISODES = """
+import random, torch, torch.nn as nn
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+random.seed(0); torch.manual_seed(0)
+POOL = {c: torch.randn(12, 1, 6, 6) + c for c in range(40)}
+train_classes, test_classes = list(range(30)), list(range(30, 40))
+
+class Episode(Dataset):
+    def __init__(self, items):
+        self.items = items
+    def __len__(self):
+        return len(self.items)
+    def __getitem__(self, i):
+        c, k, label = self.items[i]
+        return POOL[c][k], label
+
+class Once(Sampler):
+    def __init__(self, n):
+        self.n = n
+    def __iter__(self):
+        return iter(torch.randperm(self.n).tolist())
+    def __len__(self):
+        return 1
+
+def loaders(classes, shots=2, queries=4):
+    chosen = random.sample(classes, 5)
+    support, query = [], []
+    for label, c in enumerate(chosen):
+        ks = random.sample(range(12), shots + queries)
+        support += [(c, k, label) for k in ks[:shots]]
+        query += [(c, k, label) for k in ks[shots:]]
+    return (DataLoader(Episode(support), batch_size=len(support), sampler=Once(len(support))),
+            DataLoader(Episode(query), batch_size=len(query), sampler=Once(len(query))))
+
+encoder = nn.Sequential(nn.Flatten(), nn.Linear(36, 16))
+opt = torch.optim.Adam(encoder.parameters(), lr=1e-3)
+for episode in range(30):
+    support_loader, query_loader = loaders(train_classes)
+    xs, ys = next(iter(support_loader))
+    xq, yq = next(iter(query_loader))
+    protos = torch.stack([encoder(xs)[ys == c].mean(0) for c in range(5)])
+    loss = nn.functional.cross_entropy(-torch.cdist(encoder(xq), protos), yq)
+    opt.zero_grad(); loss.backward(); opt.step()
+    if (episode + 1) % 10 == 0:
+        with torch.no_grad():
+            for _ in range(3):
+                s_loader, t_loader = loaders(test_classes)
+                xs, ys = next(iter(s_loader))
+                xq, yq = next(iter(t_loader))
+                protos = torch.stack([encoder(xs)[ys == c].mean(0) for c in range(5)])
+                acc = (torch.cdist(encoder(xq), protos).argmin(1) == yq).float().mean()
+"""
+
+
+def test_support_and_query_sets_fetched_for_one_step_are_both_trained_on(tmp_path):
+    report, _ = _run(tmp_path, EPISODES)
+    assert [f for f in report.findings if f.code == "data.split_overlap"] == []
