@@ -286,3 +286,35 @@ for episode in range(30):
 def test_support_and_query_sets_fetched_for_one_step_are_both_trained_on(tmp_path):
     report, _ = _run(tmp_path, EPISODES)
     assert [f for f in report.findings if f.code == "data.split_overlap"] == []
+
+
+PADDED_STREAM = """
+import torch, torch.nn as nn
+
+def batch(g, n, length=12):
+    ids = torch.randint(20, 52, (n, length), generator=g)
+    where = torch.randint(1, length, (n,), generator=g)
+    ids[:, 0] = where  # the first token says which position holds the answer
+    answer = ids[torch.arange(n), where] - 20
+    keep = torch.maximum(where + 1, torch.randint(2, length + 1, (n,), generator=g))
+    ids[torch.arange(length)[None] >= keep[:, None]] = 0  # padding after each sequence
+    return ids, answer
+
+g = torch.Generator().manual_seed(1)
+model = nn.Sequential(nn.Embedding(52, 8), nn.Flatten(), nn.Linear(96, 32))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+val_ids, val_y = batch(g, 1000)
+for step in range(601):
+    ids, y = batch(g, 64)  # fresh rows every step: a stream, never an epoch
+    opt.zero_grad(); nn.functional.cross_entropy(model(ids), y).backward(); opt.step()
+    if step % 100 == 0:
+        model.eval()
+        with torch.no_grad():
+            acc = (model(val_ids).argmax(1) == val_y).float().mean()
+        model.train()
+"""
+
+
+def test_short_padded_rows_equal_by_chance_are_not_trained_samples(tmp_path):
+    report, _ = _run(tmp_path, PADDED_STREAM)
+    assert [f for f in report.findings if f.code == "data.split_overlap"] == []

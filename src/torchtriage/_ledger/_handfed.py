@@ -60,6 +60,7 @@ def _ptr(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], int]:
 class Side:
     def __init__(self) -> None:
         self.chunks: list[torch.Tensor] = []
+        self.filled: list[torch.Tensor] = []  # evaluation side, per chunk: each row's non-zero cells
         self.repeats: list[int] = []  # per chunk: times the same tensor was given again
         self.kept = 0
         self.shape: tuple[int, ...] | None = None
@@ -121,6 +122,8 @@ class HandFed:
             return  # rows of another shape (another input): one shape per side
         with torch.no_grad():
             side.chunks.append(dense_keys(x.detach()))
+            if not training:
+                side.filled.append((x.detach().reshape(x.shape[0], -1) != 0).sum(1))
         side.repeats.append(0)
         side.kept += int(x.shape[0])
         self.kept += int(x.shape[0])
@@ -170,17 +173,21 @@ def _judge_model(ev: Side, tr: Side | None, token: int, loaders: list[Loader]) -
     if not train_chunks:
         return None
     ev_rows = _host(ev.chunks)
+    ev_filled = _host(ev.filled) if len(ev.filled) == len(ev.chunks) else [np.zeros(0)] * len(ev_rows)
     tr_rows = _host(train_chunks)
     seen: dict[bytes, int] = {}
     kept: list[np.ndarray] = []
+    fill: dict[int, int] = {}  # evaluation row digest -> its non-zero cells
     repeated = False
-    for rows, again in zip(ev_rows, ev.repeats):
+    for rows, filled, again in zip(ev_rows, ev_filled, ev.repeats):
         digest = hashlib.blake2b(np.sort(rows).tobytes(), digest_size=16).digest()
         if again or digest in seen:
             repeated = True
         if digest not in seen:
             seen[digest] = len(kept)
             kept.append(rows)
+            if filled.size == rows.size:
+                fill.update(zip(rows.tolist(), filled.tolist()))
     within = [(r.size, np.unique(r).size) for r in (*kept, *tr_rows[:len(own)]) if r.size]
     rate = sum(n - u for n, u in within) / max(sum(n for n, _ in within), 1)
     tu = np.unique(np.concatenate(tr_rows))
@@ -191,6 +198,9 @@ def _judge_model(ev: Side, tr: Side | None, token: int, loaders: list[Loader]) -
         return None
     eu = np.unique(np.concatenate(kept))
     hit = np.isin(eu, tu)
+    if fill:  # natural duplicates are the rows with little content (short padded sequences, one-hot)
+        filled = np.array([fill.get(int(k), 0) for k in eu], dtype=np.int64)
+        hit &= filled * 2 >= np.median(filled)
     count, n = int(hit.sum()), int(eu.size)
     if count < MIN_OVERLAP or (count == n == tu.size):
         return None
