@@ -39,6 +39,9 @@ from .._leakage._runtime._fingerprint import dense_keys
 from .._loaderstream import stream
 from .._loaderstream import tensors as batch_tensors
 from ._epochs import MAX_KEYS, Loader
+from ._streams import K as window_tokens
+from ._streams import judge as judge_streams
+from ._streams import stream_input, window_keys
 from ._verdicts import _keys, _split_finding
 
 if TYPE_CHECKING:
@@ -72,7 +75,7 @@ class HandFed:
         self.ledger = ledger
         self.fresh = False
         self.fed: set[int] = set()  # storages of inputs a DataLoader batch fed
-        self.sides: dict[tuple[int, bool], Side] = {}  # (model token, training) -> its rows
+        self.sides: dict[tuple[int, bool, bool], Side] = {}  # (model token, training, stream) -> its rows
         self.kept = 0
         # The tensors given last (by identity, checked through a weak reference): not digested again.
         self.last: dict[int, tuple[weakref.ref[torch.Tensor], tuple[Any, ...], Side, int]] = {}
@@ -87,11 +90,14 @@ class HandFed:
             self.fresh = False
             self.fed = {_ptr(t)[0] for t in inputs}
             return
-        x = next((t for t in inputs if t.dim() >= 2 and t.shape[0] > 0 and not t.is_complex()), None)
+        x = stream_input(inputs)  # token ids: known by their windows (`_streams.py`)
+        windows = x is not None
+        if x is None:
+            x = next((t for t in inputs if t.dim() >= 2 and t.shape[0] > 0 and not t.is_complex()), None)
         if x is None or self.kept >= 2 * MAX_KEYS or _ptr(x)[0] in self.fed:
             return
         training = torch.is_grad_enabled() and not torch.is_inference_mode_enabled() and model.training
-        if not training and x.shape[0] < MIN_ROWS:
+        if not training and not windows and x.shape[0] < MIN_ROWS:
             return
         ident = _ptr(x)
         seen = self.last.get(id(x))
@@ -99,13 +105,13 @@ class HandFed:
             seen[2].repeats[seen[3]] += 1  # the same tensor again (a validation tensor each epoch)
             return
         token = self.ledger.token_of(model)
-        side = self.sides.get((token, training))
+        side = self.sides.get((token, training, windows))
         if side is None:
-            side = self.sides[(token, training)] = Side()
+            side = self.sides[(token, training, windows)] = Side()
         if side.kept >= MAX_KEYS:
             return
         if side.frame is None or not training:
-            frames = _user_frames(3 if not training else 1)
+            frames = _user_frames(3 if not training else 1, names=not training)
             if not training:
                 text = " ".join(src for _, src in frames).lower()
                 held = any(w in text for w in HELD_WORDS)
@@ -115,30 +121,41 @@ class HandFed:
                     return  # no_grad in train() mode, unnamed: acting, targets (an agent's), not an evaluation
             if side.frame is None and frames:
                 side.frame = frames[0][0]
-        shape = tuple(x.shape[1:])
+        shape = (-1, window_tokens) if windows else tuple(x.shape[1:])
         if side.shape is None:
             side.shape = shape
         elif side.shape != shape:
             return  # rows of another shape (another input): one shape per side
         with torch.no_grad():
-            side.chunks.append(dense_keys(x.detach()))
-            if not training:
+            keys = window_keys(x) if windows else dense_keys(x.detach())
+            side.chunks.append(keys)
+            if not training and not windows:
                 side.filled.append((x.detach().reshape(x.shape[0], -1) != 0).sum(1))
         side.repeats.append(0)
-        side.kept += int(x.shape[0])
-        self.kept += int(x.shape[0])
+        side.kept += int(keys.shape[0])
+        self.kept += int(keys.shape[0])
         if len(self.last) > 64:
             self.last.clear()
         self.last[id(x)] = (weakref.ref(x), ident, side, len(side.chunks) - 1)
 
 
-def _user_frames(most: int) -> list[tuple[Any, str]]:
+SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "test", "dev", "eval", "holdout"})
+
+
+def _user_frames(most: int, names: bool = False) -> list[tuple[Any, str]]:
+    """The innermost `most` frames of the user's code, each with its source line; with `names`,
+    the line is followed by the split names its frame holds in string variables (``for split in
+    ("train", "val"): X, Y = get_batch(split)``: the line says ``split``, the variable says which)."""
     f: types.FrameType | None = user_stack_frame(1)
     out: list[tuple[Any, str]] = []
     while f is not None and len(out) < most:
         if in_user_file(f):
             uf = user_frame_of(f)
-            out.append((uf, uf.source or ""))
+            text = uf.source or ""
+            if names:
+                held = [v for v in f.f_locals.values() if isinstance(v, str) and v.lower() in SPLIT_NAMES]
+                text = " ".join([text, *held])
+            out.append((uf, text))
         f = f.f_back
     return out
 
@@ -153,13 +170,13 @@ def _host(chunks: list[torch.Tensor]) -> list[np.ndarray]:
 
 def judge(hf: HandFed, loaders: list[Loader]) -> Any:
     """The split verdict over the rows of hand-fed forwards, per model (see the module docstring)."""
-    for (token, training), ev in hf.sides.items():
-        if training or not ev.chunks or ev.shape is None:
+    for (token, training, windows), ev in hf.sides.items():
+        if training or windows or not ev.chunks or ev.shape is None:
             continue
-        found = _judge_model(ev, hf.sides.get((token, True)), token, loaders)
+        found = _judge_model(ev, hf.sides.get((token, True, False)), token, loaders)
         if found is not None:
             return found
-    return None
+    return judge_streams(hf)
 
 
 def _judge_model(ev: Side, tr: Side | None, token: int, loaders: list[Loader]) -> Any:
