@@ -194,7 +194,7 @@ def _judge_model(ev: Side, tr: Side | None, token: int, loaders: list[Loader]) -
     tr_rows = _host(train_chunks)
     seen: dict[bytes, int] = {}
     kept: list[np.ndarray] = []
-    fill: dict[int, int] = {}  # evaluation row digest -> its non-zero cells
+    fill: dict[int, np.ndarray] = {}  # kept chunk (by id) -> each row's non-zero cells
     repeated = False
     for rows, filled, again in zip(ev_rows, ev_filled, ev.repeats):
         digest = hashlib.blake2b(np.sort(rows).tobytes(), digest_size=16).digest()
@@ -204,19 +204,22 @@ def _judge_model(ev: Side, tr: Side | None, token: int, loaders: list[Loader]) -
             seen[digest] = len(kept)
             kept.append(rows)
             if filled.size == rows.size:
-                fill.update(zip(rows.tolist(), filled.tolist()))
+                fill[id(rows)] = filled
     within = [(r.size, np.unique(r).size) for r in (*kept, *tr_rows[:len(own)]) if r.size]
     rate = sum(n - u for n, u in within) / max(sum(n for n, _ in within), 1)
     tu = np.unique(np.concatenate(tr_rows))
-    sizes = np.array([r.size for r in tr_rows], dtype=np.int64)
-    train = (np.concatenate(tr_rows), np.repeat(np.arange(len(tr_rows)), sizes), sizes)
-    kept = [r for r in kept if not _training_source(r, train, tu)]  # a training source measured
+    if len(kept) <= MAX_SOURCES:  # (an evaluation set is a few tensors; thousands are a stream of states)
+        sizes = np.array([r.size for r in tr_rows], dtype=np.int64)
+        train = (np.concatenate(tr_rows), np.repeat(np.arange(len(tr_rows)), sizes), sizes)
+        kept = [r for r in kept if not _training_source(r, train, tu)]  # a training source measured
     if not kept:
         return None
     eu = np.unique(np.concatenate(kept))
     hit = np.isin(eu, tu)
-    if fill:  # natural duplicates are the rows with little content (short padded sequences, one-hot)
-        filled = np.array([fill.get(int(k), 0) for k in eu], dtype=np.int64)
+    if all(id(r) in fill for r in kept):  # natural duplicates: rows with little content (padded, one-hot)
+        rows_all = np.concatenate(kept)
+        _, first = np.unique(rows_all, return_index=True)  # (in the order of eu)
+        filled = np.concatenate([fill[id(r)] for r in kept])[first]
         hit &= filled * 2 >= np.median(filled)
     count, n = int(hit.sum()), int(eu.size)
     if count < MIN_OVERLAP or (count == n == tu.size):
@@ -247,6 +250,7 @@ def collisions(chunks: list[np.ndarray]) -> float:
     return same / pairs if pairs else 0.0
 
 
+MAX_SOURCES = 64  # distinct evaluation tensors tested as training sources (one search of the training rows each)
 SOURCE_INSIDE = 0.99  # the training forwards that touch an evaluated tensor drew (almost) only from it
 SOURCE_COVERED = 0.9  # ... and reached most of it (draws with replacement miss e^-k after k epochs' worth)
 
