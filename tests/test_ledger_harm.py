@@ -318,3 +318,40 @@ for step in range(601):
 def test_short_padded_rows_equal_by_chance_are_not_trained_samples(tmp_path):
     report, _ = _run(tmp_path, PADDED_STREAM)
     assert [f for f in report.findings if f.code == "data.split_overlap"] == []
+
+
+AGENT = """
+import torch, torch.nn as nn
+
+class Policy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body, self.pi, self.v = nn.Linear(6, 32), nn.Linear(32, 3), nn.Linear(32, 1)
+    def forward(self, obs):
+        h = torch.tanh(self.body(obs))
+        return self.v(h), self.pi(h)
+
+torch.manual_seed(0)
+policy = Policy()
+opt = torch.optim.RMSprop(policy.parameters(), lr=7e-4)
+obs = torch.randn(16, 6)
+for update in range(40):
+    states, actions = [], []
+    for step in range(5):
+        with torch.no_grad():
+            value, logits = policy(obs)  # acting: the value estimate and the action of each env
+        action = torch.distributions.Categorical(logits=logits).sample()
+        states.append(obs); actions.append(action)
+        obs = obs + 0.1 * torch.randn(16, 6)
+    with torch.no_grad():
+        next_value, _ = policy(obs)  # bootstrap value of the state the next rollout starts from
+    values, logits = policy(torch.cat(states))
+    logp = torch.distributions.Categorical(logits=logits).log_prob(torch.cat(actions))
+    loss = -(logp * (next_value.mean() - values.squeeze(1)).detach()).mean() + values.pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+"""
+
+
+def test_an_agent_acting_on_the_states_it_trains_on_is_no_evaluation(tmp_path):
+    report, _ = _run(tmp_path, AGENT)
+    assert [f for f in report.findings if f.code == "data.split_overlap"] == []

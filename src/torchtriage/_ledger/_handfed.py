@@ -26,6 +26,7 @@ measures the training set on purpose and is left out.
 from __future__ import annotations
 
 import hashlib
+import re
 import types
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -50,7 +51,9 @@ if TYPE_CHECKING:
 SPLIT_SHARE = 0.01
 MIN_ROWS = 8  # rows of an evaluation forward (an agent acting on one state is no evaluation set)
 MIN_OVERLAP = 8
-HELD_WORDS = ("val", "test", "dev", "eval", "holdout")
+# A held-out name is a word of its own, bounded by anything but a letter (`X_val`, `val_loader`,
+# `test2`, `evaluate`): `value`, `interval`, `device`, `latest` name nothing held out.
+_HELD = re.compile(r"(?<![a-z])(?:val|valid|validation|test|testing|dev|eval|evaluate|evaluation|holdout)(?![a-z])")
 
 
 def _ptr(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], int]:
@@ -114,7 +117,7 @@ class HandFed:
             frames = _user_frames(3 if not training else 1, names=not training)
             if not training:
                 text = " ".join(src for _, src in frames).lower()
-                held = any(w in text for w in HELD_WORDS)
+                held = _HELD.search(text) is not None
                 if "train" in text and not held:
                     return  # the training data measured on purpose
                 if model.training and not held:
