@@ -355,3 +355,25 @@ for update in range(40):
 def test_an_agent_acting_on_the_states_it_trains_on_is_no_evaluation(tmp_path):
     report, _ = _run(tmp_path, AGENT)
     assert [f for f in report.findings if f.code == "data.split_overlap"] == []
+
+
+EPISODES_BY_RANDPERM = """
+import torch, torch.nn as nn
+
+torch.manual_seed(0)
+pool = torch.randn(5, 20, 8) + torch.arange(5)[:, None, None]   # 5 classes, 20 examples each
+enc = nn.Linear(8, 4)
+opt = torch.optim.Adam(enc.parameters(), lr=1e-2)
+for episode in range(30):
+    inds = torch.randperm(20)[:15]
+    support, query = pool[:, inds[:5]], pool[:, inds[5:]]
+    protos = enc(support.reshape(-1, 8)).reshape(5, 5, 4).mean(1)
+    logits = -torch.cdist(enc(query.reshape(-1, 8)), protos)
+    loss = nn.functional.cross_entropy(logits, torch.arange(5).repeat_interleave(10))
+    opt.zero_grad(); loss.backward(); opt.step()
+"""
+
+
+def test_episodes_drawn_afresh_from_one_pool_are_no_harmful_redraw(tmp_path):
+    report, _ = _run(tmp_path, EPISODES_BY_RANDPERM, checks=("leakage", "data_ledger"))
+    assert [f for f in report.findings if f.code.startswith("data.") and f.severity.value in ("warning", "error")] == []
