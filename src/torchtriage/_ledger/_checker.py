@@ -41,6 +41,7 @@ class DataLedger(Checker):
     def on_start(self, session: Any) -> None:
         self.backwards = 0
         self.forwards = 0
+        self.calls = 0  # root forwards of any kind (a batch used by nothing yet: `Follower.on_batch`)
         self.tokens: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
         self.follower = Follower(session, self)
         self.follower.install()
@@ -59,6 +60,7 @@ class DataLedger(Checker):
         return self.follower.loaders
 
     def on_root_forward_pre(self, model: nn.Module, label: str) -> None:
+        self.calls += 1
         if model.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
             self.evalsync.training()
             self.forwards += 1

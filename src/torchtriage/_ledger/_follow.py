@@ -95,6 +95,7 @@ class Follower:
         shuffled = _shuffles(sampler)
         epoch = Epoch(len(entry.epochs), shuffled, getattr(sampler, "epoch", None) if entry.distributed else None)
         epoch.mark = self.ledger.counters()
+        epoch.calls = self.ledger.calls
         epoch.promised = promised(loader, sampler)
         try:
             epoch.expected = len(it)  # (a loop that counts its batches never exhausts the sampler: Lightning)
@@ -154,13 +155,19 @@ class Follower:
         ep = p.epoch
         if self.tails:
             tails, self.tails = self.tails, []
-            for _entry, other in tails:
-                self.ledger.end_window(other)
+            for entry, other in tails:
+                if other.calls == self.ledger.calls and other.mark == self.ledger.counters() and other is not ep:
+                    # Nothing used its last batch yet: fetched together with this one for one step
+                    # (an episode's support and query sets, one batch of each of two loaders).
+                    self.tails.append((entry, other))
+                else:
+                    self.ledger.end_window(other)
         bw, fw = self.ledger.counters()
         if ep.sizes:  # the previous batch's window ends here
             ep.backwards.append(bw - ep.mark[0])
             ep.forwards.append(fw - ep.mark[1])
         ep.mark = (bw, fw)
+        ep.calls = self.ledger.calls
         rows = as_rows(indices) if p.in_order else None
         tensors = batch_tensors(data)
         size = len(rows) if rows is not None else next((int(t.shape[0]) for t in tensors if t.dim() >= 1), 1)

@@ -26,6 +26,7 @@ measures the training set on purpose and is left out.
 from __future__ import annotations
 
 import hashlib
+import re
 import types
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,9 @@ from .._leakage._runtime._fingerprint import dense_keys
 from .._loaderstream import stream
 from .._loaderstream import tensors as batch_tensors
 from ._epochs import MAX_KEYS, Loader
+from ._streams import K as window_tokens
+from ._streams import judge as judge_streams
+from ._streams import stream_input, window_keys
 from ._verdicts import _keys, _split_finding
 
 if TYPE_CHECKING:
@@ -47,7 +51,9 @@ if TYPE_CHECKING:
 SPLIT_SHARE = 0.01
 MIN_ROWS = 8  # rows of an evaluation forward (an agent acting on one state is no evaluation set)
 MIN_OVERLAP = 8
-HELD_WORDS = ("val", "test", "dev", "eval", "holdout")
+# A held-out name is a word of its own, bounded by anything but a letter (`X_val`, `val_loader`,
+# `test2`, `evaluate`): `value`, `interval`, `device`, `latest` name nothing held out.
+_HELD = re.compile(r"(?<![a-z])(?:val|valid|validation|test|testing|dev|eval|evaluate|evaluation|holdout)(?![a-z])")
 
 
 def _ptr(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], int]:
@@ -60,6 +66,7 @@ def _ptr(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], int]:
 class Side:
     def __init__(self) -> None:
         self.chunks: list[torch.Tensor] = []
+        self.filled: list[torch.Tensor] = []  # evaluation side, per chunk: each row's non-zero cells
         self.repeats: list[int] = []  # per chunk: times the same tensor was given again
         self.kept = 0
         self.shape: tuple[int, ...] | None = None
@@ -71,7 +78,7 @@ class HandFed:
         self.ledger = ledger
         self.fresh = False
         self.fed: set[int] = set()  # storages of inputs a DataLoader batch fed
-        self.sides: dict[tuple[int, bool], Side] = {}  # (model token, training) -> its rows
+        self.sides: dict[tuple[int, bool, bool], Side] = {}  # (model token, training, stream) -> its rows
         self.kept = 0
         # The tensors given last (by identity, checked through a weak reference): not digested again.
         self.last: dict[int, tuple[weakref.ref[torch.Tensor], tuple[Any, ...], Side, int]] = {}
@@ -86,11 +93,14 @@ class HandFed:
             self.fresh = False
             self.fed = {_ptr(t)[0] for t in inputs}
             return
-        x = next((t for t in inputs if t.dim() >= 2 and t.shape[0] > 0 and not t.is_complex()), None)
+        x = stream_input(inputs)  # token ids: known by their windows (`_streams.py`)
+        windows = x is not None
+        if x is None:
+            x = next((t for t in inputs if t.dim() >= 2 and t.shape[0] > 0 and not t.is_complex()), None)
         if x is None or self.kept >= 2 * MAX_KEYS or _ptr(x)[0] in self.fed:
             return
         training = torch.is_grad_enabled() and not torch.is_inference_mode_enabled() and model.training
-        if not training and x.shape[0] < MIN_ROWS:
+        if not training and not windows and x.shape[0] < MIN_ROWS:
             return
         ident = _ptr(x)
         seen = self.last.get(id(x))
@@ -98,44 +108,57 @@ class HandFed:
             seen[2].repeats[seen[3]] += 1  # the same tensor again (a validation tensor each epoch)
             return
         token = self.ledger.token_of(model)
-        side = self.sides.get((token, training))
+        side = self.sides.get((token, training, windows))
         if side is None:
-            side = self.sides[(token, training)] = Side()
+            side = self.sides[(token, training, windows)] = Side()
         if side.kept >= MAX_KEYS:
             return
         if side.frame is None or not training:
-            frames = _user_frames(3 if not training else 1)
+            frames = _user_frames(3 if not training else 1, names=not training)
             if not training:
                 text = " ".join(src for _, src in frames).lower()
-                held = any(w in text for w in HELD_WORDS)
+                held = _HELD.search(text) is not None
                 if "train" in text and not held:
                     return  # the training data measured on purpose
                 if model.training and not held:
                     return  # no_grad in train() mode, unnamed: acting, targets (an agent's), not an evaluation
             if side.frame is None and frames:
                 side.frame = frames[0][0]
-        shape = tuple(x.shape[1:])
+        shape = (-1, window_tokens) if windows else tuple(x.shape[1:])
         if side.shape is None:
             side.shape = shape
         elif side.shape != shape:
             return  # rows of another shape (another input): one shape per side
         with torch.no_grad():
-            side.chunks.append(dense_keys(x.detach()))
+            keys = window_keys(x) if windows else dense_keys(x.detach())
+            side.chunks.append(keys)
+            if not training and not windows:
+                side.filled.append((x.detach().reshape(x.shape[0], -1) != 0).sum(1))
         side.repeats.append(0)
-        side.kept += int(x.shape[0])
-        self.kept += int(x.shape[0])
+        side.kept += int(keys.shape[0])
+        self.kept += int(keys.shape[0])
         if len(self.last) > 64:
             self.last.clear()
         self.last[id(x)] = (weakref.ref(x), ident, side, len(side.chunks) - 1)
 
 
-def _user_frames(most: int) -> list[tuple[Any, str]]:
+SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "test", "dev", "eval", "holdout"})
+
+
+def _user_frames(most: int, names: bool = False) -> list[tuple[Any, str]]:
+    """The innermost `most` frames of the user's code, each with its source line; with `names`,
+    the line is followed by the split names its frame holds in string variables (``for split in
+    ("train", "val"): X, Y = get_batch(split)``: the line says ``split``, the variable says which)."""
     f: types.FrameType | None = user_stack_frame(1)
     out: list[tuple[Any, str]] = []
     while f is not None and len(out) < most:
         if in_user_file(f):
             uf = user_frame_of(f)
-            out.append((uf, uf.source or ""))
+            text = uf.source or ""
+            if names:
+                held = [v for v in f.f_locals.values() if isinstance(v, str) and v.lower() in SPLIT_NAMES]
+                text = " ".join([text, *held])
+            out.append((uf, text))
         f = f.f_back
     return out
 
@@ -150,13 +173,13 @@ def _host(chunks: list[torch.Tensor]) -> list[np.ndarray]:
 
 def judge(hf: HandFed, loaders: list[Loader]) -> Any:
     """The split verdict over the rows of hand-fed forwards, per model (see the module docstring)."""
-    for (token, training), ev in hf.sides.items():
-        if training or not ev.chunks or ev.shape is None:
+    for (token, training, windows), ev in hf.sides.items():
+        if training or windows or not ev.chunks or ev.shape is None:
             continue
-        found = _judge_model(ev, hf.sides.get((token, True)), token, loaders)
+        found = _judge_model(ev, hf.sides.get((token, True, False)), token, loaders)
         if found is not None:
             return found
-    return None
+    return judge_streams(hf)
 
 
 def _judge_model(ev: Side, tr: Side | None, token: int, loaders: list[Loader]) -> Any:
@@ -170,29 +193,83 @@ def _judge_model(ev: Side, tr: Side | None, token: int, loaders: list[Loader]) -
     if not train_chunks:
         return None
     ev_rows = _host(ev.chunks)
+    ev_filled = _host(ev.filled) if len(ev.filled) == len(ev.chunks) else [np.zeros(0)] * len(ev_rows)
     tr_rows = _host(train_chunks)
     seen: dict[bytes, int] = {}
     kept: list[np.ndarray] = []
+    fill: dict[int, np.ndarray] = {}  # kept chunk (by id) -> each row's non-zero cells
     repeated = False
-    for rows, again in zip(ev_rows, ev.repeats):
+    for rows, filled, again in zip(ev_rows, ev_filled, ev.repeats):
         digest = hashlib.blake2b(np.sort(rows).tobytes(), digest_size=16).digest()
         if again or digest in seen:
             repeated = True
         if digest not in seen:
             seen[digest] = len(kept)
             kept.append(rows)
+            if filled.size == rows.size:
+                fill[id(rows)] = filled
     within = [(r.size, np.unique(r).size) for r in (*kept, *tr_rows[:len(own)]) if r.size]
     rate = sum(n - u for n, u in within) / max(sum(n for n, _ in within), 1)
-    eu = np.unique(np.concatenate(kept))
     tu = np.unique(np.concatenate(tr_rows))
+    if len(kept) <= MAX_SOURCES:  # (an evaluation set is a few tensors; thousands are a stream of states)
+        sizes = np.array([r.size for r in tr_rows], dtype=np.int64)
+        train = (np.concatenate(tr_rows), np.repeat(np.arange(len(tr_rows)), sizes), sizes)
+        kept = [r for r in kept if not _training_source(r, train, tu)]  # a training source measured
+    if not kept:
+        return None
+    eu = np.unique(np.concatenate(kept))
     hit = np.isin(eu, tu)
+    if all(id(r) in fill for r in kept):  # natural duplicates: rows with little content (padded, one-hot)
+        rows_all = np.concatenate(kept)
+        _, first = np.unique(rows_all, return_index=True)  # (in the order of eu)
+        filled = np.concatenate([fill[id(r)] for r in kept])[first]
+        hit &= filled * 2 >= np.median(filled)
     count, n = int(hit.sum()), int(eu.size)
     if count < MIN_OVERLAP or (count == n == tu.size):
         return None
-    if not repeated or count < max(SPLIT_SHARE, 3 * rate) * n:
+    chance = min(1.0, collisions(kept) * tu.size)  # a new sample's row equal to a training row by chance
+    if not repeated or count < max(SPLIT_SHARE, 3 * rate, 3 * chance) * n:
         return None
     e = Loader("evaluation forwards", ev.frame, None, 0, 0, "", False)
     t = trainers[0] if trainers and not own else Loader("training forwards", tr.frame if tr else None, None, 0, 0,
                                                         "", False)
     example = int(np.flatnonzero(hit)[0])
     return _split_finding(e, t, count, n, example, "content", "error")
+
+
+def collisions(chunks: list[np.ndarray]) -> float:
+    """The probability that two distinct evaluation samples have equal rows: pairs of equal digests
+    over pairs of rows, inside each evaluation forward (one pass gives each sample once, so equal
+    rows there are equal content, not a sample drawn twice). Rows of a few ids (a knowledge graph's
+    head entity, a user id) repeat at this rate, and a new sample's row then equals one of `U`
+    distinct training rows with a probability of about `U` times it."""
+    same = pairs = 0
+    for rows in chunks:
+        if rows.size < 2:
+            continue
+        _, counts = np.unique(rows, return_counts=True)
+        same += int((counts * (counts - 1) // 2).sum())
+        pairs += rows.size * (rows.size - 1) // 2
+    return same / pairs if pairs else 0.0
+
+
+MAX_SOURCES = 64  # distinct evaluation tensors tested as training sources (one search of the training rows each)
+SOURCE_INSIDE = 0.99  # the training forwards that touch an evaluated tensor drew (almost) only from it
+SOURCE_COVERED = 0.9  # ... and reached most of it (draws with replacement miss e^-k after k epochs' worth)
+
+
+def _training_source(rows: np.ndarray, train: tuple[np.ndarray, np.ndarray, np.ndarray], tu: np.ndarray) -> bool:
+    """An evaluation forward's rows are a training source, measured on purpose (train accuracy on the
+    tensor the training batches were indexed from): the training forwards that share a row with it
+    drew their rows from it (`SOURCE_INSIDE`), and they reached most of it (`SOURCE_COVERED`). An
+    evaluation tensor that is a part of what training drew from (the training batches also hold
+    other rows: a held-out part trained on) is not one. `train`: the training rows, each row's
+    forward, and each forward's row count."""
+    ev = np.unique(rows)
+    if ev.size < MIN_ROWS or np.isin(ev, tu).mean() < SOURCE_COVERED:
+        return False
+    keys, chunk_of, sizes = train
+    hit = np.isin(keys, ev)
+    touched = np.unique(chunk_of[hit])
+    total = int(sizes[touched].sum())
+    return total > 0 and int(hit.sum()) >= SOURCE_INSIDE * total

@@ -17,9 +17,18 @@ look, not judged) of a loader that never reaches a backward, whose samples are k
 * across ranks (a DistributedSampler): every rank hands its pass's root indices in with its
   report (`exchange`), and the merge compares the union with the dataset (`compare_passes`).
 
-Severity: a warning when the duplicated or lost samples are at least `MATERIAL` of the pass (1 %:
-enough to move an accuracy by a whole point, the resolution at which results are compared);
-below that, `info` (a DistributedSampler over 10 000 samples on 8 ranks pads at most 7).
+Severity: duplicates are a warning when they are at least `MATERIAL` of the pass (1 %: enough to
+move an accuracy by a whole point, the resolution at which results are compared; padding repeats
+the *first* samples, a weighting no larger split averages out); below that, `info` (a
+DistributedSampler over 10 000 samples on 8 ranks pads at most 7). Lost samples are judged by
+what they do to the reported number: a pass that drops a remainder (less than one batch, what
+``drop_last`` does) computes the metric on the other `N - l` samples, an estimate of the same
+quantity whose extra spread is sqrt(l / (N - l)) times the split's own standard error (for
+samples the sampler's order does not select by value; the bound l / N is in the evidence). It
+stays inside that standard error while fewer samples are lost than evaluated: `info` (a
+constant small remainder, or a different one each pass with a shuffling sampler, which over
+the run's passes evaluates every sample). A warning when at least half of the split never
+reaches the metric (`LOST_HALF`; a split smaller than one batch is never evaluated at all).
 Cost: at each evaluation pass's end, one concatenation and one `np.unique` of its indices, on
 the host; in a distributed run at most `MAX_INDICES` indices per loader in the report.
 """
@@ -40,18 +49,31 @@ if TYPE_CHECKING:
     from ._checker import DataLedger
 
 MATERIAL = 0.01
+LOST_HALF = 0.5  # lost samples: a warning when they are at least this share of the split
 MAX_INDICES = 1 << 15  # per evaluation loader and rank, in the report handed in (about 200 KiB of JSON)
 
 
 def note(entry: Loader, ep: Epoch, trained: list[bool]) -> None:
     """At an epoch's close: keep the first complete evaluation pass's root indices (with their
     repeats) and what its sampler promised."""
-    if "eval_pass" in entry.first or not ep.complete or any(trained) or not ep.roots:
+    if "eval_pass" in entry.first or not ep.complete or any(trained):
         return
-    if any(r is None for r in ep.roots):
+    if any(r is None for r in ep.roots) or (not ep.roots and not (ep.promised and entry.n)):
         return
-    roots = np.concatenate([r for r in ep.roots if r is not None])
+    # (a complete pass without a batch: a split smaller than one batch, dropped whole by drop_last)
+    roots = np.concatenate([r for r in ep.roots if r is not None]) if ep.roots else np.empty(0, dtype=np.int64)
     entry.first["eval_pass"] = {"epoch": ep.number, "roots": roots, "promised": ep.promised}
+
+
+def _passes_and_never(entry: Loader, promised: int) -> tuple[int, int | None]:
+    """The complete evaluation passes of the run, and the samples no pass ever delivered (None:
+    unknown)."""
+    passes = sum(1 for s in entry.summaries if s["complete"] and not s["trained_batches"])
+    if entry.seen is None:  # no batch was ever delivered (else: a pass without indices)
+        never = promised if not entry.first["eval_pass"]["roots"].size else None
+    else:
+        never = max(0, promised - int(entry.seen.sum()))
+    return passes, never
 
 
 def promised(loader: Any, sampler: Any) -> int | None:
@@ -87,13 +109,22 @@ def conclude(ledger: DataLedger) -> list[Any]:
         if p is None or entry.trains or entry.distributed or p["promised"] is None:
             continue
         roots = p["roots"]
+        if not roots.size and (_named_for_training(entry) or not any(e.trains for e in ledger.loaders)):
+            continue  # no batch at all, and nothing else trained: not known as an evaluation loader
         delivered, distinct = int(roots.size), int(np.unique(roots).size)
         dup, lost = delivered - distinct, max(0, p["promised"] - delivered)
         if dup or lost:
             example = _repeated(roots) if dup else None
-            out.append(_finding(entry.name, entry.where(), entry.made or entry.frame, entry.sampler,
-                                p["promised"] if lost else distinct, delivered, distinct, dup, lost, example, None))
+            f = _finding(entry.name, entry.where(), entry.made or entry.frame, entry.sampler,
+                         p["promised"] if lost else distinct, delivered, distinct, dup, lost, example, None)
+            passes, never = _passes_and_never(entry, p["promised"])
+            f.evidence["passes"], f.evidence["never_evaluated"] = passes, never
+            out.append(f)
     return out
+
+
+def _named_for_training(entry: Loader) -> bool:
+    return "train" in entry.name.lower()
 
 
 def _repeated(roots: np.ndarray) -> int | None:
@@ -105,8 +136,11 @@ def _repeated(roots: np.ndarray) -> int | None:
 def _finding(name: str, where: str, frame: UserFrame | None, sampler: str, n: int, delivered: int, distinct: int,
              dup: int, lost: int, example: int | None, ranks: int | None) -> Any:
     bias = max(dup / max(delivered, 1), lost / max(n, 1))
-    severity = "warning" if bias >= MATERIAL else "info"
     key = "eval_duplicates" if dup >= lost else "eval_lost"
+    if key == "eval_duplicates":
+        severity = "warning" if bias >= MATERIAL else "info"
+    else:  # lost: the metric over the rest moves by more than its own standard error past half
+        severity = "warning" if lost / max(n, 1) >= LOST_HALF else "info"
     fields = {"loader": f"'{name}'", "where": where, "n": n, "delivered": delivered, "distinct": distinct,
               "dup": dup, "lost": lost, "example": example if example is not None else "?",
               "bias": f"{100 * bias:.1f}", "sampler": sampler,

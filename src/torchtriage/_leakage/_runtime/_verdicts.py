@@ -276,9 +276,13 @@ def _redraw_verdict(watch: LeakageWatch, base: Base, redrawn: list[Draw]) -> Non
     if _folds([d for d in base.draws if len(d.parts) > 1 and (d is first or d in redrawn)]):
         return
     in_loop = any(d.steps > first.steps for d in redrawn)
+    # Harm (session 8): a redraw during training matters when a model trained on rows a draw held
+    # out (`data.heldout_trained`, judged just before); redraws whose models kept to a training
+    # side (episodes drawn afresh from one pool, support and query both trained) are info.
+    harmed = any(f.code == "data.heldout_trained" for f in watch.session.findings)
     d = redrawn[-1]
     draws = len(redrawn) + 1
     watch.session.add(_finding(
-        "split_redrawn", "warning" if in_loop else "info", "redrawn", first,
+        "split_redrawn", "warning" if in_loop and harmed else "info", "redrawn", first,
         {"draws": draws, "during_training": in_loop, "last_draw": d.where, "rows": base.n},
         draws=draws, last=d.where))

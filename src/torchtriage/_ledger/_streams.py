@@ -1,0 +1,106 @@
+"""Token streams (issue 25): a language model trained on windows cut out of one long 1-D array of
+token ids (``data[i:i + block]`` at random offsets, a shard sliced by hand), and evaluated on
+another stretch of tokens.
+
+Such a sample is no row: two windows that share most of their positions start at different
+offsets, so their row digests differ even when the validation text is inside the training
+text. Here a hand-fed input of integer token ids, 1-D (one sequence) or 2-D (a batch of
+sequences) with at least `2 * K` tokens per sequence, is known by the digests of its `K`-token
+windows at every position (`window_keys`: the windows are a view, digested like rows, on the
+input's device; at most `MAX_WINDOWS` evenly spaced positions a forward). Overlap between a
+training stream and an evaluation stream is then the share of the evaluation positions whose
+`K` tokens were trained on (`judge`): an error when the evaluation stream is an evaluation set
+(evaluated at least twice: the same tensor, or its windows again at other offsets), at least
+`MIN_OVERLAP` positions, `SPLIT_SHARE` of them, and three times the rate at which windows
+repeat inside one evaluated sequence (text repeats itself: boilerplate, a small vocabulary).
+Disjoint slices of one array (nanoGPT's ``train_data = data[:n]``, ``val_data = data[n:]`` with
+random offsets) share no window but natural repeats; its ``estimate_loss`` over both splits
+measures the training split on purpose (the split's name is in the caller's ``split`` variable).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from .._leakage._runtime._fingerprint import dense_keys
+from ._epochs import Loader
+from ._make import finding
+
+if TYPE_CHECKING:
+    from ._handfed import HandFed
+
+K = 16  # tokens per window: V ** 16 contents for a vocabulary of V (2 ** 80 for 32 tokens)
+MAX_WINDOWS = 1 << 16  # positions digested per forward
+SPLIT_SHARE = 0.01
+MIN_OVERLAP = 8
+
+
+def stream_input(inputs: list[torch.Tensor]) -> torch.Tensor | None:
+    """The first input of token ids that is a stream: integers, 1-D or 2-D, `2 * K` tokens a row."""
+    for t in inputs:
+        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool or t.dim() not in (1, 2):
+            continue
+        if t.shape[-1] >= 2 * K and t.numel() > 0:
+            return t
+    return None
+
+
+def window_keys(x: torch.Tensor) -> torch.Tensor:
+    """One digest per `K`-token window of each sequence (its positions, evenly spaced past
+    `MAX_WINDOWS`)."""
+    rows = x.detach().reshape(-1, x.shape[-1])
+    windows = rows.unfold(1, K, 1)  # a view: (rows, positions, K)
+    flat = windows.reshape(-1, K) if windows.shape[0] * windows.shape[1] <= MAX_WINDOWS else None
+    if flat is None:
+        per = max(1, MAX_WINDOWS // windows.shape[0])
+        step = max(1, -(-windows.shape[1] // per))
+        flat = windows[:, ::step].reshape(-1, K)
+    return dense_keys(flat)
+
+
+def judge(hf: HandFed) -> Any:
+    from ._handfed import _host
+
+    for (token, training, stream), ev in hf.sides.items():
+        if training or not stream or not ev.chunks:
+            continue
+        tr = hf.sides.get((token, True, True))
+        if tr is None or not tr.chunks:
+            continue
+        ev_rows = _host(ev.chunks)
+        repeated = any(ev.repeats)
+        seen: set[bytes] = set()
+        kept = []
+        for rows in ev_rows:
+            key = np.sort(rows).tobytes()
+            if key in seen:
+                repeated = True
+                continue
+            seen.add(key)
+            kept.append(rows)
+        every = np.concatenate(kept)
+        eu = np.unique(every)
+        # Windows repeated inside one evaluated sequence: the text repeating itself. (Across
+        # forwards, windows repeat because one held-out stretch is evaluated again, at random
+        # offsets as nanoGPT's estimate_loss draws them: that makes it an evaluation set.)
+        own = sum(r.size - np.unique(r).size for r in kept)
+        rate = own / max(every.size, 1)
+        repeated = repeated or (every.size - own - eu.size) >= MIN_OVERLAP
+        tu = np.unique(np.concatenate(_host(tr.chunks)))
+        hit = np.isin(eu, tu)
+        count, n = int(hit.sum()), int(eu.size)
+        if not repeated or count < MIN_OVERLAP or count < max(SPLIT_SHARE, 3 * rate) * n:
+            continue
+        example = int(np.flatnonzero(np.isin(every, tu))[0])
+        e = Loader("evaluation forwards", ev.frame, None, 0, 0, "", False)
+        t = Loader("training forwards", tr.frame, None, 0, 0, "", False)
+        fields = {"eval_where": e.where(), "train_where": t.where(), "count": count, "n": n,
+                  "share": f"{100 * count / max(n, 1):.1f}%", "k": K, "example": example}
+        evidence = {"evaluation_at": e.where(), "training_at": t.where(), "count": count, "evaluation_windows": n,
+                    "window_tokens": K, "example_position": example, "matched": "token windows",
+                    "repeat_rate_within_evaluation": round(rate, 4)}
+        return finding("split_overlap", "stream_split", "error", ev.frame, fields, evidence)
+    return None

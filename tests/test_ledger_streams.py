@@ -1,0 +1,117 @@
+"""Token streams (issue 25): language models trained on windows of one long 1-D array of token
+ids. Overlap between the training and the evaluation stretch is measured as a share of the
+evaluation positions (`_ledger/_streams.py`); disjoint slices stay quiet."""
+
+from __future__ import annotations
+
+import textwrap
+
+from test_ledger import run_script
+
+
+def _run(tmp_path, source):
+    return run_script("prog.py", tmp_path, checks=("data_ledger",), source=textwrap.dedent(source))
+
+
+def _line(source, marker="# HERE"):
+    return next(i for i, s in enumerate(textwrap.dedent(source).splitlines(), 1) if marker in s)
+
+
+LM = """
+import numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab=50, d=16, block=32):
+        super().__init__()
+        self.emb, self.pos = nn.Embedding(vocab, d), nn.Embedding(block, d)
+        self.head = nn.Linear(d, vocab)
+    def forward(self, idx, targets=None):
+        h = self.emb(idx) + self.pos(torch.arange(idx.shape[-1]))
+        logits = self.head(torch.cumsum(h, -2) / torch.arange(1, idx.shape[-1] + 1)[:, None])
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+"""
+
+MEMMAP_GET_BATCH = LM + """
+rng = np.random.default_rng(0)
+data = rng.integers(0, 50, 20000).astype(np.uint16)   # the token file, as np.memmap gives it
+n = int(0.9 * len(data))
+train_data, val_data = data[:n], data[%s:]
+block, batch = 32, 8
+
+def get_batch(split):
+    d = train_data if split == "train" else val_data
+    ix = torch.randint(len(d) - block - 1, (batch,))
+    x = torch.stack([torch.from_numpy(d[i:i + block].astype(np.int64)) for i in ix])
+    y = torch.stack([torch.from_numpy(d[i + 1:i + 1 + block].astype(np.int64)) for i in ix])
+    return x, y
+
+@torch.no_grad()
+def estimate_loss(model):
+    model.eval()
+    out = {}
+    for split in ("train", "val"):
+        out[split] = sum(model(*get_batch(split))[1].item() for _ in range(20)) / 20  # HERE
+    model.train()
+    return out
+
+torch.manual_seed(0)
+model = TinyLM()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+for it in range(300):
+    if it %% 100 == 0:
+        print(estimate_loss(model))
+    xb, yb = get_batch("train")
+    _, loss = model(xb, yb)
+    opt.zero_grad(); loss.backward(); opt.step()
+"""
+
+
+def test_nanogpt_get_batch_over_disjoint_slices_is_quiet(tmp_path):
+    report, _ = _run(tmp_path, MEMMAP_GET_BATCH % "n")
+    assert [f for f in report.findings if f.code == "data.split_overlap"] == []
+
+
+def test_nanogpt_get_batch_with_a_validation_slice_inside_the_training_slice(tmp_path):
+    source = MEMMAP_GET_BATCH % "n - 6000"  # the validation stretch starts 6000 tokens early
+    report, _ = _run(tmp_path, source)
+    [f] = [f for f in report.findings if f.code == "data.split_overlap"]
+    assert (f.severity.value, f.line, f.evidence["matched"], f.evidence["window_tokens"]) == \
+        ("error", _line(source), "token windows", 16)
+    share = f.evidence["count"] / f.evidence["evaluation_windows"]
+    assert 0.5 < share < 0.9  # 6000 of 8000 positions are training tokens; trained on: the windows drawn
+
+
+DOCS_IN_SHARDS = LM + """
+g = torch.Generator().manual_seed(0)
+docs = [torch.randint(0, 50, (int(torch.randint(40, 120, (1,), generator=g)),), generator=g) for _ in range(400)]
+held_docs = 100
+valid_tokens = torch.cat(docs[:held_docs])
+corpus = torch.cat(docs[%d:])                      # the training shards
+shards = list(torch.split(corpus, 4096))
+model = TinyLM(block=1024)
+opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+for step in range(241):
+    shard = shards[step %% len(shards)]
+    start = int(torch.randint(0, len(shard) - 600, (1,), generator=g))
+    _, loss = model(shard[start:start + 512], shard[start + 1:start + 513])
+    opt.zero_grad(); loss.backward(); opt.step()
+    if step %% 60 == 0:
+        with torch.no_grad():
+            val_loss = sum(model(valid_tokens[i:i + 1024], valid_tokens[i + 1:i + 1025])[1].item()  # HERE
+                           for i in range(0, len(valid_tokens) - 1025, 1024))
+"""
+
+
+def test_validation_documents_also_in_the_training_shards(tmp_path):
+    source = DOCS_IN_SHARDS % 40  # documents 40..99 are in both
+    report, _ = _run(tmp_path, source)
+    [f] = [f for f in report.findings if f.code == "data.split_overlap"]
+    assert (f.severity.value, f.line, f.evidence["matched"]) == ("error", _line(source), "token windows")
+    assert f.evidence["count"] >= 0.3 * f.evidence["evaluation_windows"]
+
+
+def test_validation_documents_kept_out_of_the_training_shards_are_quiet(tmp_path):
+    report, _ = _run(tmp_path, DOCS_IN_SHARDS % 100)
+    assert [f for f in report.findings if f.code == "data.split_overlap"] == []
