@@ -141,6 +141,23 @@ class _Bmm3d(nn.Module):
         return self.out(torch.bmm(weights, self.v(x)).mean(1))
 
 
+class _Einsum(nn.Module):
+    """Single-head attention in einsum; `transposed` writes it as (V^T A^T)^T instead."""
+
+    def __init__(self, dim: int, transposed: bool = False) -> None:
+        super().__init__()
+        self.q, self.k, self.v, self.dim = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16), dim
+        self.transposed, self.out = transposed, nn.Linear(16, 4)
+
+    def forward(self, x):
+        weights = torch.einsum("bqd,bkd->bqk", self.q(x), self.k(x)).softmax(self.dim)
+        if self.transposed:
+            mixed = torch.matmul(self.v(x).transpose(1, 2), weights.transpose(1, 2)).transpose(1, 2)
+        else:
+            mixed = torch.einsum("bqk,bkd->bqd", weights, self.v(x))
+        return self.out(mixed.mean(1))
+
+
 class _SlotLike(nn.Module):
     """Slot attention: softmax over the slots, then a weighted mean over the inputs (correct)."""
 
@@ -232,7 +249,14 @@ def test_attention_softmax_over_query_axis_bmm_3d():
     assert f.line == _line(_Bmm3d.forward, "F.softmax(") and f.evidence["contracted_dim"] == 2
 
 
-@pytest.mark.parametrize("model", [lambda: _Heads(dim=-1), lambda: _Bmm3d(dim=-1), _SlotLike, _LinearAttention])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_attention_softmax_over_query_axis_einsum_and_transposed(transposed):
+    (f,) = _codes(_attn_loop(_Einsum(dim=1, transposed=transposed)), "silent.softmax_not_contracted_axis")
+    assert (f.evidence["normalized_dim"], f.evidence["contracted_dim"]) == (1, 2)
+
+
+@pytest.mark.parametrize("model", [lambda: _Heads(dim=-1), lambda: _Bmm3d(dim=-1), _SlotLike, _LinearAttention,
+                                   lambda: _Einsum(-1), lambda: _Einsum(-1, transposed=True)])
 def test_attention_over_the_contracted_axis_is_quiet(model):
     assert not _codes(_attn_loop(model()), "silent.softmax")
 

@@ -36,7 +36,7 @@ _MATMUL = ("BmmBackward", "MmBackward")
 # shape-preserving ops between a softmax and its matmul (dropout is a Mul by a mask)
 _SAME = ("CloneBackward", "NativeDropoutBackward", "MulBackward", "ToCopyBackward", "AliasBackward",
          "MaskedFillBackward", "DropoutBackward")
-_RESHAPE = ("ViewBackward", "UnsafeViewBackward", "ReshapeAliasBackward", "SqueezeBackward", "UnsqueezeBackward")
+_RESHAPE = ("ViewBackward", "UnsafeViewBackward", "ReshapeAliasBackward", "SqueezeBackward")
 _TOL = 1e-3
 
 
@@ -49,7 +49,10 @@ def _saved(node: Any, attr: str) -> Any:
 
 def walk(root: Any) -> tuple[list[Any], list[Any]]:
     """The softmax nodes and the matmul nodes of `root`'s graph (bounded)."""
-    soft, mats, seen, todo = [], [], set(), [root] if root is not None else []
+    soft: list[Any] = []
+    mats: list[Any] = []
+    seen: set[int] = set()
+    todo = [root] if root is not None else []
     while todo and len(seen) < MAX_NODES:
         n = todo.pop()
         if id(n) in seen:
@@ -64,13 +67,14 @@ def walk(root: Any) -> tuple[list[Any], list[Any]]:
     return soft, mats
 
 
+def _signed(x: int) -> int:
+    """A saved dim as given: autograd hands a negative one back as its uint64 two's complement."""
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
 def _dim(node: Any) -> int | None:
-    """The node's saved softmax dim (autograd hands a negative one back as its uint64 two's
-    complement)."""
     dim = _saved(node, "_saved_dim")
-    if not isinstance(dim, int):
-        return None
-    return dim - (1 << 64) if dim >= 1 << 63 else dim
+    return _signed(dim) if isinstance(dim, int) else None
 
 
 def _suffix(shape: tuple[int, ...], d: int) -> int:
@@ -87,7 +91,7 @@ def _down(node: Any, shape: tuple[int, ...], d: int) -> tuple[tuple[int, ...], i
         a, b = (_saved(node, "_saved_dim0"), _saved(node, "_saved_dim1")) if name.startswith("Transpose") else (0, 1)
         if a is None or b is None:
             return None
-        a, b = a % len(shape), b % len(shape)
+        a, b = _signed(a) % len(shape), _signed(b) % len(shape)
         s = list(shape)
         s[a], s[b] = s[b], s[a]
         return tuple(s), (b if d == a else a if d == b else d)
@@ -95,11 +99,19 @@ def _down(node: Any, shape: tuple[int, ...], d: int) -> tuple[tuple[int, ...], i
         dims = _saved(node, "_saved_dims")
         if dims is None or len(dims) != len(shape):
             return None
-        dims = [x % len(shape) for x in dims]
+        dims = [_signed(x) % len(shape) for x in dims]
         inp = [0] * len(shape)
         for i, src in enumerate(dims):  # output dim i is input dim dims[i]
             inp[src] = shape[i]
         return tuple(inp), dims[d]
+    if name.startswith("UnsqueezeBackward"):
+        u = _saved(node, "_saved_dim")
+        if not isinstance(u, int):
+            return None
+        u = _signed(u) % len(shape)
+        if d == u:
+            return None
+        return shape[:u] + shape[u + 1:], d - (d > u)
     if name.startswith("ExpandBackward"):
         sizes = _saved(node, "_saved_self_sym_sizes")
         if sizes is None:
@@ -115,8 +127,8 @@ def _down(node: Any, shape: tuple[int, ...], d: int) -> tuple[tuple[int, ...], i
             return None
         sizes = tuple(int(x) for x in sizes)
         want = (shape[d], _suffix(shape, d))
-        k = next((i for i in range(len(sizes)) if (sizes[i], _suffix(sizes, i)) == want), None)
-        return (sizes, k) if k is not None else None
+        at = next((i for i in range(len(sizes)) if (sizes[i], _suffix(sizes, i)) == want), None)
+        return (sizes, at) if at is not None else None
     return None
 
 
@@ -133,7 +145,7 @@ def _operands(mm: Any) -> list[tuple[Any, tuple[int, ...], int]]:
 
 
 def _reach_softmax(node: Any, shape: tuple[int, ...], d: int,
-                   depth: int = 8) -> tuple[Any, tuple[int, ...], int] | None:
+                   depth: int = 12) -> tuple[Any, tuple[int, ...], int] | None:
     for _ in range(depth):
         if node.name().startswith(_SOFTMAX):
             return node, shape, d
@@ -208,7 +220,7 @@ def _plan(r: torch.Tensor, dim: int, c: int, consumer: str) -> Plan:
 def root_output_nodes(calls: list[Any]) -> set[int]:
     """The nodes of the root calls' outputs themselves (the dynamics check judges a softmax
     there: `_dynamics._evalcode.node_checks`)."""
-    out = set()
+    out: set[int] = set()
     for call in calls:
         try:
             leaves = tree_leaves(call.output)
