@@ -30,6 +30,7 @@ from .._errors import TriageInternalWarning
 from .._findings import Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack, user_stacklevel
 from ._common import finding, num
+from ._plateau import PlateauWatch
 
 EPOCH_SCALE = ("StepLR", "MultiStepLR", "ExponentialLR", "PolynomialLR", "CosineAnnealingLR")
 _OWN_STEP = ("ReduceLROnPlateau", "SequentialLR", "ChainedScheduler", "CosineAnnealingWarmRestarts")
@@ -83,6 +84,7 @@ class ScheduleWatch:
         self.was_positive = False
         self.zero_since: int | None = None
         self.lr_opt: weakref.ref[Any] | None = None
+        self.plateau = PlateauWatch(lr_value)  # ReduceLROnPlateau's metrics (`_plateau`)
 
     # ------------------------------------------------------------------ wiring
     def install(self) -> None:
@@ -98,16 +100,27 @@ class ScheduleWatch:
         @functools.wraps(original)
         def step(sched: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
-            if getattr(sched, "_step_count", 1) != 0 and not watch.broken:  # not the constructor's step
+            watched = getattr(sched, "_step_count", 1) != 0 and not watch.broken  # not the constructor's step
+            if watched:
                 try:
                     watch.called(sched)
+                    watch.plateau.before(sched, args, kwargs, user_frame_from_stack(2), watch.session.step)
                 except Exception as e:  # our bookkeeping never breaks the user's step
-                    watch.broken = True
-                    warnings.warn(msg("internal.warning", where="dynamics.scheduler", error=f"{type(e).__name__}: {e}"),
-                                  TriageInternalWarning, stacklevel=user_stacklevel())
-            return original(sched, *args, **kwargs)
+                    watch.failed(e)
+            out = original(sched, *args, **kwargs)
+            if watched and not watch.broken:
+                try:
+                    watch.plateau.after(sched, watch.session.step)
+                except Exception as e:
+                    watch.failed(e)
+            return out
 
         return step
+
+    def failed(self, e: Exception) -> None:
+        self.broken = True
+        warnings.warn(msg("internal.warning", where="dynamics.scheduler", error=f"{type(e).__name__}: {e}"),
+                      TriageInternalWarning, stacklevel=user_stacklevel())
 
     def called(self, sched: Any) -> None:
         s = self.scheds.get(id(sched))
@@ -172,7 +185,7 @@ class ScheduleWatch:
 
     # ------------------------------------------------------------------ verdicts
     def scheduler_findings(self) -> list[Finding]:
-        out = []
+        out, self.plateau.found = self.plateau.found, []
         step = self.session.step
         for s in list(self.scheds.values()):
             sched = s.ref()

@@ -35,6 +35,7 @@ from ._graph import reach
 from ._harm import JUDGED, judge
 from ._idle import IdleOptimizers
 from ._loss import explain_loss_without_grad
+from ._pathcut import grad_lost_at
 from ._static import frozen_findings, registration_findings
 from ._tracer import CutRecord, CutTracer, module_being_called, pop, push
 from ._zero_later import ZeroLater
@@ -89,6 +90,7 @@ class GradientChecker(Checker):
         self._versions: dict[int, list[tuple[Any, int]]] = {}  # id(finding) -> its parameters' versions
         self._zero_later = ZeroLater()  # gradient.zero, judged over the whole run
         self._loss_cuts: set[tuple[str | None, int | None]] = set()  # lines a loss_no_grad_fn named
+        self._path_cut = False  # a loss without grad_fn lost it at a taped op on its path (`_pathcut`)
         self._loss_models: set[str] = set()  # labels of models whose no-grad forward made such a loss
 
     # ------------------------------------------------------------------ helpers
@@ -233,10 +235,13 @@ class GradientChecker(Checker):
                 sources = [(c.grad_enabled, c.inference, c.frame) for c in calls]
                 # the models whose no-grad forward made this loss: their cut is this finding
                 self._loss_models |= {c.label for c in calls if not c.grad_enabled}
+                lost = grad_lost_at(snap.record.ops, r) if snap is not None and snap.record.taped else None
                 f = explain_loss_without_grad(
                     r, self._step_cuts, self._root_calls, [m for m, _ in self._models()], step=step,
-                    backward_frame=user_frame_from_stack(2), sources=sources)
+                    backward_frame=user_frame_from_stack(2), sources=sources, lost_at=lost)
                 self._loss_cuts.add((f.file, f.line))
+                if lost is not None and f.evidence.get("lost_at"):
+                    self._path_cut = True  # every parameter's missing gradient is this one cut
                 self._add(f)
         if self.active and self.analysis is not None:
             self.analysis.backward_roots(reach(roots))
@@ -411,7 +416,7 @@ class GradientChecker(Checker):
         labels = [label for _, label in self._models()]
         only_label = labels[0] if len(labels) == 1 else None
         for f in analysis.conclude(optimizers, step=self._first_step) if found is None else found:
-            if f.code.startswith("gradient.cut_") and (f.file, f.line) in self._loss_cuts:
+            if f.code.startswith("gradient.cut_") and ((f.file, f.line) in self._loss_cuts or self._path_cut):
                 continue  # the loss without grad_fn already named this cut and its line: one cause, once
             if f.code == "gradient.cut_no_grad" and self._loss_models and \
                     f.evidence.get("model", only_label) in self._loss_models:

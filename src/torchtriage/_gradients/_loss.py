@@ -28,7 +28,8 @@ from ._tracer import CutRecord
 def explain_loss_without_grad(loss: torch.Tensor, cuts: list[CutRecord], root_calls: list[tuple[bool, bool, Any]],
                               models: list[nn.Module], *, step: int | None,
                               backward_frame: UserFrame | None,
-                              sources: list[tuple[bool, bool, Any]] = ()) -> Finding:  # type: ignore[assignment]
+                              sources: list[tuple[bool, bool, Any]] = (),  # type: ignore[assignment]
+                              lost_at: Any = None) -> Finding:
     """A `gradient.loss_no_grad_fn` finding naming the most likely cause and its line.
 
     Arguments:
@@ -38,11 +39,14 @@ def explain_loss_without_grad(loss: torch.Tensor, cuts: list[CutRecord], root_ca
         models: the watched models.
         sources: the same for the root forwards the loss was computed from (the step record's
             data flow, nearest first; empty when the tape did not see the loss made).
+        lost_at: the taped op on the loss's data flow whose input required grad and whose
+            output does not (`_pathcut.grad_lost_at`: an argmax, a comparison, a detach).
     """
     by_kind: dict[str, list[CutRecord]] = {}
     for cut in cuts:
         by_kind.setdefault(cut.kind, []).append(cut)
     variant, frame = "leaf", None
+    lost_op: str | None = None
     rec: CutRecord | None = None
     rebuild = None
     for tp in by_kind.get("to_python", []):
@@ -54,7 +58,11 @@ def explain_loss_without_grad(loss: torch.Tensor, cuts: list[CutRecord], root_ca
         nograd_roots = [c for c in root_calls if not c[0]]
         nograd_sources = [c for c in sources if not c[0]]
         nograd_ops = by_kind.get("no_grad", []) + by_kind.get("inference_mode", [])
-        if nograd_sources:
+        if lost_at is not None and not nograd_sources and not (lost_at.name == "detach" and by_kind.get("detach")):
+            # the data flow shows where: an op with no derivative on the way from the model's output
+            variant, frame = ("detach" if lost_at.name == "detach" else "non_differentiable"), lost_at.frame
+            lost_op = lost_at.name
+        elif nograd_sources:
             # the forward that made the loss's inputs ran without grad: that region cut it
             variant, frame = ("inference_mode" if nograd_sources[0][1] else "no_grad"), nograd_sources[0][2]
         elif root_calls and len(nograd_roots) == len(root_calls) and not sources:
@@ -76,9 +84,12 @@ def explain_loss_without_grad(loss: torch.Tensor, cuts: list[CutRecord], root_ca
         requires_grad=False, grad_fn=None, is_leaf=bool(loss.is_leaf), shape=list(loss.shape),
         backward_line=f"{backward_frame.file}:{backward_frame.line}" if backward_frame else None,
     )
+    if lost_op is not None:
+        fields["lost_at"] = f"{frame.file}:{frame.line}" if frame is not None else lost_op
     if rebuild is not None and rebuild.frame is not None:
         fields["rebuilt_at"] = f"{rebuild.frame.file}:{rebuild.frame.line}"
         fields["rebuilt_by"] = rebuild.op
     return make_finding("gradient.loss_no_grad_fn", Severity.ERROR, Stage.BACKWARD,
-                        module=rec.module if rec is not None else None, op=rec.op if rec is not None else None,
+                        module=rec.module if rec is not None else None,
+                        op=rec.op if rec is not None else lost_op,
                         frame=frame or backward_frame, step=step, variant=variant, **fields)

@@ -31,10 +31,11 @@ import torch.nn as nn
 
 from .. import _cadence, _deferred
 from .._checker import Checker, LossCall
-from .._findings import Finding, Severity, Stage
+from .._findings import Category, Finding, Severity, Stage
 from .._frames import user_frame_from_stack
 from ._carried import GraphCarry, carried_finding
 from ._common import finding, first_tensor, fmt, is_index_tensor, shape
+from ._divisor import division_plans
 from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
 from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules, trainable_stochastic_modules
@@ -46,6 +47,7 @@ from ._region import LossRegion
 from ._sampling import TrainModeOutputs
 from ._sequence import token_plans
 from ._shapes import aligned, broadcast_finding, grows
+from ._softmax_axis import axis_plans, locate, root_output_nodes, signature, singleton_verdicts, walk
 
 if TYPE_CHECKING:
     from .._session import Session
@@ -79,6 +81,8 @@ class SilentChecker(Checker):
         self._backward_in_step = False
         self._sites: dict[tuple[Any, ...], tuple[Any, str | None]] = {}
         self._autocast: list[tuple[str, torch.dtype]] = []
+        self._divisions_seen: set[int] = set()  # the taped ops already judged (a step's second backward)
+        self._holders: dict[Any, Any] = {}  # a loss line -> the accumulator line found keeping it
         self._full = max(_cadence.FULL, self.warmup, self.collapse_steps)
         self._last_step = -1  # the last step taken part in
         self._in_root = 0  # root model calls in progress (a loss computed inside the model's forward)
@@ -117,7 +121,8 @@ class SilentChecker(Checker):
         found once per verdict and loss line."""
         key = ("producer", v["name"], frame)
         if key not in self._sites:
-            self._sites[key] = (input_module(self.session, inp, self._autocast), None)
+            node = v.get("_node")  # the verdict names another node than the input's own producer
+            self._sites[key] = (input_module(self.session, inp, self._autocast, node=node), None)
         site = self._sites[key][0]
         if site is None:
             return v
@@ -295,6 +300,9 @@ class SilentChecker(Checker):
                                             snap.record if snap is not None else None)
                 if grown is not None:
                     self._add(carried_finding(grown, frame, self._step))
+        if self._warm() and (snap := self.session.snapshot) is not None:
+            self._division_plans(snap.record.ops, root)
+            self._softmax_checks(root, snap)
         exp_sites = list(self.region.exp_sites) if self.region is not None else []
         if self.region is not None:
             self._analyze_region(root)
@@ -304,6 +312,46 @@ class SilentChecker(Checker):
                 self._queue_collapse()  # queued before optimizer.step(): read with the step's read
         if self._warm() or (self.exp_every > 0 and self._step % self.exp_every == 0):
             self._exp_plans(root, exp_sites)
+
+    def _division_plans(self, ops: list[Any], root: torch.Tensor) -> None:
+        """The step's taped divisions that feed this loss, each judged once per step."""
+        judged = self._divisions_seen if ops and id(ops[0]) in self._divisions_seen else set()
+        self._divisions_seen = {id(op) for op in ops}
+        for plan, frame in division_plans(ops, root, judged):
+            self._queue([plan], frame=frame, op="div")
+
+    def _softmax_checks(self, root: torch.Tensor, snap: Any) -> None:
+        """Softmax nodes of this loss's graph over a size-1 axis, or over another axis than the
+        one the next matmul contracts (`_softmax_axis`)."""
+        soft, mats = walk(root.grad_fn)
+        if not soft:
+            return
+        skip = root_output_nodes(snap.record.calls)
+        for node, v in singleton_verdicts(soft, skip):
+            self._node_verdict(signature(node), v)
+        for node, plan in axis_plans(mats, skip):
+            want = signature(node)
+
+            def done(vals: list[float], plan: Plan = plan, want: Any = want) -> None:
+                v = plan.decide(vals)
+                if v is not None:
+                    self._node_verdict(want, v)
+            self.flags.add(plan.values, done)
+
+    def _node_verdict(self, want: Any, v: dict[str, Any]) -> None:
+        """A verdict on a node inside the model: its module and line from one replay per site."""
+        if want is None:
+            return
+        key = ("node", v["name"], want)
+        if key not in self._sites:
+            self._sites[key] = (locate(self.session, want, self._autocast), None)
+        site = self._sites[key][0]
+        frame = site.frame if site is not None else self._loss_frame
+        ev = dict(v.get("evidence") or {})
+        if site is not None:
+            ev["made_by"] = f"{site.func} ({site.module or '<root>'})"
+        self._add(verdict_to_finding(dict(v, evidence=ev), frame=frame, step=self._step,
+                                     module=site.module if site is not None else None))
 
     def _analyze_region(self, root: torch.Tensor) -> None:
         region = self.region
@@ -444,12 +492,17 @@ class SilentChecker(Checker):
             frame = old[0][1]
             ev: dict[str, Any] = {"old_loss_graphs_alive": len(old), "from_steps": sorted({s for s, _ in old})[:8]}
             holder = self.graphs.holder_before(step)
+            # the holders are marked on the warm-up steps only: a later epoch's accumulator
+            # (reset, then `+=` again) is the same line as the one found then
+            line = (getattr(frame, "file", None), getattr(frame, "line", None))
+            holder = self._holders.setdefault(line, holder) if holder is not None else self._holders.get(line)
             if holder is not None:  # the line that keeps them (`total_loss += loss`), not the loss's
                 if frame is not None:
                     ev["loss_made_at"] = f"{os.path.basename(frame.file)}:{frame.line}"
                 frame = holder
+            # A memory fault (the values are right): the category says what runs out.
             self._add(finding("loss_graph_kept", severity=Severity.WARNING, stage=Stage.LOSS, frame=frame, step=step,
-                              evidence=ev))
+                              evidence=ev, category=Category.MEMORY))
 
     def _queue_collapse(self) -> None:
         losses, self._losses = self._losses, []

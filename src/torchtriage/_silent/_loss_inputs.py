@@ -13,6 +13,7 @@ the verdict needs no number at all; otherwise it rests on a few reductions read 
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -48,6 +49,60 @@ def first_producing_node(t: Any) -> Any:
     while fn is not None and _VIEWS.match(fn.name()):
         fn = next((f for f, _ in fn.next_functions if f is not None), None)
     return fn
+
+
+def past_views(fn: Any) -> Any:
+    """The first node at or below `fn` that is not a view (reshape, slice, transpose, ...)."""
+    while fn is not None and _VIEWS.match(fn.name()):
+        fn = next((f for f, _ in fn.next_functions if f is not None), None)
+    return fn
+
+
+# squashing ops and the range of their outputs
+_SQUASHED = {"SigmoidBackward": (0.0, 1.0), "SoftmaxBackward": (0.0, 1.0), "TanhBackward": (-1.0, 1.0)}
+
+
+def _squash_range(fn: Any) -> tuple[float, float] | None:
+    name = fn.name() if fn is not None else ""
+    return next((r for k, r in _SQUASHED.items() if name.startswith(k)), None)
+
+
+def _squashed_twice(name: str, inp: torch.Tensor, tgt: torch.Tensor) -> Plan | None:
+    """A loss on probabilities fed `sigmoid(p)` where `p` already came out of a squashing op
+    (the model ends in nn.Sigmoid, the loss code applies torch.sigmoid again): the input can
+    only lie in (sigmoid(lo), sigmoid(hi)) of the inner op's range, (0.5, 0.731) for a sigmoid.
+    The harm is measured on this batch: the lowest loss above its minimum (the targets' own
+    entropy) that any prediction in that band can reach (0 when the targets lie in the band)."""
+    outer = first_producing_node(inp)
+    if outer is None or not outer.name().startswith("SigmoidBackward") or tgt.shape != inp.shape:
+        return None
+    inner = past_views(next((f for f, _ in outer.next_functions if f is not None), None))
+    rng = _squash_range(inner)
+    if rng is None:
+        return None
+    lo, hi = (1 / (1 + math.exp(-r)) for r in rng)
+    t = tgt.detach().float()
+    band = t.clamp(lo, hi)
+    # the loss above its own minimum (the targets' entropy) that the band leaves at best
+    floor = (torch.xlogy(t, t) - t * band.log() + torch.xlogy(1 - t, 1 - t) - (1 - t) * (1 - band).log()).mean()
+    x = inp.detach()
+
+    def judge(v: list[float]) -> Verdict | None:
+        if v[0] <= 0.01 or x.numel() < 4 or v[3] < 0 or v[4] > 1:
+            return None  # targets inside the band: the loss can still reach its minimum
+        return dict(name="squashed_twice", severity=Severity.WARNING, loss=name, inner=_op_of(inner),
+                    lo=f"{lo:.3g}", hi=f"{hi:.3g}", floor=f"{v[0]:.3g}", _node=inner,
+                    evidence={"input_producer": outer.name(), "its_input_producer": inner.name(),
+                              "input_min": round(v[1], 6), "input_max": round(v[2], 6),
+                              "possible_range": [round(lo, 4), round(hi, 4)],
+                              "target_min": round(v[3], 6), "target_max": round(v[4], 6),
+                              "lowest_reachable_excess_loss": round(v[0], 4)})
+
+    return Plan([floor, x.amin(), x.amax(), t.amin(), t.amax()], judge)
+
+
+def _op_of(fn: Any) -> str:
+    return fn.name().replace("Backward0", "").replace("Backward1", "").lower()
 
 
 def _probabilities(name: str, inp: torch.Tensor, dim: int | None, verdict: str, sev: Severity) -> Plan:
@@ -142,6 +197,8 @@ def loss_plans(name: str, inp: Any, tgt: Any, kwargs: dict[str, Any]) -> list[Pl
     elif name in ("binary_cross_entropy_with_logits", "binary_cross_entropy"):
         if name == "binary_cross_entropy_with_logits":
             plans.append(_probabilities(name, inp, None, "sigmoid_before_logits_loss", Severity.ERROR))
+        elif (twice := _squashed_twice(name, inp, tgt)) is not None:
+            plans.append(twice)
         t = tgt.detach()
 
         def judge_bin(v: list[float]) -> Verdict | None:

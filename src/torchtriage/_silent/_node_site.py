@@ -36,7 +36,7 @@ from ._loss_inputs import first_producing_node
 
 # the verdicts that are about what produced the loss input
 INPUT_VERDICTS = frozenset({"probabilities_to_cross_entropy", "sigmoid_before_logits_loss",
-                            "nll_without_log_softmax", "kl_div_input_not_log"})
+                            "nll_without_log_softmax", "kl_div_input_not_log", "squashed_twice"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,15 +82,41 @@ def node_site(session: Any, model: nn.Module, args: tuple[Any, ...], kwargs: dic
     return NodeSite(entry[2], str(entry[1]).rsplit(".", 1)[-1], frame)
 
 
-def input_module(session: Any, inp: torch.Tensor, autocast: list[tuple[str, torch.dtype]]) -> NodeSite | None:
-    """Where the module whose output `inp` is (through views) made it, or None."""
-    node = first_producing_node(inp)
+def input_module(session: Any, inp: torch.Tensor, autocast: list[tuple[str, torch.dtype]],
+                 node: Any = None) -> NodeSite | None:
+    """Where the module whose output `inp` is (through views) made it, or None; with `node`,
+    where that node (a root call's output node below `inp`) was made."""
+    node = node if node is not None else first_producing_node(inp)
     snap = session.snapshot
     if node is None or snap is None:
         return None
     for call in reversed(snap.record.calls):  # the latest call first
         if any(first_producing_node(t) is node for t in _leaves(call.output)):
             return node_site(session, call.model, call.args, call.kwargs, call.output, node, autocast)
+    return None
+
+
+def replay_site(session: Any, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                autocast: list[tuple[str, torch.dtype]], match: Any) -> NodeSite | None:
+    """Replay `model(*args, **kwargs)` as `node_site` does and say where it made the first node
+    (in creation order) for which `match(node)` holds: a node inside the call, not its output."""
+    snap = session.snapshot
+    model = _target(model)
+    if snap is None or isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return None
+    mods = ModuleStack(_namer(session))
+    nodes = _NodeLines(mods, sys._getframe())
+    try:
+        with replaying(session, snap, model, autocast), torch.enable_grad(), mods, nodes:
+            out = model(*args, **kwargs)
+        del out
+        for key, (node, func, module) in nodes.nodes.items():
+            if module is not None and match(node):
+                return NodeSite(module, str(func).rsplit(".", 1)[-1], nodes.frames.get(key))
+    except Exception:  # a replay that cannot run leaves the finding as it was
+        return None
+    finally:
+        nodes.stop = None
     return None
 
 

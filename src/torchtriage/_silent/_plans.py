@@ -40,6 +40,7 @@ def verdict_to_finding(v: Verdict, *, frame: UserFrame | None, step: int | None 
                        module: str | None = None, op: str | None = None) -> Finding:
     v = dict(v)
     name = v.pop("name")
+    v.pop("_node", None)  # the producer's node, for the checker to name its module
     v.setdefault("op", op)
     return finding(name, frame=frame, step=step, module=v.pop("module", module), **v)
 
