@@ -20,8 +20,10 @@ from .._checker import Checker
 from .._findings import Category, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
 from ._amp import ScaledGradWatch
+from ._discarded import DiscardWatch, patch_zero_grad
 from ._dropout import EvalDropoutWatch
 from ._ledger import StepLedger, Verdict
+from ._loads import LoadWatch
 from ._moves import FrozenMoves
 from ._ranks import RankWatch
 from ._terms import Event, Flow, skeleton, terms_of
@@ -48,6 +50,7 @@ class LedgerChecker(Checker):
         self.moves: FrozenMoves | None = None
         self.updates: UpdateWatch | None = None
         self.ranks: RankWatch | None = None
+        self.discards: DiscardWatch | None = None
         self._previous: list[Event] = []
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
 
@@ -61,13 +64,17 @@ class LedgerChecker(Checker):
         self.moves = FrozenMoves(session)
         self.updates = UpdateWatch(session)
         self.ranks = RankWatch(session)
+        self.discards = DiscardWatch(session)
+        patch_zero_grad(session, self.discards)
+        LoadWatch(session).install()
 
     def on_model(self, model: torch.nn.Module, label: str) -> None:
         if self.ranks is not None:
             self.ranks.model(model, label)
 
     def wants_step(self, step: int) -> bool:
-        return _cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending)
+        return (_cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending)
+                or bool(self.discards is not None and self.discards.pending))
 
     # ------------------------------------------------------------------ events
     def on_step_end(self, step: int) -> None:
@@ -85,11 +92,15 @@ class LedgerChecker(Checker):
             self._previous = []  # the check sat out the step before: nothing to join
         if self.ranks is not None:
             self.ranks.step_begin(_cadence.sampled(step))
+        if self.discards is not None:
+            self.discards.step_begin(step)
 
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
         assert self.ledger is not None and self.amp is not None and self.session is not None
         self._report(self.ledger.backward_begin())
         self.amp.backward(roots)
+        if self.discards is not None:
+            self.discards.backward_begin()
         snap = self.session.snapshot
         record = snap.record if snap is not None else None
         if record is None or not record.taped:
@@ -110,11 +121,16 @@ class LedgerChecker(Checker):
         self._report(self.ledger.backward_end())
         if self.updates is not None:
             self.updates.backward_end()
+        if self.discards is not None and self.session is not None:
+            self.discards.backward_end(self.session.step)
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         assert self.ledger is not None and self.amp is not None
         self.ledger.optimizer_step(optimizer)
         self.amp.stepped()
+        if self.discards is not None:
+            self.discards.optimizer_step(optimizer)
+            self.discards.step_entered()
         if self.moves is not None:
             self.moves.pre(optimizer)
         if self.ranks is not None:
@@ -123,6 +139,8 @@ class LedgerChecker(Checker):
             self.updates.step_pre(optimizer)
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.discards is not None:
+            self.discards.step_left()
         if self.moves is not None:
             self.moves.post(optimizer)
         if self.updates is not None:
@@ -131,10 +149,15 @@ class LedgerChecker(Checker):
     def _offered(self, optimizer: torch.optim.Optimizer) -> None:
         if self.ledger is not None:
             self.ledger.optimizer_step(optimizer)
+        if self.discards is not None:
+            self.discards.optimizer_step(optimizer)
 
     def on_end(self) -> None:
         if self.ledger is not None:
             self._report(self.ledger.end())
+        if self.discards is not None and self.session is not None:
+            for f in self.discards.end():
+                self.session.add(f)
         if self.updates is not None and self.session is not None:
             explained = _explained_parameters(self.session.findings)
             for f in self.updates.end():
