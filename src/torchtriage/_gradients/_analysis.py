@@ -583,11 +583,13 @@ class Analysis:
                     continue  # something else updates it (an optimizer we do not watch)
                 info = trainable[pid]
                 groups.setdefault((frozen, info.module), []).append(info.qualname)
-        return [make_finding("gradient.not_in_optimizer", Severity.INFO if frozen else Severity.ERROR,
-                             Stage.OPTIMIZER, module=mod, parameter=names[0], step=step, frame=frame,
-                             parameters=names[:10], count=len(names), grad="present", updated=False,
-                             **({"whole_model_in_eval": True} if frozen else {}))
-                for (frozen, mod), names in groups.items()]
+        out = []
+        for (frozen, mod), names in groups.items():
+            extra: dict[str, Any] = {"whole_model_in_eval": True} if frozen else {}
+            out.append(make_finding("gradient.not_in_optimizer", Severity.INFO if frozen else Severity.ERROR,
+                                    Stage.OPTIMIZER, module=mod, parameter=names[0], step=step, frame=frame,
+                                    parameters=names[:10], count=len(names), grad="present", updated=False, **extra))
+        return out
 
     def _eval_only_unoptimized(self, model: nn.Module, opt_of: dict[int, Any]) -> bool:
         """No optimizer holds any of `model`'s parameters and it ran with grad in eval() only."""
