@@ -223,3 +223,52 @@ def test_a_model_and_optimizer_built_only_to_write_a_first_checkpoint_are_quiet(
     found = [(f["code"], f["severity"]) for f in json.loads(out.read_text())["findings"]
              if f["severity"] != "info"]
     assert found == []
+
+
+def test_a_meta_net_whose_grad_is_set_by_hand_is_trained_not_cut(tmp_path):
+    # Reptile: each meta-iteration trains a clone, then sets meta.grad = meta - fast by hand and
+    # steps the meta optimizer; no backward reaches the meta-net, its clone's state_dict() detaches
+    script = tmp_path / "reptile.py"
+    script.write_text(REPTILE)
+    out = tmp_path / "r.json"
+    proc = run_cli("run", "--json", str(out), str(script), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert [f["code"] for f in json.loads(out.read_text())["findings"] if f["severity"] != "info"] == []
+
+
+REPTILE = """import torch, torch.nn as nn, torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+
+    def forward(self, x):
+        return self.body(x)
+
+    def clone(self):
+        c = Net()
+        c.load_state_dict(self.state_dict())
+        return c
+
+
+def main():
+    torch.manual_seed(0)
+    meta = Net()
+    meta_opt = torch.optim.SGD(meta.parameters(), lr=0.5)
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    for _ in range(30):
+        fast = meta.clone()
+        opt = torch.optim.Adam(fast.parameters(), lr=1e-2)
+        for _ in range(3):
+            opt.zero_grad()
+            F.mse_loss(fast(x), y).backward()
+            opt.step()
+        for p, q in zip(meta.parameters(), fast.parameters()):
+            p.grad = (p.detach() - q.detach()).clone()
+        meta_opt.step()
+
+
+main()
+"""

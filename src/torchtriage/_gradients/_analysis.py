@@ -129,6 +129,9 @@ class Analysis:
         self._unstepped: list[CutRecord] = []
         self.stepped_after: dict[int, set[int]] = {}
         self.stepped_opts: set[int] = set()  # indexes of the optimizers that stepped in the window
+        # parameters no backward reached whose .grad was non-zero at their optimizer's step: the
+        # gradient was set by hand (Reptile's meta - fast, evolution strategies): they train
+        self.hand: set[int] = set()
 
     # ------------------------------------------------------------------ feeding
     def live_models(self) -> list[tuple[nn.Module, str]]:
@@ -220,6 +223,27 @@ class Analysis:
                     hi.append(mm[1])
                 self.flags.add([torch.stack(lo + hi)], functools.partial(self._keep_max_abs, ids))
 
+    def _queue_hand_grads(self, optimizer: torch.optim.Optimizer) -> None:
+        """Max-abs of the `.grad` of the parameters no backward reached (on device, read with
+        the step's read): non-zero is a gradient set by hand."""
+        by_device: dict[Any, tuple[list[int], list[torch.Tensor]]] = {}
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                g = p.grad
+                pid = id(p)
+                if pid in self.reached or pid in self.hand or g is None or g.is_sparse or not g.numel():
+                    continue
+                ids, grads = by_device.setdefault(g.device, ([], []))
+                ids.append(pid)
+                grads.append(g)
+        for ids, grads in by_device.values():
+            with torch.no_grad(), torch._C.DisableTorchFunction():
+                flag = torch.stack([g.detach().abs().amax().float() for g in grads])
+            self.flags.add([flag], functools.partial(self._keep_hand, ids))
+
+    def _keep_hand(self, ids: list[int], vals: list[float]) -> None:
+        self.hand.update(pid for pid, v in zip(ids, vals) if v != 0)
+
     def _keep_norms(self, ids: list[int], vals: list[float]) -> None:
         self.norms.append((ids, vals))
 
@@ -228,6 +252,7 @@ class Analysis:
 
     def optimizer_step(self, index: int, optimizer: torch.optim.Optimizer, *, require_grad: bool = True) -> None:
         self.stepped_opts.add(index)
+        self._queue_hand_grads(optimizer)
         if self._unstepped:
             ids = {id(p) for g in optimizer.param_groups for p in g["params"]}
             for rec in self._unstepped:
@@ -442,6 +467,8 @@ class Analysis:
                 continue  # not trained on purpose: EMA / teacher / target network
             if pid in inert:
                 continue  # an optimizer built over a model the run never calls, and never stepped
+            if pid in self.hand:
+                continue  # its .grad was set by hand and its optimizer stepped with it: it trains
             info = trainable[pid]
             code, where = self._cause(pid, info, paths_of.get(info.root, merged))
             key = (code, id(where) if isinstance(where, CutRecord) else (info.root, where))
