@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import weakref
 from typing import Any
 
@@ -181,6 +182,14 @@ class DiscardWatch:
             if ps in self.pending and not ps.params:
                 self._discard(ps)
 
+    def consumed(self, params: Any) -> None:
+        """The optimizer reset these grads inside one of its own methods: it read them (used)."""
+        ids = {id(p) for p in params}
+        for ps in list(self.pending):
+            if any(pid in ids for pid in ps.params):
+                self.pending.remove(ps)
+                self.sites[ps.site].used += 1
+
     def optimizer_step(self, opt: torch.optim.Optimizer) -> None:
         self._settle()
         if not self.pending:
@@ -236,7 +245,14 @@ def patch_zero_grad(session: Any, watch: DiscardWatch) -> None:
             __tracebackhide__ = True
             if watch.pending and not session.busy:
                 try:
-                    watch.zero_grad(params_of(self))
+                    caller = sys._getframe(1)
+                    if caller.f_code.co_name != "zero_grad" and isinstance(caller.f_locals.get("self"),
+                                                                           torch.optim.Optimizer):
+                        # an optimizer resetting its own grads inside another of its methods (a
+                        # DP optimizer's microbatch step, SAM's first_step): it consumed them
+                        watch.consumed(params_of(self))
+                    else:
+                        watch.zero_grad(params_of(self))
                 except Exception as e:  # our bug: the user's zero_grad runs regardless
                     session.internal_error("step_ledger.zero_grad", e)
             return original(self, *args, **kwargs)
