@@ -93,6 +93,7 @@ class SessionHooks(HookOwner):
         self._module_handles: list[Any] = []
         self._root_hooked: set[int] = set()
         self._awaiting_first_step: set[int] = set()  # optimizers (ids) built, not yet stepped
+        self._stepped_once: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # (the clock's successor)
         self._global_module_hooks = False
         self._per_module = False
         self._modes_aside: dict[int, list[Any]] = {}  # optimizer id -> our modes off during its step
@@ -361,8 +362,9 @@ class SessionHooks(HookOwner):
         __tracebackhide__ = True
         if self._busy or not self._known_optimizer(optimizer):
             return None
-        if self._clock is None:
+        if self._clock is None or (optimizer not in self._stepped_once and _replaces(self._clock(), optimizer)):
             self._clock = weakref.ref(optimizer)
+        self._stepped_once.add(optimizer)
         self._pending_end = False
         self._begin_step_if_needed()
         # torch passes the hook step()'s own args, `self` first.
@@ -413,6 +415,17 @@ class SessionHooks(HookOwner):
         if clock is optimizer:
             self._end_step()
             self._maybe_narrow_module_hooks()
+
+
+def _replaces(clock: torch.optim.Optimizer | None, optimizer: torch.optim.Optimizer) -> bool:
+    """`optimizer` takes over the step clock: the clock's optimizer was freed, or `optimizer` is
+    a new one over the same tensors (re-created at an lr drop, or for a resumed stage)."""
+    if clock is None:
+        return True
+    if clock is optimizer:
+        return False
+    first = [g["params"][0] for g in clock.param_groups if g["params"]]
+    return bool(first) and any(p is q for g in optimizer.param_groups for p in g["params"][:1] for q in first)
 
 
 def _loss_module_name(session: SessionHooks) -> str | None:

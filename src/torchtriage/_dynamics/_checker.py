@@ -35,6 +35,7 @@ from ._evalcode import MetricRegion, dim_finding, node_checks
 from ._harm import HarmGate
 from ._layers import Sample, Vanishing, _local, grad_params, layer_kind, layer_names, per_layer, update_ratio
 from ._order import StepOrder
+from ._phases import Phases
 from ._schedules import ScheduleWatch, lr_value
 from ._trends import PRIOR_MIN_STEPS, TINY_UPDATE, Growth, Spikes, at_prior, label_entropy, loss_not_lower
 
@@ -66,7 +67,8 @@ class DynamicsChecker(Checker):
         self.order = StepOrder(session)
         self.order.install()
         self.loss_growth, self.grad_growth = Growth(), Growth()
-        self.harm = HarmGate()
+        self.phases = Phases()
+        self.harm = HarmGate(self.phases.end_of)
         self.spikes, self.vanish = Spikes(), Vanishing()
         self.loss_head: list[float] = []
         self.loss_recent: collections.deque[float] = collections.deque(maxlen=200)
@@ -261,6 +263,9 @@ class DynamicsChecker(Checker):
                 session.record_series(name, lr)
         for f in self.sched.observe(optimizer, lrs):
             self._add(f)
+        if self.phases.stepped(optimizer, step):
+            # a new model trains from here: its gradient norms continue no earlier series
+            self.spikes, self.grad_growth = Spikes(), Growth()
         self._consume(optimizer)
         if order.tracking:
             for f in order.optimizer_step(optimizer):

@@ -13,6 +13,11 @@ then the loss after that step is compared with the loss at it:
   * otherwise (flat, higher, non-finite, or no loss seen after it): a `warning`, with the same
     evidence, which is the harm a user can check.
 
+The loss at the label prior is measured from the prior itself: the run learned when its last
+losses are clearly below it, even when the run ended a few steps after the finding. When the
+training going on at the finding's step ended before the run did (a teacher trained, then a
+student: `_phases`), "the loss at the end" is that training's last losses, not a later model's.
+
 A gradient spike or growth is judged by whether the loss got worse after it (rose by more than
 the same margin, or stopped being finite), since many correct runs have losses that do not fall
 (RL critics, GANs). Findings whose harm is their own definition (the loss growing
@@ -24,16 +29,19 @@ from __future__ import annotations
 import collections
 import math
 import statistics
+from typing import Callable
 
 from .._findings import Finding, Severity
 from ._common import num
 
 # Findings whose evidence already is the loss failing to fall.
-_INHERENT = {"dynamics.divergence", "dynamics.stagnation"}
+_INHERENT = {"dynamics.divergence", "dynamics.stagnation", "dynamics.scheduler_never_stepped"}
 # Findings whose harm is the loss getting worse after them, not the loss failing to fall: a
 # gradient spike in a run whose loss is flat by nature (RL critics, GANs) harmed nothing unless
 # the loss rose or broke after it.
 _WORSE_ONLY = {"dynamics.exploding_gradients"}
+# Findings that name the level the loss is stuck at (evidence key): measured from that level.
+_LEVEL = {"dynamics.loss_at_prior": "prior"}
 # Findings about the whole run, made at its end: measured from the run's first losses.
 _WHOLE_RUN = {"dynamics.warmup_never_ends"}
 LAST = 10  # losses that make "the loss at the end"
@@ -43,9 +51,12 @@ HEAD = 10  # first losses kept, for findings about the whole run
 class HarmGate:
     """Holds dynamics warnings until the run's end, then judges each by the loss after it."""
 
-    def __init__(self) -> None:
+    def __init__(self, end_of: Callable[[int | None], int | None] | None = None) -> None:
         self.head: list[tuple[int, float]] = []
-        self.recent: collections.deque[tuple[int, float]] = collections.deque(maxlen=256)
+        self.recent: collections.deque[tuple[int, float]] = collections.deque(maxlen=4096)
+        # step -> the last step of the training going on then, when it ended before the run
+        # did (`_phases`): a later model's losses are no measure of an earlier one's trouble
+        self.end_of = end_of or (lambda step: None)
         self.held: list[tuple[Finding, list[float]]] = []
 
     def loss(self, step: int, value: float) -> None:
@@ -69,9 +80,18 @@ class HarmGate:
         """The held findings, each with its verdict and the loss numbers behind it."""
         out, held = [], self.held
         self.held = []
-        after, after_spread = _level([v for _, v in self._points()[-LAST:]])
+        points = self._points()
+        run_after = _level([v for _, v in points[-LAST:]])
         for f, window in held:
+            end = self.end_of(f.step) if f.code not in _WHOLE_RUN else None
+            phase = [v for s, v in points if s <= end] if end is not None else []
+            after, after_spread = _level(phase[-LAST:]) if phase else run_after
             before, before_spread = _level(window)
+            level = _float(f.evidence.get(_LEVEL.get(f.code, ""), None))
+            if level is not None:
+                # the finding names the level the loss sits at (the label prior): the run learned
+                # when its last losses are clearly below that level, however soon the run ended
+                before, before_spread = level, 0.0
             margin = max(0.02 * abs(before), before_spread + after_spread) if before is not None else 0.0
             if f.code in _WORSE_ONLY:
                 learned = (before is not None and after is not None and math.isfinite(after)
@@ -83,12 +103,22 @@ class HarmGate:
             evidence["loss_at_finding"] = num(before)
             evidence["loss_at_end"] = num(after)
             evidence["run_kept_learning"] = learned
+            if phase:
+                evidence["training_ended_at_step"] = end  # a later model trained after it
             out.append(f.replace(severity=Severity.INFO if learned else Severity.WARNING, evidence=evidence))
         return out
 
     def _points(self) -> list[tuple[int, float]]:
         head_end = self.head[-1][0] if self.head else -1
         return self.head + [p for p in self.recent if p[0] > head_end]
+
+
+def _float(v: object) -> float | None:
+    try:
+        x = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
 
 
 def _level(values: list[float]) -> tuple[float | None, float]:

@@ -29,8 +29,10 @@ from .._catalogue import msg
 from .._errors import TriageInternalWarning
 from .._findings import Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack, user_stacklevel
+from .._loaderstream import stream
 from ._common import finding, num
 from ._plateau import PlateauWatch
+from ._unstepped import UnsteppedSchedulers
 
 EPOCH_SCALE = ("StepLR", "MultiStepLR", "ExponentialLR", "PolynomialLR", "CosineAnnealingLR")
 _OWN_STEP = ("ReduceLROnPlateau", "SequentialLR", "ChainedScheduler", "CosineAnnealingWarmRestarts")
@@ -85,9 +87,11 @@ class ScheduleWatch:
         self.zero_since: int | None = None
         self.lr_opt: weakref.ref[Any] | None = None
         self.plateau = PlateauWatch(lr_value)  # ReduceLROnPlateau's metrics (`_plateau`)
+        self.unstepped = UnsteppedSchedulers(session)
 
     # ------------------------------------------------------------------ wiring
     def install(self) -> None:
+        stream(self.session).listen("dynamics.schedulers", self.unstepped)
         self.session.patch(lrs.LRScheduler, "step", self._wrap(lrs.LRScheduler.step))
         for name in _OWN_STEP:
             cls = getattr(lrs, name, None)
@@ -101,8 +105,14 @@ class ScheduleWatch:
         def step(sched: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
             watched = getattr(sched, "_step_count", 1) != 0 and not watch.broken  # not the constructor's step
-            if watched:
+            if not watched and not watch.broken:  # the constructor's step
                 try:
+                    watch.unstepped.created(sched)
+                except Exception as e:
+                    watch.failed(e)
+            elif watched:
+                try:
+                    watch.unstepped.stepped(sched)
                     watch.called(sched)
                     watch.plateau.before(sched, args, kwargs, user_frame_from_stack(2), watch.session.step)
                 except Exception as e:  # our bookkeeping never breaks the user's step
@@ -135,6 +145,7 @@ class ScheduleWatch:
     # ------------------------------------------------------------------ per optimizer step
     def optimizer_stepped(self, opt: torch.optim.Optimizer) -> None:
         self.opt_steps[id(opt)] = self.opt_steps.get(id(opt), 0) + 1
+        self.unstepped.optimizer_stepped(opt)
 
     def observe(self, opt: torch.optim.Optimizer, lrs_now: list[float | None]) -> list[Finding]:
         """The lr of `opt`'s groups at this optimizer step (the clock optimizer's drive the
@@ -230,7 +241,7 @@ class ScheduleWatch:
         return out
 
     def end_findings(self) -> list[Finding]:
-        out = self.scheduler_findings()
+        out = self.scheduler_findings() + self.unstepped.findings()
         first, last = self.first_lr, self.last_lr
         if (first and last and self.lr_steps >= WARMUP_MIN_STEPS and self.rose and not self.fell
                 and self.last_change == 1 and "warmup" not in self.reported):

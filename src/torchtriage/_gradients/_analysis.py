@@ -54,6 +54,7 @@ class ModuleRun:
 
     name: str
     grad_calls: int = 0
+    train_calls: int = 0  # grad-enabled calls in train() mode
     frame: UserFrame | None = None
     nograd_frame: UserFrame | None = None
     inference: bool = False  # its no-grad calls ran under inference_mode
@@ -127,6 +128,10 @@ class Analysis:
         # D step detaches G's output on purpose; only D's optimizer steps after that cut).
         self._unstepped: list[CutRecord] = []
         self.stepped_after: dict[int, set[int]] = {}
+        self.stepped_opts: set[int] = set()  # indexes of the optimizers that stepped in the window
+        # parameters no backward reached whose .grad was non-zero at their optimizer's step: the
+        # gradient was set by hand (Reptile's meta - fast, evolution strategies): they train
+        self.hand: set[int] = set()
 
     # ------------------------------------------------------------------ feeding
     def live_models(self) -> list[tuple[nn.Module, str]]:
@@ -143,6 +148,7 @@ class Analysis:
         grad_on = torch.is_grad_enabled()
         if grad_on:
             run.grad_calls += 1
+            run.train_calls += module.training
             if run.frame is None:
                 run.frame = frame_fn()
         else:
@@ -217,6 +223,27 @@ class Analysis:
                     hi.append(mm[1])
                 self.flags.add([torch.stack(lo + hi)], functools.partial(self._keep_max_abs, ids))
 
+    def _queue_hand_grads(self, optimizer: torch.optim.Optimizer) -> None:
+        """Max-abs of the `.grad` of the parameters no backward reached (on device, read with
+        the step's read): non-zero is a gradient set by hand."""
+        by_device: dict[Any, tuple[list[int], list[torch.Tensor]]] = {}
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                g = p.grad
+                pid = id(p)
+                if pid in self.reached or pid in self.hand or g is None or g.is_sparse or not g.numel():
+                    continue
+                ids, grads = by_device.setdefault(g.device, ([], []))
+                ids.append(pid)
+                grads.append(g)
+        for ids, grads in by_device.values():
+            with torch.no_grad(), torch._C.DisableTorchFunction():
+                flag = torch.stack([g.detach().abs().amax().float() for g in grads])
+            self.flags.add([flag], functools.partial(self._keep_hand, ids))
+
+    def _keep_hand(self, ids: list[int], vals: list[float]) -> None:
+        self.hand.update(pid for pid, v in zip(ids, vals) if v != 0)
+
     def _keep_norms(self, ids: list[int], vals: list[float]) -> None:
         self.norms.append((ids, vals))
 
@@ -224,6 +251,8 @@ class Analysis:
         self.norms.append((ids, _max_abs(minmax)))
 
     def optimizer_step(self, index: int, optimizer: torch.optim.Optimizer, *, require_grad: bool = True) -> None:
+        self.stepped_opts.add(index)
+        self._queue_hand_grads(optimizer)
         if self._unstepped:
             ids = {id(p) for g in optimizer.param_groups for p in g["params"]}
             for rec in self._unstepped:
@@ -432,9 +461,14 @@ class Analysis:
             for name, mod in own.items():
                 merged.setdefault(name, mod)
         groups: dict[tuple[str, Any], tuple[Any, list[tuple[int, ParamInfo]]]] = {}
+        inert = self._inert(unreached, trainable) if opts_known else set()
         for pid in unreached:
             if opts_known and pid not in opt_of:
                 continue  # not trained on purpose: EMA / teacher / target network
+            if pid in inert:
+                continue  # an optimizer built over a model the run never calls, and never stepped
+            if pid in self.hand:
+                continue  # its .grad was set by hand and its optimizer stepped with it: it trains
             info = trainable[pid]
             code, where = self._cause(pid, info, paths_of.get(info.root, merged))
             key = (code, id(where) if isinstance(where, CutRecord) else (info.root, where))
@@ -489,6 +523,19 @@ class Analysis:
                                         frame=run.frame if run else None, step=step,
                                         variant="" if self.forward_seen else "no_forward", **common))
         return out
+
+    def _inert(self, unreached: list[int], trainable: dict[int, ParamInfo]) -> set[int]:
+        """Raw tensors (of no watched model: its module never ran) whose every optimizer never
+        stepped: a model and optimizer built only to write a first checkpoint, or replaced before
+        training. Nothing of this run depended on them."""
+        if self.params_fn is None:
+            return set()
+        holders: dict[int, set[int]] = {}
+        for t, info in self.params_fn():
+            if info.raw and info.optimizer is not None:
+                holders.setdefault(id(t), set()).add(info.optimizer)
+        return {pid for pid in unreached if trainable[pid].raw and pid in holders
+                and not holders[pid] & self.stepped_opts}
 
     def _model_of(self, info: ParamInfo) -> dict[str, Any]:
         """{"model": label} when several models are watched (G, netD: issue 11), else {}."""
@@ -549,8 +596,12 @@ class Analysis:
                           optimizers: list[torch.optim.Optimizer] = ()) -> list[Finding]:  # type: ignore[assignment]
         # With one optimizer, the line to change is the one that built it (known under `run`).
         frame = optimizer_frame(optimizers[0]) if len(optimizers) == 1 else None
-        groups: dict[str | None, list[str]] = {}
+        groups: dict[tuple[bool, str | None], list[str]] = {}
         for model, _ in models:
+            # A whole model of which no optimizer holds any parameter, called in eval() only, is a
+            # frozen feature extractor whose requires_grad was left on (a pretrained encoder): its
+            # gradients are wasted work, not a layer the optimizer forgot (info).
+            frozen = self._eval_only_unoptimized(model, opt_of)
             for p in model.parameters():
                 pid = id(p)
                 if pid not in trainable or pid in opt_of or pid not in self.versions:
@@ -558,10 +609,21 @@ class Analysis:
                 if p._version != self.versions[pid]:
                     continue  # something else updates it (an optimizer we do not watch)
                 info = trainable[pid]
-                groups.setdefault(info.module, []).append(info.qualname)
-        return [make_finding("gradient.not_in_optimizer", Severity.ERROR, Stage.OPTIMIZER, module=mod,
-                             parameter=names[0], step=step, frame=frame, parameters=names[:10], count=len(names),
-                             grad="present", updated=False) for mod, names in groups.items()]
+                groups.setdefault((frozen, info.module), []).append(info.qualname)
+        out = []
+        for (frozen, mod), names in groups.items():
+            extra: dict[str, Any] = {"whole_model_in_eval": True} if frozen else {}
+            out.append(make_finding("gradient.not_in_optimizer", Severity.INFO if frozen else Severity.ERROR,
+                                    Stage.OPTIMIZER, module=mod, parameter=names[0], step=step, frame=frame,
+                                    parameters=names[:10], count=len(names), grad="present", updated=False, **extra))
+        return out
+
+    def _eval_only_unoptimized(self, model: nn.Module, opt_of: dict[int, Any]) -> bool:
+        """No optimizer holds any of `model`'s parameters and it ran with grad in eval() only."""
+        run = self.runs.get(id(model))
+        if run is None or not run.grad_calls or run.train_calls:
+            return False
+        return not any(id(p) in opt_of for p in model.parameters())
 
     def _lr(self, optimizers: list[torch.optim.Optimizer], step: int | None) -> list[Finding]:
         out = []

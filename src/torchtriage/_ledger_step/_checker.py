@@ -20,9 +20,11 @@ from .._checker import Checker
 from .._findings import Category, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
 from ._amp import ScaledGradWatch
+from ._discarded import DiscardWatch, patch_zero_grad
 from ._dropout import EvalDropoutWatch
 from ._evalrandom import EvalRandomWatch
 from ._ledger import StepLedger, Verdict
+from ._loads import LoadWatch
 from ._moves import FrozenMoves
 from ._ranks import RankWatch
 from ._terms import Event, Flow, skeleton, terms_of
@@ -51,6 +53,7 @@ class LedgerChecker(Checker):
         self.ranks: RankWatch | None = None
         self.evalrandom: EvalRandomWatch | None = None
         self._eval_only = False  # awake only for a step that began with an evaluation forward
+        self.discards: DiscardWatch | None = None
         self._previous: list[Event] = []
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
 
@@ -65,6 +68,9 @@ class LedgerChecker(Checker):
         self.updates = UpdateWatch(session)
         self.ranks = RankWatch(session)
         self.evalrandom = EvalRandomWatch(session)
+        self.discards = DiscardWatch(session)
+        patch_zero_grad(session, self.discards)
+        LoadWatch(session).install()
 
     def on_model(self, model: torch.nn.Module, label: str) -> None:
         if self.ranks is not None:
@@ -72,6 +78,7 @@ class LedgerChecker(Checker):
 
     def wants_step(self, step: int) -> bool:
         return _cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending) \
+            or bool(self.discards is not None and self.discards.pending) \
             or not torch.is_grad_enabled() or torch.is_inference_mode_enabled()  # (an evaluation begins it)
 
     def on_root_forward_pre(self, model: torch.nn.Module, label: str) -> None:
@@ -101,13 +108,16 @@ class LedgerChecker(Checker):
             self.updates.step_end()
 
     def on_step_begin(self, step: int) -> None:
-        self._eval_only = not (_cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending))
+        self._eval_only = not (_cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending)
+                               or bool(self.discards is not None and self.discards.pending))
         if self._eval_only:
             return  # the rest of the ledger sits this step out, as it would asleep
         if self._ended != step - 1:
             self._previous = []  # the check sat out the step before: nothing to join
         if self.ranks is not None:
             self.ranks.step_begin(_cadence.sampled(step))
+        if self.discards is not None:
+            self.discards.step_begin(step)
 
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
         if self._eval_only:
@@ -117,6 +127,8 @@ class LedgerChecker(Checker):
         self.amp.backward(roots)
         if self.ranks is not None:
             self.ranks.backward(roots)
+        if self.discards is not None:
+            self.discards.backward_begin()
         snap = self.session.snapshot
         record = snap.record if snap is not None else None
         if record is None or not record.taped:
@@ -139,6 +151,8 @@ class LedgerChecker(Checker):
         self._report(self.ledger.backward_end())
         if self.updates is not None:
             self.updates.backward_end()
+        if self.discards is not None and self.session is not None:
+            self.discards.backward_end(self.session.step)
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         if self._eval_only:
@@ -146,6 +160,9 @@ class LedgerChecker(Checker):
         assert self.ledger is not None and self.amp is not None
         self.ledger.optimizer_step(optimizer)
         self.amp.stepped()
+        if self.discards is not None:
+            self.discards.optimizer_step(optimizer)
+            self.discards.step_entered()
         if self.moves is not None:
             self.moves.pre(optimizer)
         if self.ranks is not None:
@@ -156,6 +173,8 @@ class LedgerChecker(Checker):
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         if self._eval_only:
             return
+        if self.discards is not None:
+            self.discards.step_left()
         if self.moves is not None:
             self.moves.post(optimizer)
         if self.updates is not None:
@@ -164,12 +183,17 @@ class LedgerChecker(Checker):
     def _offered(self, optimizer: torch.optim.Optimizer) -> None:
         if self.ledger is not None:
             self.ledger.optimizer_step(optimizer)
+        if self.discards is not None:
+            self.discards.optimizer_step(optimizer)
 
     def on_end(self) -> None:
         if self.evalrandom is not None:
             self.evalrandom.drop()
         if self.ledger is not None:
             self._report(self.ledger.end())
+        if self.discards is not None and self.session is not None:
+            for f in self.discards.end():
+                self.session.add(f)
         if self.updates is not None and self.session is not None:
             explained = _explained_parameters(self.session.findings)
             for f in self.updates.end():

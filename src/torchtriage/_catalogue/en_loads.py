@@ -1,0 +1,25 @@
+"""English: load_state_dict(strict=False) calls that set few or none of the model's parameters."""
+
+MESSAGES = {
+    "loads.not_loaded.prefix":
+        "load_state_dict(strict=False) set {loaded} of {model}'s {total} parameters: {unexpected} unexpected keys "
+        "(e.g. '{example}') are its {missing} missing keys under another prefix (strip '{strip}', add '{add}'); "
+        "the parameters not loaded keep their random initialization",
+    "loads.not_loaded.nothing":
+        "load_state_dict(strict=False) set {loaded} of {model}'s {total} parameters: none of the state dict's keys "
+        "matched ({missing} missing keys, {unexpected} unexpected keys, e.g. '{example}'); the model keeps its "
+        "random initialization",
+    "loads.not_loaded.cause.prefix":
+        "strict=False ignores key mismatches instead of raising: a checkpoint saved from a DataParallel / DDP "
+        "wrapper ('module.' keys), or from a wrapper module, names every weight with a prefix the model does not use, "
+        "so nothing under it is loaded",
+    "loads.not_loaded.cause.nothing":
+        "strict=False ignores key mismatches instead of raising: the state dict belongs to another model or "
+        "another level of it (a wrapper, a sub-module, an optimizer's state)",
+    "loads.not_loaded.next.prefix":
+        "rename the keys before loading, e.g. {{k.removeprefix('{strip}'): v for k, v in sd.items()}}, and load "
+        "with strict=True (or check the returned missing_keys / unexpected_keys)",
+    "loads.not_loaded.next.nothing":
+        "load the state dict this model saved (print a few keys of both), and check the returned missing_keys / "
+        "unexpected_keys or load with strict=True",
+}

@@ -1,0 +1,22 @@
+"""中文：只设置了模型很少或没有参数的 load_state_dict(strict=False) 调用。"""
+
+MESSAGES = {
+    "loads.not_loaded.prefix":
+        "load_state_dict(strict=False) 只设置了 {model} 的 {total} 个参数中的 {loaded} 个：{unexpected} 个多余的键"
+        "（例如 '{example}'）就是它缺失的 {missing} 个键，只是前缀不同（去掉 '{strip}'，加上 '{add}'）；"
+        "未加载的参数保持随机初始化",
+    "loads.not_loaded.nothing":
+        "load_state_dict(strict=False) 只设置了 {model} 的 {total} 个参数中的 {loaded} 个：state dict 的键没有一个匹配"
+        "（缺失 {missing} 个键，多余 {unexpected} 个键，例如 '{example}'）；模型保持随机初始化",
+    "loads.not_loaded.cause.prefix":
+        "strict=False 会忽略键不匹配而不报错：从 DataParallel / DDP 包装器保存的检查点（'module.' 开头的键）"
+        "或从包装模块保存的检查点，给每个权重加上了模型不使用的前缀，因此其中的内容都没有被加载",
+    "loads.not_loaded.cause.nothing":
+        "strict=False 会忽略键不匹配而不报错：这个 state dict 属于另一个模型或它的另一层级（包装器、子模块、优化器状态）",
+    "loads.not_loaded.next.prefix":
+        "加载前重命名键，例如 {{k.removeprefix('{strip}'): v for k, v in sd.items()}}，并用 strict=True 加载"
+        "（或检查返回的 missing_keys / unexpected_keys）",
+    "loads.not_loaded.next.nothing":
+        "加载这个模型自己保存的 state dict（打印双方的几个键对比），并检查返回的 missing_keys / unexpected_keys，"
+        "或用 strict=True 加载",
+}

@@ -1,0 +1,265 @@
+"""Backward passes whose gradient was reset before any optimizer step applied it (session 8).
+
+A `backward()` puts its gradient into the `.grad` of the parameters it reaches. That gradient
+does something only if an optimizer step reads it before something resets it. Every backward
+pass of a judged step is followed from its end until either
+
+  * applied: an optimizer holding one of the parameters it reached steps while that parameter
+    still holds the `.grad` the pass accumulated into (a GradScaler's offered step counts; a
+    pass run inside `optimizer.step(closure)` belongs to that optimizer and is not followed);
+  * discarded: every followed parameter's `.grad` was reset (`zero_grad()`, set to None,
+    replaced) before that, while no parameter it reached changed (a SAM-like first step moves
+    the weights with the gradient, then resets it: that gradient was used);
+  * undecided: still held when the session ends, or when it is followed for more than a few steps.
+
+A finding is one backward line whose passes were both applied and discarded over the judged
+steps: the same line trains on some batches and throws the others' gradient away
+(`zero_grad()` before every `backward()` while `step()` runs every k-th batch: gradient
+accumulation that keeps only the last micro-batch). A backward line that is never applied (a
+saliency map, a gradient read for logging, SAM's first pass) has no such evidence and stays
+quiet, and so does a GAN's generator pass, which also fills the discriminator's `.grad` that the
+next discriminator step resets: the generator's own parameters applied it. At least two
+discarded passes, a fifth of that line's passes or more (a rare skipped batch is a choice).
+
+Cost, on judged steps only: per backward, a version/identity read of at most `_SAMPLE`
+parameters per optimizer before and after it; per `zero_grad` while a pass is pending, one set
+of the reset tensors' ids. No kernel, no device read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import weakref
+from typing import Any
+
+import torch
+
+from .._findings import Category, Finding, Severity, Stage, from_catalogue
+from .._frames import UserFrame, user_frame_from_stack
+
+_SAMPLE = 32  # parameters followed per optimizer (strided over its groups)
+_MAX_AGE = 3  # steps a pass is followed before it is left undecided
+MIN_DISCARDED = 2
+MIN_SHARE = 0.2
+
+
+@dataclasses.dataclass
+class Pass:
+    """One backward from its end until applied or discarded."""
+
+    step: int
+    site: str
+    frame: UserFrame | None
+    params: dict[int, tuple[weakref.ref[torch.Tensor], int, int]]  # id -> (ref, id(grad), param version)
+    reset: UserFrame | None = None
+
+
+@dataclasses.dataclass
+class Site:
+    """A backward line's passes over the judged steps."""
+
+    frame: UserFrame | None
+    applied: int = 0
+    discarded: int = 0
+    used: int = 0  # reset after the parameters moved with it (a custom update)
+    first_discard: int | None = None
+    resets: dict[str, UserFrame] = dataclasses.field(default_factory=dict)
+    optimizers: set[str] = dataclasses.field(default_factory=set)
+
+
+def _at(frame: UserFrame | None) -> str:
+    return f"{frame.file}:{frame.line}" if frame is not None else "?"
+
+
+def _short(frame: UserFrame | None) -> str:
+    return f"{os.path.basename(frame.file)}:{frame.line}" if frame is not None else "?"
+
+
+class DiscardWatch:
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.pending: list[Pass] = []
+        self.sites: dict[str, Site] = {}
+        self._sample: dict[int, tuple[tuple[int, ...], list[weakref.ref[torch.Tensor]]]] = {}
+        self._before: dict[int, tuple[int | None, int]] = {}
+        self._in_step = 0
+
+    # ------------------------------------------------------------------ helpers
+    def _followed(self) -> list[torch.Tensor]:
+        out: list[torch.Tensor] = []
+        for opt in self.session.optimizers:
+            sig = tuple(len(g["params"]) for g in opt.param_groups)
+            hit = self._sample.get(id(opt))
+            if hit is None or hit[0] != sig:
+                params = [p for g in opt.param_groups for p in g["params"] if isinstance(p, torch.Tensor)]
+                stride = max(1, len(params) // _SAMPLE)
+                hit = (sig, [weakref.ref(p) for p in params[::stride][:_SAMPLE]])
+                self._sample[id(opt)] = hit
+            out += [p for r in hit[1] if (p := r()) is not None]
+        return out
+
+    @staticmethod
+    def _grad_key(p: torch.Tensor) -> tuple[int | None, int]:
+        g = p.grad
+        return (id(g), g._version) if g is not None else (None, -1)
+
+    def _settle(self, frame: UserFrame | None = None) -> None:
+        """Passes whose followed `.grad`s are all gone are discarded (or used)."""
+        for ps in list(self.pending):
+            for pid, (ref, gid, _) in list(ps.params.items()):
+                p = ref()
+                if p is None or p.grad is None or id(p.grad) != gid:
+                    self._drop(ps, pid, frame)
+            if ps in self.pending and not ps.params:
+                self._discard(ps)
+
+    def _drop(self, ps: Pass, pid: int, frame: UserFrame | None) -> None:
+        ref, _, version = ps.params.pop(pid)
+        p = ref()
+        if p is not None and p._version != version:
+            ps.reset = None
+            ps.params.clear()
+            self.pending.remove(ps)
+            self.sites[ps.site].used += 1  # the weights moved with this gradient: it was used
+            return
+        if frame is not None and ps.reset is None:
+            ps.reset = frame
+
+    def _discard(self, ps: Pass) -> None:
+        self.pending.remove(ps)
+        site = self.sites[ps.site]
+        site.discarded += 1
+        if site.first_discard is None:
+            site.first_discard = ps.step
+        if ps.reset is not None:
+            site.resets.setdefault(_at(ps.reset), ps.reset)
+
+    # ------------------------------------------------------------------ events
+    def step_begin(self, step: int) -> None:
+        self._in_step = 0  # (a step() that raised never reached its post-hook)
+        self.pending = [ps for ps in self.pending if step - ps.step <= _MAX_AGE]
+
+    def backward_begin(self) -> None:
+        self._settle()
+        self._before = {}
+        if self._in_step:
+            return  # a closure's evaluation inside optimizer.step(): the optimizer's own
+        self._before = {id(p): self._grad_key(p) for p in self._followed()}
+
+    def backward_end(self, step: int) -> None:
+        before, self._before = self._before, {}
+        if not before:
+            return
+        params = {}
+        for p in self._followed():
+            key = before.get(id(p))
+            now = self._grad_key(p)
+            if key is not None and now[0] is not None and now != key:
+                params[id(p)] = (weakref.ref(p), now[0], p._version)
+        if not params:
+            return
+        frame = user_frame_from_stack(3)
+        site = _at(frame)
+        self.sites.setdefault(site, Site(frame))
+        self.pending.append(Pass(step, site, frame, params))
+
+    def zero_grad(self, params: Any) -> None:
+        """A `zero_grad()` (of an optimizer or a module) is about to reset these tensors' grads."""
+        if not self.pending:
+            return
+        ids = {id(p) for p in params}
+        frame: UserFrame | None = None
+        for ps in list(self.pending):
+            hit = [pid for pid in ps.params if pid in ids]
+            if not hit:
+                continue
+            frame = frame or user_frame_from_stack(3)
+            for pid in hit:
+                if ps in self.pending:
+                    self._drop(ps, pid, frame)
+            if ps in self.pending and not ps.params:
+                self._discard(ps)
+
+    def consumed(self, params: Any) -> None:
+        """The optimizer reset these grads inside one of its own methods: it read them (used)."""
+        ids = {id(p) for p in params}
+        for ps in list(self.pending):
+            if any(pid in ids for pid in ps.params):
+                self.pending.remove(ps)
+                self.sites[ps.site].used += 1
+
+    def optimizer_step(self, opt: torch.optim.Optimizer) -> None:
+        self._settle()
+        if not self.pending:
+            return
+        held = {id(p) for g in opt.param_groups for p in g["params"]}
+        for ps in list(self.pending):
+            for pid, (ref, gid, _) in ps.params.items():
+                p = ref()
+                if pid in held and p is not None and p.grad is not None and id(p.grad) == gid:
+                    self.pending.remove(ps)
+                    site = self.sites[ps.site]
+                    site.applied += 1
+                    site.optimizers.add(type(opt).__name__)
+                    break
+
+    def step_entered(self) -> None:
+        self._in_step += 1
+
+    def step_left(self) -> None:
+        self._in_step = max(0, self._in_step - 1)
+
+    # ------------------------------------------------------------------ judging
+    def end(self) -> list[Finding]:
+        self._settle()
+        out = []
+        for site in self.sites.values():
+            total = site.applied + site.discarded
+            if not site.applied or site.discarded < MIN_DISCARDED or site.discarded < MIN_SHARE * total:
+                continue
+            reset = next(iter(site.resets.values()), None)
+            frame = reset or site.frame
+            evidence: dict[str, Any] = {
+                "backward_line": _at(site.frame), "passes": total, "applied": site.applied,
+                "discarded": site.discarded, "share_discarded": round(site.discarded / total, 3),
+                "first_discarded_step": site.first_discard, "optimizers": sorted(site.optimizers),
+                "reset_at": sorted(site.resets) or "a new .grad (set to None or replaced)"}
+            fields = {"discarded": site.discarded, "total": total, "backward": _short(site.frame),
+                      "reset": _short(reset) if reset is not None else "a reset of .grad",
+                      "applied": site.applied}
+            out.append(from_catalogue(Category.GRADIENT, "gradient.discarded", "ledger.discarded",
+                                      fields=fields, cause_key="ledger.discarded.cause",
+                                      next_key="ledger.discarded.next", frame=frame, evidence=evidence,
+                                      source_line=True, severity=Severity.WARNING, stage=Stage.BACKWARD,
+                                      step=site.first_discard, op="zero_grad" if reset is not None else None))
+        return out
+
+
+def patch_zero_grad(session: Any, watch: DiscardWatch) -> None:
+    """Tell `watch` about `Optimizer.zero_grad` / `Module.zero_grad` calls (restored on exit)."""
+
+    def wrap(original: Any, params_of: Any) -> Any:
+        def zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            if watch.pending and not session.busy:
+                try:
+                    caller = sys._getframe(1)
+                    if caller.f_code.co_name != "zero_grad" and isinstance(caller.f_locals.get("self"),
+                                                                           torch.optim.Optimizer):
+                        # an optimizer resetting its own grads inside another of its methods (a
+                        # DP optimizer's microbatch step, SAM's first_step): it consumed them
+                        watch.consumed(params_of(self))
+                    else:
+                        watch.zero_grad(params_of(self))
+                except Exception as e:  # our bug: the user's zero_grad runs regardless
+                    session.internal_error("step_ledger.zero_grad", e)
+            return original(self, *args, **kwargs)
+
+        zero_grad.__wrapped__ = original  # type: ignore[attr-defined]
+        return zero_grad
+
+    session.patch(torch.optim.Optimizer, "zero_grad",
+                  wrap(torch.optim.Optimizer.zero_grad, lambda o: [p for g in o.param_groups for p in g["params"]]))
+    session.patch(torch.nn.Module, "zero_grad", wrap(torch.nn.Module.zero_grad, lambda m: m.parameters()))

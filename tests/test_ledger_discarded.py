@@ -1,0 +1,278 @@
+"""Session 8: backward passes whose gradient is reset before any step applies it
+(`gradient.discarded`), and `load_state_dict(strict=False)` calls that load few or none of the
+model's parameters (`checkpoint.not_loaded`). Bugs written the way users write them, with the
+exact finding; correct look-alikes stay quiet."""
+
+from __future__ import annotations
+
+import io
+import pathlib
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchtriage
+from torchtriage import Severity
+
+HERE = pathlib.Path(__file__).read_text().splitlines()
+
+
+def line(marker: str) -> int:
+    """The line of this file that carries `# <- marker`."""
+    [n] = [i + 1 for i, text in enumerate(HERE) if text.rstrip().endswith(f"# <- {marker}")]
+    return n
+
+
+def data(n: int = 64, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 8, generator=g), torch.randn(n, 1, generator=g)
+
+
+def mlp(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+
+
+def discarded(report: torchtriage.Report) -> list[torchtriage.Finding]:
+    return report.filter(code="gradient.discarded")
+
+
+# ---------------------------------------------------------------- gradient.discarded: bugs
+def test_zero_grad_before_every_backward_while_stepping_every_second_batch():
+    model, (x, y) = mlp(), data()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for i in range(16):
+            xb, yb = x[(i % 8) * 8:(i % 8 + 1) * 8], y[(i % 8) * 8:(i % 8 + 1) * 8]
+            opt.zero_grad()  # <- reset A
+            loss = F.mse_loss(model(xb), yb) / 2
+            loss.backward()  # <- backward A
+            if (i + 1) % 2 == 0:
+                opt.step()
+    [f] = discarded(s.report)
+    assert (f.severity, f.line, f.op) == (Severity.WARNING, line("reset A"), "zero_grad")
+    ev = f.evidence
+    assert (ev["passes"], ev["applied"], ev["discarded"], ev["share_discarded"]) == (16, 8, 8, 0.5)
+    assert ev["backward_line"].endswith(f":{line('backward A')}")
+    assert f.message == (f"8 of 16 backward passes at test_ledger_discarded.py:{line('backward A')} had their "
+                         f"gradient reset by zero_grad (test_ledger_discarded.py:{line('reset A')}) before any "
+                         "optimizer step applied it, while the other 8 were applied: those batches' gradients "
+                         "were computed and discarded, never used")
+
+
+def test_model_zero_grad_in_place_with_a_dataloader_and_four_micro_batches():
+    model, (x, y) = mlp(), data()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    accumulation = 4
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(2):
+            for step, (xb, yb) in enumerate(loader):
+                model.zero_grad(set_to_none=False)  # <- reset B
+                (F.mse_loss(model(xb), yb) / accumulation).backward()
+                if (step + 1) % accumulation == 0:
+                    opt.step()
+    [f] = discarded(s.report)
+    assert (f.line, f.evidence["applied"], f.evidence["discarded"]) == (line("reset B"), 8, 24)
+
+
+def test_zero_grad_outside_the_accumulation_branch():
+    model, (x, y) = mlp(), data()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for i in range(12):
+            loss = F.mse_loss(model(x[i * 4:(i + 1) * 4]), y[i * 4:(i + 1) * 4])
+            loss.backward()
+            if (i + 1) % 3 == 0:
+                opt.step()
+            opt.zero_grad()  # <- reset C
+    [f] = discarded(s.report)
+    assert (f.line, f.evidence["applied"], f.evidence["discarded"]) == (line("reset C"), 4, 8)
+
+
+# ---------------------------------------------------------------- gradient.discarded: quiet
+def test_correct_accumulation_and_plain_steps_are_quiet():
+    model, (x, y) = mlp(), data()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for i in range(16):
+            (F.mse_loss(model(x[i * 4:(i + 1) * 4]), y[i * 4:(i + 1) * 4]) / 2).backward()
+            if (i + 1) % 2 == 0:
+                opt.step()
+                opt.zero_grad()
+        for _ in range(4):
+            opt.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+    assert discarded(s.report) == []
+
+
+def test_gan_generator_pass_that_fills_the_discriminators_grads_is_quiet():
+    torch.manual_seed(0)
+    g, d = nn.Linear(4, 8), nn.Sequential(nn.Linear(8, 1))
+    opt_g, opt_d = torch.optim.Adam(g.parameters(), 1e-3), torch.optim.Adam(d.parameters(), 1e-3)
+    real = torch.randn(16, 8)
+    with torchtriage.watch([g, d], [opt_g, opt_d], on_anomaly="record", report=False) as s:
+        for _ in range(8):
+            fake = g(torch.randn(16, 4))
+            d.zero_grad()
+            loss_d = F.softplus(d(fake.detach())).mean() + F.softplus(-d(real)).mean()
+            loss_d.backward()
+            opt_d.step()
+            g.zero_grad()
+            F.softplus(-d(fake)).mean().backward()  # also fills d's .grad, reset by d.zero_grad()
+            opt_g.step()
+    assert discarded(s.report) == []
+
+
+def test_sam_like_two_passes_on_one_line_and_a_saliency_backward_are_quiet():
+    model, (x, y) = mlp(), data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(8):
+            for phase in range(2):
+                opt.zero_grad()
+                F.mse_loss(model(x), y).backward()
+                if phase == 0:  # SAM's first pass: move to the worst point with the gradient
+                    with torch.no_grad():
+                        for p in model.parameters():
+                            p.add_(0.01 * p.grad)
+                else:
+                    opt.step()
+            xs = x[:4].clone().requires_grad_(True)  # a saliency map: its own backward line
+            model(xs).sum().backward()
+            model.zero_grad()
+    assert discarded(s.report) == []
+
+
+def test_lbfgs_closure_evaluations_are_quiet():
+    model, (x, y) = mlp(), data()
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4)
+
+    def closure():
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(4):
+            opt.step(closure)
+    assert discarded(s.report) == []
+
+
+class MicrobatchDP(torch.optim.SGD):
+    """DP-SGD by hand: each example's gradient is clipped into a buffer, then reset by the
+    optimizer itself; step() applies the buffer."""
+
+    def __init__(self, params, lr: float, clip: float = 1.0) -> None:
+        super().__init__(params, lr=lr)
+        self.clip = clip
+        self.acc = [torch.zeros_like(p) for g in self.param_groups for p in g["params"]]
+
+    def microbatch_step(self) -> None:
+        params = [p for g in self.param_groups for p in g["params"]]
+        norm = torch.sqrt(sum(p.grad.pow(2).sum() for p in params))
+        for a, p in zip(self.acc, params):
+            a.add_(p.grad * min(1.0, self.clip / (float(norm) + 1e-6)))
+        self.zero_grad()
+
+    def step(self, closure=None):
+        for a, p in zip(self.acc, [p for g in self.param_groups for p in g["params"]]):
+            p.grad = a.clone()
+            a.zero_()
+        return super().step(closure)
+
+
+def test_an_optimizer_that_reads_and_resets_per_example_gradients_itself_is_quiet():
+    model, (x, y) = mlp(), data()
+    opt = MicrobatchDP(model.parameters(), lr=0.05)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for i in range(4):
+            for j in range(8):
+                k = i * 8 + j
+                F.mse_loss(model(x[k:k + 1]), y[k:k + 1]).backward()
+                opt.microbatch_step()
+            opt.step()
+    assert discarded(s.report) == []
+
+
+# ---------------------------------------------------------------- checkpoint.not_loaded
+class Net(nn.Module):
+    def __init__(self, classes: int = 4) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16))
+        self.head = nn.Linear(16, classes)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def saved(obj) -> dict:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return torch.load(io.BytesIO(buf.getvalue()), map_location="cpu")
+
+
+def loads(report: torchtriage.Report) -> list[torchtriage.Finding]:
+    return report.filter(code="checkpoint.not_loaded")
+
+
+def test_dataparallel_checkpoint_loaded_non_strict_into_the_bare_model():
+    trained = nn.DataParallel(Net())
+    ckpt = saved({"model": trained.state_dict(), "epoch": 3})
+    model = Net()
+    with torchtriage.watch(model, on_anomaly="record", report=False) as s:
+        model.load_state_dict(ckpt["model"], strict=False)  # <- load A
+        model.eval()
+        with torch.no_grad():
+            model(torch.randn(4, 8))
+    [f] = loads(s.report)
+    assert (f.category.value, f.severity, f.line, f.module, f.op) == \
+        ("other", Severity.ERROR, line("load A"), "Net", "load_state_dict")
+    ev = f.evidence
+    assert (ev["parameters"], ev["parameters_loaded"], ev["prefix_in_state_dict"], ev["prefix_in_model"],
+            ev["keys_the_prefix_fixes"]) == (6, 0, "module.", "", 6)
+    assert f.message == ("load_state_dict(strict=False) set 0 of Net's 6 parameters: 6 unexpected keys "
+                         "(e.g. 'module.body.0.weight') are its 6 missing keys under another prefix "
+                         "(strip 'module.', add ''); the parameters not loaded keep their random initialization")
+
+
+def test_inner_network_checkpoint_loaded_into_a_lightning_style_wrapper():
+    class Wrapper(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = Net()
+
+    state = saved(Net().state_dict())
+    wrapper = Wrapper()
+    with torchtriage.watch(wrapper, on_anomaly="record", report=False) as s:
+        result = wrapper.load_state_dict(state, strict=False)  # <- load B
+    assert len(result.missing_keys) == 6
+    [f] = loads(s.report)
+    assert (f.line, f.evidence["prefix_in_state_dict"], f.evidence["prefix_in_model"]) == (line("load B"), "", "model.")
+
+
+def test_state_dict_of_another_model_loads_nothing():
+    other = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    model = Net()
+    with torchtriage.watch(model, on_anomaly="record", report=False) as s:
+        model.load_state_dict(other.state_dict(), strict=False)  # <- load C
+    [f] = loads(s.report)
+    assert (f.line, f.evidence["parameters_loaded"], f.evidence["prefix_in_state_dict"]) == (line("load C"), 0, None)
+    assert f.message.startswith("load_state_dict(strict=False) set 0 of Net's 6 parameters: none of the state "
+                                "dict's keys matched")
+
+
+def test_partial_loads_that_strict_false_is_for_are_quiet():
+    pretrained = Net(classes=1000).state_dict()
+    model = Net(classes=4)
+    backbone = {k: v for k, v in pretrained.items() if not k.startswith("head.")}
+    with torchtriage.watch(model, on_anomaly="record", report=False) as s:
+        model.load_state_dict(backbone, strict=False)  # a new head: its keys are missing
+        extra = dict(Net().state_dict(), **{"ema." + k: v for k, v in Net().state_dict().items()})
+        model.load_state_dict(extra, strict=False)  # an EMA copy besides: unexpected keys only
+        model.load_state_dict(Net().state_dict())  # strict
+        model.body.load_state_dict(Net().body.state_dict(), strict=False)
+    assert loads(s.report) == []
