@@ -100,3 +100,18 @@ def test_workers_seeded_apart_stay_quiet(tmp_path):
     report = run("clean_workers_seeded.py", tmp_path, checks=None)
     assert alarms(report) == []
     assert not [f for f in report.findings if f.code == "data.workers_repeat"]
+
+
+def test_a_validation_subset_of_the_augmented_dataset_evaluates_random_views(tmp_path):
+    name = "eval_subset_of_augmented.py"
+    f = one(run(name, tmp_path), "data.eval_inputs_random")
+    assert (f.severity.value, f.line) == ("warning", here(name))
+    ev = f.evidence
+    assert ev["samples_compared"] == 30 and ev["samples_changed"] == 30 and ev["loader"] == "val_loader"
+    assert "transform" in f.cause
+
+
+def test_deterministic_evaluation_and_random_token_masking_stay_quiet(tmp_path):
+    report = run("clean_eval_deterministic.py", tmp_path, checks=None)
+    assert not [f for f in report.findings if f.code == "data.eval_inputs_random"]
+    assert alarms(report) == []

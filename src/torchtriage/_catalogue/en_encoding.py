@@ -45,4 +45,15 @@ MESSAGES = {
     "ledger.workers_same.next":
         "seed each worker from torch.utils.data.get_worker_info().seed (or its id), and shard an "
         "IterableDataset's stream by worker id",
+    "ledger.eval_random.message":
+        "evaluation loader {loader} delivered other inputs for {changed} of {n} samples ({share}) in its second "
+        "pass than in its first: its evaluation is random",
+    "ledger.eval_random.cause":
+        "the evaluation samples are read through a dataset whose transform draws at random (a validation split "
+        "made by a sampler or Subset over the augmented training dataset keeps its random crops and flips), so "
+        "each pass measures other augmented views: the per-epoch metric that picks the best model is partly "
+        "augmentation noise, on inputs of the training distribution",
+    "ledger.eval_random.next":
+        "build the evaluation split from a dataset with the evaluation transform (the same files or indices, "
+        "transform=test_transform), and keep random augmentation to the training loader",
 }

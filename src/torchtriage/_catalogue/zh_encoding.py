@@ -34,4 +34,11 @@ MESSAGES = {
     "ledger.workers_same.next":
         "用 torch.utils.data.get_worker_info().seed（或 worker id）为每个 worker 设置种子，并按 worker id 切分 "
         "IterableDataset 的数据流",
+    "ledger.eval_random.message":
+        "评估 loader {loader} 在第二遍中为 {n} 个样本里的 {changed} 个（{share}）交付了与第一遍不同的输入：它的评估是随机的",
+    "ledger.eval_random.cause":
+        "评估样本经由一个随机变换的数据集读取（用 sampler 或 Subset 从带增强的训练数据集中切出的验证划分保留了随机裁剪和翻转），"
+        "因此每一遍评估的都是不同的增强视图：用于挑选最佳模型的每轮指标部分是增强噪声，而且是在训练分布的输入上测得的",
+    "ledger.eval_random.next":
+        "用带评估变换的数据集构建评估划分（相同的文件或索引，transform=test_transform），随机增强只留给训练 loader",
 }

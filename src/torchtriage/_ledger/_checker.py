@@ -31,6 +31,8 @@ from ._passes import conclude as passes_verdicts
 from ._passes import exchange as exchange_passes
 from ._passes import note as note_pass
 from ._ranks import exchange  # (importing it registers the rank comparison with the distributed merge)
+from ._repeatable import Repeatable
+from ._repeatable import judge as judge_repeatable
 from ._workers import Workers
 from ._workers import judge as judge_workers
 
@@ -53,6 +55,8 @@ class DataLedger(Checker):
         stream(session).listen("ledger.encoding", self.encodings)
         self.workers = Workers(self)  # samples repeated across DataLoader workers
         stream(session).listen("ledger.workers", self.workers)
+        self.repeatable = Repeatable(self)  # evaluation inputs that change from pass to pass
+        stream(session).listen("ledger.repeatable", self.repeatable)
 
     def counters(self) -> tuple[int, int]:
         return self.backwards, self.forwards
@@ -148,6 +152,8 @@ class DataLedger(Checker):
                 self.session.add(f)
             with torch.no_grad():
                 for f in judge_workers(self, self.workers):
+                    self.session.add(f)
+                for f in judge_repeatable(self, self.repeatable):
                     self.session.add(f)
             codes = {(f.code, f.severity.value) for f in self.session.findings}
             if ("data.split_overlap", "error") not in codes and ("data.heldout_trained", "error") not in codes:
