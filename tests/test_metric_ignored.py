@@ -97,17 +97,17 @@ def eval_loop_counts_numel():
             loss.backward()
             opt.step()
         model.eval()
-        correct = total = 0
+        accs = []
         with torch.no_grad():
             for ids in batches(n=2, seed=1):
                 tags = torch.where(ids == PAD, -1, ids % 3)
                 pred = model(ids).argmax(dim=2)
-                correct += torch.eq(pred, tags).sum().item()  # HERE
-                total += tags.numel()
+                acc = torch.eq(pred, tags).sum() / tags.numel()  # HERE
+                accs.append(acc.item())
     return s
 
 
-def test_an_evaluation_loop_dividing_by_numel_with_a_custom_ignore_index():
+def test_an_evaluation_accuracy_divided_by_numel_with_a_custom_ignore_index():
     s = eval_loop_counts_numel()
     (f,) = metric_findings(s)
     assert (f.severity.value, f.line) == ("error", here(eval_loop_counts_numel))
@@ -155,10 +155,13 @@ def correct_metrics():
             acc2 = (logits.argmax(-1) == labels)[keep].float().mean()
             acc3 = (logits.argmax(-1)[keep] == labels[keep]).float().mean()
             acc4 = ((logits.argmax(-1) == labels).float() * keep).sum() / keep.sum()
+            acc5 = (logits.argmax(-1) == labels).sum() / (labels != -100).sum()  # a match is never -100
+            correct = (logits.argmax(-1) == labels).sum().item()  # the denominator counted in Python
+            total = int(keep.sum())
             opt.zero_grad()
             loss.backward()
             opt.step()
-            (acc1 + acc2 + acc3 + acc4).item()
+            (acc1 + acc2 + acc3 + acc4 + acc5).item() + correct / total
         with torch.no_grad():  # sequence classification: class 0 is a class, not padding
             ids = batches(n=1, seed=5)[0]
             y = torch.arange(8) % 3

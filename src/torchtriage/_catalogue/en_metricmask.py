@@ -2,8 +2,8 @@
 
 MESSAGES = {
     "silent.metric_counts_ignored":
-        "the metric computed from ({op}) counts {ignored} of {n} target positions ({share}) that are left out of "
-        "training ({what}): it reads {computed}, and {moved} when only those positions change; predictions match "
+        "the metric computed from ({op}) counts {ignored} of {n} target positions ({share}) that are {kind} "
+        "({what}): it reads {computed}, and {moved} when only those positions change; predictions match "
         "{rate_kept} of the kept positions but {rate_all} of all positions",
     "silent.metric_counts_ignored.cause_loss":
         "the loss skips targets equal to its {what}, but the comparison runs over every position and the "
@@ -16,4 +16,6 @@ MESSAGES = {
     "silent.metric_counts_ignored.next":
         "compute the metric over the kept positions only: keep = target != ignored_value; "
         "correct = ((pred == target) & keep).sum(); total = keep.sum()",
+    "silent.metric_counts_ignored.kind_loss": "ignored by the loss",
+    "silent.metric_counts_ignored.kind_pad": "trailing padding",
 }
