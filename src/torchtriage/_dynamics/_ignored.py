@@ -83,7 +83,7 @@ def padding_ids(models: list[nn.Module]) -> set[int]:
 @torch.no_grad()
 def judge(region: Any, compares: list[Compare], ignore: set[int], pads: set[int], step: int | None,
           reported: set[Any]) -> list[Finding]:
-    plans = []
+    plans: list[tuple[Compare, Any, list[torch.Tensor]]] = []
     for c in compares:
         key = ("ignored", c.frame)
         if key in reported or len(plans) >= MOST:
@@ -102,7 +102,7 @@ def judge(region: Any, compares: list[Compare], ignore: set[int], pads: set[int]
         match = c.out if c.op == "eq" else ~c.out
         flipped = torch.where(ign, ~c.out, c.out)
         computed, moved = replay(region, c, flipped)
-        if computed is None:
+        if computed is None or moved is None:
             continue  # no number was computed from the comparison: not a metric
         keep = ~ign
         numbers = [ign_loss.sum(), ign_pad.sum(), torch.tensor(float(t.numel()), device=t.device),
@@ -111,7 +111,7 @@ def judge(region: Any, compares: list[Compare], ignore: set[int], pads: set[int]
         plans.append((c, key, numbers))
     if not plans:
         return []
-    values = torch.stack([torch.as_tensor(x, dtype=torch.float64).to(plans[0][2][0].device).reshape(())
+    values = torch.stack([torch.as_tensor(x, dtype=torch.float64).to(plans[0][0].target.device).reshape(())
                           for _, _, nums in plans for x in nums]).tolist()  # the region's one read
     width = len(plans[0][2])
     found = []
