@@ -70,3 +70,39 @@ def test_a_sequence_autoencoder_reconstructing_its_input_is_no_shift_error():
     assert ("silent.pad_in_loss", "info") in found
     assert not [c for c in found if c[1] in ("warning", "error")], found
     assert model.training and all(m.training for m in model.modules())  # the probe put the modes back
+
+
+def _fit(model, x, y):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(2):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return {(f.code, f.severity.value) for f in s.report.findings}
+
+
+class PerEdge(nn.Module):
+    def __init__(self, k=30, classes=3):
+        super().__init__()
+        self.k, self.classes = k, classes
+        self.net = nn.Linear(8, k * classes)
+
+    def forward(self, x):
+        return self.net(x).view(-1, self.classes, self.k)
+
+
+def test_a_frequent_class_of_a_multi_output_target_is_no_padding():
+    g = torch.Generator().manual_seed(0)
+    y = torch.multinomial(torch.tensor([0.2, 0.2, 0.6]), 64 * 30, replacement=True, generator=g).view(64, 30)
+    found = _fit(PerEdge(), torch.randn(64, 8, generator=g), y)
+    assert not [c for c in found if c[0] == "silent.pad_in_loss"]
+
+
+def test_padded_caption_targets_of_an_image_model_are_still_pad_in_the_loss():
+    g = torch.Generator().manual_seed(0)
+    y = torch.randint(1, 3, (64, 30), generator=g)
+    y[torch.arange(30)[None, :] >= torch.randint(5, 20, (64, 1), generator=g)] = 0  # trailing PAD
+    found = _fit(PerEdge(), torch.randn(64, 8, generator=g), y)
+    assert ("silent.pad_in_loss", "warning") in found
