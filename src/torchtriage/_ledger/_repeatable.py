@@ -12,7 +12,8 @@ features; token ids are left out: a masked-language-model collator masks evaluat
 random on purpose) is digested on its device per root index (`dense_keys`, at most `MOST` rows a
 pass), read once at the end. Samples of both passes whose digests differ changed between
 passes. A warning when at least `SHARE` of the samples compared changed (and `MIN` samples):
-a deterministic evaluation changes none. The line is where the loader was made.
+a deterministic evaluation changes none. A loader that evaluates only samples a training loader
+trained on (train accuracy) is left alone. The line is where the loader was made.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class Repeatable:
 
 def judge(ledger: DataLedger, found: Repeatable) -> list[Any]:
     pairs = [(e, found.draws[(k, 0)], found.draws[(k, 1)]) for k, e in found.entries.items()
-             if (k, 1) in found.draws and not e.trains]
+             if (k, 1) in found.draws and not e.trains and not _training_samples(e, ledger.loaders)]
     if not pairs:
         return []
     flat = [k for _, a, b in pairs for k in (*a.keys, *b.keys)]
@@ -99,6 +100,20 @@ def judge(ledger: DataLedger, found: Repeatable) -> list[Any]:
              "share_changed": round(len(changed) / len(common), 4), "examples": [int(i) for i in changed[:5]],
              "passes": [0, 1], "loader": entry.name}))
     return out
+
+
+def _training_samples(entry: Loader, loaders: list[Loader]) -> bool:
+    """The loader evaluates samples a training loader trained on (a train-accuracy pass over the
+    augmented training data measures the training set, augmented, on purpose)."""
+    seen = entry.seen
+    if seen is None:
+        return False
+    for tr in loaders:
+        t = tr.trained_on
+        if tr.trains and tr.root_token == entry.root_token and t is not None and t.shape == seen.shape:
+            if not (seen & ~t).any():
+                return True
+    return False
 
 
 def _by_index(d: _Draws, values: np.ndarray, at: int) -> tuple[dict[int, int], int]:

@@ -6,8 +6,8 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 
 class Images(Dataset):
-    def __init__(self, augment=None):
-        g = torch.Generator().manual_seed(0)
+    def __init__(self, augment=None, seed=0):
+        g = torch.Generator().manual_seed(seed)
         self.x = torch.randn(120, 1, 6, 6, generator=g)
         self.y = (self.x.mean((1, 2, 3)) > 0).long()
         self.augment = augment
@@ -49,3 +49,13 @@ for epoch in range(3):
             (model(x).argmax(1) == y).float().mean()
         for ids, labels in DataLoader(MaskedTokens(), batch_size=8):
             nn.functional.cross_entropy(lm(ids).flatten(0, 1), labels.flatten())
+# a train-accuracy pass over the augmented training loader measures the training set on purpose
+aug = Images(augment=lambda im: im + 0.05 * torch.randn_like(im), seed=7)
+aug_loader = DataLoader(aug, batch_size=30, shuffle=True)
+for epoch in range(2):
+    for x, y in aug_loader:
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    with torch.no_grad():
+        train_acc = sum((model(x).argmax(1) == y).sum().item() for x, y in aug_loader) / len(aug)
