@@ -13,7 +13,9 @@ random on purpose) is digested on its device per root index (`dense_keys`, at mo
 pass), read once at the end. Samples of both passes whose digests differ changed between
 passes. A warning when at least `SHARE` of the samples compared changed (and `MIN` samples):
 a deterministic evaluation changes none. A loader that evaluates only samples a training loader
-trained on (train accuracy) is left alone. The line is where the loader was made.
+trained on (train accuracy) is left alone, and so is one drawn by a sampler or batch sampler of
+the user's (an episode sampler's index names a class whose samples are drawn at random on purpose).
+The line is where the loader was made.
 """
 
 from __future__ import annotations
@@ -52,6 +54,16 @@ class Repeatable:
         self.ledger = ledger
         self.draws: dict[tuple[int, int], _Draws] = {}  # (id of the Loader entry, pass) -> digests
         self.entries: dict[int, Loader] = {}
+        self.own_sampler: set[int] = set()  # entries drawn by a sampler of the user's (episodes)
+
+    def on_begin(self, it: Any, loader: Any) -> None:
+        p = self.ledger.follower.passes.get(it)
+        if p is None:
+            return
+        parts = (getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None),
+                 getattr(getattr(loader, "batch_sampler", None), "sampler", None))
+        if any(x is not None and not (type(x).__module__ or "").startswith("torch.utils.data") for x in parts):
+            self.own_sampler.add(id(p.loader))
 
     def on_batch(self, it: Any, indices: Any, data: Any) -> None:
         p = self.ledger.follower.passes.get(it)
@@ -77,7 +89,8 @@ class Repeatable:
 
 def judge(ledger: DataLedger, found: Repeatable) -> list[Any]:
     pairs = [(e, found.draws[(k, 0)], found.draws[(k, 1)]) for k, e in found.entries.items()
-             if (k, 1) in found.draws and not e.trains and not _training_samples(e, ledger.loaders)]
+             if (k, 1) in found.draws and not e.trains and k not in found.own_sampler
+             and not _training_samples(e, ledger.loaders)]
     if not pairs:
         return []
     flat = [k for _, a, b in pairs for k in (*a.keys, *b.keys)]

@@ -59,3 +59,35 @@ for epoch in range(2):
         opt.step()
     with torch.no_grad():
         train_acc = sum((model(x).argmax(1) == y).sum().item() for x, y in aug_loader) / len(aug)
+
+
+# few-shot evaluation: a batch sampler of the user's draws classes; each index names a class
+# whose support images are drawn at random on purpose
+class Episodes:
+    def __init__(self, n_classes, way, episodes):
+        self.n_classes, self.way, self.episodes = n_classes, way, episodes
+
+    def __len__(self):
+        return self.episodes
+
+    def __iter__(self):
+        for _ in range(self.episodes):
+            yield torch.randperm(self.n_classes)[:self.way].tolist()
+
+
+class ClassImages(Dataset):
+    def __init__(self):
+        self.protos = torch.randn(10, 1, 6, 6, generator=torch.Generator().manual_seed(3))
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, c):
+        return self.protos[c] + 0.1 * torch.randn(1, 6, 6), c
+
+
+episode_loader = DataLoader(ClassImages(), batch_sampler=Episodes(10, 5, 4))
+for _ in range(2):
+    with torch.no_grad():
+        for x, y in episode_loader:
+            model(x).argmax(1)
