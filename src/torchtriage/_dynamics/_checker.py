@@ -78,6 +78,7 @@ class DynamicsChecker(Checker):
         self.prior: tuple[str, str, float, str] | None = None  # (loss, variant, value, what)
         self.class_counts: list[float] | None = None
         self.region: MetricRegion | None = None
+        self.ignore_seen: set[int] = set()  # ignore_index of the run's cross_entropy / nll_loss calls
         self.eval_regions = 0
         self.reported: set[Any] = set()
         self.probed: weakref.WeakSet[nn.Module] = weakref.WeakSet()
@@ -111,7 +112,7 @@ class DynamicsChecker(Checker):
         region = self.region
         if region is None:
             return
-        if region.active or region.metric_suspects or region.dims:
+        if region.active or region.metric_suspects or region.dims or region.compares:
             region.active = False  # (its replay must not be watched by itself)
             found = region.findings(self._step, self.reported)
             region.metric_suspects, region.dims = [], []
@@ -155,6 +156,7 @@ class DynamicsChecker(Checker):
                                     or (grad and self._step < self.warmup)):
             self.eval_regions += evaluation
             self.region = MetricRegion(self.session, batch, evaluation, output)
+            self.region.ignore = self.ignore_seen
             self.region.enter()
 
     def _node_finding(self, found: dict[str, Any], call: tuple[Any, ...], out: torch.Tensor,
@@ -168,6 +170,10 @@ class DynamicsChecker(Checker):
         return dim_finding(found, frame, self._step, module=site.module if site is not None else "")
 
     def on_loss(self, call: LossCall) -> None:
+        if call.name in ("cross_entropy", "nll_loss") and len(self.ignore_seen) < 4:
+            ignore = call.kwargs.get("ignore_index", -100)
+            if isinstance(ignore, int):
+                self.ignore_seen.add(ignore)
         if self._step >= self.warmup:
             return
         inp, tgt, kw = call.input, call.target, call.kwargs

@@ -35,6 +35,8 @@ from .._frames import UserFrame, trims_errors, user_frame_from_stack
 from .._silent._region import _BINARY, RegionMode, _op_name
 from .._silent._shapes import outer_sample_broadcast
 from ._common import finding, num
+from ._ignored import Compare, candidate, padding_ids
+from ._ignored import judge as judge_ignored
 
 _T = torch.Tensor
 _COMPARE = frozenset({
@@ -107,6 +109,9 @@ class MetricRegion(RegionMode):
         self.evaluation = evaluation
         self.metric_suspects: list[MetricSuspect] = []
         self.dims: list[tuple[dict[str, Any], UserFrame | None]] = []
+        # a prediction compared with integer targets: a metric that may count ignored positions (`_ignored.py`)
+        self.compares: list[Compare] = []
+        self.ignore: set[int] = set()  # the run's loss ignore_index values (set by the check)
 
     @trims_errors
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
@@ -139,6 +144,11 @@ class MetricRegion(RegionMode):
             if (func in _COMPARE or (self.evaluation and func in _BINARY)) and len(args) >= 2:
                 if from_model[0] != from_model[1]:  # a prediction against something else (the labels)
                     self._check(func, args[0], args[1], out)
+                    if len(self.compares) < 8:
+                        c = candidate(getattr(func, "__name__", ""), args[0], args[1], from_model, out,
+                                      len(self.ops), user_frame_from_stack(2))
+                        if c is not None:
+                            self.compares.append(c)
             elif (func in _SOFTMAX or func in _ARGMAX) and from_model[0]:
                 found = dim_checks(func, args, kwargs, self.batch)
                 if found is not None:
@@ -198,6 +208,9 @@ class MetricRegion(RegionMode):
                                  evidence={"left_shape": s.a, "right_shape": s.b, "broadcast_shape": s.result_shape,
                                            "metric_computed": num(computed), "metric_aligned": num(aligned),
                                            "in": "evaluation" if self.evaluation else "training step"}))
+        if self.compares:
+            compares, self.compares = self.compares, []
+            found += judge_ignored(self, compares, self.ignore, padding_ids(self.session.models), step, reported)
         for fields, frame in self.dims:
             dim_key = (fields["name"], frame)
             if dim_key in reported:

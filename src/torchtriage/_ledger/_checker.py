@@ -20,6 +20,9 @@ import torch
 import torch.nn as nn
 
 from .._checker import Checker
+from .._loaderstream import stream
+from ._encoding import Encodings
+from ._encoding import judge as judge_encodings
 from ._epochs import Epoch, Loader
 from ._evalsync import EvalSync
 from ._follow import Follower
@@ -29,6 +32,10 @@ from ._passes import conclude as passes_verdicts
 from ._passes import exchange as exchange_passes
 from ._passes import note as note_pass
 from ._ranks import exchange  # (importing it registers the rank comparison with the distributed merge)
+from ._repeatable import Repeatable
+from ._repeatable import judge as judge_repeatable
+from ._workers import Workers
+from ._workers import judge as judge_workers
 
 _tokens = itertools.count(1)
 
@@ -48,9 +55,13 @@ class DataLedger(Checker):
         self.handfed = HandFed(session, self)
         self.evalsync = EvalSync(session, self)
         if session.checker("distributed") is not None:  # a rank of several: its evaluation shares
-            from .._loaderstream import stream
-
             stream(session).listen("ledger.evalsync", self.evalsync)
+        self.encodings = Encodings(self)  # each split's label encoding (after the follower: its tokens)
+        stream(session).listen("ledger.encoding", self.encodings)
+        self.workers = Workers(self)  # samples repeated across DataLoader workers
+        stream(session).listen("ledger.workers", self.workers)
+        self.repeatable = Repeatable(self)  # evaluation inputs that change from pass to pass
+        stream(session).listen("ledger.repeatable", self.repeatable)
 
     def counters(self) -> tuple[int, int]:
         return self.backwards, self.forwards
@@ -145,6 +156,13 @@ class DataLedger(Checker):
         if self.session is not None:
             for f in passes_verdicts(self):
                 self.session.add(f)
+            for f in judge_encodings(self, self.encodings):
+                self.session.add(f)
+            with torch.no_grad():
+                for f in judge_workers(self, self.workers):
+                    self.session.add(f)
+                for f in judge_repeatable(self, self.repeatable):
+                    self.session.add(f)
             codes = {(f.code, f.severity.value) for f in self.session.findings}
             if ("data.split_overlap", "error") not in codes and ("data.heldout_trained", "error") not in codes:
                 with torch.no_grad():

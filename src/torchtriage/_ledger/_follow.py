@@ -140,6 +140,8 @@ class Follower:
     def token(self, root: Any) -> int:
         if root is None:
             return 0
+        if isinstance(root, (torch.Tensor, np.ndarray)):
+            return -id(root)  # (a weak-keyed lookup compares keys with ==: elementwise for arrays)
         try:
             found = self.tokens.get(root)
             if found is None:

@@ -48,6 +48,7 @@ from ._sampling import TrainModeOutputs
 from ._sequence import token_plans
 from ._shapes import aligned, broadcast_finding, grows
 from ._softmax_axis import axis_plans, locate, root_output_nodes, signature, singleton_verdicts, walk
+from ._whole import probe_call, reads_whole_input
 
 if TYPE_CHECKING:
     from .._session import Session
@@ -70,6 +71,7 @@ class SilentChecker(Checker):
         self.carry = GraphCarry()  # graphs that grow across steps through a carried state
         self.zero = ZeroGradWatch()
         self.region: LossRegion | None = None
+        self._rebuilt: set[Any] = set()  # loss lines whose targets a whole-input model reconstructs
         self.sampling: TrainModeOutputs | None = None
         self._leaving: list[TrainModeOutputs] = []  # inactive modes still on the stack
         self._stochastic: weakref.WeakKeyDictionary[nn.Module, list[str]] = weakref.WeakKeyDictionary()
@@ -102,11 +104,15 @@ class SilentChecker(Checker):
         self.session.add(f)
 
     def _queue(self, plans: list[Plan], *, frame: Any, op: str | None, module: str | None = None,
-               inp: torch.Tensor | None = None) -> None:
+               inp: torch.Tensor | None = None, whole: Any = None) -> None:
         step = self._step
         for plan in plans:
             def done(vals: list[float], plan: Plan = plan) -> None:
                 v = plan.decide(vals)
+                if v is not None and whole is not None and self._reconstructs(v, frame, whole):
+                    if v["name"] == "labels_not_shifted":
+                        return  # targets equal to the inputs of a model that reads them all: a reconstruction
+                    v = dict(v, severity=Severity.INFO)  # its padding is part of what it rebuilds
                 if v is not None:
                     if v["name"] in INPUT_VERDICTS and inp is not None:
                         v = self._with_producer(v, inp, frame)
@@ -115,6 +121,19 @@ class SilentChecker(Checker):
                 self.flags.add(plan.values, done)
             else:
                 done([])
+
+    def _reconstructs(self, v: dict[str, Any], frame: Any, whole: Any) -> bool:
+        """A `labels_not_shifted` verdict on a model that reads its whole input (`_whole.py`), or
+        the unmasked `pad_in_loss` of the same loss line after one."""
+        if v["name"] == "pad_in_loss" and v.get("severity") is Severity.WARNING:
+            return frame in self._rebuilt
+        if v["name"] != "labels_not_shifted":
+            return False
+        model = whole[0]()
+        if model is None or not reads_whole_input(model, whole[1]):
+            return False
+        self._rebuilt.add(frame)
+        return True
 
     def _with_producer(self, v: dict[str, Any], inp: torch.Tensor, frame: Any) -> dict[str, Any]:
         """The verdict on the module whose output the loss input is (the model's nn.Softmax),
@@ -224,8 +243,11 @@ class SilentChecker(Checker):
                 plans += token_plans(tgt, ids, ignore_index=kw.get("ignore_index", -100),
                                      reduction=kw.get("reduction", "mean"), attention_mask=mask,
                                      weighted=kw.get("weight") is not None, second=_second_tokens(snap, ids, tgt))
+                whole = probe_call(snap, ids) if plans else None
+            else:
+                whole = None
             plans += self._target_in_input_plans(ids, tgt)
-        self._queue(plans, frame=call.frame, op=call.name, module=call.module, inp=inp)
+        self._queue(plans, frame=call.frame, op=call.name, module=call.module, inp=inp, whole=whole)
 
     def _builtin_broadcast(self, call: LossCall) -> None:
         ps, ts = shape(call.input), shape(call.target)

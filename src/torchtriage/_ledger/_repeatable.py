@@ -1,0 +1,139 @@
+"""An evaluation loader delivers the same input for a sample in every pass.
+
+Its metric measures the model: two passes over the same samples with the same model give the
+same number. A validation split carved out of the training dataset by sampler or `Subset`
+keeps the training dataset's `transform` (random crops, flips, noise), so every pass evaluates
+other random views: the per-epoch metric that picks the best epoch is partly augmentation
+noise, and it is measured on training-distribution inputs, not on the data the model will see.
+
+Measured: in a loader's first pass and, when that pass reached no backward (an evaluation
+loader), in its second, each batch's floating-point per-sample tensor (images, signals,
+features; token ids are left out: a masked-language-model collator masks evaluation batches at
+random on purpose) is digested on its device per root index (`dense_keys`, at most `MOST` rows a
+pass), read once at the end. Samples of both passes whose digests differ changed between
+passes. A warning when at least `SHARE` of the samples compared changed (and `MIN` samples):
+a deterministic evaluation changes none. A loader that evaluates only samples a training loader
+trained on (train accuracy) is left alone, and so is one drawn by a sampler or batch sampler of
+the user's (an episode sampler's index names a class whose samples are drawn at random on purpose).
+The line is where the loader was made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from .._leakage._runtime._fingerprint import dense_keys
+from .._loaderstream import tensors as batch_tensors
+from ._epochs import Loader
+from ._make import finding
+from ._make import label as _label
+
+if TYPE_CHECKING:
+    from ._checker import DataLedger
+
+MOST = 4096  # rows digested per pass
+SHARE = 0.5
+MIN = 8
+
+
+@dataclasses.dataclass(eq=False)
+class _Draws:
+    roots: list[np.ndarray] = dataclasses.field(default_factory=list)
+    keys: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    rows: int = 0
+
+
+class Repeatable:
+    """A listener of the loader stream (after the ledger's follower: its passes and indices)."""
+
+    def __init__(self, ledger: DataLedger) -> None:
+        self.ledger = ledger
+        self.draws: dict[tuple[int, int], _Draws] = {}  # (id of the Loader entry, pass) -> digests
+        self.entries: dict[int, Loader] = {}
+        self.own_sampler: set[int] = set()  # entries drawn by a sampler of the user's (episodes)
+
+    def on_begin(self, it: Any, loader: Any) -> None:
+        p = self.ledger.follower.passes.get(it)
+        if p is None:
+            return
+        parts = (getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None),
+                 getattr(getattr(loader, "batch_sampler", None), "sampler", None))
+        if any(x is not None and not (type(x).__module__ or "").startswith("torch.utils.data") for x in parts):
+            self.own_sampler.add(id(p.loader))
+
+    def on_batch(self, it: Any, indices: Any, data: Any) -> None:
+        p = self.ledger.follower.passes.get(it)
+        if p is None or p.epoch.number > 1 or not p.epoch.roots or p.epoch.roots[-1] is None:
+            return
+        entry = p.loader
+        if p.epoch.number == 1 and (not entry.summaries or entry.summaries[0]["trained_batches"]
+                                    or (id(entry), 0) not in self.draws):
+            return  # a training loader (or one whose first pass was not followed)
+        d = self.draws.setdefault((id(entry), p.epoch.number), _Draws())
+        roots = p.epoch.roots[-1]
+        if d.rows >= MOST:
+            return
+        t = next((t for t in batch_tensors(data) if t.dim() >= 2 and int(t.shape[0]) == roots.size), None)
+        if t is None or not t.is_floating_point():
+            return
+        self.entries[id(entry)] = entry
+        with torch.no_grad():
+            d.keys.append(dense_keys(t))
+        d.roots.append(roots)
+        d.rows += roots.size
+
+
+def judge(ledger: DataLedger, found: Repeatable) -> list[Any]:
+    pairs = [(e, found.draws[(k, 0)], found.draws[(k, 1)]) for k, e in found.entries.items()
+             if (k, 1) in found.draws and not e.trains and k not in found.own_sampler
+             and not _training_samples(e, ledger.loaders)]
+    if not pairs:
+        return []
+    flat = [k for _, a, b in pairs for k in (*a.keys, *b.keys)]
+    values = torch.cat([k.reshape(-1).to("cpu") for k in flat]).numpy() if flat else np.zeros(0, np.int64)
+    out = []
+    at = 0
+    for entry, a, b in pairs:
+        first, at = _by_index(a, values, at)
+        second, at = _by_index(b, values, at)
+        common = first.keys() & second.keys()
+        changed = sorted(i for i in common if first[i] != second[i])
+        if len(common) < MIN or len(changed) < MIN or len(changed) < SHARE * len(common):
+            continue
+        frame = entry.made or entry.frame
+        out.append(finding(
+            "eval_inputs_random", "eval_random", "warning", frame,
+            {"loader": _label(entry), "changed": len(changed), "n": len(common),
+             "share": f"{len(changed) / len(common):.0%}"},
+            {"samples_compared": len(common), "samples_changed": len(changed),
+             "share_changed": round(len(changed) / len(common), 4), "examples": [int(i) for i in changed[:5]],
+             "passes": [0, 1], "loader": entry.name}))
+    return out
+
+
+def _training_samples(entry: Loader, loaders: list[Loader]) -> bool:
+    """The loader evaluates samples a training loader trained on (a train-accuracy pass over the
+    augmented training data measures the training set, augmented, on purpose)."""
+    seen = entry.seen
+    if seen is None:
+        return False
+    for tr in loaders:
+        t = tr.trained_on
+        if tr.trains and tr.root_token == entry.root_token and t is not None and t.shape == seen.shape:
+            if not (seen & ~t).any():
+                return True
+    return False
+
+
+def _by_index(d: _Draws, values: np.ndarray, at: int) -> tuple[dict[int, int], int]:
+    out: dict[int, int] = {}
+    for roots, k in zip(d.roots, d.keys):
+        n = int(k.numel())
+        for i, v in zip(roots.tolist(), values[at:at + n].tolist()):
+            out.setdefault(int(i), int(v))
+        at += n
+    return out, at
