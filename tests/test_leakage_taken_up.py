@@ -118,5 +118,8 @@ def test_a_concat_dataset_is_followed_part_by_part():
         with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
             _fit(model, opt, DataLoader(ConcatDataset(parts), batch_size=15, shuffle=True),
                  [DataLoader(val_set, batch_size=15)], epochs=3)
-        found = [(f.code, f.line, f.evidence.get("count")) for f in s.report.findings if f.category.value == "data"]
+        # (Noisy augments on every load, the evaluation loader too: `data.eval_inputs_random` is
+        # true of this program and tested in test_encoding_workers.py; the split is the question here)
+        found = [(f.code, f.line, f.evidence.get("count")) for f in s.report.findings
+                 if f.category.value == "data" and f.code != "data.eval_inputs_random"]
         assert found == ([("data.heldout_trained", _line("# SPLIT-C"), 15)] if leak else []), found

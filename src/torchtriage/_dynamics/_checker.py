@@ -114,7 +114,7 @@ class DynamicsChecker(Checker):
             return
         if region.active or region.metric_suspects or region.dims or region.compares:
             region.active = False  # (its replay must not be watched by itself)
-            found = region.findings(self._step, self.reported)
+            found = region.findings(self._step, self.reported, self._defer_findings)
             region.metric_suspects, region.dims = [], []
             for f in found:
                 self._add(f)
@@ -357,6 +357,13 @@ class DynamicsChecker(Checker):
             self.session.add(f)
 
     # ------------------------------------------------------------------ per-step numbers
+    def _defer_findings(self, values: list[torch.Tensor], decide: Any) -> None:
+        """Numbers that ride the step's one read; `decide(floats)` gives the findings to add."""
+        def done(v: list[float]) -> None:
+            for f in decide(v):
+                self._add(f)
+        self.flags.add(values, done)
+
     def _consume(self, optimizer: torch.optim.Optimizer | None) -> None:
         """The loss and grad norm the step's read produced (if new since the last call)."""
         h, seen = self.session.health, self.seen

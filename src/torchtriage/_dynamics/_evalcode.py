@@ -191,7 +191,8 @@ class MetricRegion(RegionMode):
                 return float(out), float(new)
         return None, None
 
-    def findings(self, step: int | None, reported: set[Any]) -> list[Finding]:
+    def findings(self, step: int | None, reported: set[Any], defer: Any) -> list[Finding]:
+        """The region's findings now; those that need numbers read are queued on `defer`."""
         found = []
         for s in self.metric_suspects:
             key = ("metric", s.op, s.frame)
@@ -210,7 +211,7 @@ class MetricRegion(RegionMode):
                                            "in": "evaluation" if self.evaluation else "training step"}))
         if self.compares:
             compares, self.compares = self.compares, []
-            found += judge_ignored(self, compares, self.ignore, padding_ids(self.session.models), step, reported)
+            judge_ignored(self, compares, self.ignore, padding_ids(self.session.models), step, reported, defer)
         for fields, frame in self.dims:
             dim_key = (fields["name"], frame)
             if dim_key in reported:

@@ -82,7 +82,9 @@ def padding_ids(models: list[nn.Module]) -> set[int]:
 
 @torch.no_grad()
 def judge(region: Any, compares: list[Compare], ignore: set[int], pads: set[int], step: int | None,
-          reported: set[Any]) -> list[Finding]:
+          reported: set[Any], defer: Any) -> None:
+    """Queue the comparisons' numbers on `defer(tensors, callback)` (they ride the step's one
+    read); `callback(floats)` returns the findings."""
     plans: list[tuple[Compare, Any, list[torch.Tensor]]] = []
     for c in compares:
         key = ("ignored", c.frame)
@@ -107,16 +109,23 @@ def judge(region: Any, compares: list[Compare], ignore: set[int], pads: set[int]
         keep = ~ign
         numbers = [ign_loss.sum(), ign_pad.sum(), torch.tensor(float(t.numel()), device=t.device),
                    match.float().mean(), (match & keep).sum() / keep.sum().clamp_min(1), computed, moved,
-                   c.out.float().mean()]
+                   c.out.float().mean()] + [(t == v).any() for v in sorted(ignore)]  # which values it holds
         plans.append((c, key, numbers))
     if not plans:
-        return []
-    values = torch.stack([torch.as_tensor(x, dtype=torch.float64).to(plans[0][0].target.device).reshape(())
-                          for _, _, nums in plans for x in nums]).tolist()  # the region's one read
+        return
+    dev = plans[0][0].target.device
+    flat = [torch.as_tensor(x, dtype=torch.float64, device=dev).reshape(()) for _, _, nums in plans for x in nums]
+    defer(flat, lambda values: _decide(region, plans, values, ignore, pads, step, reported))
+
+
+def _decide(region: Any, plans: list[tuple[Compare, Any, list[torch.Tensor]]], values: list[float],
+            ignore: set[int], pads: set[int], step: int | None, reported: set[Any]) -> list[Finding]:
     width = len(plans[0][2])
     found = []
     for i, (c, key, _) in enumerate(plans):
-        n_loss, n_pad, n, rate_all, rate_kept, computed_v, moved_v, true_share = values[width * i:width * (i + 1)]
+        row = values[width * i:width * (i + 1)]
+        n_loss, n_pad, n, rate_all, rate_kept, computed_v, moved_v, true_share = row[:8]
+        held = [v for v, there in zip(sorted(ignore), row[8:]) if there]
         if not (n_loss or n_pad) or computed_v == moved_v or abs(rate_all - rate_kept) < MOVE:
             continue
         if n_loss and not _close(computed_v, true_share):
@@ -128,7 +137,7 @@ def judge(region: Any, compares: list[Compare], ignore: set[int], pads: set[int]
         reported.add(key)
         by_loss = n_loss > 0
         kind = "loss" if by_loss else "pad"
-        what = (f"ignore_index {sorted(v for v in ignore if bool((c.target == v).any()))[0]}" if by_loss
+        what = (f"ignore_index {held[0]}" if by_loss
                 else f"padding_idx {sorted(pads)[0] if len(pads) == 1 else sorted(pads)}")
         ignored = int(n_loss + n_pad)
         found.append(finding(

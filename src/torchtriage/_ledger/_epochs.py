@@ -38,6 +38,7 @@ class Epoch:
     forwards: list[int] = dataclasses.field(default_factory=list)  # per batch: forwards with gradients
     mark: tuple[int, int] = (0, 0)  # the counters when the last batch was yielded
     calls: int = 0  # root forwards of any kind when the last batch was yielded
+    grad: bool = True  # grad mode when the last batch was yielded (a partner batch is fetched alike)
     order: Any = dataclasses.field(default_factory=hashlib.blake2b)
     complete: bool = False  # the sampler was exhausted (StopIteration)
     stop: tuple[int, int] | None = None  # the counters at StopIteration

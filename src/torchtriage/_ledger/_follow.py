@@ -158,9 +158,11 @@ class Follower:
         if self.tails:
             tails, self.tails = self.tails, []
             for entry, other in tails:
-                if other.calls == self.ledger.calls and other.mark == self.ledger.counters() and other is not ep:
+                if (other.calls == self.ledger.calls and other.mark == self.ledger.counters() and other is not ep
+                        and other.grad == torch.is_grad_enabled()):
                     # Nothing used its last batch yet: fetched together with this one for one step
-                    # (an episode's support and query sets, one batch of each of two loaders).
+                    # (an episode's support and query sets, one batch of each of two loaders). A batch
+                    # fetched under another grad mode (an evaluation pass's last) is no partner.
                     self.tails.append((entry, other))
                 else:
                     self.ledger.end_window(other)
@@ -170,6 +172,7 @@ class Follower:
             ep.forwards.append(fw - ep.mark[1])
         ep.mark = (bw, fw)
         ep.calls = self.ledger.calls
+        ep.grad = torch.is_grad_enabled()
         rows = as_rows(indices) if p.in_order else None
         tensors = batch_tensors(data)
         size = len(rows) if rows is not None else next((int(t.shape[0]) for t in tensors if t.dim() >= 1), 1)

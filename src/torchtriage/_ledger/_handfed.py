@@ -41,6 +41,7 @@ from .._loaderstream import stream
 from .._loaderstream import tensors as batch_tensors
 from ._epochs import MAX_KEYS, Loader
 from ._streams import K as window_tokens
+from ._streams import host_rows as _host
 from ._streams import judge as judge_streams
 from ._streams import stream_input, window_keys
 from ._verdicts import _keys, _split_finding
@@ -161,14 +162,6 @@ def _user_frames(most: int, names: bool = False) -> list[tuple[Any, str]]:
             out.append((uf, text))
         f = f.f_back
     return out
-
-
-def _host(chunks: list[torch.Tensor]) -> list[np.ndarray]:
-    if not chunks:
-        return []
-    dev = chunks[0].device
-    joined = torch.cat([c.to(dev) for c in chunks]).cpu().numpy()  # the one read, at the end
-    return np.split(joined, np.cumsum([c.numel() for c in chunks])[:-1])
 
 
 def judge(hf: HandFed, loaders: list[Loader]) -> Any:

@@ -61,16 +61,23 @@ def window_keys(x: torch.Tensor) -> torch.Tensor:
     return dense_keys(flat)
 
 
-def judge(hf: HandFed) -> Any:
-    from ._handfed import _host
+def host_rows(chunks: list[torch.Tensor]) -> list[np.ndarray]:
+    """The chunks' rows on the host, in one read at the end of the run."""
+    if not chunks:
+        return []
+    dev = chunks[0].device
+    joined = torch.cat([c.to(dev) for c in chunks]).cpu().numpy()  # the one read, at the end
+    return np.split(joined, np.cumsum([c.numel() for c in chunks])[:-1])
 
+
+def judge(hf: HandFed) -> Any:
     for (token, training, stream), ev in hf.sides.items():
         if training or not stream or not ev.chunks:
             continue
         tr = hf.sides.get((token, True, True))
         if tr is None or not tr.chunks:
             continue
-        ev_rows = _host(ev.chunks)
+        ev_rows = host_rows(ev.chunks)
         repeated = any(ev.repeats)
         seen: set[bytes] = set()
         kept = []
@@ -89,7 +96,7 @@ def judge(hf: HandFed) -> Any:
         own = sum(r.size - np.unique(r).size for r in kept)
         rate = own / max(every.size, 1)
         repeated = repeated or (every.size - own - eu.size) >= MIN_OVERLAP
-        tu = np.unique(np.concatenate(_host(tr.chunks)))
+        tu = np.unique(np.concatenate(host_rows(tr.chunks)))
         hit = np.isin(eu, tu)
         count, n = int(hit.sum()), int(eu.size)
         if not repeated or count < MIN_OVERLAP or count < max(SPLIT_SHARE, 3 * rate) * n:

@@ -330,6 +330,8 @@ def compare_records(records: dict[int, dict[str, Any]]) -> list[Finding]:
                 m["prints"] = [[_real(v) for v in row] for row in m.get("prints", [])]
             for sync in rec.get("sync", []):
                 sync["local"], sync["synced"] = [_real(v) for v in sync["local"]], [_real(v) for v in sync["synced"]]
+            for o in rec.get("optimizers") or []:
+                o["prints"] = [[_real(v) for v in row] for row in o.get("prints", [])]
         drift = _drift(recs)
         found = [f for f in (drift, _summed(recs)) if f is not None]
         # replicas of a DDP model found drifting: their optimizer's drift is the same fault

@@ -85,6 +85,7 @@ class SilentChecker(Checker):
         self._autocast: list[tuple[str, torch.dtype]] = []
         self._divisions_seen: set[int] = set()  # the taped ops already judged (a step's second backward)
         self._holders: dict[Any, Any] = {}  # a loss line -> the accumulator line found keeping it
+        self._held_axis: list[Finding] = []  # softmax-axis findings, added at the end (`_add_held_axis`)
         self._full = max(_cadence.FULL, self.warmup, self.collapse_steps)
         self._last_step = -1  # the last step taken part in
         self._in_root = 0  # root model calls in progress (a loss computed inside the model's forward)
@@ -372,8 +373,21 @@ class SilentChecker(Checker):
         ev = dict(v.get("evidence") or {})
         if site is not None:
             ev["made_by"] = f"{site.func} ({site.module or '<root>'})"
-        self._add(verdict_to_finding(dict(v, evidence=ev), frame=frame, step=self._step,
-                                     module=site.module if site is not None else None))
+        f = verdict_to_finding(dict(v, evidence=ev), frame=frame, step=self._step,
+                               module=site.module if site is not None else None)
+        if v["name"] == "softmax_not_contracted_axis":
+            self._held_axis.append(f)  # judged at the end beside a causal leak the same line makes
+            return
+        self._add(f)
+
+    def _add_held_axis(self) -> None:
+        """A softmax over the wrong axis of a masked attention is also why it sees the future:
+        where the causal probe already reported that error at the same line, the axis finding is
+        its explanation (an info beside it), not a second problem."""
+        leaks = {(g.file, g.line) for g in self.session.findings if g.code == "silent.attention_sees_future"}
+        for f in self._held_axis:
+            self._add(f.replace(severity=Severity.INFO) if (f.file, f.line) in leaks else f)
+        self._held_axis = []
 
     def _analyze_region(self, root: torch.Tensor) -> None:
         region = self.region
@@ -556,6 +570,7 @@ class SilentChecker(Checker):
             self._queue_collapse()
         self.flags.resolve()
         _deferred.leave(self.session, self.flags)
+        self._add_held_axis()
         self._judge_train_in_eval()
         for m in self._leaving:  # at close no call of ours is running: take them off
             m.inside = 0
