@@ -111,6 +111,14 @@ def test_a_validation_subset_of_the_augmented_dataset_evaluates_random_views(tmp
     assert "transform" in f.cause
 
 
+def test_an_evaluation_dataset_of_its_own_that_draws_pairs_at_random_is_an_info(tmp_path):
+    """No training loader reads it: nothing says the random draws harm the metric (an info)."""
+    name = "eval_random_pairs_own_dataset.py"
+    f = one(run(name, tmp_path), "data.eval_inputs_random")
+    assert (f.severity.value, f.line) == ("info", here(name))
+    assert f.evidence["dataset_shared_with_training"] is False and f.evidence["samples_changed"] >= 16
+
+
 def test_deterministic_evaluation_and_random_token_masking_stay_quiet(tmp_path):
     report = run("clean_eval_deterministic.py", tmp_path, checks=None)
     assert not [f for f in report.findings if f.code == "data.eval_inputs_random"]

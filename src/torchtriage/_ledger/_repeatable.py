@@ -11,8 +11,10 @@ loader), in its second, each batch's floating-point per-sample tensor (images, s
 features; token ids are left out: a masked-language-model collator masks evaluation batches at
 random on purpose) is digested on its device per root index (`dense_keys`, at most `MOST` rows a
 pass), read once at the end. Samples of both passes whose digests differ changed between
-passes. A warning when at least `SHARE` of the samples compared changed (and `MIN` samples):
-a deterministic evaluation changes none. A loader that evaluates only samples a training loader
+passes. A warning when at least `SHARE` of the samples compared changed (and `MIN` samples) and the
+loader reads the dataset a training loader reads (a split carved out of it, with its transform):
+a deterministic evaluation changes none; an evaluation dataset of its own that draws at random
+(pairs, sampling by design) is an info. A loader that evaluates only samples a training loader
 trained on (train accuracy) is left alone, and so is one drawn by a sampler or batch sampler of
 the user's (an episode sampler's index names a class whose samples are drawn at random on purpose).
 The line is where the loader was made.
@@ -105,13 +107,17 @@ def judge(ledger: DataLedger, found: Repeatable) -> list[Any]:
         if len(common) < MIN or len(changed) < MIN or len(changed) < SHARE * len(common):
             continue
         frame = entry.made or entry.frame
+        # The harm: a split carved out of the training dataset evaluates through its transform
+        # (training-distribution views, best epoch picked on noise). A dataset of its own that
+        # draws at random (pairs, episodes, sampling by design) is only unusual: an info.
+        carved = entry.root_token != 0 and any(e.trains and e.root_token == entry.root_token for e in ledger.loaders)
         out.append(finding(
-            "eval_inputs_random", "eval_random", "warning", frame,
+            "eval_inputs_random", "eval_random", "warning" if carved else "info", frame,
             {"loader": _label(entry), "changed": len(changed), "n": len(common),
              "share": f"{len(changed) / len(common):.0%}"},
             {"samples_compared": len(common), "samples_changed": len(changed),
              "share_changed": round(len(changed) / len(common), 4), "examples": [int(i) for i in changed[:5]],
-             "passes": [0, 1], "loader": entry.name}))
+             "passes": [0, 1], "loader": entry.name, "dataset_shared_with_training": carved}))
     return out
 
 
