@@ -28,7 +28,8 @@ _NAMES = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "fe
 _CALL_IMPL = nn.Module._call_impl.__code__
 
 
-def _calling_module() -> nn.Module | None:
+def calling_module() -> nn.Module | None:
+    """The module whose call is on the stack above the caller's caller (None outside a module call)."""
     f: FrameType | None = sys._getframe(2)
     while f is not None:
         if f.f_code is _CALL_IMPL:
@@ -71,7 +72,7 @@ class EvalDropoutWatch:
         sess = self.session
         if sess.busy:
             return
-        mod = _calling_module()
+        mod = calling_module()
         if mod is None or mod.training:
             return
         frame = user_frame_from_stack(3)

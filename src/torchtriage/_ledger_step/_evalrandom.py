@@ -24,9 +24,7 @@ Cost: one attribute test per root forward; the mode and the version reads only i
 
 from __future__ import annotations
 
-import sys
 import weakref
-from types import FrameType
 from typing import Any
 
 import torch
@@ -36,6 +34,7 @@ from torch.overrides import TorchFunctionMode
 from .._findings import Category, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
 from .._modestack import push_mode, remove_mode
+from ._dropout import calling_module
 
 EVAL_FORWARDS = 3
 _SAMPLERS = frozenset({
@@ -44,17 +43,6 @@ _SAMPLERS = frozenset({
     "cauchy_", "log_normal_", "binomial"})
 _DROPOUTS = frozenset({"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
                        "feature_dropout"})
-_CALL_IMPL = nn.Module._call_impl.__code__
-
-
-def _calling_module() -> nn.Module | None:
-    f: FrameType | None = sys._getframe(2)
-    while f is not None:
-        if f.f_code is _CALL_IMPL:
-            mod = f.f_locals.get("self")
-            return mod if isinstance(mod, nn.Module) else None
-        f = f.f_back
-    return None
 
 
 def _random_call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -82,7 +70,7 @@ class _RandomOps(TorchFunctionMode):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         if (name in _SAMPLERS or name in _DROPOUTS or name == "rrelu") and _random_call(name, args, kwargs):
-            mod = _calling_module()
+            mod = calling_module()
             key = (id(mod), name)
             entry = self.calls.get(key)
             if entry is None:
