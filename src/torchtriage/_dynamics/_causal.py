@@ -81,7 +81,7 @@ def probe(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], frame
     """Run `check_causal` on the first rows of the step's batch; the finding placed where the
     future first reached an earlier position (the user's line in the model), else at the user's
     call of the model."""
-    from .._silent._sequence import causal_report
+    from .._silent._sequence import causal_report, probe_state
 
     key, ids = token_ids(args, kwargs)
     if not is_index_tensor(ids) or ids.dim() != 2 or ids.shape[1] < 4:
@@ -90,19 +90,11 @@ def probe(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], frame
     rest = args[1:] if key is None else args
     bound = _Bound(model, key, tuple(_rows(a, batch) for a in rest),
                    {k: _rows(v, batch) for k, v in kwargs.items() if k != key})
-    modes = [(m, m.training) for m in model.modules()]
-    cpu_rng = torch.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state(ids.device) if ids.is_cuda else None
     try:
-        report = causal_report(bound, ids[:ROWS], ids.shape[1] // 2 - 1, None, frame, names=model)
+        with probe_state(model, ids.device):
+            report = causal_report(bound, ids[:ROWS], ids.shape[1] // 2 - 1, None, frame, names=model)
     except (TypeError, ValueError):  # an output with no logits per position: nothing to compare
         return None
-    finally:
-        for m, was in modes:
-            m.training = was
-        torch.set_rng_state(cpu_rng)
-        if cuda_rng is not None:
-            torch.cuda.set_rng_state(cuda_rng, ids.device)
     f = report.primary
     if f is None:
         return None

@@ -9,6 +9,8 @@ model must ignore and compare the logits it must keep.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -213,6 +215,23 @@ def check_causal(model: nn.Module, input_ids: torch.Tensor, *, position: int | N
     if not 0 <= pos < t - 1:
         raise ValueError(f"position={position} is outside 0..{t - 2} for input_ids of shape {list(input_ids.shape)}")
     return causal_report(model, input_ids, pos, atol, user_frame_from_stack(2))
+
+
+@contextlib.contextmanager
+def probe_state(model: nn.Module, device: torch.device) -> Iterator[None]:
+    """Around a causal probe: the model's train/eval modes and the RNG streams (CPU, and the
+    device's) as they were, whatever the probe did or raised."""
+    modes = [(m, m.training) for m in model.modules()]
+    cpu_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    try:
+        yield
+    finally:
+        for m, was in modes:
+            m.training = was
+        torch.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state(cuda_rng, device)
 
 
 def causal_report(model: nn.Module, input_ids: torch.Tensor, pos: int, atol: float | None,

@@ -25,23 +25,15 @@ ROWS = 4
 def reads_whole_input(model: nn.Module, ids: torch.Tensor) -> bool | None:
     """True when the outputs at the first half of the positions change when only the later
     tokens change; None when the model cannot be probed as `model(ids)`."""
-    from ._sequence import causal_report
+    from ._sequence import causal_report, probe_state
 
     if ids.dim() != 2 or ids.shape[1] < 4:
         return None
-    modes = [(m, m.training) for m in model.modules()]
-    cpu_rng = torch.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state(ids.device) if ids.is_cuda else None
     try:
-        report = causal_report(model, ids[:ROWS], ids.shape[1] // 2 - 1, None, None)
+        with probe_state(model, ids.device):
+            report = causal_report(model, ids[:ROWS], ids.shape[1] // 2 - 1, None, None)
     except Exception:
         return None
-    finally:
-        for m, was in modes:
-            m.training = was
-        torch.set_rng_state(cpu_rng)
-        if cuda_rng is not None:
-            torch.cuda.set_rng_state(cuda_rng, ids.device)
     return report.primary is not None
 
 
