@@ -75,6 +75,20 @@ def test_lr_so_high_the_loss_grows_geometrically_before_any_nan():
     assert s.report.filter(code="dynamics.exploding_gradients") == []  # the same cause, said once
 
 
+def test_a_loss_that_climbs_back_from_a_dip_is_no_divergence():
+    from torchtriage._dynamics._trends import Growth
+
+    # A GAN critic's hinge loss: up to 1.9, a dip to 5e-4 for a few steps, back to 1.2 (x4.7 a step).
+    series = [1.9, 1.4, 1.1, 0.8, 0.3, 0.05, 5.3e-4, 2.5e-3, 1.2e-2, 5.5e-2, 0.26, 1.2, 0.9, 1.0]
+    g = Growth()
+    assert [g.add(i, v) for i, v in enumerate(series)] == [None] * len(series)
+    # The same dip, then a climb past everything seen before it: divergence, from the dip.
+    g = Growth()
+    found = [g.add(i, v) for i, v in enumerate(series[:11] + [2.5, 7.0, 40.0])]
+    hit = next(r for r in found if r is not None)
+    assert (hit["start"], hit["end"], hit["first"]) == (6, 11, 5.3e-4)
+
+
 def test_accuracy_with_n1_against_n_broadcasts_in_evaluation_code():
     s, train = _watch(z.loop_accuracy_broadcasts)
     f = _one(s.report, "silent.metric_broadcast")
