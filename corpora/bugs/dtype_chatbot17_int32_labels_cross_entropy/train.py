@@ -3,8 +3,7 @@
 # The tutorial chatbot: each intent pattern becomes a bag-of-words vector over the stemmed
 # vocabulary, a 3-layer MLP is trained with CrossEntropyLoss to predict the intent tag. The
 # patterns of intents.json are inlined; NLTK's word_tokenize / PorterStemmer are replaced by a
-# regex tokenizer and a crude suffix stemmer. np.array of Python ints is int32 on Windows
-# with NumPy < 2 (the platform of the reports); that default is written out as dtype=np.int32.
+# regex tokenizer and a crude suffix stemmer; the run is on a Windows-like NumPy setup.
 import re
 
 import numpy as np
