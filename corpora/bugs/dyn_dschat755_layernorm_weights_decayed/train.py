@@ -1,4 +1,4 @@
-# Source: deepspeedai/DeepSpeedExamples, applications/DeepSpeed-Chat/training/utils/utils.py (get_optimizer_grouped_parameters), applications/DeepSpeed-Chat/training/step1_supervised_finetuning/main.py, commit 8d850ba2d1265e4803deaf7d53567c9296c82897
+# Source: deepspeedai/DeepSpeedExamples, applications/DeepSpeed-Chat/training/utils/utils.py (get_optimizer_grouped_parameters), applications/DeepSpeed-Chat/training/step1_supervised_finetuning/main.py, commit 5161c0ff266267186ce3e836430189f03454fc10
 # Report: https://github.com/deepspeedai/DeepSpeedExamples/pull/755
 # DeepSpeed-Chat step 1 (supervised fine-tuning of an OPT causal LM): the parameters are split
 # into a weight-decay group and a no-decay group by name, Adam(W) with betas (0.9, 0.95) and a
