@@ -100,6 +100,12 @@ class DataLedger(Checker):
         ran out)."""
         if ep.sizes and len(ep.backwards) < len(ep.sizes):
             ahead = len(ep.sizes) < 2 or not (ep.backwards[0] or ep.forwards[0])
+            if ahead and len(ep.sizes) >= 2 and ep.stop is not None and not any(ep.backwards) \
+                    and not any(ep.forwards):
+                # No batch saw any work before the sampler ran out: a pass that trains nothing (an
+                # evaluation through a functional model, with gradients on), not a loop one batch
+                # ahead; the next training loop's backwards are not this last batch's.
+                ahead = False
             end = ep.stop if ep.stop is not None and not ahead else self.counters()
             ep.backwards.append(end[0] - ep.mark[0])
             ep.forwards.append(end[1] - ep.mark[1])
