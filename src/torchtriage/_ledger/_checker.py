@@ -34,6 +34,7 @@ from ._passes import note as note_pass
 from ._ranks import exchange  # (importing it registers the rank comparison with the distributed merge)
 from ._repeatable import Repeatable
 from ._repeatable import judge as judge_repeatable
+from ._weights import SamplerLines
 from ._workers import Workers
 from ._workers import judge as judge_workers
 
@@ -50,6 +51,11 @@ class DataLedger(Checker):
         self.forwards = 0
         self.calls = 0  # root forwards of any kind (a batch used by nothing yet: `Follower.on_batch`)
         self.tokens: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+        self.samplers: SamplerLines | None = None
+        try:
+            self.samplers = SamplerLines(session)  # where weighted samplers are made
+        except Exception as e:  # (a torch without it: no sampler verdict)
+            session.internal_error("data_ledger.samplers", e)
         self.follower = Follower(session, self)
         self.follower.install()
         self.handfed = HandFed(session, self)
