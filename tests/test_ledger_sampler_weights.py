@@ -24,3 +24,12 @@ def test_per_sample_weights_are_quiet(tmp_path):
     report, _ = run_script("clean_sampler_sample_weights.py", tmp_path)
     assert [f for f in report.findings if f.code == "data.sampler_weights_length"] == []
     assert alarms(report) == []
+
+
+def test_every_tensor_of_a_loader_batch_is_the_loaders(tmp_path):
+    """A batch of two sequences feeds two forwards; the second is no hand-fed input, so the
+    training batches measured under no_grad (train vs val loss, reported side by side) are not
+    compared by token windows with the training forwards (session 9: a DPO false alarm)."""
+    report, _ = run_script("clean_pair_batches_eval_on_train.py", tmp_path)
+    assert [f for f in report.findings if f.code == "data.split_overlap"] == []
+    assert alarms(report) == []
