@@ -21,6 +21,7 @@ import torch.nn as nn
 
 from .._checker import Checker
 from .._loaderstream import stream
+from ._denominator import Denominators
 from ._encoding import Encodings
 from ._encoding import judge as judge_encodings
 from ._epochs import Epoch, Loader
@@ -68,6 +69,8 @@ class DataLedger(Checker):
         stream(session).listen("ledger.workers", self.workers)
         self.repeatable = Repeatable(self)  # evaluation inputs that change from pass to pass
         stream(session).listen("ledger.repeatable", self.repeatable)
+        self.denominators = Denominators(self)  # a mean's denominator against the pass's counts
+        stream(session).listen("ledger.denominator", self.denominators)
 
     def counters(self) -> tuple[int, int]:
         return self.backwards, self.forwards
@@ -169,6 +172,8 @@ class DataLedger(Checker):
                     self.session.add(f)
                 for f in judge_repeatable(self, self.repeatable):
                     self.session.add(f)
+            for f in self.denominators.end():
+                self.session.add(f)
             codes = {(f.code, f.severity.value) for f in self.session.findings}
             if ("data.split_overlap", "error") not in codes and ("data.heldout_trained", "error") not in codes:
                 with torch.no_grad():
