@@ -15,9 +15,9 @@ loop). The denominator is evaluated in the live frame when it is a name, an attr
 or ``len()`` of one; a count the loop keeps itself (a name assigned in the loop: tokens counted
 per batch) is the user's own count and is trusted. It is compared with the pass's batches and
 samples (`ledger` counts). Harm measured: the reported mean is `count / denominator` times the
-true one. A warning when that factor is off by `OFF` or more and the denominator is at least the
-number of batches (a small constant, a world size or accumulation steps, divides for another
-reason); `info` for smaller factors (a `drop_last` remainder). One finding per line.
+true one. Only denominators of at least the pass's batches are judged (a small constant, a world
+size or accumulation steps, divides for another reason); a warning when the factor is off by
+`OFF` or more, `info` for smaller factors (a `drop_last` remainder). One finding per line.
 """
 
 from __future__ import annotations
@@ -77,13 +77,13 @@ class Denominators:
     def judge(self, f: types.FrameType, div: ast.AST, text: str, value: int, batches: int, samples: int) -> None:
         frame = user_frame_of(f, getattr(div, "lineno", f.f_lineno))
         key = (frame.file, frame.line)
-        if key in self.found or value <= 0:
-            return
+        if key in self.found or value < batches:
+            return  # (a small constant, a world size or accumulation steps, divides for another reason)
         off = {what: n / value for what, n in (("batches", batches), ("samples", samples))}
         what, factor = min(off.items(), key=lambda kv: abs(kv[1] - 1))
         if abs(factor - 1) < 1e-9:
             return
-        harmful = abs(factor - 1) >= OFF and value >= batches
+        harmful = abs(factor - 1) >= OFF
         evidence = {"denominator": text, "denominator_value": value, "pass_batches": batches,
                     "pass_samples": samples, "closest_count": what, "factor": round(factor, 4)}
         fields = {"expr": text, "value": value, "batches": batches, "samples": samples, "what": what,
