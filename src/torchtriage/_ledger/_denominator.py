@@ -17,7 +17,9 @@ per batch) is the user's own count and is trusted. It is compared with the pass'
 samples (`ledger` counts). Harm measured: the reported mean is `count / denominator` times the
 true one. Only denominators of at least the pass's batches are judged (a small constant, a world
 size or accumulation steps, divides for another reason); a warning when the factor is off by
-`OFF` or more, `info` for smaller factors (a `drop_last` remainder). One finding per line.
+`OFF` or more, `info` for smaller factors (a `drop_last` remainder). One finding per line. A
+DistributedSampler's shard divided by the whole set (the factor is `1 / world_size`) is the
+distributed fault `distributed.shard_mean_denominator`.
 """
 
 from __future__ import annotations
@@ -43,14 +45,14 @@ class Denominators:
 
     def __init__(self, ledger: DataLedger) -> None:
         self.ledger = ledger
-        self.counts: dict[int, list[int]] = {}  # id(iterator) -> [batches, samples]
+        self.counts: dict[int, list[int]] = {}  # id(iterator) -> [batches, samples, world]
         self.found: dict[tuple[str, int], Any] = {}
 
     def on_begin(self, it: Any, loader: Any) -> None:
-        self.counts[id(it)] = [0, 0]
+        self.counts[id(it)] = [0, 0, _shards(loader)]
 
     def on_reset(self, it: Any, loader: Any) -> None:
-        self.counts[id(it)] = [0, 0]
+        self.counts[id(it)] = [0, 0, _shards(loader)]
 
     def on_batch(self, it: Any, indices: Any, data: Any) -> None:
         c = self.counts.get(id(it))
@@ -72,9 +74,10 @@ class Denominators:
         if f is None:
             return
         for div, text, value in divisions(f):
-            self.judge(f, div, text, value, c[0], c[1])
+            self.judge(f, div, text, value, c[0], c[1], c[2])
 
-    def judge(self, f: types.FrameType, div: ast.AST, text: str, value: int, batches: int, samples: int) -> None:
+    def judge(self, f: types.FrameType, div: ast.AST, text: str, value: int, batches: int, samples: int,
+              world: int = 1) -> None:
         frame = user_frame_of(f, getattr(div, "lineno", f.f_lineno))
         key = (frame.file, frame.line)
         if key in self.found or value < batches:
@@ -86,15 +89,29 @@ class Denominators:
         harmful = abs(factor - 1) >= OFF
         evidence = {"denominator": text, "denominator_value": value, "pass_batches": batches,
                     "pass_samples": samples, "closest_count": what, "factor": round(factor, 4)}
-        fields = {"expr": text, "value": value, "batches": batches, "samples": samples, "what": what,
+        fields = {"expr": text, "value": value, "batches": batches, "samples": samples, "what": what, "world": world,
                   "factor": f"{factor:.3g}"}
-        self.found[key] = from_catalogue("data", "data.mean_denominator", "denominator.message", fields=fields,
-                                         cause_key="denominator.cause", next_key="denominator.next", frame=frame,
+        # A rank's shard divided by the whole set: the DistributedSampler's split, not the data's.
+        shard = world > 1 and what == "samples" and abs(factor * world - 1) < 0.1
+        if shard:
+            evidence["world_size"] = world
+        category, code, cause = ("distributed", "distributed.shard_mean_denominator", "denominator.shard") \
+            if shard else ("data", "data.mean_denominator", "denominator")
+        self.found[key] = from_catalogue(category, code, "denominator.message", fields=fields,
+                                         cause_key=f"{cause}.cause", next_key=f"{cause}.next", frame=frame,
                                          evidence=evidence, severity="warning" if harmful else "info",
                                          stage="data", source_line=True)
 
     def end(self) -> list[Any]:
         return list(self.found.values())
+
+
+def _shards(loader: Any) -> int:
+    """The world size of a loader's DistributedSampler (1: none)."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    sampler = getattr(loader, "sampler", None)
+    return int(getattr(sampler, "num_replicas", 1) or 1) if isinstance(sampler, DistributedSampler) else 1
 
 
 def divisions(f: types.FrameType) -> list[tuple[ast.AST, str, int]]:
