@@ -136,13 +136,28 @@ def divisions(f: types.FrameType) -> list[tuple[ast.AST, str, int]]:
     end = loop.end_lineno or loop.lineno
     body = getattr(scope, "body", [])
     for stmt in _following(body, loop):
-        for node in ast.walk(stmt):  # after: a sum of the loop divided
+        for node in _unconditional(stmt):  # after: a sum of the loop divided (on every path)
             if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.left, ast.Name)
                     and node.left.id in summed and node.lineno > end):
                 out += _valued(node.right, node, f, counted)
             elif (isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Div)
                   and isinstance(node.target, ast.Name) and node.target.id in summed and node.lineno > end):
                 out += _valued(node.value, node, f, counted)
+    return out
+
+
+_BRANCHES = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match, ast.FunctionDef, ast.AsyncFunctionDef,
+             ast.ClassDef, ast.Lambda, ast.IfExp)
+
+
+def _unconditional(stmt: ast.AST) -> list[ast.AST]:
+    """The nodes of `stmt` that run whenever it runs: not inside a branch, a loop or a definition
+    (a division in ``if mode == "bug":`` may never run; the source alone cannot say)."""
+    out = [stmt]
+    if isinstance(stmt, _BRANCHES):
+        return []
+    for child in ast.iter_child_nodes(stmt):
+        out += _unconditional(child)
     return out
 
 
