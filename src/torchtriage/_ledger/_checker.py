@@ -35,6 +35,7 @@ from ._passes import note as note_pass
 from ._ranks import exchange  # (importing it registers the rank comparison with the distributed merge)
 from ._repeatable import Repeatable
 from ._repeatable import judge as judge_repeatable
+from ._unbackwarded import Unbackwarded
 from ._weights import SamplerLines
 from ._workers import Workers
 from ._workers import judge as judge_workers
@@ -70,6 +71,7 @@ class DataLedger(Checker):
         self.repeatable = Repeatable(self)  # evaluation inputs that change from pass to pass
         stream(session).listen("ledger.repeatable", self.repeatable)
         self.denominators = Denominators(self)  # a mean's denominator against the pass's counts
+        self.unbackwarded = Unbackwarded(self)  # training forwards whose graph never reaches a backward
         stream(session).listen("ledger.denominator", self.denominators)
 
     def counters(self) -> tuple[int, int]:
@@ -97,6 +99,7 @@ class DataLedger(Checker):
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
         self.handfed.on_forward(model, args, kwargs)
+        self.unbackwarded.on_forward(model, args, kwargs, output)
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         self.evalsync.training()
@@ -174,6 +177,9 @@ class DataLedger(Checker):
                     self.session.add(f)
             for f in self.denominators.end():
                 self.session.add(f)
+            if not any(f.code == "data.coverage_lost" for f in self.session.findings):
+                for f in self.unbackwarded.end():  # (the loader's coverage already said it)
+                    self.session.add(f)
             codes = {(f.code, f.severity.value) for f in self.session.findings}
             if ("data.split_overlap", "error") not in codes and ("data.heldout_trained", "error") not in codes:
                 with torch.no_grad():
