@@ -52,8 +52,8 @@ class Unbackwarded:
     def on_forward(self, model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if not (model.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()):
             return
-        out = next((t for t in batch_tensors(output) if t.grad_fn is not None), None)
-        if out is None:
+        node = next((t.grad_fn for t in batch_tensors(output) if t.grad_fn is not None), None)
+        if node is None:
             return
         frame = user_frame_from_stack(1)
         if frame is None:
@@ -74,7 +74,7 @@ class Unbackwarded:
             if self.active:
                 reached[i] = 1
 
-        out.grad_fn.register_prehook(arrived)
+        node.register_prehook(arrived)
 
     def end(self) -> list[Any]:
         self.active = False
