@@ -61,7 +61,7 @@ class Growth:
         assert first is not None and last is not None  # both passed _ok()
         if not ((n >= GROWTH_STEPS and last / first >= GROWTH) or (n >= 3 and last / first >= GROWTH ** 2)):
             return None
-        before = [v for _, v in list(pts)[: len(pts) - 1 - n] if _ok(v)]
+        before = [v for _, v in list(pts)[: len(pts) - 1 - n] if v is not None and _ok(v)]
         if before and last <= max(before):
             return None  # back from a dip to where the series already was (a GAN's loss near 0)
         self.done = True

@@ -8,7 +8,7 @@ trained on its rows; one whose graph never does lost them (a loop that computes 
 small batch, keeps it "for accumulation", and starts the next step with `zero_grad()` and a new
 forward).
 
-Measured with one hook per training forward on its output's autograd node (`register_prehook`:
+Measured with one hook per training forward on its output's autograd node (`_reach.when_reached`:
 it runs when a backward's gradient arrives there; it lives with the graph, and does nothing once
 the session ended), so summed losses over several forwards (accumulation by summing) reach it too.
 Per forward line: the forwards, those reached, and the rows of the others (the input's first
@@ -27,6 +27,7 @@ import torch
 
 from .._frames import UserFrame, user_frame_from_stack
 from .._loaderstream import tensors as batch_tensors
+from .._reach import when_reached
 from ._make import finding
 
 if TYPE_CHECKING:
@@ -52,8 +53,7 @@ class Unbackwarded:
     def on_forward(self, model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if not (model.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()):
             return
-        node = next((t.grad_fn for t in batch_tensors(output) if t.grad_fn is not None), None)
-        if node is None:
+        if not any(t.grad_fn is not None for t in batch_tensors(output)):
             return
         frame = user_frame_from_stack(1)
         if frame is None:
@@ -70,11 +70,11 @@ class Unbackwarded:
         line.reached.append(0)
         reached = line.reached
 
-        def arrived(grad_outputs: Any) -> None:
+        def arrived() -> None:
             if self.active:
                 reached[i] = 1
 
-        node.register_prehook(arrived)
+        when_reached(output, arrived)
 
     def end(self) -> list[Any]:
         self.active = False

@@ -26,6 +26,7 @@ import torch.nn as nn
 from ... import _deferred
 from ..._checker import Checker
 from ..._frames import UserFrame
+from ..._reach import when_reached
 from ._base import Base, Draw
 from ._fingerprint import row_keys
 from ._loaders import LoaderIndex
@@ -246,25 +247,13 @@ def _batch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None
     return None
 
 
+
 def _backward_reached(output: Any) -> list[bool] | None:
-    """A flag that a backward reaching any of the forward's output tensors sets (a tensor hook:
-    it returns nothing, so the gradient is untouched); None when no output tensor has a graph."""
-    if isinstance(output, torch.Tensor):
-        tensors = [output]
-    elif isinstance(output, (tuple, list)):
-        tensors = [t for t in output if isinstance(t, torch.Tensor)]
-    elif isinstance(output, dict):
-        tensors = [t for t in output.values() if isinstance(t, torch.Tensor)]
-    else:
-        tensors = [v for v in getattr(output, "__dict__", {}).values() if isinstance(v, torch.Tensor)]
-    tensors = [t for t in tensors[:8] if t.requires_grad]
-    if not tensors:
-        return None
+    """A flag that a backward reaching the forward's output sets (`_reach.when_reached`); None
+    when the output has no graph."""
     flag = [False]
 
-    def hit(_grad: torch.Tensor) -> None:
+    def arrived() -> None:
         flag[0] = True
 
-    for t in tensors:
-        t.register_hook(hit)
-    return flag
+    return flag if when_reached(output, arrived) else None
