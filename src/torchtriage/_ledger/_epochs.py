@@ -125,6 +125,8 @@ class Loader:
     first: dict[str, Any] = dataclasses.field(default_factory=dict)  # the first training epoch's samples
     columns: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # group-like columns of the root
     groups: dict[str, dict[Any, int]] = dataclasses.field(default_factory=dict)  # key -> value -> samples
+    # axis -> (rows, positions) digests of the slices of its float windows (`_windows.py`)
+    slices: dict[int, list[torch.Tensor]] = dataclasses.field(default_factory=dict)
     weights: int = 0  # len(the sampler's per-sample weight vector) (0: none; `_weights.py`)
     weights_made: UserFrame | None = None  # where that sampler was made
 

@@ -31,6 +31,7 @@ from ._epochs import MAX_KEYS, Epoch, Loader
 from ._groups import columns, from_batch, from_indices
 from ._lines import assigned_name, loop_name
 from ._passes import dataset_size, promised
+from ._windows import slice_keys
 
 if TYPE_CHECKING:
     from ._checker import DataLedger
@@ -213,6 +214,9 @@ class Follower:
             entry.ragged = True  # variable-length rows (padded per batch): not comparable by content
             return
         entry.keys.append(dense_keys(t))
+        if t.dim() == 3 and t.is_floating_point():  # windows of a series (`_windows.py`)
+            for axis, keys in slice_keys(t).items():
+                entry.slices.setdefault(axis, []).append(keys)
         entry.kept += size
 
 

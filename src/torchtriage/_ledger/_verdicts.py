@@ -27,6 +27,7 @@ from ._epochs import Loader
 from ._lines import skips
 from ._make import finding
 from ._make import label as _label
+from ._windows import by_windows
 
 if TYPE_CHECKING:
     from ._checker import DataLedger
@@ -146,6 +147,8 @@ def splits(loaders: list[Loader]) -> list[Any]:
             if e.models and t.models and not e.models & t.models:
                 continue  # another model evaluates (k-fold: each fold's model on its own fold)
             f = _by_index(e, t) if e.root_token and e.root_token == t.root_token else _by_content(e, t)
+            if f is None:
+                f = _by_windows(e, t)
             if f is not None:
                 out.append(f)
                 break
@@ -207,6 +210,27 @@ def _by_index(e: Loader, t: Loader) -> Any:
     if n == int(t.trained_on.sum()) == count:
         return None  # the training samples themselves, measured (train accuracy)
     return _split_finding(e, t, count, n, int(np.flatnonzero(both)[0]), "index", "error")
+
+
+def _by_windows(e: Loader, t: Loader) -> Any:
+    """Samples of disjoint splits that share most of their time steps (`_windows.py`)."""
+    if e.root_token and e.root_token == t.root_token:
+        if e.whole and t.whole:
+            return None  # one dataset object, trained on and evaluated: no split between them
+        if not t.whole and t.chain and t.chain[0] in e.chain:
+            return None  # a piece of the training part itself, measured on purpose
+    found = by_windows(e, t)
+    if found is None:
+        return None
+    fields = {"eval": _label(e), "eval_where": e.where(), "train": _label(t), "train_where": t.where(),
+              "count": found["count"], "n": found["n"], "share": f"{100 * found['count'] / max(found['n'], 1):.1f}%",
+              "example": found["example"], "axis": found["axis"]}
+    evidence = {"evaluation_loader": e.name, "evaluation_at": e.where(), "training_loader": t.name,
+                "training_at": t.where(), "count": found["count"], "evaluation_samples": found["n"],
+                "example": found["example"], "matched": "overlapping windows", "axis": found["axis"],
+                "positions": found["positions"], "slices_shared": found["slices_shared"],
+                "repeat_rate_across_evaluation": found["repeat_rate_across_evaluation"]}
+    return finding("split_overlap", "window_split", "error", e.made or e.frame, fields, evidence)
 
 
 def _keys(entry: Loader) -> torch.Tensor | None:

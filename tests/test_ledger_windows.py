@@ -1,0 +1,111 @@
+"""Overlapping windows across splits (issue 25, `_ledger/_windows.py`): samples cut from one series
+with a sliding window, then split at random. Every validation window shares most of its time steps
+with training windows; split first, then cut windows, and nothing is shared."""
+
+from __future__ import annotations
+
+import textwrap
+
+from test_ledger import run_script
+
+
+def _run(tmp_path, source):
+    return run_script("prog.py", tmp_path, checks=("data_ledger",), source=textwrap.dedent(source))
+
+
+def _line(source, marker="# HERE"):
+    return next(i for i, s in enumerate(textwrap.dedent(source).splitlines(), 1) if marker in s)
+
+
+def _overlaps(report):
+    return [f for f in report.findings if f.code == "data.split_overlap"]
+
+
+SERIES = """
+import numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset, Subset, random_split
+
+rng = np.random.default_rng(0)
+series = np.cumsum(rng.normal(size=(1200, 5)), axis=0).astype(np.float32)   # 5 sensors over time
+LOOK = 8
+
+class Windows(Dataset):
+    def __init__(self, data):
+        self.data = data
+    def __len__(self):
+        return len(self.data) - LOOK
+    def __getitem__(self, i):
+        x = torch.from_numpy(self.data[i:i + LOOK]%s)     # the last LOOK steps
+        return x, torch.from_numpy(self.data[i + LOOK])
+
+torch.manual_seed(0)
+%s
+train_loader = DataLoader(train_ds, batch_size=64, shuffle=True)
+val_loader = DataLoader(val_ds, batch_size=256)  # HERE
+model = nn.Sequential(nn.Flatten(), nn.Linear(LOOK * 5, 32), nn.ReLU(), nn.Linear(32, 5))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+for epoch in range(3):
+    model.train()
+    for x, y in train_loader:
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+    model.eval()
+    with torch.no_grad():
+        print(epoch, sum(F.mse_loss(model(x), y).item() for x, y in val_loader))
+"""
+
+RANDOM_SPLIT = """ds = Windows(series)
+train_ds, val_ds = random_split(ds, [len(ds) - 200, 200], generator=torch.Generator().manual_seed(0))"""
+TIME_SPLIT = """cut = 1000
+train_ds, val_ds = Windows(series[:cut]), Windows(series[cut:])   # split first, then windows"""
+
+
+def test_windows_of_one_series_split_at_random_overlap_along_time(tmp_path):
+    source = SERIES % ("", RANDOM_SPLIT)  # samples (LOOK steps, 5 sensors): time is axis 1
+    report, _ = _run(tmp_path, source)
+    [f] = _overlaps(report)
+    assert (f.severity.value, f.line, f.evidence["matched"], f.evidence["axis"]) == \
+        ("error", _line(source), "overlapping windows", 1)
+    assert f.evidence["evaluation_samples"] == 200 and f.evidence["count"] >= 190
+    assert f.evidence["training_loader"] == "train_loader" and f.evidence["positions"] == 8
+
+
+def test_windows_laid_out_sensors_first_overlap_along_the_last_axis(tmp_path):
+    source = SERIES % (".T.copy()", RANDOM_SPLIT)  # samples (5 sensors, LOOK steps): time is axis 2
+    report, _ = _run(tmp_path, source)
+    [f] = _overlaps(report)
+    assert (f.severity.value, f.evidence["axis"], f.evidence["count"] >= 190) == ("error", 2, True)
+
+
+def test_a_series_split_in_time_before_windowing_is_quiet(tmp_path):
+    report, _ = _run(tmp_path, SERIES % ("", TIME_SPLIT))
+    assert _overlaps(report) == []
+
+
+IID_SEQUENCES = """
+import torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset, random_split
+
+torch.manual_seed(0)
+# one-hot sequences over 4 symbols: every step's vector is one of 4, shared by chance everywhere
+X = F.one_hot(torch.randint(0, 4, (600, 10)), 4).float()
+y = (X[:, :, 0].sum(1) > 2.5).long()
+train_ds, val_ds = random_split(TensorDataset(X, y), [500, 100], generator=torch.Generator().manual_seed(0))
+train_loader = DataLoader(train_ds, batch_size=50, shuffle=True)
+val_loader = DataLoader(val_ds, batch_size=100)
+model = nn.Sequential(nn.Flatten(), nn.Linear(40, 16), nn.ReLU(), nn.Linear(16, 2))
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+for epoch in range(3):
+    for x, t in train_loader:
+        loss = F.cross_entropy(model(x), t)
+        opt.zero_grad(); loss.backward(); opt.step()
+    with torch.no_grad():
+        print(sum((model(x).argmax(1) == t).sum().item() for x, t in val_loader))
+"""
+
+
+def test_independent_sequences_of_a_small_alphabet_are_quiet(tmp_path):
+    # Their steps repeat by chance (4 one-hot vectors): as often between validation samples at
+    # unrelated places as between validation and training, so no overlap is claimed.
+    report, _ = _run(tmp_path, IID_SEQUENCES)
+    assert _overlaps(report) == []
