@@ -2,9 +2,9 @@
 were trained on" (the runtime leakage check, `_leakage/_runtime`) and "this forward's rows were
 never backpropagated" (the data ledger's coverage without a DataLoader, `_ledger/_unbackwarded`).
 
-A pre-hook on the autograd node of the output's first tensor that has one: it runs when a
-backward's gradient arrives there, returns nothing (the gradient is untouched), and lives and dies
-with the graph. A forward whose outputs have no graph is not watchable (`False`)."""
+A pre-hook on the autograd node of each of the output's tensors (the base's node for a view): it
+runs when a backward's gradient arrives there, returns nothing (the gradient is untouched), and
+lives and dies with the graph. A forward whose outputs have no graph is not watchable (`False`)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,27 @@ from ._loaderstream import tensors
 
 def when_reached(output: Any, arrived: Callable[[], None]) -> bool:
     """Calls `arrived()` each time a backward reaches `output`'s graph; False when it has none."""
-    node = next((t.grad_fn for t in tensors(output) if t.grad_fn is not None), None)
-    if node is None:
+    nodes: list[Any] = []
+    for t in tensors(output):
+        node = _node(t)
+        if node is not None and all(n is not node for n in nodes):
+            nodes.append(node)
+    if not nodes:
         return False
 
     def hook(_grad_outputs: Any) -> None:
         arrived()
 
-    node.register_prehook(hook)
+    for node in nodes:
+        node.register_prehook(hook)
     return True
+
+
+def _node(t: Any) -> Any:
+    """The node a backward through `t` passes, also after `t` is changed in place: for a view
+    (a `Linear` over 3-D input returns one), its base's node, since writing into the view
+    (`logits[pad] = -inf`) re-bases the view's own history and its node leaves the graph."""
+    base = t._base if t._is_view() else None
+    if base is not None and base.grad_fn is not None:
+        return base.grad_fn
+    return t.grad_fn

@@ -21,6 +21,7 @@ rows and more than one forward; `info` below.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -49,9 +50,17 @@ class Unbackwarded:
         self.ledger = ledger
         self.lines: dict[tuple[str, int], _Line] = {}
         self.active = True
+        # per model: whether it has a trainable parameter (a loss module has none: its forward
+        # gives no model any rows; it runs in train() mode during an evaluation with gradients on)
+        self.learns: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
 
     def on_forward(self, model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if not (model.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()):
+            return
+        learns = self.learns.get(model)
+        if learns is None:
+            learns = self.learns[model] = any(p.requires_grad for p in model.parameters())
+        if not learns:
             return
         if not any(t.grad_fn is not None for t in batch_tensors(output)):
             return
