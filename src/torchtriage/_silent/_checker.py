@@ -458,7 +458,10 @@ class SilentChecker(Checker):
         stale = self.zero.stepping(optimizer)
         if stale is not None:
             p, sample = stale
+            # a gradient-hygiene fault whichever check sees it (`gradient.zero_grad_missing` is
+            # the same finding when `silent` is not running): category gradient
             self._add(finding("zero_grad_missing", stage=Stage.BACKWARD, frame=sample.frame,
+                              category=Category.GRADIENT,
                               parameter=self._param_name(p) if p is not None else None,
                               step=sample.step, op="backward",
                               evidence={"parameters_sampled": len(sample.grads),
