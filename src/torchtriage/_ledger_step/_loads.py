@@ -24,7 +24,8 @@ call's own return value.
 A strict load (the default) that raises on the same mismatch gets the `prefix` diagnosis too
 (variant `raised`), the keys compared here: PyTorch's error lists the missing and unexpected
 keys, not that they are the same weights under a wrapper's prefix ('module.' of
-DistributedDataParallel / DataParallel, '_orig_mod.' of torch.compile). Cost: one pass over the keys, once per load (not a hot path).
+DistributedDataParallel / DataParallel, '_orig_mod.' of torch.compile).
+Cost: one pass over the keys, once per load (not a hot path).
 """
 
 from __future__ import annotations

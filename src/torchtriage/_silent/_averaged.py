@@ -1,0 +1,308 @@
+"""Averaged copies of a model (EMA, mean teacher, Polyak target nets, SWA) and their invariant.
+
+A copy is found by what it is, not by its name: at the first optimizer step, before any
+parameter moves, a tensor outside every optimizer that holds exactly a trainable parameter's
+values in another storage (`copy.deepcopy(model)`, `[p.clone().detach() for p in params]`,
+`AveragedModel`, a `register_buffer` shadow). Every correct update of such a copy is a convex
+combination taken toward the parameter (as it was before or after that step):
+
+    s <- s + a (p - s),   0 < a <= 1      (EMA: a = 1 - decay; a hard target copy: a = 1)
+
+* `silent.ema_diverges`: the copy moves, and on every update measured it moves away from the
+  parameter (a < 0, e.g. `s + (1 - d)(s - p)`, a flipped sign) while its distance to the
+  parameter grows; the harm is that distance, measured at the first and the last reading.
+* `silent.ema_buffers_stale`: the copy is a module whose parameters are being averaged, but
+  whose floating buffers (BatchNorm running statistics) never left their initial values while
+  the source's moved, and the copy was run in eval mode so: it normalises with statistics no
+  data produced. A copy whose buffers are averaged too (timm ModelEmaV2, `AveragedModel(...,
+  use_buffers=True)`) or recomputed before it is evaluated (`swa_utils.update_bn`) is quiet,
+  and so is a frozen teacher (its parameters never move).
+
+Both name the update's line: the first in-place op on a copy (`mul_`, `add_`, `lerp_`,
+`copy_`, `_foreach_*_`), seen by a pass-through TorchFunctionMode during one step.
+Cost: one gc scan at the first optimizer step; on the steps the silent check samples, a few
+reductions per tracked pair and one host read (at most MAX_ELEMENTS elements tracked).
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.overrides import TorchFunctionMode
+
+from .._frames import UserFrame, user_frame_from_stack
+from .._modestack import push_mode, remove_mode
+
+MAX_ELEMENTS = 1 << 22  # elements of copies tracked (each kept twice more between two readings)
+MIN_UPDATES = 3  # updates measured before a verdict
+MIN_GROWTH = 2.0  # a diverging copy's distance to the parameters grows at least this much
+
+
+@dataclass
+class Pair:
+    shadow: weakref.ref[torch.Tensor]
+    param: weakref.ref[torch.Tensor]
+    name: str  # the parameter's name
+    holder: str  # the copy's name: a module path, or "tensor"
+    coeffs: list[float] = field(default_factory=list)  # a of each update that moved the copy
+    dists: list[float] = field(default_factory=list)  # ||s - p|| at each reading
+    frame: UserFrame | None = None  # the update's line
+
+
+@dataclass
+class BufferPair:
+    module: weakref.ref[nn.Module]  # the copy's module (a BatchNorm of the EMA model)
+    path: str
+    names: list[str]
+    shadow: list[torch.Tensor]  # initial values of the copy's buffers
+    source: list[torch.Tensor]  # initial values of the source's buffers
+    source_module: weakref.ref[nn.Module]
+    params: list[Pair]  # the pairs of the copy's own parameters (moved: averaged)
+
+
+class _UpdateLines(TorchFunctionMode):
+    """Pass-through: the user's line of the first in-place op on each tracked copy."""
+
+    def __init__(self, pointers: dict[int, list[Pair]]) -> None:
+        super().__init__()
+        self.pointers = pointers
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        __tracebackhide__ = True
+        out = func(*args, **(kwargs or {}))
+        try:
+            name = getattr(func, "__name__", "")
+            if args and name.endswith("_") and not name.endswith("__") and self.pointers:
+                first = args[0]
+                targets = first[:64] if isinstance(first, (list, tuple)) else [first]
+                for t in targets:
+                    if isinstance(t, torch.Tensor):
+                        for pair in self.pointers.pop(t.data_ptr(), ()):
+                            pair.frame = pair.frame or user_frame_from_stack(1)
+        except Exception:  # our bookkeeping never breaks the user's op
+            self.pointers = {}
+        return out
+
+
+class AveragedCopies:
+    """Finds the averaged copies at the first optimizer step, then measures their updates."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.scanned = False
+        self.pairs: list[Pair] = []
+        self.buffers: list[BufferPair] = []
+        self.previous: tuple[int, list[tuple[torch.Tensor, torch.Tensor] | None]] | None = None
+        self.mode: _UpdateLines | None = None
+        self.hooks: list[Any] = []
+        self.stale: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ discovery
+    def first_step(self) -> None:
+        if self.scanned:
+            return
+        self.scanned = True
+        trainable: dict[int, torch.Tensor] = {}
+        excluded: set[int] = set()
+        for opt in self.session.optimizers:
+            for g in opt.param_groups:
+                for p in g["params"]:
+                    if isinstance(p, torch.Tensor) and p.requires_grad and p.is_floating_point():
+                        trainable[id(p)] = p
+                    excluded.add(id(p))
+            for st in opt.state.values():
+                excluded.update(id(v) for v in st.values() if isinstance(v, torch.Tensor))
+        if not trainable:
+            return
+        excluded.update(id(p.grad) for p in trainable.values() if p.grad is not None)
+        shapes = {(tuple(p.shape), p.dtype, p.device) for p in trainable.values()}
+        owners: dict[int, tuple[nn.Module, str]] = {}
+        running: set[int] = set()  # buffers of modules that train: running statistics, not copies
+        candidates: list[torch.Tensor] = []
+        for o in gc.get_objects():
+            if isinstance(o, nn.Module):
+                own = list(o.named_parameters(recurse=False))
+                for n, p in own:
+                    owners[id(p)] = (o, n)
+                if own or hasattr(o, "track_running_stats"):
+                    running.update(id(b) for _, b in o.named_buffers(recurse=False))
+            elif isinstance(o, torch.Tensor) and id(o) not in excluded and o.is_floating_point() \
+                    and (tuple(o.shape), o.dtype, o.device) in shapes and not o.is_meta:
+                candidates.append(o)
+        candidates = [t for t in candidates if id(t) not in running]
+        self._pair(trainable, candidates, owners)
+
+    def _pair(self, trainable: dict[int, torch.Tensor], candidates: list[torch.Tensor],
+              owners: dict[int, tuple[nn.Module, str]]) -> None:
+        if not candidates:
+            return
+        with torch.no_grad():
+            params = list(trainable.values())
+            prints = torch.stack([_fingerprint(t) for t in params + candidates]).tolist()
+            by_print: dict[tuple[Any, ...], list[torch.Tensor]] = {}
+            for p, fp in zip(params, prints):
+                by_print.setdefault((tuple(p.shape), p.dtype, p.device, *fp), []).append(p)
+            matched: list[tuple[torch.Tensor, torch.Tensor]] = []
+            for t, fp in zip(candidates, prints[len(params):]):
+                same = by_print.get((tuple(t.shape), t.dtype, t.device, *fp), [])
+                if len(same) == 1 and _storage(same[0]) != _storage(t):
+                    matched.append((t, same[0]))  # (an all-zero bias shared by many: ambiguous)
+            if not matched:
+                return
+            equal = torch.stack([(t == p).all().cpu() for t, p in matched]).tolist()
+        names = self.session.param_index
+        budget = MAX_ELEMENTS
+        by_module: dict[int, Pair] = {}
+        for (t, p), eq in zip(matched, equal):
+            if not eq or t.numel() > budget:
+                continue
+            budget -= t.numel()
+            owner = owners.get(id(t))
+            holder = "tensor"
+            if owner is not None:
+                holder = _path(self.session, owner[0], owner[1])
+            pair = Pair(weakref.ref(t), weakref.ref(p), names.name(p) or "?", holder)
+            self.pairs.append(pair)
+            if owner is not None and id(p) in owners:
+                src = owners[id(p)][0]
+                if type(src) is type(owner[0]) and src is not owner[0]:
+                    by_module.setdefault(id(owner[0]), pair)
+                    self._buffers(owner[0], src, pair)
+
+    def _buffers(self, copy: nn.Module, src: nn.Module, pair: Pair) -> None:
+        for b in self.buffers:
+            if b.module() is copy:
+                b.params.append(pair)
+                return
+        theirs = dict(src.named_buffers(recurse=False))
+        names, mine, source = [], [], []
+        for n, buf in copy.named_buffers(recurse=False):
+            other = theirs.get(n)
+            if isinstance(other, torch.Tensor) and buf.is_floating_point() and other.shape == buf.shape:
+                names.append(n)
+                mine.append(buf.detach().clone())
+                source.append(other.detach().clone())
+        if not names:
+            return
+        path = self.session.module_name(copy)
+        if path is None:  # a copy outside the watched models: named after its source
+            of = self.session.module_name(src)
+            path = type(copy).__name__ + (f" (copy of '{of}')" if of is not None else "")
+        self.buffers.append(BufferPair(weakref.ref(copy), path, names, mine, source, weakref.ref(src), [pair]))
+        self.hooks.append(copy.register_forward_pre_hook(self._copy_forward))
+
+    # ------------------------------------------------------------------ readings
+    def observe(self, step: int) -> None:
+        """At a step's beginning (the previous step's update done); measures since the last reading
+        when that was the step before."""
+        if not self.pairs:
+            return
+        live = [(p.shadow(), p.param()) for p in self.pairs]
+        prev = self.previous
+        with torch.no_grad():
+            if prev is not None and prev[0] == step - 1:
+                rows = []
+                for (s, p), old in zip(live, prev[1]):
+                    if s is None or p is None or old is None:
+                        rows.append(torch.zeros(6, dtype=torch.float64))
+                        continue
+                    s0, p0 = old
+                    sf, pf = s.double(), p.double()
+                    ds, d_before, d_after = sf - s0, p0 - s0, pf - s0
+                    rows.append(torch.stack([ds.abs().max(), (ds * d_before).sum(), (d_before * d_before).sum(),
+                                             (ds * d_after).sum(), (d_after * d_after).sum(),
+                                             (sf - pf).norm()]).cpu())
+                for pair, row in zip(self.pairs, torch.stack(rows).tolist()):
+                    moved, n1, q1, n2, q2, dist = row
+                    if moved > 0 and (q1 > 0 or q2 > 0):
+                        pair.coeffs.append(max(n1 / q1 if q1 > 0 else -1e30, n2 / q2 if q2 > 0 else -1e30))
+                        pair.dists.append(dist)
+            self.previous = (step, [(s.detach().double(), p.detach().double())
+                                    if s is not None and p is not None else None for s, p in live])
+        if self.mode is None and any(p.frame is None for p in self.pairs):
+            pointers: dict[int, list[Pair]] = {}
+            for pair, (s, _) in zip(self.pairs, live):
+                if s is not None:
+                    pointers.setdefault(s.data_ptr(), []).append(pair)
+            self.mode = _UpdateLines(pointers)
+            push_mode(self.mode)
+        elif self.mode is not None:
+            self.drop_mode()
+
+    def drop_mode(self) -> None:
+        if self.mode is not None:
+            remove_mode(self.mode)
+            self.mode.pointers = {}
+
+    def _copy_forward(self, module: nn.Module, args: Any) -> None:
+        if module.training:
+            return
+        try:
+            for b in self.buffers:
+                if b.module() is not module:
+                    continue
+                src = b.source_module()
+                if src is None or not any(len(p.coeffs) for p in b.params):
+                    return  # its parameters did not move (yet): a frozen copy, not an average
+                mine = dict(module.named_buffers(recurse=False))
+                theirs = dict(src.named_buffers(recurse=False))
+                with torch.no_grad():
+                    kept = [torch.equal(mine[n], init) for n, init in zip(b.names, b.shadow)]
+                    moved = [not torch.equal(theirs[n], init) for n, init in zip(b.names, b.source)]
+                if not all(kept):
+                    self.buffers.remove(b)  # the copy's statistics are maintained
+                elif any(moved):
+                    n = b.names[moved.index(True)]
+                    self.stale.append({"module": b.path, "buffers": b.names, "example": n,
+                                       "copy_value": _mean(mine[n]), "source_value": _mean(theirs[n]),
+                                       "pair": b.params[0], "frame": user_frame_from_stack(1)})
+                    self.buffers.remove(b)
+                return
+        except Exception as e:  # our bug: the user's forward goes on
+            self.buffers.clear()
+            self.session.internal_error("silent.averaged_copies", e)
+
+    def close(self) -> None:
+        self.drop_mode()
+        for h in self.hooks:
+            h.remove()
+        self.hooks.clear()
+
+    # ------------------------------------------------------------------ verdicts
+    def diverging(self) -> list[Pair]:
+        """Copies that moved away from their parameter on every update measured, farther and farther."""
+        out = []
+        for p in self.pairs:
+            if len(p.coeffs) >= MIN_UPDATES and max(p.coeffs) < 0 and p.dists[0] > 0 \
+                    and p.dists[-1] >= MIN_GROWTH * p.dists[0]:
+                out.append(p)
+        return out
+
+    def updated(self) -> list[Pair]:
+        return [p for p in self.pairs if len(p.coeffs) >= MIN_UPDATES]
+
+
+def _fingerprint(t: torch.Tensor) -> torch.Tensor:
+    x = t.detach().double().flatten()
+    w = torch.arange(1, x.numel() + 1, dtype=torch.float64, device=x.device)
+    return torch.stack([x.sum(), (x * w).sum(), x.abs().max() if x.numel() else x.sum()]).cpu()
+
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _mean(t: torch.Tensor) -> float:
+    return round(float(t.double().mean()), 6)
+
+
+def _path(session: Any, module: nn.Module, name: str) -> str:
+    path = session.module_name(module)
+    if path is None:
+        return f"{type(module).__name__}.{name}"
+    return f"{path}.{name}" if path else name
