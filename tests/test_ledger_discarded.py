@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import pathlib
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -289,11 +290,9 @@ def test_ddp_checkpoint_loaded_strictly_into_the_bare_model_names_the_prefix():
         except:  # noqa: E722  (the user's fallback, which raises again)
             model.load_state_dict(ckpt)
 
-    with torchtriage.watch(model, on_anomaly="record", report=False) as s:
-        try:
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        with torchtriage.watch(model, on_anomaly="record", report=False) as s:
             resume(model, ckpt)
-        except RuntimeError:
-            pass
     [f] = loads(s.report)
     assert (f.category.value, f.severity, f.line, f.module, f.op) == \
         ("other", Severity.ERROR, line("load D"), "Net", "load_state_dict")
@@ -304,6 +303,11 @@ def test_ddp_checkpoint_loaded_strictly_into_the_bare_model_names_the_prefix():
                          "(strip 'module.', add ''): 6 of its 6 unexpected keys (e.g. 'module.body.0.weight') are "
                          "Net's 6 missing keys with the same shapes; none of its 6 parameters could be set")
     assert "DistributedDataParallel" in f.cause
+    # the exception that ended it (the fallback's) reads as a state-dict mismatch, not an optimizer's
+    [t] = s.report.filter(code="other.state_dict_keys")
+    assert t.message == ("model.load_state_dict: the state dict does not fit Net: 6 missing keys, 2 unexpected "
+                         "keys, 0 size mismatches")
+    assert (t.category.value, t.line) == ("other", line("load D") + 2)
 
 
 def test_strict_loads_that_raise_for_other_reasons_are_left_to_the_exception():
