@@ -3,7 +3,8 @@
 A copy is found by what it is, not by its name: at the first optimizer step, before any
 parameter moves, a tensor outside every optimizer that holds exactly a trainable parameter's
 values in another storage (`copy.deepcopy(model)`, `[p.clone().detach() for p in params]`,
-`AveragedModel`, a `register_buffer` shadow). Every correct update of such a copy is a convex
+`AveragedModel`, a `register_buffer` shadow), reachable from the watched models or a local
+variable of a frame on the stack. Every correct update of such a copy is a convex
 combination taken toward the parameter (as it was before or after that step):
 
     s <- s + a (p - s),   0 < a <= 1      (EMA: a = 1 - decay; a hard target copy: a = 1)
@@ -20,13 +21,15 @@ combination taken toward the parameter (as it was before or after that step):
 
 Both name the update's line: the first in-place op on a copy (`mul_`, `add_`, `lerp_`,
 `copy_`, `_foreach_*_`), seen by a pass-through TorchFunctionMode during one step.
-Cost: one gc scan at the first optimizer step; on the steps the silent check samples, a few
-reductions per tracked pair and one host read (at most MAX_ELEMENTS elements tracked).
+Cost: one bounded walk from the stack's locals and the watched models at the first optimizer
+step; on the steps the silent check samples, a few reductions per tracked pair and one host
+read (at most MAX_ELEMENTS elements tracked).
 """
 
 from __future__ import annotations
 
-import gc
+import sys
+import types
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,10 +38,15 @@ import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
-from .._frames import UserFrame, user_frame_from_stack
+from .. import _cadence
+from .._frames import UserFrame, is_our_file, user_frame_from_stack
 from .._modestack import push_mode, remove_mode
 
 MAX_ELEMENTS = 1 << 22  # elements of copies tracked (each kept twice more between two readings)
+MAX_DEPTH = 6  # links walked from a frame's locals to a copy (loop -> ema -> shadow list -> tensor)
+MAX_VISITS = 50_000
+MAX_ITEMS = 4096  # items taken from one container
+FIRST_READINGS = 6  # consecutive steps read at the start
 MIN_UPDATES = 3  # updates measured before a verdict
 MIN_GROWTH = 2.0  # a diverging copy's distance to the parameters grows at least this much
 
@@ -97,7 +105,7 @@ class AveragedCopies:
         self.scanned = False
         self.pairs: list[Pair] = []
         self.buffers: list[BufferPair] = []
-        self.previous: tuple[int, list[tuple[torch.Tensor, torch.Tensor] | None]] | None = None
+        self.previous: tuple[int, dict[torch.device, tuple[torch.Tensor, torch.Tensor]]] | None = None
         self.mode: _UpdateLines | None = None
         self.hooks: list[Any] = []
         self.stale: list[dict[str, Any]] = []
@@ -124,15 +132,16 @@ class AveragedCopies:
         owners: dict[int, tuple[nn.Module, str]] = {}
         running: set[int] = set()  # buffers of modules that train: running statistics, not copies
         candidates: list[torch.Tensor] = []
-        for o in gc.get_objects():
+        for o in _reachable(self.session.models):
             if isinstance(o, nn.Module):
-                own = list(o.named_parameters(recurse=False))
-                for n, p in own:
-                    owners[id(p)] = (o, n)
-                if own or hasattr(o, "track_running_stats"):
-                    running.update(id(b) for _, b in o.named_buffers(recurse=False))
-            elif isinstance(o, torch.Tensor) and id(o) not in excluded and o.is_floating_point() \
-                    and (tuple(o.shape), o.dtype, o.device) in shapes and not o.is_meta:
+                for m in o.modules():
+                    own = list(m.named_parameters(recurse=False))
+                    for n, p in own:
+                        owners[id(p)] = (m, n)
+                    if own or hasattr(m, "track_running_stats"):
+                        running.update(id(b) for _, b in m.named_buffers(recurse=False))
+            elif id(o) not in excluded and o.is_floating_point() and not o.is_meta \
+                    and (tuple(o.shape), o.dtype, o.device) in shapes:
                 candidates.append(o)
         candidates = [t for t in candidates if id(t) not in running]
         self._pair(trainable, candidates, owners)
@@ -202,28 +211,47 @@ class AveragedCopies:
         when that was the step before."""
         if not self.pairs:
             return
+        if FIRST_READINGS < step <= _cadence.FULL:
+            self.drop_mode()
+            return  # the first readings, then the sampled pairs of steps (k, k + 1)
         live = [(p.shadow(), p.param()) for p in self.pairs]
+        if any(t is None or q is None for t, q in live):  # a copy (or its model) was dropped
+            keep = [k for k, (t, q) in enumerate(live) if t is not None and q is not None]
+            self.pairs, live, self.previous = [self.pairs[k] for k in keep], [live[k] for k in keep], None
+            if not self.pairs:
+                return
+        groups: dict[torch.device, list[int]] = {}
+        for k, (t, _) in enumerate(live):
+            groups.setdefault(t.device, []).append(k)  # type: ignore[union-attr]
         prev = self.previous
+        now: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        rows: list[tuple[list[int], torch.Tensor]] = []
         with torch.no_grad():
-            if prev is not None and prev[0] == step - 1:
-                rows = []
-                for (s, p), old in zip(live, prev[1]):
-                    if s is None or p is None or old is None:
-                        rows.append(torch.zeros(6, dtype=torch.float64))
-                        continue
-                    s0, p0 = old
-                    sf, pf = s.double(), p.double()
-                    ds, d_before, d_after = sf - s0, p0 - s0, pf - s0
-                    rows.append(torch.stack([ds.abs().max(), (ds * d_before).sum(), (d_before * d_before).sum(),
-                                             (ds * d_after).sum(), (d_after * d_after).sum(),
-                                             (sf - pf).norm()]).cpu())
-                for pair, row in zip(self.pairs, torch.stack(rows).tolist()):
-                    moved, n1, q1, n2, q2, dist = row
-                    if moved > 0 and (q1 > 0 or q2 > 0):
+            for dev, idx in groups.items():
+                pairs = [live[k] for k in idx]
+                sh = torch.cat([t.detach().reshape(-1).double() for t, _ in pairs])  # type: ignore[union-attr]
+                pa = torch.cat([q.detach().reshape(-1).to(dev).double() for _, q in pairs])  # type: ignore[union-attr]
+                now[dev] = (sh, pa)
+                if prev is None or prev[0] != step - 1 or dev not in prev[1]:
+                    continue
+                s0, p0 = prev[1][dev]
+                seg = torch.repeat_interleave(torch.arange(len(idx), device=dev),
+                                              torch.tensor([t.numel() for t, _ in pairs], device=dev))  # type: ignore[union-attr]
+                ds, d_before, d_after = sh - s0, p0 - s0, pa - s0
+                sums = torch.zeros(len(idx), 5, dtype=torch.float64, device=dev)
+                sums.index_add_(0, seg, torch.stack([ds * d_before, d_before * d_before, ds * d_after,
+                                                     d_after * d_after, (sh - pa) ** 2], 1))
+                moved = torch.zeros(len(idx), dtype=torch.float64, device=dev)
+                moved.scatter_reduce_(0, seg, ds.abs(), "amax")
+                rows.append((idx, torch.cat([moved[:, None], sums], 1)))
+            for idx, stats in rows:
+                for k, row in zip(idx, stats.cpu().tolist()):
+                    moved_by, n1, q1, n2, q2, dist2 = row
+                    if moved_by > 0 and (q1 > 0 or q2 > 0):
+                        pair = self.pairs[k]
                         pair.coeffs.append(max(n1 / q1 if q1 > 0 else -1e30, n2 / q2 if q2 > 0 else -1e30))
-                        pair.dists.append(dist)
-            self.previous = (step, [(s.detach().double(), p.detach().double())
-                                    if s is not None and p is not None else None for s, p in live])
+                        pair.dists.append(dist2 ** 0.5)
+            self.previous = (step, now)
         if self.mode is None and any(p.frame is None for p in self.pairs):
             pointers: dict[int, list[Pair]] = {}
             for pair, (s, _) in zip(self.pairs, live):
@@ -285,6 +313,55 @@ class AveragedCopies:
 
     def updated(self) -> list[Pair]:
         return [p for p in self.pairs if len(p.coeffs) >= MIN_UPDATES]
+
+
+def _reachable(roots: list[nn.Module]) -> list[Any]:
+    """Modules and tensors reachable from the watched models and the locals of the frames on the
+    stack (the training loop's `ema`, `model_ema`, `teacher`, a trainer's callbacks), walked
+    breadth-first through attributes, containers and modules, at most MAX_DEPTH links and
+    MAX_VISITS objects; torchtriage's own objects are not entered."""
+    seen: set[int] = set()
+    out: list[Any] = []
+    level: list[Any] = list(roots)
+    f: Any = sys._getframe(1)
+    while f is not None:
+        if not is_our_file(f.f_code.co_filename):
+            level.extend(f.f_locals.values())
+        f = f.f_back
+    for _ in range(MAX_DEPTH):
+        nxt: list[Any] = []
+        for o in level:
+            if id(o) in seen or len(seen) >= MAX_VISITS:
+                continue
+            seen.add(id(o))
+            if isinstance(o, torch.Tensor):
+                out.append(o)
+            elif isinstance(o, nn.Module):
+                out.append(o)
+                tensors: list[torch.Tensor] = [t for _, t in o.named_parameters()]
+                tensors += [t for _, t in o.named_buffers()]
+                out.extend(tensors)
+                seen.update(id(t) for t in tensors)
+                for m in o.modules():
+                    seen.add(id(m))
+                    nxt.extend(v for k, v in vars(m).items() if k not in _MODULE_STATE)
+            elif isinstance(o, (list, tuple, set, frozenset)):
+                nxt.extend(list(o)[:MAX_ITEMS])
+            elif isinstance(o, dict):
+                nxt.extend(list(o.values())[:MAX_ITEMS])
+            elif not isinstance(o, _LEAVES) and not type(o).__module__.startswith(_OURS):
+                d = getattr(o, "__dict__", None)
+                if isinstance(d, dict) and not isinstance(o, type):
+                    nxt.extend(list(d.values())[:MAX_ITEMS])
+        level = nxt
+    return out
+
+
+_MODULE_STATE = ("_parameters", "_buffers", "_modules", "_forward_hooks", "_forward_pre_hooks",
+                 "_backward_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks")
+_LEAVES = (str, bytes, int, float, bool, complex, type(None), types.ModuleType, types.FunctionType,
+           types.BuiltinFunctionType, types.MethodType, type)
+_OURS = __name__.split(".")[0] + "."
 
 
 def _fingerprint(t: torch.Tensor) -> torch.Tensor:
