@@ -204,3 +204,25 @@ def test_ema_models_whose_statistics_follow_or_are_recomputed_are_quiet():
     with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
         train(model, opt, after, evaluate=evaluate)
     assert codes(s.report) == []
+
+
+def test_polyak_target_updated_before_the_step_every_second_step_is_quiet():
+    model = convnet()
+    target = copy.deepcopy(model).requires_grad_(False)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x, y = data()
+
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for step in range(24):
+            loss = F.cross_entropy(model(x[:16]), y[:16])
+            if step % 2 == 0:  # soft update (tau 0.2) of the whole state, before this step's update
+                with torch.no_grad():
+                    for t, m in zip(target.state_dict().values(), model.state_dict().values()):
+                        t.copy_(m) if not t.is_floating_point() else t.lerp_(m, 0.2)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        target.eval()
+        with torch.no_grad():
+            target(x)
+    assert codes(s.report) == []
