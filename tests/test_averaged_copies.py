@@ -226,3 +226,23 @@ def test_polyak_target_updated_before_the_step_every_second_step_is_quiet():
         with torch.no_grad():
             target(x)
     assert codes(s.report) == []
+
+
+def test_a_watched_ema_copy_deep_copies_and_saves_without_our_hook(tmp_path):
+    model = convnet()
+    ema = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def after(step):
+        with torch.no_grad():
+            for e, p in zip(ema.parameters(), model.parameters()):
+                e.lerp_(p, 0.1)
+
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False):
+        train(model, opt, after, steps=4)
+        hooked = [m for m in ema.modules() if m._forward_pre_hooks]
+        assert hooked  # the copy's BatchNorm is watched for an evaluation with stale statistics
+        again = copy.deepcopy(ema)
+        torch.save(ema, tmp_path / "ema.pt")
+    assert not any(m._forward_pre_hooks for m in again.modules())
+    assert not any(m._forward_pre_hooks for m in ema.modules())  # removed on exit

@@ -41,6 +41,7 @@ from torch.overrides import TorchFunctionMode
 from .. import _cadence
 from .._frames import UserFrame, is_our_file, user_frame_from_stack
 from .._modestack import push_mode, remove_mode
+from .._transparent import our_hook
 
 MAX_ELEMENTS = 1 << 22  # elements of copies tracked (each kept twice more between two readings)
 MAX_DEPTH = 6  # links walked from a frame's locals to a copy (loop -> ema -> shadow list -> tensor)
@@ -203,7 +204,11 @@ class AveragedCopies:
             of = self.session.module_name(src)
             path = type(copy).__name__ + (f" (copy of '{of}')" if of is not None else "")
         self.buffers.append(BufferPair(weakref.ref(copy), path, names, mine, source, weakref.ref(src), [pair]))
-        self.hooks.append(copy.register_forward_pre_hook(self._copy_forward))
+        def pre(module: nn.Module, args: Any) -> None:
+            __tracebackhide__ = True
+            self._copy_forward(module, args)
+
+        self.hooks.append(copy.register_forward_pre_hook(our_hook(pre)))  # (left out of copies, pickles)
 
     # ------------------------------------------------------------------ readings
     def observe(self, step: int) -> None:
