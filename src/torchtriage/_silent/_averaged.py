@@ -57,7 +57,7 @@ class Pair:
     shadow: weakref.ref[torch.Tensor]
     param: weakref.ref[torch.Tensor]
     name: str  # the parameter's name
-    holder: str  # the copy's name: a module path, or "tensor"
+    holder: str  # the copy's name: the path it was reached by (`ema.shadow_params[0]`, `ema.1.weight`)
     coeffs: list[float] = field(default_factory=list)  # a of each update that moved the copy
     dists: list[float] = field(default_factory=list)  # ||s - p|| at each reading
     frame: UserFrame | None = None  # the update's line
@@ -110,6 +110,7 @@ class AveragedCopies:
         self.mode: _UpdateLines | None = None
         self.hooks: list[Any] = []
         self.stale: list[dict[str, Any]] = []
+        self.where: dict[int, str] = {}  # id of a module or tensor -> the path it was reached by
 
     # ------------------------------------------------------------------ discovery
     def first_step(self) -> None:
@@ -133,8 +134,12 @@ class AveragedCopies:
         owners: dict[int, tuple[nn.Module, str]] = {}
         running: set[int] = set()  # buffers of modules that train: running statistics, not copies
         candidates: list[torch.Tensor] = []
-        for o in _reachable(self.session.models):
+        self.where = {}
+        roots = [(m, self.session.model_label(m) or "model") for m in self.session.models]
+        for o, where in _reachable(roots):
             if isinstance(o, nn.Module):
+                for n, m in o.named_modules():
+                    self.where.setdefault(id(m), f"{where}.{n}" if n else where)
                 for m in o.modules():
                     own = list(m.named_parameters(recurse=False))
                     for n, p in own:
@@ -144,6 +149,7 @@ class AveragedCopies:
             elif id(o) not in excluded and o.is_floating_point() and not o.is_meta \
                     and (tuple(o.shape), o.dtype, o.device) in shapes:
                 candidates.append(o)
+                self.where.setdefault(id(o), where)
         candidates = [t for t in candidates if id(t) not in running]
         self._pair(trainable, candidates, owners)
 
@@ -173,9 +179,9 @@ class AveragedCopies:
                 continue
             budget -= t.numel()
             owner = owners.get(id(t))
-            holder = "tensor"
+            holder = self.where.get(id(t), "tensor")
             if owner is not None:
-                holder = _path(self.session, owner[0], owner[1])
+                holder = self._module_path(owner[0]) + "." + owner[1]
             pair = Pair(weakref.ref(t), weakref.ref(p), names.name(p) or "?", holder)
             self.pairs.append(pair)
             if owner is not None and id(p) in owners:
@@ -199,16 +205,20 @@ class AveragedCopies:
                 source.append(other.detach().clone())
         if not names:
             return
-        path = self.session.module_name(copy)
-        if path is None:  # a copy outside the watched models: named after its source
-            of = self.session.module_name(src)
-            path = type(copy).__name__ + (f" (copy of '{of}')" if of is not None else "")
+        path = self._module_path(copy)
         self.buffers.append(BufferPair(weakref.ref(copy), path, names, mine, source, weakref.ref(src), [pair]))
         def pre(module: nn.Module, args: Any) -> None:
             __tracebackhide__ = True
             self._copy_forward(module, args)
 
         self.hooks.append(copy.register_forward_pre_hook(our_hook(pre)))  # (left out of copies, pickles)
+
+    def _module_path(self, module: nn.Module) -> str:
+        """The module's path in its watched model, else the one it was reached by (`ema.module.1`)."""
+        path = self.session.module_name(module)
+        if path is not None:
+            return path or type(module).__name__
+        return self.where.get(id(module), type(module).__name__)
 
     # ------------------------------------------------------------------ readings
     def observe(self, step: int) -> None:
@@ -320,44 +330,46 @@ class AveragedCopies:
         return [p for p in self.pairs if len(p.coeffs) >= MIN_UPDATES]
 
 
-def _reachable(roots: list[nn.Module]) -> list[Any]:
+def _reachable(roots: list[tuple[nn.Module, str]]) -> list[tuple[Any, str]]:
     """Modules and tensors reachable from the watched models and the locals of the frames on the
-    stack (the training loop's `ema`, `model_ema`, `teacher`, a trainer's callbacks), walked
-    breadth-first through attributes, containers and modules, at most MAX_DEPTH links and
-    MAX_VISITS objects; torchtriage's own objects are not entered."""
+    stack (the training loop's `ema`, `model_ema`, `teacher`, a trainer's callbacks), with the
+    path they were reached by (`ema.shadow_params[3]`), walked breadth-first through
+    attributes, containers and modules, at most MAX_DEPTH links and MAX_VISITS objects;
+    torchtriage's own objects are not entered."""
     seen: set[int] = set()
-    out: list[Any] = []
-    level: list[Any] = list(roots)
+    out: list[tuple[Any, str]] = []
+    level: list[tuple[Any, str]] = list(roots)
     f: Any = sys._getframe(1)
     while f is not None:
         if not is_our_file(f.f_code.co_filename):
-            level.extend(f.f_locals.values())
+            level.extend((v, k) for k, v in f.f_locals.items())
         f = f.f_back
     for _ in range(MAX_DEPTH):
-        nxt: list[Any] = []
-        for o in level:
+        nxt: list[tuple[Any, str]] = []
+        for o, where in level:
             if id(o) in seen or len(seen) >= MAX_VISITS:
                 continue
             seen.add(id(o))
             if isinstance(o, torch.Tensor):
-                out.append(o)
+                out.append((o, where))
             elif isinstance(o, nn.Module):
-                out.append(o)
-                tensors: list[torch.Tensor] = [t for _, t in o.named_parameters()]
-                tensors += [t for _, t in o.named_buffers()]
+                out.append((o, where))
+                tensors: list[tuple[torch.Tensor, str]] = [(t, f"{where}.{n}") for n, t in o.named_parameters()]
+                tensors += [(t, f"{where}.{n}") for n, t in o.named_buffers()]
                 out.extend(tensors)
-                seen.update(id(t) for t in tensors)
-                for m in o.modules():
+                seen.update(id(t) for t, _ in tensors)
+                for n, m in o.named_modules():
                     seen.add(id(m))
-                    nxt.extend(v for k, v in vars(m).items() if k not in _MODULE_STATE)
-            elif isinstance(o, (list, tuple, set, frozenset)):
-                nxt.extend(list(o)[:MAX_ITEMS])
+                    at = f"{where}.{n}" if n else where
+                    nxt.extend((v, f"{at}.{k}") for k, v in vars(m).items() if k not in _MODULE_STATE)
+            elif isinstance(o, (list, tuple)):
+                nxt.extend((v, f"{where}[{k}]") for k, v in enumerate(o[:MAX_ITEMS]))
             elif isinstance(o, dict):
-                nxt.extend(list(o.values())[:MAX_ITEMS])
+                nxt.extend((v, f"{where}[{k!r}]") for k, v in list(o.items())[:MAX_ITEMS])
             elif not isinstance(o, _LEAVES) and not type(o).__module__.startswith(_OURS):
                 d = getattr(o, "__dict__", None)
                 if isinstance(d, dict) and not isinstance(o, type):
-                    nxt.extend(list(d.values())[:MAX_ITEMS])
+                    nxt.extend((v, f"{where}.{k}") for k, v in list(d.items())[:MAX_ITEMS])
         level = nxt
     return out
 
@@ -381,10 +393,3 @@ def _storage(t: torch.Tensor) -> int:
 
 def _mean(t: torch.Tensor) -> float:
     return round(float(t.double().mean()), 6)
-
-
-def _path(session: Any, module: nn.Module, name: str) -> str:
-    path = session.module_name(module)
-    if path is None:
-        return f"{type(module).__name__}.{name}"
-    return f"{path}.{name}" if path else name
