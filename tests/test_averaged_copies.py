@@ -34,6 +34,7 @@ def data(n: int = 64, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 def convnet(seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                         nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 2))
 
 
@@ -153,6 +154,7 @@ def test_ema_model_averaging_parameters_only_is_evaluated_with_initial_bn_statis
     assert (f.category.value, f.severity, f.line) == ("silent", Severity.WARNING, line("params only"))
     assert (f.module, f.parameter) == ("ema.1", "ema.1.running_mean")
     ev = f.evidence
+    assert ev["copy_modules_stale"] == ["ema.1", "ema.4"]  # one finding for the copy's two BatchNorms
     assert ev["buffers"] == ["running_mean", "running_var"]
     assert ev["copy_running_mean_mean"] == 0.0 and ev["source_running_mean_mean"] != 0.0
     assert f.message.startswith("the averaged copy ema.1 is evaluated with its BatchNorm "

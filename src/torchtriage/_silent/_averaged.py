@@ -164,14 +164,16 @@ class AveragedCopies:
             for p, fp in zip(params, prints):
                 by_print.setdefault((tuple(p.shape), p.dtype, p.device, *fp), []).append(p)
             matched: list[tuple[torch.Tensor, torch.Tensor]] = []
+            names = self.session.param_index
             for t, fp in zip(candidates, prints[len(params):]):
                 same = by_print.get((tuple(t.shape), t.dtype, t.device, *fp), [])
+                if len(same) > 1:  # (every BatchNorm's weight of a width is ones): by the path's tail
+                    same = _by_path(self.where.get(id(t), ""), same, names)
                 if len(same) == 1 and _storage(same[0]) != _storage(t):
-                    matched.append((t, same[0]))  # (an all-zero bias shared by many: ambiguous)
+                    matched.append((t, same[0]))
             if not matched:
                 return
             equal = torch.stack([(t == p).all().cpu() for t, p in matched]).tolist()
-        names = self.session.param_index
         budget = MAX_ELEMENTS
         by_module: dict[int, Pair] = {}
         for (t, p), eq in zip(matched, equal):
@@ -379,6 +381,23 @@ _MODULE_STATE = ("_parameters", "_buffers", "_modules", "_forward_hooks", "_forw
 _LEAVES = (str, bytes, int, float, bool, complex, type(None), types.ModuleType, types.FunctionType,
            types.BuiltinFunctionType, types.MethodType, type)
 _OURS = __name__.split(".")[0] + "."
+
+
+def _by_path(path: str, params: list[torch.Tensor], names: Any) -> list[torch.Tensor]:
+    """The one parameter whose name shares the longest tail with the copy's path (`ema.4.weight`
+    and `4.weight`; `backbone_ema.net.1.weight` and `backbone.net.1.weight`), at least its
+    last two components; else none (ambiguous)."""
+    mine = path.split(".")
+    scored = []
+    for p in params:
+        theirs = (names.name(p) or "").split(".")
+        n = 0
+        while n < min(len(mine), len(theirs)) and mine[-1 - n] == theirs[-1 - n]:
+            n += 1
+        scored.append((n, p))
+    best = max(n for n, _ in scored) if scored else 0
+    top = [p for n, p in scored if n == best]
+    return top if best >= 2 and len(top) == 1 else []
 
 
 def _fingerprint(t: torch.Tensor) -> torch.Tensor:

@@ -599,10 +599,16 @@ class SilentChecker(Checker):
                               module=worst.holder, holder=worst.holder, param=worst.name, coeff=f"{coeff:.3g}",
                               first=fmt(worst.dists[0]), last=fmt(worst.dists[-1]),
                               updates=len(worst.coeffs)))
+        by_update: dict[Any, list[dict[str, Any]]] = {}  # one finding per update line: a copy's norm layers
         for st in self.averaged.stale:
+            fr = st["pair"].frame
+            by_update.setdefault((fr.file, fr.line) if fr is not None else st["module"], []).append(st)
+        for group in by_update.values():
+            st = group[0]
             pair = st["pair"]
             n = st["example"]
-            ev = {"copy_module": st["module"], "buffers": st["buffers"], f"copy_{n}_mean": st["copy_value"],
+            ev = {"copy_module": st["module"], "copy_modules_stale": [g["module"] for g in group][:8],
+                  "buffers": st["buffers"], f"copy_{n}_mean": st["copy_value"],
                   f"source_{n}_mean": st["source_value"], "buffers_at_initial_values": True,
                   "evaluated_in_eval_mode": True, "copy_parameter_updates_measured": len(pair.coeffs),
                   "copy_parameter": pair.holder}
