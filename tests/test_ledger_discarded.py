@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import pathlib
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -275,4 +276,49 @@ def test_partial_loads_that_strict_false_is_for_are_quiet():
         model.load_state_dict(extra, strict=False)  # an EMA copy besides: unexpected keys only
         model.load_state_dict(Net().state_dict())  # strict
         model.body.load_state_dict(Net().body.state_dict(), strict=False)
+    assert loads(s.report) == []
+
+
+def test_ddp_checkpoint_loaded_strictly_into_the_bare_model_names_the_prefix():
+    trained = nn.DataParallel(Net())  # DDP's state_dict() has the same 'module.' keys
+    ckpt = saved({"model": trained.state_dict(), "epoch": 3})
+    model = Net()
+
+    def resume(model, ckpt):
+        try:
+            model.load_state_dict(ckpt["model"])  # <- load D
+        except:  # noqa: E722  (the user's fallback, which raises again)
+            model.load_state_dict(ckpt)
+
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        with torchtriage.watch(model, on_anomaly="record", report=False) as s:
+            resume(model, ckpt)
+    [f] = loads(s.report)
+    assert (f.category.value, f.severity, f.line, f.module, f.op) == \
+        ("other", Severity.ERROR, line("load D"), "Net", "load_state_dict")
+    ev = f.evidence
+    assert (ev["raised"], ev["parameters_loaded"], ev["prefix_in_state_dict"], ev["keys_the_prefix_fixes"]) == \
+        (True, 0, "module.", 6)
+    assert f.message == ("load_state_dict raised for Net: the state dict holds its weights under another prefix "
+                         "(strip 'module.', add ''): 6 of its 6 unexpected keys (e.g. 'module.body.0.weight') are "
+                         "Net's 6 missing keys with the same shapes; none of its 6 parameters could be set")
+    assert "DistributedDataParallel" in f.cause
+    # the exception that ended it (the fallback's) reads as a state-dict mismatch, not an optimizer's
+    [t] = s.report.filter(code="other.state_dict_keys")
+    assert t.message == ("model.load_state_dict: the state dict does not fit Net: 6 missing keys, 2 unexpected "
+                         "keys, 0 size mismatches")
+    assert (t.category.value, t.line) == ("other", line("load D") + 2)
+
+
+def test_strict_loads_that_raise_for_other_reasons_are_left_to_the_exception():
+    model = Net()
+    with torchtriage.watch(model, on_anomaly="record", report=False) as s:
+        for bad in ({"epoch": 3, "model": {}}, Net(classes=10).state_dict(),
+                    nn.Sequential(nn.Conv2d(3, 4, 3)).state_dict()):
+            try:
+                model.load_state_dict(bad)
+            except RuntimeError:
+                pass
+        model.load_state_dict({k.removeprefix("module."): v  # the fix: the prefix stripped
+                               for k, v in nn.DataParallel(Net()).state_dict().items()})
     assert loads(s.report) == []

@@ -34,7 +34,8 @@ def _one(report, code):
     assert len(found) == 1, [f.code for f in report.findings]
     f = found[0]
     assert f.category is (Category.DATA if code.startswith("data.") else Category.MEMORY
-                          if code == "silent.loss_graph_kept" else Category.SILENT)
+                          if code == "silent.loss_graph_kept" else Category.GRADIENT
+                          if code == "silent.zero_grad_missing" else Category.SILENT)
     return f
 
 

@@ -22,4 +22,15 @@ MESSAGES = {
     "loads.not_loaded.next.nothing":
         "load the state dict this model saved (print a few keys of both), and check the returned missing_keys / "
         "unexpected_keys or load with strict=True",
+    "loads.not_loaded.raised":
+        "load_state_dict raised for {model}: the state dict holds its weights under another prefix (strip "
+        "'{strip}', add '{add}'): {fixes} of its {unexpected} unexpected keys (e.g. '{example}') are {model}'s "
+        "{missing} missing keys with the same shapes; none of its {total} parameters could be set",
+    "loads.not_loaded.cause.raised":
+        "the checkpoint was saved from a wrapper's state_dict() and is loaded into the bare model (or the "
+        "reverse): DistributedDataParallel / DataParallel name every weight 'module.<name>', torch.compile "
+        "'_orig_mod.<name>', a LightningModule or EMA holder its attribute's name",
+    "loads.not_loaded.next.raised":
+        "save the unwrapped model (model.module.state_dict()), or strip the prefix when loading: "
+        "{{k.removeprefix('{strip}'): v for k, v in sd.items()}}",
 }

@@ -19,4 +19,15 @@ MESSAGES = {
     "loads.not_loaded.next.nothing":
         "加载这个模型自己保存的 state dict（打印双方的几个键对比），并检查返回的 missing_keys / unexpected_keys，"
         "或用 strict=True 加载",
+    "loads.not_loaded.raised":
+        "{model} 的 load_state_dict 报错：state dict 把它的权重存放在另一个前缀下（去掉 '{strip}'，加上 '{add}'）："
+        "{unexpected} 个多余的键中有 {fixes} 个（例如 '{example}'）正是 {model} 缺失的 {missing} 个键，形状相同；"
+        "它的 {total} 个参数一个也没能设置",
+    "loads.not_loaded.cause.raised":
+        "检查点是从包装器的 state_dict() 保存的，却加载进未包装的模型（或反过来）：DistributedDataParallel / "
+        "DataParallel 把每个权重命名为 'module.<name>'，torch.compile 命名为 '_orig_mod.<name>'，"
+        "LightningModule 或 EMA 容器用其属性名作前缀",
+    "loads.not_loaded.next.raised":
+        "保存未包装的模型（model.module.state_dict()），或在加载时去掉前缀："
+        "{{k.removeprefix('{strip}'): v for k, v in sd.items()}}",
 }

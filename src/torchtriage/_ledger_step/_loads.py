@@ -19,12 +19,19 @@ A partial load that is the point of `strict=False` stays quiet: a pretrained bac
 into a model with a new head (the head's keys are missing, the old head's unexpected), a
 checkpoint with extra entries (an EMA copy, a discriminator), or a few renamed buffers.
 Severity `error`: the parameters the call was given keep their random values, measured on the
-call's own return value. Cost: one pass over the keys, once per load (not a hot path).
+call's own return value.
+
+A strict load (the default) that raises on the same mismatch gets the `prefix` diagnosis too
+(variant `raised`), the keys compared here: PyTorch's error lists the missing and unexpected
+keys, not that they are the same weights under a wrapper's prefix ('module.' of
+DistributedDataParallel / DataParallel, '_orig_mod.' of torch.compile).
+Cost: one pass over the keys, once per load (not a hot path).
 """
 
 from __future__ import annotations
 
 import collections
+import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -110,12 +117,16 @@ class LoadWatch:
 
         def load_state_dict(self: torch.nn.Module, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
+            strict = kwargs.get("strict", args[0] if args else True)
             watch.depth += 1
             try:
                 result = original(self, state_dict, *args, **kwargs)
+            except RuntimeError:
+                if watch.depth == 1 and strict and not watch.session.busy and isinstance(state_dict, Mapping):
+                    watch.refused(self, state_dict)
+                raise
             finally:
                 watch.depth -= 1
-            strict = kwargs.get("strict", args[0] if args else True)
             if watch.depth == 0 and not strict and not watch.session.busy and isinstance(state_dict, Mapping):
                 try:
                     f = watch.judge(self, state_dict, result)
@@ -128,10 +139,24 @@ class LoadWatch:
         load_state_dict.__wrapped__ = original  # type: ignore[attr-defined]
         self.session.patch(torch.nn.Module, "load_state_dict", load_state_dict)
 
-    def judge(self, module: torch.nn.Module, state_dict: Mapping[str, Any], result: Any) -> Finding | None:
+    def refused(self, module: torch.nn.Module, state_dict: Mapping[str, Any]) -> None:
+        """A strict load that raised: when the keys differ by a wrapper's prefix, say which (the
+        error lists the keys but not that they are the same weights under another name)."""
+        try:
+            own = module.state_dict().keys()
+            result = types.SimpleNamespace(missing_keys=[k for k in own if k not in state_dict],
+                                           unexpected_keys=[k for k in state_dict if k not in own])
+            f = self.judge(module, state_dict, result, raised=True)
+            if f is not None:
+                self.session.add(f)
+        except Exception as e:  # our bug: the user's exception goes on regardless
+            self.session.internal_error("step_ledger.load_state_dict", e)
+
+    def judge(self, module: torch.nn.Module, state_dict: Mapping[str, Any], result: Any,
+              raised: bool = False) -> Finding | None:
         ev = judge_load(module, state_dict, result)
-        if ev is None:
-            return None
+        if ev is None or (raised and ev["prefix_in_state_dict"] is None):
+            return None  # a strict load with no prefix to name: the exception says it all
         frame = user_frame_from_stack(3)
         key = (frame.file if frame else None, frame.line if frame else None)
         if key in self.reported:
@@ -144,7 +169,8 @@ class LoadWatch:
                   "example": ev["unexpected_examples"][0] if ev["unexpected_examples"] else "-",
                   "strip": ev["prefix_in_state_dict"] or "", "add": ev["prefix_in_model"] or "",
                   "fixes": ev["keys_the_prefix_fixes"]}
-        variant = "prefix" if prefix else "nothing"
+        variant = "raised" if raised else "prefix" if prefix else "nothing"
+        ev["raised"] = raised
         return from_catalogue(Category.OTHER, "checkpoint.not_loaded", f"loads.not_loaded.{variant}",
                               fields=fields, cause_key=f"loads.not_loaded.cause.{variant}",
                               next_key=f"loads.not_loaded.next.{variant}", frame=frame, evidence=ev,

@@ -33,6 +33,7 @@ from .. import _cadence, _deferred
 from .._checker import Checker, LossCall
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import user_frame_from_stack
+from ._averaged import AveragedCopies
 from ._carried import GraphCarry, carried_finding
 from ._common import finding, first_tensor, fmt, is_index_tensor, shape
 from ._divisor import division_plans
@@ -70,6 +71,7 @@ class SilentChecker(Checker):
         self.graphs = GraphKeeper()
         self.carry = GraphCarry()  # graphs that grow across steps through a carried state
         self.zero = ZeroGradWatch()
+        self.averaged = AveragedCopies(session)
         self.region: LossRegion | None = None
         self._rebuilt: set[Any] = set()  # loss lines whose targets a whole-input model reconstructs
         self.sampling: TrainModeOutputs | None = None
@@ -183,6 +185,7 @@ class SilentChecker(Checker):
             self.zero = ZeroGradWatch()  # its samples are of a step before the gap
         self._last_step = step
         self._in_root = 0
+        self._averaged("observe", step)
         self._eval_forwards.clear()
         self._backward_in_step = False
 
@@ -455,10 +458,15 @@ class SilentChecker(Checker):
         return self.session.param_index.name(p)
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        if not self.averaged.scanned:
+            self._averaged("first_step")
         stale = self.zero.stepping(optimizer)
         if stale is not None:
             p, sample = stale
+            # a gradient-hygiene fault whichever check sees it (`gradient.zero_grad_missing` is
+            # the same finding when `silent` is not running): category gradient
             self._add(finding("zero_grad_missing", stage=Stage.BACKWARD, frame=sample.frame,
+                              category=Category.GRADIENT,
                               parameter=self._param_name(p) if p is not None else None,
                               step=sample.step, op="backward",
                               evidence={"parameters_sampled": len(sample.grads),
@@ -564,7 +572,57 @@ class SilentChecker(Checker):
                                                              "ratio": f"{v / first:.2e}"}))
                 return
 
+    def _averaged(self, event: str, *args: Any) -> None:
+        """An event of the averaged-copies watch; its bug stops it, never the user's step."""
+        try:
+            getattr(self.averaged, event)(*args)
+        except Exception as e:
+            self.averaged.close()
+            self.averaged.pairs.clear()
+            self.session.internal_error("silent.averaged_copies", e)
+
+    def _add_averaged(self) -> None:
+        self._averaged("close")
+        diverging = self.averaged.diverging()
+        updated = self.averaged.updated()
+        if diverging and len(diverging) * 2 >= len(updated):
+            worst = max(diverging, key=lambda p: p.dists[-1] / p.dists[0])
+            coeffs = sorted(c for p in diverging for c in p.coeffs)
+            coeff = coeffs[len(coeffs) // 2]
+            ev = {"copies_updated": len(updated),
+                  "copies_moving_away": len(diverging), "update_coefficient_median": round(coeff, 6),
+                  "update_coefficient_max": round(max(coeffs), 6), "parameter": worst.name,
+                  "distance_first": fmt(worst.dists[0]), "distance_last": fmt(worst.dists[-1]),
+                  "updates_measured": len(worst.coeffs), "copy": worst.holder}
+            self._add(finding("ema_diverges", severity=Severity.WARNING, stage=Stage.OPTIMIZER,
+                              frame=worst.frame, parameter=f"{worst.name} (shadow)", evidence=ev,
+                              module=worst.holder, holder=worst.holder, param=worst.name, coeff=f"{coeff:.3g}",
+                              first=fmt(worst.dists[0]), last=fmt(worst.dists[-1]),
+                              updates=len(worst.coeffs)))
+        by_update: dict[Any, list[dict[str, Any]]] = {}  # one finding per update line: a copy's norm layers
+        for st in self.averaged.stale:
+            fr = st["pair"].frame
+            by_update.setdefault((fr.file, fr.line) if fr is not None else st["module"], []).append(st)
+        for group in by_update.values():
+            st = group[0]
+            pair = st["pair"]
+            n = st["example"]
+            ev = {"copy_module": st["module"], "copy_modules_stale": [g["module"] for g in group][:8],
+                  "buffers": st["buffers"], f"copy_{n}_mean": st["copy_value"],
+                  f"source_{n}_mean": st["source_value"], "buffers_at_initial_values": True,
+                  "evaluated_in_eval_mode": True, "copy_parameter_updates_measured": len(pair.coeffs),
+                  "copy_parameter": pair.holder}
+            if st["frame"] is not None:
+                ev["evaluated_at"] = f"{os.path.basename(st['frame'].file)}:{st['frame'].line}"
+            self._add(finding("ema_buffers_stale", severity=Severity.WARNING, stage=Stage.OPTIMIZER,
+                              frame=pair.frame or st["frame"], module=st["module"],
+                              parameter=f"{st['module']}.{st['example']}" if st["module"] else st["example"],
+                              evidence=ev, copy=st["module"], buffers=", ".join(st["buffers"]), example=st["example"],
+                              copy_value=st["copy_value"], source_value=st["source_value"]))
+        self.averaged.stale.clear()
+
     def on_end(self) -> None:
+        self._add_averaged()
         self._leave_region()
         if self._losses:
             self._queue_collapse()

@@ -153,7 +153,20 @@ def _distribution_values(m: re.Match[str], ctx: Any) -> tuple[str, dict[str, Any
 
 
 # ---------------------------------------------------------------- the table
+def _state_dict_keys(m: re.Match[str], ctx: Any) -> tuple[str, dict[str, Any]] | None:
+    text = m.string
+    counts = {}
+    for key, head in (("missing", "Missing key(s) in state_dict:"), ("unexpected", "Unexpected key(s) in state_dict:")):
+        at = text.find(head)
+        counts[key] = text[at:].split("\n", 1)[0].count('", "') + 1 if at >= 0 else 0
+    counts["shapes"] = text.count("size mismatch for ")
+    return "other.state_dict_keys", counts
+
+
 RULES: tuple[Rule, ...] = (
+    # a state dict that does not fit the module (its key list may read like anything: "optimizer")
+    Rule("other.state_dict_keys", Category.OTHER, _r(r"Error\(s\) in loading state_dict for (?P<model>\w+)"),
+         op="load_state_dict", refine=_state_dict_keys),
     # memory first: an allocator message may mention shapes or sizes
     Rule("memory.oom", Category.MEMORY, None, (_OOM, MemoryError)),
     Rule("memory.oom", Category.MEMORY,

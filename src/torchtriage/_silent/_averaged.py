@@ -1,0 +1,414 @@
+"""Averaged copies of a model (EMA, mean teacher, Polyak target nets, SWA) and their invariant.
+
+A copy is found by what it is, not by its name: at the first optimizer step, before any
+parameter moves, a tensor outside every optimizer that holds exactly a trainable parameter's
+values in another storage (`copy.deepcopy(model)`, `[p.clone().detach() for p in params]`,
+`AveragedModel`, a `register_buffer` shadow), reachable from the watched models or a local
+variable of a frame on the stack. Every correct update of such a copy is a convex
+combination taken toward the parameter (as it was before or after that step):
+
+    s <- s + a (p - s),   0 < a <= 1      (EMA: a = 1 - decay; a hard target copy: a = 1)
+
+* `silent.ema_diverges`: the copy moves, and on every update measured it moves away from the
+  parameter (a < 0, e.g. `s + (1 - d)(s - p)`, a flipped sign) while its distance to the
+  parameter grows; the harm is that distance, measured at the first and the last reading.
+* `silent.ema_buffers_stale`: the copy is a module whose parameters are being averaged, but
+  whose floating buffers (BatchNorm running statistics) never left their initial values while
+  the source's moved, and the copy was run in eval mode so: it normalises with statistics no
+  data produced. A copy whose buffers are averaged too (timm ModelEmaV2, `AveragedModel(...,
+  use_buffers=True)`) or recomputed before it is evaluated (`swa_utils.update_bn`) is quiet,
+  and so is a frozen teacher (its parameters never move).
+
+Both name the update's line: the first in-place op on a copy (`mul_`, `add_`, `lerp_`,
+`copy_`, `_foreach_*_`), seen by a pass-through TorchFunctionMode during one step.
+Cost: one bounded walk from the stack's locals and the watched models at the first optimizer
+step; on the steps the silent check samples, a few reductions per tracked pair and one host
+read (at most MAX_ELEMENTS elements tracked).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.overrides import TorchFunctionMode
+
+from .. import _cadence
+from .._frames import UserFrame, is_our_file, user_frame_from_stack
+from .._modestack import push_mode, remove_mode
+from .._transparent import our_hook
+
+MAX_ELEMENTS = 1 << 22  # elements of copies tracked (each kept twice more between two readings)
+MAX_DEPTH = 6  # links walked from a frame's locals to a copy (loop -> ema -> shadow list -> tensor)
+MAX_VISITS = 50_000
+MAX_ITEMS = 4096  # items taken from one container
+FIRST_READINGS = 6  # consecutive steps read at the start
+MIN_UPDATES = 3  # updates measured before a verdict
+MIN_GROWTH = 2.0  # a diverging copy's distance to the parameters grows at least this much
+
+
+@dataclass
+class Pair:
+    shadow: weakref.ref[torch.Tensor]
+    param: weakref.ref[torch.Tensor]
+    name: str  # the parameter's name
+    holder: str  # the copy's name: the path it was reached by (`ema.shadow_params[0]`, `ema.1.weight`)
+    coeffs: list[float] = field(default_factory=list)  # a of each update that moved the copy
+    dists: list[float] = field(default_factory=list)  # ||s - p|| at each reading
+    frame: UserFrame | None = None  # the update's line
+
+
+@dataclass
+class BufferPair:
+    module: weakref.ref[nn.Module]  # the copy's module (a BatchNorm of the EMA model)
+    path: str
+    names: list[str]
+    shadow: list[torch.Tensor]  # initial values of the copy's buffers
+    source: list[torch.Tensor]  # initial values of the source's buffers
+    source_module: weakref.ref[nn.Module]
+    params: list[Pair]  # the pairs of the copy's own parameters (moved: averaged)
+
+
+class _UpdateLines(TorchFunctionMode):
+    """Pass-through: the user's line of the first in-place op on each tracked copy."""
+
+    def __init__(self, pointers: dict[int, list[Pair]]) -> None:
+        super().__init__()
+        self.pointers = pointers
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        __tracebackhide__ = True
+        out = func(*args, **(kwargs or {}))
+        try:
+            name = getattr(func, "__name__", "")
+            if args and name.endswith("_") and not name.endswith("__") and self.pointers:
+                first = args[0]
+                targets = first[:64] if isinstance(first, (list, tuple)) else [first]
+                for t in targets:
+                    if isinstance(t, torch.Tensor):
+                        for pair in self.pointers.pop(t.data_ptr(), ()):
+                            pair.frame = pair.frame or user_frame_from_stack(1)
+        except Exception:  # our bookkeeping never breaks the user's op
+            self.pointers = {}
+        return out
+
+
+class AveragedCopies:
+    """Finds the averaged copies at the first optimizer step, then measures their updates."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.scanned = False
+        self.pairs: list[Pair] = []
+        self.buffers: list[BufferPair] = []
+        self.previous: tuple[int, dict[torch.device, tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self.mode: _UpdateLines | None = None
+        self.hooks: list[Any] = []
+        self.stale: list[dict[str, Any]] = []
+        self.where: dict[int, str] = {}  # id of a module or tensor -> the path it was reached by
+
+    # ------------------------------------------------------------------ discovery
+    def first_step(self) -> None:
+        if self.scanned:
+            return
+        self.scanned = True
+        trainable: dict[int, torch.Tensor] = {}
+        excluded: set[int] = set()
+        for opt in self.session.optimizers:
+            for g in opt.param_groups:
+                for p in g["params"]:
+                    if isinstance(p, torch.Tensor) and p.requires_grad and p.is_floating_point():
+                        trainable[id(p)] = p
+                    excluded.add(id(p))
+            for st in opt.state.values():
+                excluded.update(id(v) for v in st.values() if isinstance(v, torch.Tensor))
+        if not trainable:
+            return
+        excluded.update(id(p.grad) for p in trainable.values() if p.grad is not None)
+        shapes = {(tuple(p.shape), p.dtype, p.device) for p in trainable.values()}
+        owners: dict[int, tuple[nn.Module, str]] = {}
+        running: set[int] = set()  # buffers of modules that train: running statistics, not copies
+        candidates: list[torch.Tensor] = []
+        self.where = {}
+        roots = [(m, self.session.model_label(m) or "model") for m in self.session.models]
+        for o, where in _reachable(roots):
+            if isinstance(o, nn.Module):
+                for n, m in o.named_modules():
+                    self.where.setdefault(id(m), f"{where}.{n}" if n else where)
+                for m in o.modules():
+                    own = list(m.named_parameters(recurse=False))
+                    for n, p in own:
+                        owners[id(p)] = (m, n)
+                    if own or hasattr(m, "track_running_stats"):
+                        running.update(id(b) for _, b in m.named_buffers(recurse=False))
+            elif id(o) not in excluded and o.is_floating_point() and not o.is_meta \
+                    and (tuple(o.shape), o.dtype, o.device) in shapes:
+                candidates.append(o)
+                self.where.setdefault(id(o), where)
+        candidates = [t for t in candidates if id(t) not in running]
+        self._pair(trainable, candidates, owners)
+
+    def _pair(self, trainable: dict[int, torch.Tensor], candidates: list[torch.Tensor],
+              owners: dict[int, tuple[nn.Module, str]]) -> None:
+        if not candidates:
+            return
+        with torch.no_grad():
+            params = list(trainable.values())
+            prints = torch.stack([_fingerprint(t) for t in params + candidates]).tolist()
+            by_print: dict[tuple[Any, ...], list[torch.Tensor]] = {}
+            for p, fp in zip(params, prints):
+                by_print.setdefault((tuple(p.shape), p.dtype, p.device, *fp), []).append(p)
+            matched: list[tuple[torch.Tensor, torch.Tensor]] = []
+            names = self.session.param_index
+            for t, fp in zip(candidates, prints[len(params):]):
+                same = by_print.get((tuple(t.shape), t.dtype, t.device, *fp), [])
+                if len(same) > 1:  # (every BatchNorm's weight of a width is ones): by the path's tail
+                    same = _by_path(self.where.get(id(t), ""), same, names)
+                if len(same) == 1 and _storage(same[0]) != _storage(t):
+                    matched.append((t, same[0]))
+            if not matched:
+                return
+            equal = torch.stack([(t == p).all().cpu() for t, p in matched]).tolist()
+        budget = MAX_ELEMENTS
+        by_module: dict[int, Pair] = {}
+        for (t, p), eq in zip(matched, equal):
+            if not eq or t.numel() > budget:
+                continue
+            budget -= t.numel()
+            owner = owners.get(id(t))
+            holder = self.where.get(id(t), "tensor")
+            if owner is not None:
+                holder = self._module_path(owner[0]) + "." + owner[1]
+            pair = Pair(weakref.ref(t), weakref.ref(p), names.name(p) or "?", holder)
+            self.pairs.append(pair)
+            if owner is not None and id(p) in owners:
+                src = owners[id(p)][0]
+                if type(src) is type(owner[0]) and src is not owner[0]:
+                    by_module.setdefault(id(owner[0]), pair)
+                    self._buffers(owner[0], src, pair)
+
+    def _buffers(self, copy: nn.Module, src: nn.Module, pair: Pair) -> None:
+        for b in self.buffers:
+            if b.module() is copy:
+                b.params.append(pair)
+                return
+        theirs = dict(src.named_buffers(recurse=False))
+        names, mine, source = [], [], []
+        for n, buf in copy.named_buffers(recurse=False):
+            other = theirs.get(n)
+            if isinstance(other, torch.Tensor) and buf.is_floating_point() and other.shape == buf.shape:
+                names.append(n)
+                mine.append(buf.detach().clone())
+                source.append(other.detach().clone())
+        if not names:
+            return
+        path = self._module_path(copy)
+        self.buffers.append(BufferPair(weakref.ref(copy), path, names, mine, source, weakref.ref(src), [pair]))
+        def pre(module: nn.Module, args: Any) -> None:
+            __tracebackhide__ = True
+            self._copy_forward(module, args)
+
+        self.hooks.append(copy.register_forward_pre_hook(our_hook(pre)))  # (left out of copies, pickles)
+
+    def _module_path(self, module: nn.Module) -> str:
+        """The module's path in its watched model, else the one it was reached by (`ema.module.1`)."""
+        path = self.session.module_name(module)
+        if path is not None:
+            return path or type(module).__name__
+        return self.where.get(id(module), type(module).__name__)
+
+    # ------------------------------------------------------------------ readings
+    def observe(self, step: int) -> None:
+        """At a step's beginning (the previous step's update done); measures since the last reading
+        when that was the step before."""
+        if not self.pairs:
+            return
+        if FIRST_READINGS < step <= _cadence.FULL:
+            self.drop_mode()
+            return  # the first readings, then the sampled pairs of steps (k, k + 1)
+        live = [(p.shadow(), p.param()) for p in self.pairs]
+        if any(t is None or q is None for t, q in live):  # a copy (or its model) was dropped
+            keep = [k for k, (t, q) in enumerate(live) if t is not None and q is not None]
+            self.pairs, live, self.previous = [self.pairs[k] for k in keep], [live[k] for k in keep], None
+            if not self.pairs:
+                return
+        groups: dict[torch.device, list[int]] = {}
+        for k, (t, _) in enumerate(live):
+            groups.setdefault(t.device, []).append(k)  # type: ignore[union-attr]
+        prev = self.previous
+        now: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        rows: list[tuple[list[int], torch.Tensor]] = []
+        with torch.no_grad():
+            for dev, idx in groups.items():
+                pairs = [live[k] for k in idx]
+                sh = torch.cat([t.detach().reshape(-1).double() for t, _ in pairs])  # type: ignore[union-attr]
+                pa = torch.cat([q.detach().reshape(-1).to(dev).double() for _, q in pairs])  # type: ignore[union-attr]
+                now[dev] = (sh, pa)
+                if prev is None or prev[0] != step - 1 or dev not in prev[1]:
+                    continue
+                s0, p0 = prev[1][dev]
+                seg = torch.repeat_interleave(torch.arange(len(idx), device=dev),
+                                              torch.tensor([t.numel() for t, _ in pairs], device=dev))  # type: ignore[union-attr]
+                ds, d_before, d_after = sh - s0, p0 - s0, pa - s0
+                sums = torch.zeros(len(idx), 5, dtype=torch.float64, device=dev)
+                sums.index_add_(0, seg, torch.stack([ds * d_before, d_before * d_before, ds * d_after,
+                                                     d_after * d_after, (sh - pa) ** 2], 1))
+                moved = torch.zeros(len(idx), dtype=torch.float64, device=dev)
+                moved.scatter_reduce_(0, seg, ds.abs(), "amax")
+                rows.append((idx, torch.cat([moved[:, None], sums], 1)))
+            for idx, stats in rows:
+                for k, row in zip(idx, stats.cpu().tolist()):
+                    moved_by, n1, q1, n2, q2, dist2 = row
+                    if moved_by > 0 and (q1 > 0 or q2 > 0):
+                        pair = self.pairs[k]
+                        pair.coeffs.append(max(n1 / q1 if q1 > 0 else -1e30, n2 / q2 if q2 > 0 else -1e30))
+                        pair.dists.append(dist2 ** 0.5)
+            self.previous = (step, now)
+        if self.mode is None and any(p.frame is None for p in self.pairs):
+            pointers: dict[int, list[Pair]] = {}
+            for pair, (s, _) in zip(self.pairs, live):
+                if s is not None:
+                    pointers.setdefault(s.data_ptr(), []).append(pair)
+            self.mode = _UpdateLines(pointers)
+            push_mode(self.mode)
+        elif self.mode is not None:
+            self.drop_mode()
+
+    def drop_mode(self) -> None:
+        if self.mode is not None:
+            remove_mode(self.mode)
+            self.mode.pointers = {}
+
+    def _copy_forward(self, module: nn.Module, args: Any) -> None:
+        if module.training:
+            return
+        try:
+            for b in self.buffers:
+                if b.module() is not module:
+                    continue
+                src = b.source_module()
+                if src is None or not any(len(p.coeffs) for p in b.params):
+                    return  # its parameters did not move (yet): a frozen copy, not an average
+                mine = dict(module.named_buffers(recurse=False))
+                theirs = dict(src.named_buffers(recurse=False))
+                with torch.no_grad():
+                    kept = [torch.equal(mine[n], init) for n, init in zip(b.names, b.shadow)]
+                    moved = [not torch.equal(theirs[n], init) for n, init in zip(b.names, b.source)]
+                if not all(kept):
+                    self.buffers.remove(b)  # the copy's statistics are maintained
+                elif any(moved):
+                    n = b.names[moved.index(True)]
+                    self.stale.append({"module": b.path, "buffers": b.names, "example": n,
+                                       "copy_value": _mean(mine[n]), "source_value": _mean(theirs[n]),
+                                       "pair": b.params[0], "frame": user_frame_from_stack(1)})
+                    self.buffers.remove(b)
+                return
+        except Exception as e:  # our bug: the user's forward goes on
+            self.buffers.clear()
+            self.session.internal_error("silent.averaged_copies", e)
+
+    def close(self) -> None:
+        self.drop_mode()
+        for h in self.hooks:
+            h.remove()
+        self.hooks.clear()
+
+    # ------------------------------------------------------------------ verdicts
+    def diverging(self) -> list[Pair]:
+        """Copies that moved away from their parameter on every update measured, farther and farther."""
+        out = []
+        for p in self.pairs:
+            if len(p.coeffs) >= MIN_UPDATES and max(p.coeffs) < 0 and p.dists[0] > 0 \
+                    and p.dists[-1] >= MIN_GROWTH * p.dists[0]:
+                out.append(p)
+        return out
+
+    def updated(self) -> list[Pair]:
+        return [p for p in self.pairs if len(p.coeffs) >= MIN_UPDATES]
+
+
+def _reachable(roots: list[tuple[nn.Module, str]]) -> list[tuple[Any, str]]:
+    """Modules and tensors reachable from the watched models and the locals of the frames on the
+    stack (the training loop's `ema`, `model_ema`, `teacher`, a trainer's callbacks), with the
+    path they were reached by (`ema.shadow_params[3]`), walked breadth-first through
+    attributes, containers and modules, at most MAX_DEPTH links and MAX_VISITS objects;
+    torchtriage's own objects are not entered."""
+    seen: set[int] = set()
+    out: list[tuple[Any, str]] = []
+    level: list[tuple[Any, str]] = list(roots)
+    f: Any = sys._getframe(1)
+    while f is not None:
+        if not is_our_file(f.f_code.co_filename):
+            level.extend((v, k) for k, v in f.f_locals.items())
+        f = f.f_back
+    for _ in range(MAX_DEPTH):
+        nxt: list[tuple[Any, str]] = []
+        for o, where in level:
+            if id(o) in seen or len(seen) >= MAX_VISITS:
+                continue
+            seen.add(id(o))
+            if isinstance(o, torch.Tensor):
+                out.append((o, where))
+            elif isinstance(o, nn.Module):
+                out.append((o, where))
+                tensors: list[tuple[torch.Tensor, str]] = [(t, f"{where}.{n}") for n, t in o.named_parameters()]
+                tensors += [(t, f"{where}.{n}") for n, t in o.named_buffers()]
+                out.extend(tensors)
+                seen.update(id(t) for t, _ in tensors)
+                for n, m in o.named_modules():
+                    seen.add(id(m))
+                    at = f"{where}.{n}" if n else where
+                    nxt.extend((v, f"{at}.{k}") for k, v in vars(m).items() if k not in _MODULE_STATE)
+            elif isinstance(o, (list, tuple)):
+                nxt.extend((v, f"{where}[{k}]") for k, v in enumerate(o[:MAX_ITEMS]))
+            elif isinstance(o, dict):
+                nxt.extend((v, f"{where}[{k!r}]") for k, v in list(o.items())[:MAX_ITEMS])
+            elif not isinstance(o, _LEAVES) and not type(o).__module__.startswith(_OURS):
+                d = getattr(o, "__dict__", None)
+                if isinstance(d, dict) and not isinstance(o, type):
+                    nxt.extend((v, f"{where}.{k}") for k, v in list(d.items())[:MAX_ITEMS])
+        level = nxt
+    return out
+
+
+_MODULE_STATE = ("_parameters", "_buffers", "_modules", "_forward_hooks", "_forward_pre_hooks",
+                 "_backward_hooks", "_state_dict_hooks", "_load_state_dict_pre_hooks")
+_LEAVES = (str, bytes, int, float, bool, complex, type(None), types.ModuleType, types.FunctionType,
+           types.BuiltinFunctionType, types.MethodType, type)
+_OURS = __name__.split(".")[0] + "."
+
+
+def _by_path(path: str, params: list[torch.Tensor], names: Any) -> list[torch.Tensor]:
+    """The one parameter whose name shares the longest tail with the copy's path (`ema.4.weight`
+    and `4.weight`; `backbone_ema.net.1.weight` and `backbone.net.1.weight`), at least its
+    last two components; else none (ambiguous)."""
+    mine = path.split(".")
+    scored = []
+    for p in params:
+        theirs = (names.name(p) or "").split(".")
+        n = 0
+        while n < min(len(mine), len(theirs)) and mine[-1 - n] == theirs[-1 - n]:
+            n += 1
+        scored.append((n, p))
+    best = max(n for n, _ in scored) if scored else 0
+    top = [p for n, p in scored if n == best]
+    return top if best >= 2 and len(top) == 1 else []
+
+
+def _fingerprint(t: torch.Tensor) -> torch.Tensor:
+    x = t.detach().double().flatten()
+    w = torch.arange(1, x.numel() + 1, dtype=torch.float64, device=x.device)
+    return torch.stack([x.sum(), (x * w).sum(), x.abs().max() if x.numel() else x.sum()]).cpu()
+
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _mean(t: torch.Tensor) -> float:
+    return round(float(t.double().mean()), 6)
