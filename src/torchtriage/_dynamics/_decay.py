@@ -53,7 +53,8 @@ def decay_inverted(session: Any, opt: Any) -> Finding | None:
     share = n_mat / total if total else 0.0
     wd = max(rates)
     names = [name(p) for p in decayed]
-    return finding("weight_decay_inverted", category=Category.OTHER, stage=Stage.OPTIMIZER, step=session.step, op=type(opt).__name__,
+    return finding("weight_decay_inverted", category=Category.OTHER, stage=Stage.OPTIMIZER, step=session.step,
+                   op=type(opt).__name__,
                    parameter=", ".join(names[:3]), wd=num(wd), decayed=len(decayed), decayed_numel=n_dec,
                    matrices=len(matrices), matrices_numel=n_mat, share=f"{share:.1%}",
                    optimizer=type(opt).__name__,

@@ -213,7 +213,8 @@ class DriftWatch:
         if t.undone < UNDONE_MIN or t.applied_after or t.undone_first is None:
             return None
         step, set_lr, used = t.undone_first
-        return finding("scheduler_overridden", category=Category.OTHER, stage=Stage.OPTIMIZER, step=step, frame=t.frame, op=t.kind,
+        return finding("scheduler_overridden", category=Category.OTHER, stage=Stage.OPTIMIZER, step=step,
+                       frame=t.frame, op=t.kind,
                        module=t.kind, scheduler=t.kind, undone=t.undone, first=step, set_lr=num(set_lr),
                        used=num(used),
                        evidence={"scheduler": t.kind, "changes_undone": t.undone, "changes_applied_after": 0,
@@ -231,7 +232,8 @@ class DriftWatch:
         expected = unseen * rate
         if expected < 2 or first >= 0.5 * expected:
             return None
-        return finding("scheduler_not_resumed", category=Category.OTHER, stage=Stage.OPTIMIZER, step=0, frame=t.frame, op=t.kind,
+        return finding("scheduler_not_resumed", category=Category.OTHER, stage=Stage.OPTIMIZER, step=0,
+                       frame=t.frame, op=t.kind,
                        module=t.kind, scheduler=t.kind, unseen=int(unseen), last_epoch=first,
                        expected=int(round(expected)), rate=f"{rate:.3g}",
                        evidence={"scheduler": t.kind, "optimizer_state_steps_before_this_run": int(unseen),
