@@ -371,3 +371,42 @@ def test_a_fresh_optimizer_and_scheduler_for_fine_tuning_are_quiet():
     with torchtriage.watch(model, on_anomaly="record", report=False) as s:
         train()
     quiet(s.report)
+
+
+# ---------------------------------------------------------------------------- a periodic horizon in epochs
+def _cosine_warmup(opt, warmup: int, horizon: int):
+    def factor(s):
+        if s < warmup:
+            return (s + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (s - warmup) / (horizon - warmup)))
+    return lrs.LambdaLR(opt, factor)
+
+
+def _epochs_loop(horizon_of, epochs: int = 6, n: int = 40):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n * 8, 8, generator=g)
+    y = x @ torch.randn(8, 1, generator=g)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
+    model = mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = _cosine_warmup(opt, 1, horizon_of(epochs, len(loader)))
+
+    def train():
+        for _ in range(epochs):
+            for xb, yb in loader:
+                step(model, opt, xb, yb)
+                sched.step()  # <- per iteration
+
+    return watched(model, opt, train)
+
+
+def test_lambda_cosine_with_its_horizon_in_epochs_stepped_per_batch_wraps():
+    f = only(_epochs_loop(lambda epochs, batches: epochs), "dynamics.epoch_scheduler_per_batch")
+    assert (f.severity, f.op, f.line) == (Severity.WARNING, "LambdaLR", line("per iteration"))
+    assert f.message == ("LambdaLR is stepped at every optimizer step (every batch): its lr fell to ~0 within 6 steps, "
+                         "the run's 6 epochs, and climbed back to its peak 0.01 24 times")
+    assert f.evidence["harm"] == "the lr fell to ~0 and climbed back to its peak 24 times"
+
+
+def test_lambda_cosine_with_its_horizon_in_steps_is_quiet():
+    quiet(_epochs_loop(lambda epochs, batches: epochs * batches))

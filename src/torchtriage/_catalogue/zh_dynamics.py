@@ -21,6 +21,8 @@ MESSAGES = {
     "dynamics.loss_at_prior.next": "先在一个小批次上过拟合（损失必须降到约 0）；检查输入与标签是否一一对应、输入是否有变化",
     "dynamics.epoch_scheduler_per_batch": "{scheduler} 在每次优化器更新（每个批次）都被调用：学习率在第 {reached} 步降到初始值的 {ratio}，此后已经以该学习率运行了 {after} 步",
     "dynamics.epoch_scheduler_per_batch.cosine": "{scheduler}(T_max={t_max}) 在每次优化器更新（每个批次）都被调用：学习率在第 {t_max} 步到达最小值，并每 {period} 步循环一次",
+    "dynamics.epoch_scheduler_per_batch.wraps": "{scheduler} 在每次优化器更新（每个批次）都被调用：学习率在 {horizon} 步内（即本次运行的 {epochs} 个 epoch 数）降到约 0，又 {wraps} 次回升到峰值 {peak}",
+    "dynamics.epoch_scheduler_per_batch.cause.wraps": "它的周期以 epoch 计（{epochs} 个 epoch 对应 {horizon} 步降到约 0），但 scheduler.step() 每个批次调用一次，超过周期后调度是周期性的：学习率在 0 和峰值之间循环，而不是在整个运行中衰减一次",
     "dynamics.epoch_scheduler_per_batch.cause": "它的参数（{params}）以 epoch 计数，但 scheduler.step() 每个批次调用一次，整个调度在前 {reached} 个批次内就走完了",
     "dynamics.epoch_scheduler_per_batch.next": "每个 epoch 调用一次 {scheduler}.step()（放在批次循环之后），或把参数换算成批次数（例如 T_max=epochs*len(loader)）",
     "dynamics.scheduler_before_optimizer": "{scheduler}.step() 在每一步都先于 optimizer.step() 调用：调度的第一个值被跳过",

@@ -31,6 +31,9 @@ from .._findings import Category, Finding, Stage
 from .._frames import UserFrame, user_frame_from_stack
 from ._common import finding, num
 
+WRAPS_MIN = 2  # a decaying schedule that climbed back to its peak this often has wrapped
+NEAR_ZERO = 0.0101
+_CYCLIC = ("CosineAnnealingLR", "CosineAnnealingWarmRestarts", "CyclicLR", "OneCycleLR")  # (cosine: `_schedules`)
 EXTRA_MIN = 3  # calls between two optimizer steps, from a second line, before it is a pattern
 UNDONE_MIN = 2  # scheduler changes undone before the optimizer used them
 MAX_GONE = 16
@@ -88,6 +91,11 @@ class _Track:
         self.opt_id = 0
         self.frame: UserFrame | None = None
         self.reported = False
+        self.peak = 0.0  # the largest lr the scheduler set (or found)
+        self.low = False  # its lr is at ~0 of that peak now
+        self.first_low: int | None = None  # its calls when the lr first reached ~0
+        self.wraps = 0  # times the lr climbed back to >= half its peak after reaching ~0
+        self.wrap_step: int | None = None
         self.unseen_steps: float | None = None
         self.opt_steps_at_first = 0
 
@@ -101,6 +109,7 @@ class DriftWatch:
         self.tracks: dict[int, _Track] = {}
         self.pending: dict[int, list[_Track]] = {}  # id(optimizer) -> schedulers that changed its lr
         self.gone: list[_Track] = []
+        self.epochs = 0
 
     def _track(self, sched: Any) -> _Track:
         t = self.tracks.get(id(sched))
@@ -148,11 +157,35 @@ class DriftWatch:
         except Exception:  # a scheduler without a last lr (a custom one): nothing to compare
             t.fresh = []
             return
+        self._follow(t)
         if len(t.fresh) == len(t.before) and any(not _same(a, b) for a, b in zip(t.fresh, t.before)):
             opt = getattr(sched, "optimizer", None)
             waiting = self.pending.setdefault(id(opt), [])
             if t not in waiting:
                 waiting.append(t)
+
+    def _follow(self, t: _Track) -> None:
+        """The lr the scheduler set, against its peak: ~0, then back to half the peak, is a wrap."""
+        vals = [v for v in (*t.before, *t.fresh) if v is not None]
+        if not vals or t.kind in _CYCLIC:
+            return
+        t.peak = max(t.peak, *vals)
+        now = max((v for v in t.fresh if v is not None), default=None)
+        if now is None or t.peak <= 0:
+            return
+        if not t.low and now <= NEAR_ZERO * t.peak:
+            t.low = True
+            if t.first_low is None:
+                t.first_low = t.calls
+        elif t.low and now >= 0.5 * t.peak:
+            t.low = False
+            t.wraps += 1
+            if t.wrap_step is None:
+                t.wrap_step = self.session.step
+
+    def epoch_began(self) -> None:
+        """A DataLoader pass during which an optimizer stepped (the run's epochs)."""
+        self.epochs += 1
 
     # ------------------------------------------------------------------ optimizer steps
     def optimizer_step(self, opt: Any, used: list[float | None]) -> None:
@@ -185,7 +218,7 @@ class DriftWatch:
             if t.reported or t.opt_id not in opt_steps:
                 continue  # an optimizer the session does not watch: its steps are not counted
             total = opt_steps[t.opt_id]
-            f = (self._extra(t, total) or self._undone(t)
+            f = (self._extra(t, total) or self._wrapped(t, total) or self._undone(t)
                  or (self._not_resumed(t) if t.opt_id not in resumed else None))
             if f is not None:
                 t.reported = True
@@ -208,6 +241,23 @@ class DriftWatch:
                                  "calls_between_optimizer_steps": t.extra, "per_step_call": regular,
                                  "last_epoch": t.last_epoch,
                                  "harm": f"the schedule runs {t.extra} steps ({ahead:.0%}) ahead of the optimizer"})
+
+    def _wrapped(self, t: _Track, ran: int) -> Finding | None:
+        """A decaying schedule stepped per batch whose horizon is the run's epoch count: it reaches ~0
+        after about as many steps as the run has epochs, then climbs back, again and again."""
+        horizon, epochs = t.first_low, self.epochs
+        if (t.wraps < WRAPS_MIN or horizon is None or ran <= 0 or t.calls < 0.9 * ran or epochs < 2
+                or abs(horizon - epochs) > max(2, 0.2 * epochs)):
+            return None
+        return finding("epoch_scheduler_per_batch", variant="wraps",
+                       cause="dynamics.epoch_scheduler_per_batch.cause.wraps",
+                       category=Category.SILENT, stage=Stage.OPTIMIZER, step=t.wrap_step, frame=t.frame, op=t.kind,
+                       module=t.kind, scheduler=t.kind, horizon=horizon, wraps=t.wraps, epochs=epochs,
+                       peak=num(t.peak),
+                       evidence={"scheduler": t.kind, "scheduler_steps": t.calls, "optimizer_steps": ran,
+                                 "epochs": epochs, "steps_to_lr_near_0": horizon, "lr_peak": num(t.peak),
+                                 "climbs_back_to_peak": t.wraps, "lr_now": [num(v) for v in t.fresh][:4],
+                                 "harm": f"the lr fell to ~0 and climbed back to its peak {t.wraps} times"})
 
     def _undone(self, t: _Track) -> Finding | None:
         if t.undone < UNDONE_MIN or t.applied_after or t.undone_first is None:

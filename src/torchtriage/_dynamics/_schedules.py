@@ -90,6 +90,7 @@ class ScheduleWatch:
         self.lr_opt: weakref.ref[Any] | None = None
         self.plateau = PlateauWatch(lr_value)  # ReduceLROnPlateau's metrics (`_plateau`)
         self.unstepped = UnsteppedSchedulers(session)
+        self.training_pass: tuple[int, int] | None = None
         self.drift = DriftWatch(session, lr_value)  # the schedule followed vs declared (`_drift`)
 
     # ------------------------------------------------------------------ wiring
@@ -151,6 +152,9 @@ class ScheduleWatch:
     # ------------------------------------------------------------------ per optimizer step
     def optimizer_stepped(self, opt: torch.optim.Optimizer) -> None:
         self.opt_steps[id(opt)] = self.opt_steps.get(id(opt), 0) + 1
+        if self.unstepped.current is not None and self.unstepped.current != self.training_pass:
+            self.training_pass = self.unstepped.current  # a DataLoader pass with optimizer steps: an epoch
+            self.drift.epoch_began()
         self.unstepped.optimizer_stepped(opt)
 
     def observe(self, opt: torch.optim.Optimizer, lrs_now: list[float | None]) -> list[Finding]:
