@@ -410,3 +410,33 @@ def test_lambda_cosine_with_its_horizon_in_epochs_stepped_per_batch_wraps():
 
 def test_lambda_cosine_with_its_horizon_in_steps_is_quiet():
     quiet(_epochs_loop(lambda epochs, batches: epochs * batches))
+
+
+def test_a_periodic_lambda_without_a_loader_wraps():
+    model, data = mlp(), batches(5)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = _cosine_warmup(opt, 1, 10)  # max_steps=max_epoch, stepped per iteration
+
+    def train():
+        for epoch in range(10):
+            for xb, yb in data:
+                step(model, opt, xb, yb)
+                sched.step()
+
+    f = only(watched(model, opt, train), "dynamics.epoch_scheduler_per_batch")
+    assert f.message == ("LambdaLR is stepped at every optimizer step (every batch): its lr fell to ~0 within 10 "
+                         "steps and climbed back to its peak 0.01 2 times")
+
+
+def test_warm_restarts_written_as_a_lambda_are_quiet():
+    model, data = mlp(), batches(5)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = lrs.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * (s % 10) / 10)))  # SGDR by hand
+
+    def train():
+        for epoch in range(10):
+            for xb, yb in data:
+                step(model, opt, xb, yb)
+                sched.step()
+
+    quiet(watched(model, opt, train))

@@ -96,6 +96,8 @@ class _Track:
         self.first_low: int | None = None  # its calls when the lr first reached ~0
         self.wraps = 0  # times the lr climbed back to >= half its peak after reaching ~0
         self.wrap_step: int | None = None
+        self.low_at = 0  # its calls when the lr last reached ~0
+        self.climb = 0  # the fewest calls it took to climb back (1: a restart on purpose)
         self.unseen_steps: float | None = None
         self.opt_steps_at_first = 0
 
@@ -174,12 +176,13 @@ class DriftWatch:
         if now is None or t.peak <= 0:
             return
         if not t.low and now <= NEAR_ZERO * t.peak:
-            t.low = True
+            t.low, t.low_at = True, t.calls
             if t.first_low is None:
                 t.first_low = t.calls
         elif t.low and now >= 0.5 * t.peak:
             t.low = False
             t.wraps += 1
+            t.climb = min(t.climb, t.calls - t.low_at) if t.climb else t.calls - t.low_at
             if t.wrap_step is None:
                 t.wrap_step = self.session.step
 
@@ -243,19 +246,22 @@ class DriftWatch:
                                  "harm": f"the schedule runs {t.extra} steps ({ahead:.0%}) ahead of the optimizer"})
 
     def _wrapped(self, t: _Track, ran: int) -> Finding | None:
-        """A decaying schedule stepped per batch whose horizon is the run's epoch count: it reaches ~0
-        after about as many steps as the run has epochs, then climbs back, again and again."""
+        """A decaying schedule stepped per batch that wraps: its lr reaches ~0 and climbs back (over
+        more than one step: not a restart) again and again; where the run's epochs are known
+        (DataLoader passes), the steps to ~0 are about their count (a horizon in epochs)."""
         horizon, epochs = t.first_low, self.epochs
-        if (t.wraps < WRAPS_MIN or horizon is None or ran <= 0 or t.calls < 0.9 * ran or epochs < 2
-                or abs(horizon - epochs) > max(2, 0.2 * epochs)):
-            return None
-        return finding("epoch_scheduler_per_batch", variant="wraps",
+        if t.wraps < WRAPS_MIN or horizon is None or ran <= 0 or t.calls < 0.9 * ran or t.climb < 2:
+            return None  # (a climb in one step is a restart, made on purpose)
+        if epochs >= 2 and abs(horizon - epochs) > max(2, 0.2 * epochs):
+            return None  # the epochs are known (DataLoader passes) and the horizon is not their count
+        return finding("epoch_scheduler_per_batch", variant="wraps.epochs" if epochs >= 2 else "wraps",
                        cause="dynamics.epoch_scheduler_per_batch.cause.wraps",
                        category=Category.SILENT, stage=Stage.OPTIMIZER, step=t.wrap_step, frame=t.frame, op=t.kind,
-                       module=t.kind, scheduler=t.kind, horizon=horizon, wraps=t.wraps, epochs=epochs,
+                       module=t.kind, scheduler=t.kind, horizon=horizon, wraps=t.wraps,
+                       epochs=epochs,
                        peak=num(t.peak),
                        evidence={"scheduler": t.kind, "scheduler_steps": t.calls, "optimizer_steps": ran,
-                                 "epochs": epochs, "steps_to_lr_near_0": horizon, "lr_peak": num(t.peak),
+                                 "epochs": epochs or None, "steps_to_lr_near_0": horizon, "lr_peak": num(t.peak),
                                  "climbs_back_to_peak": t.wraps, "lr_now": [num(v) for v in t.fresh][:4],
                                  "harm": f"the lr fell to ~0 and climbed back to its peak {t.wraps} times"})
 
