@@ -418,7 +418,7 @@ def test_a_periodic_lambda_without_a_loader_wraps():
     sched = _cosine_warmup(opt, 1, 10)  # max_steps=max_epoch, stepped per iteration
 
     def train():
-        for epoch in range(10):
+        for _ in range(10):
             for xb, yb in data:
                 step(model, opt, xb, yb)
                 sched.step()
@@ -434,7 +434,7 @@ def test_warm_restarts_written_as_a_lambda_are_quiet():
     sched = lrs.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * (s % 10) / 10)))  # SGDR by hand
 
     def train():
-        for epoch in range(10):
+        for _ in range(10):
             for xb, yb in data:
                 step(model, opt, xb, yb)
                 sched.step()
