@@ -21,7 +21,7 @@ from torchtriage import Severity
 HERE = pathlib.Path(__file__).read_text().splitlines()
 lrs = torch.optim.lr_scheduler
 CODES = ("dynamics.scheduler_extra_steps", "dynamics.scheduler_overridden", "dynamics.scheduler_not_resumed",
-         "dynamics.weight_decay_inverted", "dynamics.epoch_scheduler_per_batch")
+         "dynamics.weight_decay_inverted", "dynamics.epoch_scheduler_per_batch", "dynamics.warmup_restarts")
 
 
 def line(marker: str) -> int:
@@ -440,3 +440,37 @@ def test_warm_restarts_written_as_a_lambda_are_quiet():
                 sched.step()
 
     quiet(watched(model, opt, train))
+
+
+# ---------------------------------------------------------------------------- a warm-up that restarts
+def _manual_warmup(global_step: bool):
+    model, data = mlp(), batches(5)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    warmup, iters, base, start = 75, 25, 3e-4, 1e-6
+
+    def train():
+        for epoch in range(5):
+            for i in range(iters):
+                total = epoch * iters + i
+                cur = total if global_step else i  # <- warm-up step
+                if total < warmup:
+                    lr = start + (base - start) * cur / warmup
+                else:
+                    lr = base * 0.5 * (1 + math.cos(math.pi * (total - warmup) / (5 * iters - warmup)))
+                for g in opt.param_groups:
+                    g["lr"] = lr
+                xb, yb = data[i % 5]
+                step(model, opt, xb, yb)
+
+    return watched(model, opt, train)
+
+
+def test_warmup_from_the_step_within_the_epoch_restarts_every_epoch():
+    f = only(_manual_warmup(False), "dynamics.warmup_restarts")
+    assert (f.severity, f.step) == (Severity.WARNING, 25)
+    assert f.message == ("the lr ramped up from 1e-06 to 9.668e-05 over 24 steps and dropped back to its start at step "
+                         "25, 2 times (steps [25, 50]): the warm-up restarts instead of reaching its target")
+
+
+def test_warmup_from_the_global_step_is_quiet():
+    quiet(_manual_warmup(True))

@@ -37,4 +37,13 @@ MESSAGES = {
     "dynamics.weight_decay_inverted.next":
         "swap the two branches of the name test: no_decay names into the weight_decay=0 group, weight "
         "matrices into the decayed group",
+    "dynamics.warmup_restarts":
+        "the lr ramped up from {start} to {top} over {rises} steps and dropped back to its start at step {step}, "
+        "{restarts} times (steps {steps}): the warm-up restarts instead of reaching its target",
+    "dynamics.warmup_restarts.cause":
+        "the warm-up is computed from a step counter that restarts every epoch (the step within the epoch) while "
+        "the warm-up is longer than one epoch: every epoch begins the ramp again",
+    "dynamics.warmup_restarts.next":
+        "compute the warm-up from the run's global step (epoch * iters_per_epoch + step), not the step within the "
+        "epoch",
 }

@@ -32,4 +32,11 @@ MESSAGES = {
         "no_decay 的名称判断写反了：名称匹配的参数（bias、LayerNorm.weight）进了衰减组，其余参数都进了不衰减组",
     "dynamics.weight_decay_inverted.next":
         "交换名称判断的两个分支：no_decay 名称放入 weight_decay=0 的组，权重矩阵放入衰减组",
+    "dynamics.warmup_restarts":
+        "学习率在 {rises} 步内从 {start} 升到 {top}，在第 {step} 步又跌回起点，共 {restarts} 次（第 {steps} 步）："
+        "预热一再重新开始，始终达不到目标学习率",
+    "dynamics.warmup_restarts.cause":
+        "预热按每个 epoch 重新计数的步数（epoch 内的步数）计算，而预热比一个 epoch 长：每个 epoch 都从头开始爬升",
+    "dynamics.warmup_restarts.next":
+        "用整个运行的全局步数（epoch * iters_per_epoch + step）计算预热，而不是 epoch 内的步数",
 }

@@ -34,6 +34,7 @@ from .._loaderstream import stream
 from ._common import finding, num
 from ._drift import DriftWatch
 from ._plateau import PlateauWatch
+from ._ramps import Ramps
 from ._unstepped import UnsteppedSchedulers
 
 EPOCH_SCALE = ("StepLR", "MultiStepLR", "ExponentialLR", "PolynomialLR", "CosineAnnealingLR")
@@ -91,6 +92,7 @@ class ScheduleWatch:
         self.plateau = PlateauWatch(lr_value)  # ReduceLROnPlateau's metrics (`_plateau`)
         self.unstepped = UnsteppedSchedulers(session)
         self.training_pass: tuple[int, int] | None = None
+        self.ramps = Ramps()  # a warm-up that restarts (`_ramps`)
         self.drift = DriftWatch(session, lr_value)  # the schedule followed vs declared (`_drift`)
 
     # ------------------------------------------------------------------ wiring
@@ -186,6 +188,8 @@ class ScheduleWatch:
             self.fell |= down
             if up or down:
                 self.last_change = 1 if up and not down else -1
+                if now and self.last_lr:
+                    self.ramps.change(step, max(self.last_lr), max(now))
         self.last_lr = list(now)
         self.lr_steps += 1
         self.max_lr = max(self.max_lr, *now) if now else self.max_lr
@@ -257,6 +261,9 @@ class ScheduleWatch:
     def end_findings(self) -> list[Finding]:
         out = self.scheduler_findings() + self.unstepped.findings()
         out += self.drift.findings(self.opt_steps)
+        ramps = self.ramps.finding()
+        if ramps is not None:
+            out.append(ramps)
         first, last = self.first_lr, self.last_lr
         if (first and last and self.lr_steps >= WARMUP_MIN_STEPS and self.rose and not self.fell
                 and self.last_change == 1 and "warmup" not in self.reported):
