@@ -8,6 +8,7 @@
                 scheduler before optimizer, a warm-up that never ends, lr reaching 0
     _drift      the schedule followed vs declared: extra scheduler steps, scheduler changes
                 overwritten before use, a scheduler restarted on resume
+    _ramps      a warm-up that restarts (a ramp cut off by a drop to its start, twice)
     _decay      weight decay by tensor rank: decay on 1-D tensors only (no_decay test inverted)
     _order      clip_grad_norm_ before backward / after step; accumulated losses not divided
     _evalcode   the evaluation / metric region: (N, 1) vs (N,) outside the loss, softmax over
