@@ -37,6 +37,7 @@ _CYCLIC = ("CosineAnnealingLR", "CosineAnnealingWarmRestarts", "CyclicLR", "OneC
 EXTRA_MIN = 3  # calls between two optimizer steps, from a second line, before it is a pattern
 UNDONE_MIN = 2  # scheduler changes undone before the optimizer used them
 MAX_GONE = 16
+MAX_TRACKS = 64
 _NO_COUNTER = ("ReduceLROnPlateau",)  # its state is patience counters, not a position in a schedule
 
 
@@ -113,8 +114,10 @@ class DriftWatch:
         self.gone: list[_Track] = []
         self.epochs = 0
 
-    def _track(self, sched: Any) -> _Track:
+    def _track(self, sched: Any) -> _Track | None:
         t = self.tracks.get(id(sched))
+        if t is None and len(self.tracks) >= MAX_TRACKS:
+            return None  # (a scheduler made per epoch: the first ones are followed)
         if t is None or t.ref() is not sched:
             if t is not None and len(self.gone) < MAX_GONE:
                 self.gone.append(t)  # a scheduler collected since: its id is reused, its verdict still counts
@@ -126,6 +129,8 @@ class DriftWatch:
         """`sched.step()` is about to run; `opt_steps`: its optimizer's steps seen so far;
         `caller`: the frame that called it."""
         t = self._track(sched)
+        if t is None:
+            return
         opt = getattr(sched, "optimizer", None)
         site = (caller.f_code, caller.f_lineno) if caller is not None else None
         if t.calls == 0:
