@@ -474,3 +474,21 @@ def test_warmup_from_the_step_within_the_epoch_restarts_every_epoch():
 
 def test_warmup_from_the_global_step_is_quiet():
     quiet(_manual_warmup(True))
+
+
+def test_cosine_t_max_in_epochs_per_batch_stays_a_warning_while_the_loss_falls():
+    model, data = mlp(), batches(10)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    sched = lrs.CosineAnnealingLR(opt, 8)  # T_max = num_epochs
+
+    def train():
+        for _ in range(8):
+            for xb, yb in data:
+                step(model, opt, xb, yb)
+                sched.step()  # <- per batch, T_max in epochs
+
+    report = watched(model, opt, train)
+    f = only(report, "dynamics.epoch_scheduler_per_batch")
+    assert (f.severity, f.line, f.step) == (Severity.WARNING, line("per batch, T_max in epochs"), 8)
+    assert f.evidence["harm"] == "the lr reached its minimum at step 8 and climbed back towards its initial value"
+    assert "run_kept_learning" not in f.evidence  # not held: its harm is the lr it measured
