@@ -75,6 +75,51 @@ def test_lr_so_high_the_loss_grows_geometrically_before_any_nan():
     assert s.report.filter(code="dynamics.exploding_gradients") == []  # the same cause, said once
 
 
+def test_a_loss_that_climbs_back_from_a_dip_is_no_divergence():
+    from torchtriage._dynamics._trends import Growth
+
+    # A GAN critic's hinge loss: up to 1.9, a dip to 5e-4 for a few steps, back to 1.2 (x4.7 a step).
+    series = [1.9, 1.4, 1.1, 0.8, 0.3, 0.05, 5.3e-4, 2.5e-3, 1.2e-2, 5.5e-2, 0.26, 1.2, 0.9, 1.0]
+    g = Growth()
+    assert [g.add(i, v) for i, v in enumerate(series)] == [None] * len(series)
+    # The same dip, then a climb past everything seen before it: divergence, from the dip.
+    g = Growth()
+    found = [g.add(i, v) for i, v in enumerate(series[:11] + [2.5, 7.0, 40.0])]
+    hit = next(r for r in found if r is not None)
+    assert (hit["start"], hit["end"], hit["first"]) == (6, 11, 5.3e-4)
+
+
+def test_a_critic_output_maximized_with_backward_mone_is_recorded_as_minimized():
+    # WGAN as in the original code: `D_real.backward(mone)` maximizes the critic's mean output on
+    # real samples, which grows steadily from ~0 while the critic learns: the objective the
+    # optimizer minimizes is -D_real, falling. No divergence, no gradient growth.
+    torch.manual_seed(0)
+    critic = nn.Sequential(nn.Linear(2, 64), nn.ReLU(), nn.Linear(64, 1))
+    for p in critic.parameters():
+        nn.init.normal_(p, std=1e-3)
+    nn.init.constant_(critic[2].bias, 1e-4)
+    opt = torch.optim.Adam(critic.parameters(), lr=1e-4, betas=(0.5, 0.9))
+    one = torch.tensor(1.0)
+    mone = one * -1
+    real = torch.randn(256, 2) + 3.0
+    fake = torch.randn(256, 2)
+    seen = []
+    with torchtriage.watch(critic, opt, on_anomaly="record", report=False) as s:
+        for _ in range(60):
+            critic.zero_grad()
+            D_real = critic(real).mean()
+            seen.append(D_real.item())
+            D_real.backward(mone)
+            D_fake = critic(fake).mean()
+            D_fake.backward(one)
+            opt.step()
+    loss = s.series["loss"]
+    assert loss == [-v for v in seen]  # -D_real: the objective minimized
+    assert seen[-1] > 100 * abs(seen[0])  # D_real grew from ~0
+    codes = [f.code for f in s.report.findings if f.severity >= Severity.WARNING]
+    assert "dynamics.divergence" not in codes and "dynamics.exploding_gradients" not in codes
+
+
 def test_accuracy_with_n1_against_n_broadcasts_in_evaluation_code():
     s, train = _watch(z.loop_accuracy_broadcasts)
     f = _one(s.report, "silent.metric_broadcast")

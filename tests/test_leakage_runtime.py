@@ -52,6 +52,16 @@ def rows_as_set(x) -> set[tuple[float, ...]]:
 
 
 # ---------------------------------------------------------------- leaky scripts (torch)
+def test_standardized_before_a_split_by_time_is_an_error():
+    # Drifting readings: the test rows (the last fifth) pull the mean 0.24 std away from the
+    # training rows' own, twice what a random fifth would (0.12 at 4 sigmas).
+    report, ns, path = run_script("leak_standardize_before_time_split.py")
+    assert data_findings(report) == [("data.preprocessing_fit_on_all", "error", split_line(path))]
+    ev = report.findings[0].evidence
+    assert (ev["rows"], ev["train_rows"]) == (300, 240)
+    assert ev["train_max_abs_mean"] > 2 * ev["random_split_max_abs_mean"]
+
+
 def test_split_redrawn_every_epoch_trains_on_the_final_test_rows():
     report, ns, path = run_script("leak_redraw_random_split.py")
     line = split_line(path)
@@ -70,11 +80,13 @@ def test_split_redrawn_every_epoch_trains_on_the_final_test_rows():
 
 
 def test_standardized_before_random_split():
+    # The leak is real, but a random fifth of i.i.d. rows moves the statistics no more than chance:
+    # nothing measurable changed, an info.
     report, ns, path = run_script("leak_standardize_before_split.py")
-    assert data_findings(report) == [("data.preprocessing_fit_on_all", "error", split_line(path))]
+    assert data_findings(report) == [("data.preprocessing_fit_on_all", "info", split_line(path))]
     f = report.findings[0]
     assert f.evidence["rows"] == 300 and f.evidence["columns"] == 6 and f.evidence["train_rows"] == 240
-    assert f.evidence["train_max_abs_mean"] > 1e-3
+    assert 1e-3 < f.evidence["train_max_abs_mean"] < f.evidence["random_split_max_abs_mean"]
     assert f.message.startswith(f"the 300 rows split at {path}:{split_line(path)} (random_split) are standardized")
 
 

@@ -100,6 +100,38 @@ def test_correct_loops_that_drop_accumulate_or_stop_early_stay_quiet(tmp_path):
     assert (f.evidence["samples"], f.evidence["lost_samples"]) == (400, 16)
 
 
+FUNCTIONAL_EVAL_WITH_GRAD = """
+import torch, torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+X, Xt = torch.randn(512, 8), torch.randn(256, 8)
+y, yt = (X[:, 0] > 0).long(), (Xt[:, 0] > 0).long()
+params = {"w": (0.1 * torch.randn(2, 8)).requires_grad_(), "b": torch.zeros(2, requires_grad=True)}
+f = lambda x: F.linear(x, params["w"], params["b"])      # a functional model: no nn.Module, no eval()
+opt = torch.optim.SGD(list(params.values()), lr=0.1)
+train_loader = DataLoader(TensorDataset(X, y), batch_size=64, shuffle=True)
+test_loader = DataLoader(TensorDataset(Xt, yt), batch_size=64)
+for epoch in range(3):
+    for xb, yb in train_loader:
+        def closure():
+            loss = F.cross_entropy(f(xb), yb)
+            loss.backward()
+            return loss
+        opt.zero_grad()
+        opt.step(closure)
+    correct = sum((f(xb).argmax(1) == yb).sum().item() for xb, yb in test_loader)   # grad on, no backward
+    print(epoch, correct / len(Xt))
+"""
+
+
+def test_an_evaluation_pass_with_gradients_on_is_not_lost_coverage(tmp_path):
+    # Each test pass ends as the next training epoch begins: the next epoch's first backward is
+    # not the test pass's last batch's.
+    report, _ = run_script("functional_eval.py", tmp_path, source=FUNCTIONAL_EVAL_WITH_GRAD)
+    assert ledger_findings(report) == []
+
+
 # ---------------------------------------------------------------- order
 def test_distributed_sampler_without_set_epoch_repeats_the_order(tmp_path):
     report, _ = run_script("bug_sampler_set_epoch.py", tmp_path)

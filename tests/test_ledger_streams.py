@@ -115,3 +115,81 @@ def test_validation_documents_also_in_the_training_shards(tmp_path):
 def test_validation_documents_kept_out_of_the_training_shards_are_quiet(tmp_path):
     report, _ = _run(tmp_path, DOCS_IN_SHARDS % 100)
     assert [f for f in report.findings if f.code == "data.split_overlap"] == []
+
+
+PHRASES = LM + """
+import random
+r = random.Random(0)
+subjects, verbs = ["the cat", "a dog", "my friend", "the king"], ["sees", "likes", "calls", "helps"]
+objects = ["the moon", "a bird", "the river", "the queen"]
+text = "".join(f"{r.choice(subjects)} {r.choice(verbs)} {r.choice(objects)}.\\n" for _ in range(1500))
+chars = sorted(set(text))
+data = np.array([chars.index(c) for c in text], dtype=np.uint16)
+n = int(0.9 * len(data))
+train_data, val_data = data[:n], data[%s:]
+block, batch = 32, 8
+
+def get_batch(split):
+    d = train_data if split == "train" else val_data
+    ix = torch.randint(len(d) - block - 1, (batch,))
+    x = torch.stack([torch.from_numpy(d[i:i + block].astype(np.int64)) for i in ix])
+    y = torch.stack([torch.from_numpy(d[i + 1:i + 1 + block].astype(np.int64)) for i in ix])
+    return x, y
+
+torch.manual_seed(0)
+model = TinyLM(vocab=len(chars))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+for it in range(200):
+    if it %% 50 == 0:
+        with torch.no_grad():
+            print(sum(model(*get_batch("val"))[1].item() for _ in range(10)) / 10)  # HERE
+    xb, yb = get_batch("train")
+    _, loss = model(xb, yb)
+    opt.zero_grad(); loss.backward(); opt.step()
+"""
+
+
+def test_a_text_of_a_few_phrases_split_into_disjoint_slices_is_quiet(tmp_path):
+    # 64 sentences: any 16 characters of the held-out stretch are somewhere in the training one,
+    # and also elsewhere in the held-out stretch itself: the chance rate explains the overlap.
+    report, _ = _run(tmp_path, PHRASES % "n")
+    assert [f for f in report.findings if f.code == "data.split_overlap"] == []
+
+
+ZIPF = LM.replace("vocab=50", "vocab=2000") + """
+rng = np.random.default_rng(0)
+data = np.minimum(rng.zipf(1.3, 30000), 1999).astype(np.int64)   # words of a natural-like text
+n = int(0.9 * len(data))
+train_data, val_data = data[:n], data[%s:]
+block, batch = 32, 8
+
+def get_batch(split):
+    d = train_data if split == "train" else val_data
+    ix = torch.randint(len(d) - block - 1, (batch,))
+    return torch.stack([torch.from_numpy(d[i:i + block]) for i in ix]), \\
+        torch.stack([torch.from_numpy(d[i + 1:i + 1 + block]) for i in ix])
+
+torch.manual_seed(0)
+model = TinyLM(vocab=2000)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+for it in range(300):
+    if it %% 100 == 0:
+        with torch.no_grad():
+            print(sum(model(*get_batch("val"))[1].item() for _ in range(20)) / 20)  # HERE
+    xb, yb = get_batch("train")
+    _, loss = model(xb, yb)
+    opt.zero_grad(); loss.backward(); opt.step()
+"""
+
+
+def test_a_natural_like_text_with_the_validation_slice_inside_the_training_one(tmp_path):
+    source = ZIPF % "n - 2000"  # 2000 of the 5000 held-out tokens are training tokens
+    report, _ = _run(tmp_path, source)
+    [f] = [f for f in report.findings if f.code == "data.split_overlap"]
+    assert (f.severity.value, f.line, f.evidence["matched"]) == ("error", _line(source), "token windows")
+    assert f.evidence["repeat_rate_across_evaluation"] < 0.05
+
+
+def test_a_natural_like_text_split_into_disjoint_slices_is_quiet(tmp_path):
+    report, _ = _run(tmp_path, ZIPF % "n")
+    assert [f for f in report.findings if f.code == "data.split_overlap"] == []

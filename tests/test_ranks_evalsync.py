@@ -47,3 +47,13 @@ def test_metrics_left_per_rank_between_epochs_and_after_training(tmp_path):
 
 def test_reduced_gathered_and_whole_set_evaluations_are_quiet(tmp_path):
     assert run(tmp_path, "quiet") == []
+
+
+def test_a_shard_that_changes_each_pass_is_info(tmp_path):
+    """A shuffled DistributedSampler with set_epoch: each pass measures a new random half, and over
+    the passes most of the set reached this rank's metric (the harm rule of data.eval_lost)."""
+    [f] = run(tmp_path, "rotating")
+    assert (f["severity"], f["line"]) == ("info", line_of("VAL"))
+    ev = f["evidence"]
+    assert (ev["samples_this_rank"], ev["evaluation_set"], ev["passes"]) == (32, 64, 4)
+    assert ev["never_evaluated"] < 32

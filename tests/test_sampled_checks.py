@@ -264,7 +264,7 @@ def test_which_of_the_default_checks_take_part_in_a_step_between_samples(tmp_pat
 
 
 def _growth_by_walk(points, step, value):
-    """The divergence rule as it was first written: walk back over the kept points."""
+    """The divergence rule written as a walk back over the kept points."""
     from torchtriage._dynamics._trends import GROWTH, GROWTH_STEPS, _ok
 
     points.append((step, value))
@@ -276,6 +276,9 @@ def _growth_by_walk(points, step, value):
     n = len(points) - 1 - i
     first = points[i][1]
     if not ((n >= GROWTH_STEPS and value / first >= GROWTH) or (n >= 3 and value / first >= GROWTH ** 2)):
+        return None
+    before = [v for _, v in list(points)[:i] if _ok(v)]
+    if before and value <= max(before):  # (a climb back from a dip, not above the series' range)
         return None
     return {"start": points[i][0], "end": step, "first": first, "last": value, "steps": n,
             "rate": (value / first) ** (1.0 / n)}

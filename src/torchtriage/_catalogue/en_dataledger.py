@@ -25,4 +25,10 @@ MESSAGES = {
     "ledger.ranks.next": "DataLoader(dataset, sampler=DistributedSampler(dataset), ...) (no shuffle=True beside it) and sampler.set_epoch(epoch) each epoch",
     "ledger.ranks_same_rank.cause": "the DistributedSampler was given the same rank (or num_replicas=1) on every process, so each rank draws the same shard",
     "ledger.ranks_same_rank.next": "build the DistributedSampler after init_process_group without rank= / num_replicas= (they default to the process group's)",
+    "ledger.sampler_weights.message": "the {sampler} of training loader {loader} ({where}) holds {weights} weights for a dataset of {size} samples: over {draws} draws it reached {distinct} distinct samples, {never} never drawn ({share} of the dataset cannot be drawn at all)",
+    "ledger.sampler_weights.cause": "a weighted sampler draws indices 0 .. len(weights) - 1 and expects one weight per sample; given one weight per class (1 / class counts) it draws only the first few samples of the dataset, again and again, so every other sample (and the balance the weights were meant for) is lost",
+    "ledger.sampler_weights.next": "give the sampler one weight per sample: the weight of that sample's class, e.g. weights = (1 / class_counts)[labels], with len(weights) == len(dataset)",
+    "ledger.coverage_forwards.message": "{lost} of {rows} rows ({share}) given to the training forward at {where} never reached a backward pass: {forwards} of its {total} forwards built a graph that no backward went through",
+    "ledger.coverage_forwards.cause": "the loop runs a training forward (gradients on, train() mode) and then leaves its loss behind, on a condition, before any backward reaches it (a small batch kept 'for accumulation' and reset by the next zero_grad(), a skipped step), so those rows are never trained on",
+    "ledger.coverage_forwards.next": "backpropagate every forward's loss (for real accumulation: loss / k, backward() on every batch, step() and zero_grad() every k-th), or skip the rows before the forward",
 }

@@ -25,4 +25,10 @@ MESSAGES = {
     "ledger.ranks.next": "使用 DataLoader(dataset, sampler=DistributedSampler(dataset), ...)（不要同时设 shuffle=True），并在每个 epoch 调用 sampler.set_epoch(epoch)",
     "ledger.ranks_same_rank.cause": "每个进程的 DistributedSampler 都被传入了相同的 rank（或 num_replicas=1），所以各 rank 取到的是同一分片",
     "ledger.ranks_same_rank.next": "在 init_process_group 之后构建 DistributedSampler，不要传 rank= / num_replicas=（默认取进程组的值）",
+    "ledger.sampler_weights.message": "训练加载器 {loader}（{where}）的 {sampler} 只有 {weights} 个权重，而数据集有 {size} 个样本：{draws} 次抽样只覆盖了 {distinct} 个不同样本，{never} 个从未被抽到（数据集的 {share} 根本不可能被抽到）",
+    "ledger.sampler_weights.cause": "加权采样器抽取的是下标 0 .. len(weights) - 1，它要求每个样本一个权重；若给的是每个类别一个权重（1 / 各类样本数），它只会反复抽取数据集的前几个样本，其余样本（以及这些权重本想带来的类别平衡）全部丢失",
+    "ledger.sampler_weights.next": "给采样器每个样本一个权重：该样本所属类别的权重，例如 weights = (1 / class_counts)[labels]，并保证 len(weights) == len(dataset)",
+    "ledger.coverage_forwards.message": "在 {where} 的训练前向传播所接收的 {rows} 行中，有 {lost} 行（{share}）从未进入反向传播：它的 {total} 次前向中有 {forwards} 次建立的计算图没有被任何 backward 经过",
+    "ledger.coverage_forwards.cause": "循环执行了训练前向（启用梯度、train() 模式），随后在某个条件下把它的损失丢下，任何 backward 都没有到达它（一个“留待累积”的小批次被下一次 zero_grad() 清掉，或被跳过的步），这些行从未被训练",
+    "ledger.coverage_forwards.next": "对每次前向的损失都做反向传播（真正的梯度累积：loss / k，每个批次都 backward()，每 k 个批次 step() 并 zero_grad()），或在前向之前就把这些行过滤掉",
 }

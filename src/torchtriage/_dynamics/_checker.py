@@ -251,7 +251,13 @@ class DynamicsChecker(Checker):
         if self.order.tracking:
             self.order.backward(roots)
         if not self.sentinel and roots and isinstance(roots[0], torch.Tensor) and roots[0].numel() == 1:
-            self.flags.add([roots[0].detach().float()], lambda v: self.session.record_series("loss", v[0]))
+            value = roots[0].detach().float()
+            grad = grads[0] if isinstance(grads, (tuple, list)) and grads else grads
+            if isinstance(grad, torch.Tensor) and grad.numel() == 1:
+                # `D_real.backward(mone)`: the objective minimized is the root times its gradient
+                # (a WGAN critic's output is maximized; its growth is the goal, not divergence)
+                value = value * grad.detach().float().reshape(value.shape)
+            self.flags.add([value], lambda v: self.session.record_series("loss", v[0]))
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         if self.region is not None:

@@ -3,7 +3,9 @@ streaming state, so each rule is testable without a training loop.
 
 Thresholds, chosen to be quiet on correct runs (tests/zoo/clean.py) and loud on the failures:
   * divergence: >= `GROWTH_STEPS` consecutive increases multiplying the value by >= `GROWTH`
-    (or >= 3 increases by >= GROWTH**2: a blow-up that reaches Inf in a few steps);
+    (or >= 3 increases by >= GROWTH**2: a blow-up that reaches Inf in a few steps), to a value
+    above every value kept before the growth began (a loss that dipped near 0 and climbs back
+    to its usual level, as a GAN critic's hinge loss does, grew from a dip, not diverged);
   * gradient spike: >= `SPIKE` × the median of the previous >= `SPIKE_HISTORY` norms;
   * stagnation: updates < `TINY_UPDATE` of the parameters' norm at two samples, and the loss
     not lower than at the start;
@@ -59,6 +61,9 @@ class Growth:
         assert first is not None and last is not None  # both passed _ok()
         if not ((n >= GROWTH_STEPS and last / first >= GROWTH) or (n >= 3 and last / first >= GROWTH ** 2)):
             return None
+        before = [v for _, v in list(pts)[: len(pts) - 1 - n] if v is not None and _ok(v)]
+        if before and last <= max(before):
+            return None  # back from a dip to where the series already was (a GAN's loss near 0)
         self.done = True
         return {"start": start[0], "end": step, "first": first, "last": last, "steps": n,
                 "rate": (last / first) ** (1.0 / n)}

@@ -21,6 +21,7 @@ import torch.nn as nn
 
 from .._checker import Checker
 from .._loaderstream import stream
+from ._denominator import Denominators
 from ._encoding import Encodings
 from ._encoding import judge as judge_encodings
 from ._epochs import Epoch, Loader
@@ -34,6 +35,8 @@ from ._passes import note as note_pass
 from ._ranks import exchange  # (importing it registers the rank comparison with the distributed merge)
 from ._repeatable import Repeatable
 from ._repeatable import judge as judge_repeatable
+from ._unbackwarded import Unbackwarded
+from ._weights import SamplerLines
 from ._workers import Workers
 from ._workers import judge as judge_workers
 
@@ -50,6 +53,11 @@ class DataLedger(Checker):
         self.forwards = 0
         self.calls = 0  # root forwards of any kind (a batch used by nothing yet: `Follower.on_batch`)
         self.tokens: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+        self.samplers: SamplerLines | None = None
+        try:
+            self.samplers = SamplerLines(session)  # where weighted samplers are made
+        except Exception as e:  # (a torch without it: no sampler verdict)
+            session.internal_error("data_ledger.samplers", e)
         self.follower = Follower(session, self)
         self.follower.install()
         self.handfed = HandFed(session, self)
@@ -62,6 +70,9 @@ class DataLedger(Checker):
         stream(session).listen("ledger.workers", self.workers)
         self.repeatable = Repeatable(self)  # evaluation inputs that change from pass to pass
         stream(session).listen("ledger.repeatable", self.repeatable)
+        self.denominators = Denominators(self)  # a mean's denominator against the pass's counts
+        self.unbackwarded = Unbackwarded(self)  # training forwards whose graph never reaches a backward
+        stream(session).listen("ledger.denominator", self.denominators)
 
     def counters(self) -> tuple[int, int]:
         return self.backwards, self.forwards
@@ -88,6 +99,7 @@ class DataLedger(Checker):
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
         self.handfed.on_forward(model, args, kwargs)
+        self.unbackwarded.on_forward(model, args, kwargs, output)
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         self.evalsync.training()
@@ -100,6 +112,12 @@ class DataLedger(Checker):
         ran out)."""
         if ep.sizes and len(ep.backwards) < len(ep.sizes):
             ahead = len(ep.sizes) < 2 or not (ep.backwards[0] or ep.forwards[0])
+            if ahead and len(ep.sizes) >= 2 and ep.stop is not None and not any(ep.backwards) \
+                    and not any(ep.forwards):
+                # No batch saw any work before the sampler ran out: a pass that trains nothing (an
+                # evaluation through a functional model, with gradients on), not a loop one batch
+                # ahead; the next training loop's backwards are not this last batch's.
+                ahead = False
             end = ep.stop if ep.stop is not None and not ahead else self.counters()
             ep.backwards.append(end[0] - ep.mark[0])
             ep.forwards.append(end[1] - ep.mark[1])
@@ -162,6 +180,11 @@ class DataLedger(Checker):
                 for f in judge_workers(self, self.workers):
                     self.session.add(f)
                 for f in judge_repeatable(self, self.repeatable):
+                    self.session.add(f)
+            for f in self.denominators.end():
+                self.session.add(f)
+            if not any(f.code == "data.coverage_lost" for f in self.session.findings):
+                for f in self.unbackwarded.end():  # (the loader's coverage already said it)
                     self.session.add(f)
             codes = {(f.code, f.severity.value) for f in self.session.findings}
             if ("data.split_overlap", "error") not in codes and ("data.heldout_trained", "error") not in codes:

@@ -125,6 +125,8 @@ class Loader:
     first: dict[str, Any] = dataclasses.field(default_factory=dict)  # the first training epoch's samples
     columns: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # group-like columns of the root
     groups: dict[str, dict[Any, int]] = dataclasses.field(default_factory=dict)  # key -> value -> samples
+    weights: int = 0  # len(the sampler's per-sample weight vector) (0: none; `_weights.py`)
+    weights_made: UserFrame | None = None  # where that sampler was made
 
     @property
     def trains(self) -> bool:

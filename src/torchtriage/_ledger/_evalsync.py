@@ -12,16 +12,24 @@ Measured per rank, from the data ledger's loader stream: the pass's samples agai
 evaluation set's size, and the reducing collectives called between the pass's first batch and
 the next training forward (the `distributed` check's tracker counts the `torch.distributed`
 calls, per call site). A pass that reached a backward is a training pass, not judged; a rank
-with no `distributed` check (a single process) judges nothing. Severity: a warning (the metric
-covers `samples / set` of the evaluation set, measured); the first such pass per loader.
+with no `distributed` check (a single process) judges nothing. Severity follows the harm rule of
+`data.eval_lost` (`_passes.py`): a warning when at least half of the evaluation set never reached
+this rank's metric over the run's passes (a fixed shard: `shuffle=False`, or `set_epoch` never
+called on the evaluation sampler); `info` when the shard changes from pass to pass and most of the
+set reached the metric over the passes (a shuffled DistributedSampler with `set_epoch`: each pass's
+number is an unbiased estimate from a random part of the set, with `passes` and
+`never_evaluated` as evidence). One finding per loader, from its first unreduced pass.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .._finding import from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
+from .._loaderstream import as_rows
 
 # collectives that combine the ranks' values (barrier, broadcast, send/recv do not)
 REDUCING = ("all_reduce", "all_reduce_coalesced", "reduce", "all_gather", "all_gather_into_tensor",
@@ -37,6 +45,7 @@ class _Pass:
         self.backwards = backwards
         self.samples = 0
         self.batches = 0
+        self.seen: np.ndarray | None = None  # per sample of loader.dataset: in this rank's pass
         self.stopped = False
         self.world = world
         try:
@@ -54,7 +63,7 @@ class EvalSync:
         self.ledger = ledger
         self.open: dict[int, _Pass] = {}  # id(iterator) -> its pass (until judged)
         self.made: dict[int, UserFrame | None] = {}
-        self.judged: set[tuple[str, int]] = set()
+        self.judged: dict[tuple[str, int], tuple[_Pass, list[Any]]] = {}  # first pass, [union, passes]
         self.found: list[Any] = []
         self.world = 0
 
@@ -97,6 +106,11 @@ class EvalSync:
                 p.samples += len(indices) if indices is not None else 0
             except TypeError:
                 pass
+            rows = as_rows(indices)
+            if rows is not None and p.size and (not rows.size or rows.max() < p.size):
+                if p.seen is None:
+                    p.seen = np.zeros(p.size, dtype=bool)
+                p.seen[rows] = True
 
     def on_stop(self, it: Any) -> None:
         p = self.open.get(id(it))
@@ -121,6 +135,9 @@ class EvalSync:
             if p.stopped and tracker is not None:
                 self._close(p, tracker)
         self.open.clear()
+        for p, (union, passes) in self.judged.values():
+            self._finding(p, union, passes)
+        self.judged.clear()
         return self.found
 
     def _close(self, p: _Pass, tracker: Any) -> None:
@@ -132,17 +149,30 @@ class EvalSync:
         frame = p.made or p.loop
         key = (frame.file, frame.line) if frame is not None else ("?", 0)
         if key in self.judged:
+            first, state = self.judged[key]
+            if state[0] is not None and p.seen is not None and p.seen.shape == state[0].shape:
+                state[0] |= p.seen
+            else:
+                state[0] = None  # (a pass without indices: coverage over the passes unknown)
+            state[1] += 1
             return
-        self.judged.add(key)
+        self.judged[key] = (p, [p.seen.copy() if p.seen is not None else None, 1])
+
+    def _finding(self, p: _Pass, union: np.ndarray | None, passes: int) -> None:
+        frame = p.made or p.loop
         share = p.samples / p.size
+        never = p.size - int(union.sum()) if union is not None else None
+        # the harm rule of data.eval_lost: at least half of the set never reached this rank's metric
+        harmful = never is None or never >= 0.5 * p.size
         where = f"{frame.file}:{frame.line}" if frame is not None else "?"
         fields = {"samples": p.samples, "size": p.size, "share": f"{100 * share:.0f}", "world": p.world,
                   "where": where, "sampler": p.sampler}
         evidence = {"loader_at": where, "sampler": p.sampler, "world_size": p.world, "samples_this_rank": p.samples,
                     "evaluation_set": p.size, "share_of_set": round(share, 4), "batches": p.batches,
-                    "reducing_collectives_after_pass": 0,
+                    "reducing_collectives_after_pass": 0, "passes": passes, "never_evaluated": never,
                     "loop_line": f"{p.loop.file}:{p.loop.line}" if p.loop is not None else None}
         self.found.append(from_catalogue("distributed", "distributed.eval_not_reduced", "evalsync.not_reduced",
                                          fields=fields, cause_key="evalsync.not_reduced.cause",
                                          next_key="evalsync.not_reduced.next", frame=frame, evidence=evidence,
-                                         severity="warning", stage="data", source_line=True))
+                                         severity="warning" if harmful else "info", stage="data",
+                                         source_line=True))

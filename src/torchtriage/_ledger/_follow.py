@@ -123,6 +123,8 @@ class Follower:
         entry.whole = getattr(loader, "dataset", None) is root
         entry.chain = chain
         entry.size = dataset_size(loader)
+        if self.ledger.samplers is not None:
+            self.ledger.samplers.note(entry, sampler)
         self.loaders.append(entry)
         return entry
 

@@ -79,6 +79,7 @@ class HandFed:
         self.ledger = ledger
         self.fresh = False
         self.fed: set[int] = set()  # storages of inputs a DataLoader batch fed
+        self.batch: set[int] = set()  # storages of the latest DataLoader batch's tensors
         self.sides: dict[tuple[int, bool, bool], Side] = {}  # (model token, training, stream) -> its rows
         self.kept = 0
         # The tensors given last (by identity, checked through a weak reference): not digested again.
@@ -87,12 +88,15 @@ class HandFed:
 
     def on_batch(self, it: Any, indices: Any, data: Any) -> None:
         self.fresh = True
+        # Every tensor of the batch is a DataLoader's (a DPO batch's "chosen" and "rejected"
+        # sequences feed two forwards each), not only the first forward's input.
+        self.batch = {_ptr(t)[0] for t in batch_tensors(data)}
 
     def on_forward(self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         inputs = batch_tensors((args, kwargs))
-        if self.fresh:  # a DataLoader batch fed this forward
+        if self.fresh:  # a DataLoader batch fed this forward (moved to the device, maybe)
             self.fresh = False
-            self.fed = {_ptr(t)[0] for t in inputs}
+            self.fed = self.batch | {_ptr(t)[0] for t in inputs}
             return
         x = stream_input(inputs)  # token ids: known by their windows (`_streams.py`)
         windows = x is not None

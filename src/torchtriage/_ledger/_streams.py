@@ -11,8 +11,10 @@ input's device; at most `MAX_WINDOWS` evenly spaced positions a forward). Overla
 training stream and an evaluation stream is then the share of the evaluation positions whose
 `K` tokens were trained on (`judge`): an error when the evaluation stream is an evaluation set
 (evaluated at least twice: the same tensor, or its windows again at other offsets), at least
-`MIN_OVERLAP` positions, `SPLIT_SHARE` of them, and three times the rate at which windows
-repeat inside one evaluated sequence (text repeats itself: boilerplate, a small vocabulary).
+`MIN_OVERLAP` positions, `SPLIT_SHARE` of them, and three times the rate at which the text
+repeats itself: windows repeated inside one evaluated forward, or recurring in another evaluated
+sequence at a place that is not the same stretch (`cross_chance`: a small vocabulary of phrases
+or templates, where even disjoint stretches share most 16-token windows).
 Disjoint slices of one array (nanoGPT's ``train_data = data[:n]``, ``val_data = data[n:]`` with
 random offsets) share no window but natural repeats; its ``estimate_loss`` over both splits
 measures the training split on purpose (the split's name is in the caller's ``split`` variable).
@@ -36,6 +38,7 @@ K = 16  # tokens per window: V ** 16 contents for a vocabulary of V (2 ** 80 for
 MAX_WINDOWS = 1 << 16  # positions digested per forward
 SPLIT_SHARE = 0.01
 MIN_OVERLAP = 8
+CHANCE_WINDOWS = 1 << 15  # evaluated windows compared across sequences for the chance rate
 
 
 def stream_input(inputs: list[torch.Tensor]) -> torch.Tensor | None:
@@ -49,25 +52,57 @@ def stream_input(inputs: list[torch.Tensor]) -> torch.Tensor | None:
 
 
 def window_keys(x: torch.Tensor) -> torch.Tensor:
-    """One digest per `K`-token window of each sequence (its positions, evenly spaced past
-    `MAX_WINDOWS`)."""
+    """One digest per `K`-token window of each sequence: `(rows, positions)` when every position
+    is digested, flat when the positions are evenly spaced (past `MAX_WINDOWS`)."""
     rows = x.detach().reshape(-1, x.shape[-1])
     windows = rows.unfold(1, K, 1)  # a view: (rows, positions, K)
-    flat = windows.reshape(-1, K) if windows.shape[0] * windows.shape[1] <= MAX_WINDOWS else None
-    if flat is None:
-        per = max(1, MAX_WINDOWS // windows.shape[0])
-        step = max(1, -(-windows.shape[1] // per))
-        flat = windows[:, ::step].reshape(-1, K)
-    return dense_keys(flat)
+    if windows.shape[0] * windows.shape[1] <= MAX_WINDOWS:
+        return dense_keys(windows.reshape(-1, K)).reshape(windows.shape[0], windows.shape[1])
+    per = max(1, MAX_WINDOWS // windows.shape[0])
+    step = max(1, -(-windows.shape[1] // per))
+    return dense_keys(windows[:, ::step].reshape(-1, K))
 
 
 def host_rows(chunks: list[torch.Tensor]) -> list[np.ndarray]:
-    """The chunks' rows on the host, in one read at the end of the run."""
+    """The chunks' rows on the host, in one read at the end of the run (each in its own shape)."""
     if not chunks:
         return []
     dev = chunks[0].device
-    joined = torch.cat([c.to(dev) for c in chunks]).cpu().numpy()  # the one read, at the end
-    return np.split(joined, np.cumsum([c.numel() for c in chunks])[:-1])
+    joined = torch.cat([c.to(dev).reshape(-1) for c in chunks]).cpu().numpy()  # the one read, at the end
+    parts = np.split(joined, np.cumsum([c.numel() for c in chunks])[:-1])
+    return [p.reshape(c.shape) for p, c in zip(parts, chunks)]
+
+
+def cross_chance(chunks: list[np.ndarray]) -> float:
+    """The share of evaluated windows that recur in another evaluated sequence at a place that is
+    not the same stretch of text: the rate at which the text repeats itself between sequences
+    (a small vocabulary of phrases, templates), which the windows of one short sequence cannot
+    show. Two sequences hold the same stretch when, at the shift of their shared window, their
+    whole overlap agrees; random offsets into one held-out stretch overlap that way. Only
+    sequences digested at every position count, at most `CHANCE_WINDOWS` windows."""
+    full = [c for c in chunks if c.ndim == 2 and c.shape[1] > 1]
+    if not full:
+        return 0.0
+    width = full[0].shape[1]
+    rows = np.concatenate([c for c in full if c.shape[1] == width])
+    rows = rows[: max(2, CHANCE_WINDOWS // width)]
+    first: dict[int, list[tuple[int, int]]] = {}
+    for i, row in enumerate(rows.tolist()):
+        for p, key in enumerate(row):
+            where = first.setdefault(key, [])
+            if len(where) < 2 and all(j != i for j, _ in where):
+                where.append((i, p))
+    chance = 0
+    for i, row in enumerate(rows.tolist()):
+        for p, key in enumerate(row):
+            partner = next(((j, q) for j, q in first[key] if j != i), None)
+            if partner is None:
+                continue
+            j, q = partner
+            d = p - q
+            a, b = (rows[i, d:], rows[j, : width - d]) if d >= 0 else (rows[i, : width + d], rows[j, -d:])
+            chance += not np.array_equal(a, b)
+    return chance / rows.size
 
 
 def judge(hf: HandFed) -> Any:
@@ -88,7 +123,7 @@ def judge(hf: HandFed) -> Any:
                 continue
             seen.add(key)
             kept.append(rows)
-        every = np.concatenate(kept)
+        every = np.concatenate([r.reshape(-1) for r in kept])
         eu = np.unique(every)
         # Windows repeated inside one evaluated sequence: the text repeating itself. (Across
         # forwards, windows repeat because one held-out stretch is evaluated again, at random
@@ -96,10 +131,13 @@ def judge(hf: HandFed) -> Any:
         own = sum(r.size - np.unique(r).size for r in kept)
         rate = own / max(every.size, 1)
         repeated = repeated or (every.size - own - eu.size) >= MIN_OVERLAP
-        tu = np.unique(np.concatenate(host_rows(tr.chunks)))
+        tu = np.unique(np.concatenate([r.reshape(-1) for r in host_rows(tr.chunks)]))
         hit = np.isin(eu, tu)
         count, n = int(hit.sum()), int(eu.size)
         if not repeated or count < MIN_OVERLAP or count < max(SPLIT_SHARE, 3 * rate) * n:
+            continue
+        chance = cross_chance(kept)
+        if count < 3 * chance * n:
             continue
         example = int(np.flatnonzero(np.isin(every, tu))[0])
         e = Loader("evaluation forwards", ev.frame, None, 0, 0, "", False)
@@ -108,6 +146,7 @@ def judge(hf: HandFed) -> Any:
                   "share": f"{100 * count / max(n, 1):.1f}%", "k": K, "example": example}
         evidence = {"evaluation_at": e.where(), "training_at": t.where(), "count": count, "evaluation_windows": n,
                     "window_tokens": K, "example_position": example, "matched": "token windows",
-                    "repeat_rate_within_evaluation": round(rate, 4)}
+                    "repeat_rate_within_evaluation": round(rate, 4),
+                    "repeat_rate_across_evaluation": round(chance, 4)}
         return finding("split_overlap", "stream_split", "error", ev.frame, fields, evidence)
     return None

@@ -41,6 +41,7 @@ from ._replicas import OptimizerPrints, compare_optimizers
 
 KEEP = 48  # recorded steps (thinned by half past it, the first 16 kept)
 MAX_SYNC = 4  # optimizer steps whose local and synced gradient sums are recorded
+CANCELLED = 1e-4  # a sum under this share of the summed magnitudes is cancellation, not signal
 MIN_STEPS = 3
 RTOL = 1e-6
 
@@ -121,7 +122,7 @@ class RankWatch:
         self.on = self.world >= 2
         self.models: list[_Wrapped] = []
         self.prints: list[tuple[int, int, torch.Tensor]] = []  # (model index, step, norms)
-        self.local: dict[int, torch.Tensor] = {}  # id(param) -> this rank's accumulated gradient sum
+        self.local: dict[int, torch.Tensor] = {}  # id(param) -> this rank's gradient [sum, sum of magnitudes]
         self.sync: list[dict[str, Any]] = []
         self.sync_pending: list[tuple[int, list[str], torch.Tensor, torch.Tensor]] = []
         self._hooks: list[Any] = []
@@ -198,7 +199,10 @@ class RankWatch:
 
         def hook(grad: torch.Tensor) -> None:
             if watch._sampling and grad.layout is torch.strided:
-                s = grad.detach().sum(dtype=torch.float64)
+                g = grad.detach()
+                # the sum (linear: a sync's sum of the ranks' sums) and the sum of magnitudes
+                # (how much a sum near 0 cancelled: a softmax head's weight gradient sums to 0)
+                s = torch.stack([g.sum(dtype=torch.float64), g.abs().sum(dtype=torch.float64)])
                 have = watch.local.get(pid)
                 watch.local[pid] = s if have is None else have + s
 
@@ -289,8 +293,9 @@ class RankWatch:
                                   "cast_line": w.cast_line if w.casts else None,
                                   "bypass": w.bypass})
         for step, names, local, synced in self.sync_pending:
-            rec["sync"].append({"step": step, "names": names, "local": local.cpu().tolist(),
-                                "synced": synced.cpu().tolist()})
+            both = local.cpu()
+            rec["sync"].append({"step": step, "names": names, "local": both[:, 0].tolist(),
+                                "scale": both[:, 1].tolist(), "synced": synced.cpu().tolist()})
         self.sync_pending.clear()
         rec["optimizers"] = self.replicas.record()
         if rec["models"] or rec["sync"] or rec["optimizers"]:
@@ -418,8 +423,11 @@ def _summed(recs: dict[int, dict[str, Any]]) -> Finding | None:
             mean = sum(o["local"][i] for o in others) / world  # type: ignore[index]
             synced = entry["synced"][i]
             spread = max(abs(o["local"][i] - mean) for o in others)  # type: ignore[index]
-            if abs(mean) < 1e-8 or spread < 1e-6 * abs(mean) or not math.isfinite(synced):
-                continue  # ranks that agree already (or a zero mean): the ratio says nothing
+            scale = max(o.get("scale", [0.0] * len(names))[i] for o in others)  # type: ignore[union-attr]
+            if abs(mean) < max(1e-8, CANCELLED * scale) or spread < 1e-6 * abs(mean) or not math.isfinite(synced):
+                # ranks that agree already, or a sum that cancelled to rounding noise (a softmax
+                # head's gradient sums to 0 over the classes): the ratio says nothing
+                continue
             ratios.append(synced / mean)
             kept.append(name)
         if len(ratios) < 1:

@@ -175,8 +175,16 @@ class NonFiniteSentinel(Checker):
         if not floats:
             return
         root = self.amp.unscaled(floats[0])
-        if not st.eager and not root.dim() and root.is_floating_point():
-            value: torch.Tensor | None = root  # itself (stacked under no_grad at the read), watched
+        grad = grads[0] if isinstance(grads, (tuple, list)) and grads else grads
+        signed = isinstance(grad, torch.Tensor) and grad.numel() == 1 and root.numel() == 1 and root.is_floating_point()
+        if signed:
+            # `D_real.backward(mone)`: the objective minimized is the root times its gradient (a
+            # WGAN critic's output is maximized: its growth is the goal, not a divergence); the
+            # root's own finiteness flag is kept apart (a sign must not turn +Inf into -Inf)
+            with torch.no_grad():
+                value: torch.Tensor | None = sum_flag(root.detach() * grad.detach().to(root.dtype).reshape(root.shape))
+        elif not st.eager and not root.dim() and root.is_floating_point():
+            value = root  # itself (stacked under no_grad at the read), watched
             st.watch(root)
         else:
             value = sum_flag(root) if root.numel() == 1 else None
@@ -186,7 +194,7 @@ class NonFiniteSentinel(Checker):
             st.flags.append(value)
             st.n_losses += 1
             st.loss_sites.append((bf.file, bf.line) if bf is not None else None)
-        if value is not None and root is floats[0] and len(floats) == 1:
+        if value is not None and root is floats[0] and len(floats) == 1 and not signed:
             st.keys.append("loss")  # the same value of the same tensor: reuse it
             st.flags.append(value)
         else:

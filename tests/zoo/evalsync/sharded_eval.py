@@ -3,6 +3,8 @@
 #           a test loss after training (each rank prints its own)
 #   quiet   the same passes combined: the accuracy's sums all-reduced, the test predictions
 #           gathered (all_gather_object); a loader over the whole set on every rank
+#   rotating  the validation accuracy left per rank, over a shuffled DistributedSampler whose
+#           set_epoch is called each epoch: every pass is a new random half (info, not a warning)
 import datetime
 import sys
 
@@ -37,13 +39,16 @@ def main(mode):
     train_set, val_set, test_set = data(128, 1), data(64, 2), data(48, 3)
     train_sampler = DistributedSampler(train_set)
     train = DataLoader(train_set, batch_size=16, sampler=train_sampler)
-    val = DataLoader(val_set, batch_size=16, sampler=DistributedSampler(val_set, shuffle=False))  # VAL
+    val_sampler = DistributedSampler(val_set, shuffle=mode == "rotating")
+    val = DataLoader(val_set, batch_size=16, sampler=val_sampler)  # VAL
     test = DataLoader(test_set, batch_size=16, sampler=DistributedSampler(test_set, shuffle=False))  # TEST
     whole = DataLoader(val_set, batch_size=32)
     model = DDP(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for epoch in range(2):
+    for epoch in range(4 if mode == "rotating" else 2):
         train_sampler.set_epoch(epoch)
+        if mode == "rotating":
+            val_sampler.set_epoch(epoch)
         model.train()
         for x, y in train:
             loss = F.cross_entropy(model(x), y)
@@ -64,14 +69,14 @@ def main(mode):
         print(f"rank {rank} epoch {epoch} val acc {acc.sum / acc.count:.3f}")
     losses = []
     with torch.no_grad():
-        for x, y in test:
+        for x, y in (test if mode != "rotating" else []):
             losses.append(F.cross_entropy(model(x), y, reduction="none"))
-    losses = torch.cat(losses)
     if mode == "quiet":
         every = [None] * dist.get_world_size()
-        dist.all_gather_object(every, losses.tolist())
-        losses = torch.tensor([v for part in every for v in part])
-    print(f"rank {rank} test loss {losses.mean().item():.4f}")
+        dist.all_gather_object(every, torch.cat(losses).tolist())
+        losses = [torch.tensor([v for part in every for v in part])]
+    if losses:
+        print(f"rank {rank} test loss {torch.cat(losses).mean().item():.4f}")
     dist.destroy_process_group()
 
 

@@ -4,8 +4,10 @@ It learns the splits from the calls that make them (`_patches.py`: torch `Subset
 `random_split`, scikit-learn's splitters and `train_test_split`, `randperm` index splits) and
 the preprocessing fits (scikit-learn scalers, encoders, vectorizers), fingerprints each split's
 rows once (`_base.Base`), then fingerprints the model's input rows at each root forward on their
-device: rows of a forward followed by an optimizer step are "trained on", rows of a forward
-under no_grad / inference_mode / eval() are "evaluated". Costs: nothing at all until a split is
+device: rows of a forward whose output a backward reached, followed by an optimizer step, are
+"trained on" (a forward in training mode whose output nobody backpropagates, such as a Bayesian
+network's sampled test predictions, trained nothing); rows of a forward under no_grad /
+inference_mode / eval() are "evaluated". Costs: nothing at all until a split is
 seen; then per batch a few elementwise integer kernels, a searchsorted and a scatter, no host
 read. Split-time numbers ride the session's per-step read; the verdicts read once, at the end.
 Until a split (or a permutation that may make one) is seen, the check sits every step out
@@ -24,6 +26,7 @@ import torch.nn as nn
 from ... import _deferred
 from ..._checker import Checker
 from ..._frames import UserFrame
+from ..._reach import when_reached
 from ._base import Base, Draw
 from ._fingerprint import row_keys
 from ._loaders import LoaderIndex
@@ -42,7 +45,8 @@ class LeakageWatch(Checker):
         _deferred.ride(session, self.flags)
         self.bases: list[Base] = []
         self.fits: list[Fit] = []
-        self.pending: list[tuple[int, Base, torch.Tensor]] = []  # train candidates of this step
+        # train candidates of this step, each with its forward's "a backward reached the output"
+        self.pending: list[tuple[int, Base, torch.Tensor, list[bool] | None]] = []
         self.redraws: dict[int, list[Draw]] = {}  # id(base) -> draws that redrew it
         self._families = 0
         self.tokens: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
@@ -163,11 +167,12 @@ class LeakageWatch(Checker):
             return
         evaluating = not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or not model.training
         token = self.token(model, label)
+        reached = None if evaluating else _backward_reached(output)
         with torch.no_grad():
             for batch in self.loaders.feeding(args, kwargs):
                 pos = batch.base.index_positions(batch.rows)
                 if pos is not None:
-                    self.record(batch.base, token, pos, evaluating)
+                    self.record(batch.base, token, pos, evaluating, reached)
         x = _batch(args, kwargs)
         if x is None:
             return
@@ -179,7 +184,7 @@ class LeakageWatch(Checker):
             if keys is None:
                 return
             for b in bases:
-                self.record(b, token, b.positions(keys), evaluating)
+                self.record(b, token, b.positions(keys), evaluating, reached)
 
     def token(self, model: nn.Module, label: str) -> int:
         token = self.tokens.get(model)
@@ -188,20 +193,23 @@ class LeakageWatch(Checker):
             self.labels[token] = label or type(model).__name__
         return token
 
-    def record(self, base: Base, token: int, pos: torch.Tensor, evaluating: bool) -> None:
-        """Rows a forward saw: evaluated now, trained on once an optimizer step follows."""
+    def record(self, base: Base, token: int, pos: torch.Tensor, evaluating: bool,
+               reached: list[bool] | None = None) -> None:
+        """Rows a forward saw: evaluated now, trained on once a backward reached the forward's
+        output (`reached`; None: not watchable, taken as reached) and an optimizer step follows."""
         if evaluating:
             base.mark(base.evaluated, token, pos)
         else:
-            self.pending.append((token, base, pos))
+            self.pending.append((token, base, pos, reached))
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         if not self.pending:  # (most steps: no tracked dataset's rows in the batch)
             return
         pending, self.pending = self.pending, []
         with torch.no_grad():
-            for token, b, pos in pending:
-                b.mark(b.trained, token, pos)
+            for token, b, pos, reached in pending:
+                if reached is None or reached[0]:
+                    b.mark(b.trained, token, pos)
 
     def on_step_end(self, step: int) -> None:
         self.pending.clear()
@@ -237,3 +245,15 @@ def _batch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None
         if isinstance(v, torch.Tensor):
             return v if v.dim() >= 1 and v.shape[0] > 0 else None
     return None
+
+
+
+def _backward_reached(output: Any) -> list[bool] | None:
+    """A flag that a backward reaching the forward's output sets (`_reach.when_reached`); None
+    when the output has no graph."""
+    flag = [False]
+
+    def arrived() -> None:
+        flag[0] = True
+
+    return flag if when_reached(output, arrived) else None
