@@ -24,6 +24,9 @@ MESSAGES = {
     # schedules
     "dynamics.epoch_scheduler_per_batch": "{scheduler} is stepped at every optimizer step (every batch): the lr fell to {ratio} of its initial value by step {reached}, and {after} steps have run at that lr since",
     "dynamics.epoch_scheduler_per_batch.cosine": "{scheduler}(T_max={t_max}) is stepped at every optimizer step (every batch): the lr reached its minimum at step {t_max} and cycles every {period} steps",
+    "dynamics.epoch_scheduler_per_batch.wraps": "{scheduler} is stepped at every optimizer step (every batch): its lr fell to ~0 within {horizon} steps and climbed back to its peak {peak} {wraps} times",
+    "dynamics.epoch_scheduler_per_batch.wraps.epochs": "{scheduler} is stepped at every optimizer step (every batch): its lr fell to ~0 within {horizon} steps, the run's {epochs} epochs, and climbed back to its peak {peak} {wraps} times",
+    "dynamics.epoch_scheduler_per_batch.cause.wraps": "its horizon counts epochs ({horizon} steps to ~0), but scheduler.step() runs once per batch, and past its horizon the schedule is periodic: the lr cycles between 0 and its peak instead of decaying once over the run",
     "dynamics.epoch_scheduler_per_batch.cause": "its parameters ({params}) count epochs, but scheduler.step() runs once per batch, so the whole schedule passes in the first {reached} batches",
     "dynamics.epoch_scheduler_per_batch.next": "call {scheduler}.step() once per epoch (after the loop over batches), or rescale its parameters to batches (e.g. T_max=epochs*len(loader))",
     "dynamics.scheduler_before_optimizer": "{scheduler}.step() is called before optimizer.step() at every step: the first value of the schedule is skipped",

@@ -31,6 +31,7 @@ from .._silent._common import first_tensor, is_index_tensor
 from .._silent._node_site import node_site
 from ._causal import probe, shift_share, token_ids
 from ._common import finding, num
+from ._decay import decay_inverted
 from ._evalcode import MetricRegion, dim_finding, node_checks
 from ._harm import HarmGate
 from ._layers import Sample, Vanishing, _local, grad_params, layer_kind, layer_names, per_layer, update_ratio
@@ -94,6 +95,7 @@ class DynamicsChecker(Checker):
         self.lr_series: dict[int, list[str | None]] = {}  # id(optimizer) -> its groups' series names
         self.layer_cache: tuple[list[weakref.ref[torch.Tensor]], list[str]] = ([], [])
         self.stepped = False
+        self.decay_checked: set[int] = set()  # id(optimizer): weight decay by rank checked
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -275,6 +277,9 @@ class DynamicsChecker(Checker):
                 session.record_series(name, lr)
         for f in self.sched.observe(optimizer, lrs):
             self._add(f)
+        if id(optimizer) not in self.decay_checked:  # once per optimizer, at its first step
+            self.decay_checked.add(id(optimizer))
+            self._add(decay_inverted(session, optimizer))
         if self.phases.stepped(optimizer, step):
             # a new model trains from here: its gradient norms continue no earlier series
             self.spikes, self.grad_growth = Spikes(), Growth()

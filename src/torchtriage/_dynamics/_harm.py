@@ -21,7 +21,10 @@ student: `_phases`), "the loss at the end" is that training's last losses, not a
 A gradient spike or growth is judged by whether the loss got worse after it (rose by more than
 the same margin, or stopped being finite), since many correct runs have losses that do not fall
 (RL critics, GANs). Findings whose harm is their own definition (the loss growing
-geometrically, updates too small to move the loss) are not held.
+geometrically, updates too small to move the loss) are not held, nor are findings whose evidence
+carries a measured `harm` (the lr schedule the run followed against the declared one: a cosine
+that climbed back up, scheduler changes that never reached the optimizer, a schedule that
+restarted on resume).
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ class HarmGate:
                 window.append(value)
 
     def holds(self, f: Finding) -> bool:
-        return f.severity is Severity.WARNING and f.code.startswith("dynamics.") and f.code not in _INHERENT
+        return (f.severity is Severity.WARNING and f.code.startswith("dynamics.") and f.code not in _INHERENT
+                and "harm" not in f.evidence)  # a finding whose evidence measures its harm is not held
 
     def hold(self, f: Finding) -> None:
         """Hold `f`; the losses from its step on are taken now, while they are still kept."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import sys
 import warnings
 import weakref
 from typing import Any
@@ -31,7 +32,9 @@ from .._findings import Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack, user_stacklevel
 from .._loaderstream import stream
 from ._common import finding, num
+from ._drift import DriftWatch
 from ._plateau import PlateauWatch
+from ._ramps import Ramps
 from ._unstepped import UnsteppedSchedulers
 
 EPOCH_SCALE = ("StepLR", "MultiStepLR", "ExponentialLR", "PolynomialLR", "CosineAnnealingLR")
@@ -88,6 +91,9 @@ class ScheduleWatch:
         self.lr_opt: weakref.ref[Any] | None = None
         self.plateau = PlateauWatch(lr_value)  # ReduceLROnPlateau's metrics (`_plateau`)
         self.unstepped = UnsteppedSchedulers(session)
+        self.training_pass: tuple[int, int] | None = None
+        self.ramps = Ramps()  # a warm-up that restarts (`_ramps`)
+        self.drift = DriftWatch(session, lr_value)  # the schedule followed vs declared (`_drift`)
 
     # ------------------------------------------------------------------ wiring
     def install(self) -> None:
@@ -114,6 +120,8 @@ class ScheduleWatch:
                 try:
                     watch.unstepped.stepped(sched)
                     watch.called(sched)
+                    opt = getattr(sched, "optimizer", None)
+                    watch.drift.before_call(sched, watch.opt_steps.get(id(opt), 0), sys._getframe(1))
                     watch.plateau.before(sched, args, kwargs, user_frame_from_stack(2), watch.session.step)
                 except Exception as e:  # our bookkeeping never breaks the user's step
                     watch.failed(e)
@@ -121,6 +129,7 @@ class ScheduleWatch:
             if watched and not watch.broken:
                 try:
                     watch.plateau.after(sched, watch.session.step)
+                    watch.drift.after_call(sched)
                 except Exception as e:
                     watch.failed(e)
             return out
@@ -145,11 +154,16 @@ class ScheduleWatch:
     # ------------------------------------------------------------------ per optimizer step
     def optimizer_stepped(self, opt: torch.optim.Optimizer) -> None:
         self.opt_steps[id(opt)] = self.opt_steps.get(id(opt), 0) + 1
+        if self.unstepped.current is not None and self.unstepped.current != self.training_pass:
+            self.training_pass = self.unstepped.current  # a DataLoader pass with optimizer steps: an epoch
+            self.drift.epoch_began()
         self.unstepped.optimizer_stepped(opt)
 
     def observe(self, opt: torch.optim.Optimizer, lrs_now: list[float | None]) -> list[Finding]:
         """The lr of `opt`'s groups at this optimizer step (the clock optimizer's drive the
         warm-up and lr-0 rules)."""
+        if self.drift.pending:
+            self.drift.optimizer_step(opt, lrs_now)
         if (lrs_now == self.last_lr and self.zero_since is None and self.was_positive
                 and self.lr_opt is not None and self.lr_opt() is opt):
             self.lr_steps += 1  # the common step: the lr did not change (last_lr holds no None)
@@ -174,6 +188,8 @@ class ScheduleWatch:
             self.fell |= down
             if up or down:
                 self.last_change = 1 if up and not down else -1
+                if now and self.last_lr:
+                    self.ramps.change(step, max(self.last_lr), max(now))
         self.last_lr = list(now)
         self.lr_steps += 1
         self.max_lr = max(self.max_lr, *now) if now else self.max_lr
@@ -222,7 +238,9 @@ class ScheduleWatch:
                                        step=t_max, frame=s.frame, op=s.kind, scheduler=s.kind, t_max=t_max,
                                        period=2 * t_max, reached=t_max, params=params,
                                        evidence={"scheduler": s.kind, "T_max": t_max, "scheduler_steps": s.calls,
-                                                 "optimizer_steps": ran, "lr_now": _lrs(opt)}))
+                                                 "optimizer_steps": ran, "lr_now": _lrs(opt),
+                                                 "harm": f"the lr reached its minimum at step {t_max} and "
+                                                         "climbed back towards its initial value"}))
                 continue
             ratio = _ratio(opt)
             if ratio is None:
@@ -242,6 +260,10 @@ class ScheduleWatch:
 
     def end_findings(self) -> list[Finding]:
         out = self.scheduler_findings() + self.unstepped.findings()
+        out += self.drift.findings(self.opt_steps)
+        ramps = self.ramps.finding()
+        if ramps is not None:
+            out.append(ramps)
         first, last = self.first_lr, self.last_lr
         if (first and last and self.lr_steps >= WARMUP_MIN_STEPS and self.rose and not self.fell
                 and self.last_change == 1 and "warmup" not in self.reported):

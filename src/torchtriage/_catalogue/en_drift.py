@@ -1,0 +1,49 @@
+"""English: the lr schedule (and weight decay) a run follows against the one its code declares."""
+
+MESSAGES = {
+    "dynamics.scheduler_extra_steps":
+        "{scheduler} is stepped at every optimizer step ({regular}) and again here between two optimizer "
+        "steps, {extra} times: {calls} scheduler steps for {ran} optimizer steps, the schedule runs {ahead} ahead",
+    "dynamics.scheduler_extra_steps.cause":
+        "a per-step schedule is stepped once per batch, and a second scheduler.step() (per epoch, at the start "
+        "of a training function) adds a step each time it runs: the warm-up and the decay finish early",
+    "dynamics.scheduler_extra_steps.next":
+        "step the scheduler at one cadence: remove this extra scheduler.step(), keep the one after optimizer.step()",
+    "dynamics.scheduler_overridden":
+        "the learning rate {scheduler} set was overwritten before the optimizer used it: {undone} of its changes "
+        "were undone (first at step {first}: it set {set_lr}, the optimizer stepped with {used}), none applied since",
+    "dynamics.scheduler_overridden.cause":
+        "code outside the scheduler writes param_group['lr'] after scheduler.step() (a manual warm-up that keeps "
+        "writing initial_lr once the warm-up is over): the scheduler's decays never take effect",
+    "dynamics.scheduler_overridden.next":
+        "write the lr by hand only while warming up, then leave the scheduler's value (or express the warm-up "
+        "as a scheduler: LinearLR + SequentialLR)",
+    "dynamics.scheduler_not_resumed":
+        "{scheduler} restarted on resume: its optimizer's state had already counted {unseen} steps, but the "
+        "scheduler began at last_epoch {last_epoch} where its cadence ({rate} steps per optimizer step) puts "
+        "it at about {expected}",
+    "dynamics.scheduler_not_resumed.cause":
+        "the checkpoint restored the model and the optimizer but not the scheduler (its state_dict was not saved, "
+        "or not loaded with scheduler.load_state_dict): the learning-rate schedule starts over from its first step",
+    "dynamics.scheduler_not_resumed.next":
+        "save scheduler.state_dict() in the checkpoint and call scheduler.load_state_dict(...) when resuming; "
+        "if a new schedule is meant, this is expected",
+    "dynamics.weight_decay_inverted":
+        "weight decay {wd} lands only on {decayed} 1-D tensors ({decayed_numel} elements: biases, norm scales) "
+        "while all {matrices} weight matrices ({matrices_numel} elements, {share}) are in a weight_decay=0 group",
+    "dynamics.weight_decay_inverted.cause":
+        "the no_decay name test is inverted: parameters whose names match it (bias, LayerNorm.weight) went into "
+        "the decayed group and every other parameter into the undecayed one",
+    "dynamics.weight_decay_inverted.next":
+        "swap the two branches of the name test: no_decay names into the weight_decay=0 group, weight "
+        "matrices into the decayed group",
+    "dynamics.warmup_restarts":
+        "the lr ramped up from {start} to {top} over {rises} steps and dropped back to its start at step {step}, "
+        "{restarts} times (steps {steps}): the warm-up restarts instead of reaching its target",
+    "dynamics.warmup_restarts.cause":
+        "the warm-up is computed from a step counter that restarts every epoch (the step within the epoch) while "
+        "the warm-up is longer than one epoch: every epoch begins the ramp again",
+    "dynamics.warmup_restarts.next":
+        "compute the warm-up from the run's global step (epoch * iters_per_epoch + step), not the step within the "
+        "epoch",
+}

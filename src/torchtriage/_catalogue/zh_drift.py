@@ -1,0 +1,42 @@
+"""中文：运行实际遵循的学习率调度（以及权重衰减）与代码声明的调度之比较。"""
+
+MESSAGES = {
+    "dynamics.scheduler_extra_steps":
+        "{scheduler} 在每次优化器更新时被调用（{regular}），又在两次优化器更新之间在这里被调用了 {extra} 次："
+        "{ran} 次优化器更新对应 {calls} 次调度器更新，调度超前了 {ahead}",
+    "dynamics.scheduler_extra_steps.cause":
+        "按步的调度每个批次调用一次，另一处 scheduler.step()（每个 epoch、或训练函数开头）每运行一次就多走一步："
+        "预热和衰减都会提前结束",
+    "dynamics.scheduler_extra_steps.next":
+        "只以一种节奏调用调度器：删除这处多余的 scheduler.step()，保留 optimizer.step() 之后的那一处",
+    "dynamics.scheduler_overridden":
+        "{scheduler} 设置的学习率在优化器使用之前被覆盖：它的 {undone} 次改动都被撤销（第一次在第 {first} 步："
+        "它设为 {set_lr}，优化器却用 {used} 更新），此后没有一次生效",
+    "dynamics.scheduler_overridden.cause":
+        "调度器之外的代码在 scheduler.step() 之后写 param_group['lr']（预热结束后仍不断写回 initial_lr 的手动预热）："
+        "调度器的衰减从未生效",
+    "dynamics.scheduler_overridden.next":
+        "只在预热期间手动写学习率，之后保留调度器的值（或把预热写成调度器：LinearLR + SequentialLR）",
+    "dynamics.scheduler_not_resumed":
+        "{scheduler} 在恢复训练时从头开始：它的优化器状态已计数 {unseen} 步，但调度器从 last_epoch {last_epoch} 开始，"
+        "而按它的节奏（每次优化器更新 {rate} 步）应在约 {expected}",
+    "dynamics.scheduler_not_resumed.cause":
+        "检查点恢复了模型和优化器，却没有恢复调度器（没有保存它的 state_dict，或没有调用 scheduler.load_state_dict）："
+        "学习率调度从第一步重新开始",
+    "dynamics.scheduler_not_resumed.next":
+        "在检查点中保存 scheduler.state_dict()，恢复时调用 scheduler.load_state_dict(...)；若本意是新的调度，则属预期",
+    "dynamics.weight_decay_inverted":
+        "权重衰减 {wd} 只作用于 {decayed} 个一维张量（{decayed_numel} 个元素：偏置、归一化缩放），"
+        "而全部 {matrices} 个权重矩阵（{matrices_numel} 个元素，{share}）都在 weight_decay=0 的组里",
+    "dynamics.weight_decay_inverted.cause":
+        "no_decay 的名称判断写反了：名称匹配的参数（bias、LayerNorm.weight）进了衰减组，其余参数都进了不衰减组",
+    "dynamics.weight_decay_inverted.next":
+        "交换名称判断的两个分支：no_decay 名称放入 weight_decay=0 的组，权重矩阵放入衰减组",
+    "dynamics.warmup_restarts":
+        "学习率在 {rises} 步内从 {start} 升到 {top}，在第 {step} 步又跌回起点，共 {restarts} 次（第 {steps} 步）："
+        "预热一再重新开始，始终达不到目标学习率",
+    "dynamics.warmup_restarts.cause":
+        "预热按每个 epoch 重新计数的步数（epoch 内的步数）计算，而预热比一个 epoch 长：每个 epoch 都从头开始爬升",
+    "dynamics.warmup_restarts.next":
+        "用整个运行的全局步数（epoch * iters_per_epoch + step）计算预热，而不是 epoch 内的步数",
+}
