@@ -13,22 +13,36 @@ from typing import Any, Callable
 from ._loaderstream import tensors
 
 
-def when_reached(output: Any, arrived: Callable[[], None]) -> bool:
-    """Calls `arrived()` each time a backward reaches `output`'s graph; False when it has none."""
+def when_reached(output: Any, arrived: Callable[[], None]) -> list[Any]:
+    """Calls `arrived()` each time a backward reaches `output`'s graph. The nodes watched (empty,
+    so false, when the output has no graph)."""
     nodes: list[Any] = []
     for t in tensors(output):
         node = _node(t)
         if node is not None and all(n is not node for n in nodes):
             nodes.append(node)
-    if not nodes:
-        return False
 
     def hook(_grad_outputs: Any) -> None:
         arrived()
 
     for node in nodes:
         node.register_prehook(hook)
-    return True
+    return nodes
+
+
+def upstream(root: Any, limit: int = 64) -> set[int]:
+    """The ids of the first `limit` autograd nodes behind tensor `root` (breadth first): whether a
+    loss was computed from a forward's output, without a backward."""
+    start = getattr(root, "grad_fn", None)
+    seen: set[int] = set()
+    todo = [start] if start is not None else []
+    while todo and len(seen) < limit:
+        node = todo.pop(0)
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        todo.extend(n for n, _ in node.next_functions if n is not None)
+    return seen
 
 
 def _node(t: Any) -> Any:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from .._checker import Checker
+from .._checker import Checker, LossCall
 from .._loaderstream import stream
 from ._denominator import Denominators
 from ._encoding import Encodings
@@ -100,6 +100,9 @@ class DataLedger(Checker):
                         output: Any) -> None:
         self.handfed.on_forward(model, args, kwargs)
         self.unbackwarded.on_forward(model, args, kwargs, output)
+
+    def on_loss(self, call: LossCall) -> None:
+        self.unbackwarded.on_loss(call)
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         self.evalsync.training()

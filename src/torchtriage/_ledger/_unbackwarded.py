@@ -11,8 +11,12 @@ forward).
 Measured with one hook per training forward on its output's autograd node (`_reach.when_reached`:
 it runs when a backward's gradient arrives there; it lives with the graph, and does nothing once
 the session ended), so summed losses over several forwards (accumulation by summing) reach it too.
-Per forward line: the forwards, those reached, and the rows of the others (the input's first
-dimension). Forwards after the line's last reached one are undecided (the run stopped). A line
+Only a forward whose output a library loss was computed from (`on_loss`: an `F.*` loss or an
+`nn` loss module whose graph, walked back 64 nodes, holds the forward's output node) can lose its
+rows: an agent's acting forward, a prediction turned into numbers, a layer-local score feed none.
+A module with no trainable parameter (a loss module) gives no model rows. Per forward line: the
+forwards, those reached, and the rows of the others (the input's first dimension). Forwards after
+the line's last reached one are undecided (the run stopped). A line
 never reached is a measurement (train accuracy without `no_grad`, a frozen teacher) and stays
 quiet. Severity as coverage: a warning when the lost rows are at least `LOST_SHARE` of the line's
 rows and more than one forward; `info` below.
@@ -20,6 +24,7 @@ rows and more than one forward; `info` below.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -28,7 +33,7 @@ import torch
 
 from .._frames import UserFrame, user_frame_from_stack
 from .._loaderstream import tensors as batch_tensors
-from .._reach import when_reached
+from .._reach import upstream, when_reached
 from ._make import finding
 
 if TYPE_CHECKING:
@@ -36,6 +41,7 @@ if TYPE_CHECKING:
 
 LOST_SHARE = 0.05
 MAX_FORWARDS = 1 << 20  # forwards followed per line
+RECENT = 8  # training forwards a loss call is matched against
 
 
 @dataclasses.dataclass(eq=False)
@@ -43,6 +49,7 @@ class _Line:
     frame: UserFrame
     reached: bytearray = dataclasses.field(default_factory=bytearray)  # per forward: 1 once a backward reached it
     rows: list[int] = dataclasses.field(default_factory=list)  # per forward: its input's rows
+    fed: bytearray = dataclasses.field(default_factory=bytearray)  # per forward: 1 once a library loss used it
 
 
 class Unbackwarded:
@@ -53,6 +60,8 @@ class Unbackwarded:
         # per model: whether it has a trainable parameter (a loss module has none: its forward
         # gives no model any rows; it runs in train() mode during an evaluation with gradients on)
         self.learns: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
+        # the latest training forwards' output nodes: a loss computed from them marks them fed
+        self.recent: collections.deque[tuple[set[int], _Line, int]] = collections.deque(maxlen=RECENT)
 
     def on_forward(self, model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if not (model.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()):
@@ -77,13 +86,26 @@ class Unbackwarded:
         i = len(line.rows)
         line.rows.append(int(x.shape[0]) if x is not None else 1)
         line.reached.append(0)
+        line.fed.append(0)
         reached = line.reached
 
         def arrived() -> None:
             if self.active:
                 reached[i] = 1
 
-        when_reached(output, arrived)
+        nodes = when_reached(output, arrived)
+        self.recent.append(({id(n) for n in nodes}, line, i))
+
+    def on_loss(self, call: Any) -> None:
+        """A library loss (`F.*`, an `nn` loss module) computed from a recent training forward's
+        output: that forward is a training batch whose rows should reach a backward (an agent's
+        acting forward, a prediction turned into numbers, feeds none)."""
+        if not self.recent:
+            return
+        behind = upstream(call.output)
+        for ids, line, i in self.recent:
+            if ids & behind:
+                line.fed[i] = 1
 
     def end(self) -> list[Any]:
         self.active = False
@@ -93,7 +115,7 @@ class Unbackwarded:
             if last < 0:
                 continue  # never reached: a measurement, not a training forward
             decided = range(last + 1)
-            lost = [i for i in decided if not line.reached[i]]
+            lost = [i for i in decided if not line.reached[i] and line.fed[i]]
             if not lost:
                 continue
             rows = sum(line.rows[i] for i in decided)
