@@ -30,19 +30,24 @@ def when_reached(output: Any, arrived: Callable[[], None]) -> list[Any]:
     return nodes
 
 
-def upstream(root: Any, limit: int = 64) -> set[int]:
-    """The ids of the first `limit` autograd nodes behind tensor `root` (breadth first): whether a
-    loss was computed from a forward's output, without a backward."""
+def upstream_tags(root: Any, key: str, limit: int = 64) -> list[Any]:
+    """The values under `key` in the `metadata` of the first `limit` autograd nodes behind tensor
+    `root` (breadth first): which tagged forwards a loss was computed from, without a backward.
+    (A tag lives on its node and dies with its graph, unlike an id, which a new node reuses.)"""
     start = getattr(root, "grad_fn", None)
     seen: set[int] = set()
     todo = [start] if start is not None else []
+    found = []
     while todo and len(seen) < limit:
         node = todo.pop(0)
         if id(node) in seen:
             continue
         seen.add(id(node))
+        value = node.metadata.get(key)
+        if value is not None:
+            found.append(value)
         todo.extend(n for n, _ in node.next_functions if n is not None)
-    return seen
+    return found
 
 
 def _node(t: Any) -> Any:

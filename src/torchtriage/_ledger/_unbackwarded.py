@@ -12,7 +12,8 @@ Measured with one hook per training forward on its output's autograd node (`_rea
 it runs when a backward's gradient arrives there; it lives with the graph, and does nothing once
 the session ended), so summed losses over several forwards (accumulation by summing) reach it too.
 Only a forward whose output a library loss was computed from (`on_loss`: an `F.*` loss or an
-`nn` loss module whose graph, walked back 64 nodes, holds the forward's output node) can lose its
+`nn` loss module whose graph, walked back 64 nodes, holds the forward's output node, tagged in its
+`metadata`) can lose its
 rows: an agent's acting forward, a prediction turned into numbers, a layer-local score feed none.
 A module with no trainable parameter (a loss module) gives no model rows. Per forward line: the
 forwards, those reached, and the rows of the others (the input's first dimension). Forwards after
@@ -24,7 +25,6 @@ rows and more than one forward; `info` below.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -33,7 +33,7 @@ import torch
 
 from .._frames import UserFrame, user_frame_from_stack
 from .._loaderstream import tensors as batch_tensors
-from .._reach import upstream, when_reached
+from .._reach import upstream_tags, when_reached
 from ._make import finding
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 LOST_SHARE = 0.05
 MAX_FORWARDS = 1 << 20  # forwards followed per line
-RECENT = 8  # training forwards a loss call is matched against
+TAG = "torchtriage.forward"  # the (line, forward) a training forward's output node carries
 
 
 @dataclasses.dataclass(eq=False)
@@ -60,8 +60,6 @@ class Unbackwarded:
         # per model: whether it has a trainable parameter (a loss module has none: its forward
         # gives no model any rows; it runs in train() mode during an evaluation with gradients on)
         self.learns: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
-        # the latest training forwards' output nodes: a loss computed from them marks them fed
-        self.recent: collections.deque[tuple[set[int], _Line, int]] = collections.deque(maxlen=RECENT)
 
     def on_forward(self, model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         if not (model.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()):
@@ -93,19 +91,17 @@ class Unbackwarded:
             if self.active:
                 reached[i] = 1
 
-        nodes = when_reached(output, arrived)
-        self.recent.append(({id(n) for n in nodes}, line, i))
+        for node in when_reached(output, arrived):
+            node.metadata[TAG] = (line, i)
 
     def on_loss(self, call: Any) -> None:
         """A library loss (`F.*`, an `nn` loss module) computed from a recent training forward's
         output: that forward is a training batch whose rows should reach a backward (an agent's
         acting forward, a prediction turned into numbers, feeds none)."""
-        if not self.recent:
+        if not self.lines:
             return
-        behind = upstream(call.output)
-        for ids, line, i in self.recent:
-            if ids & behind:
-                line.fed[i] = 1
+        for line, i in upstream_tags(call.output, TAG):
+            line.fed[i] = 1
 
     def end(self) -> list[Any]:
         self.active = False
