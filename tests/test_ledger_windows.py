@@ -82,6 +82,17 @@ def test_a_series_split_in_time_before_windowing_is_quiet(tmp_path):
     assert _overlaps(report) == []
 
 
+BORDER_SPLIT = """cut = 1000
+train_ds, val_ds = Windows(series[:cut]), Windows(series[cut - LOOK:])   # val inputs start inside train"""
+
+
+def test_a_time_split_whose_validation_lookback_reaches_into_training_is_quiet(tmp_path):
+    # Informer-style borders: the first validation windows take their inputs from the end of the
+    # training stretch (context, not leaked targets); a minority of the windows, at one border.
+    report, _ = _run(tmp_path, SERIES % ("", BORDER_SPLIT))
+    assert _overlaps(report) == []
+
+
 IID_SEQUENCES = """
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset, random_split

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ._epochs import Loader
 
 MIN_SAMPLES = 8
-SHARE = 0.1
+SHARE = 0.5  # most windows: a split in time shares only the lookback at its border (legitimate context)
 
 
 def slice_keys(t: torch.Tensor) -> dict[int, torch.Tensor]:
