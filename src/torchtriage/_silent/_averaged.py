@@ -122,6 +122,8 @@ class AveragedCopies:
         for opt in self.session.optimizers:
             for g in opt.param_groups:
                 for p in g["params"]:
+                    if _sharded(p):
+                        return  # DTensor parameters (`fully_shard`): their copies are shards too, not followed
                     if isinstance(p, torch.Tensor) and p.requires_grad and p.is_floating_point():
                         trainable[id(p)] = p
                     excluded.add(id(p))
@@ -412,3 +414,11 @@ def _storage(t: torch.Tensor) -> int:
 
 def _mean(t: torch.Tensor) -> float:
     return round(float(t.double().mean()), 6)
+
+
+def _sharded(t: Any) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # a torch built without distributed
+        return False
+    return isinstance(t, DTensor)
