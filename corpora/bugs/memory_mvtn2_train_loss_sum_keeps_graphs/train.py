@@ -115,20 +115,7 @@ def collate(batch):
     return targets, None, points
 
 
-torch.manual_seed(0)
-train_loader = torch.utils.data.DataLoader(CloudDataset(128, 1), batch_size=setup["batch_size"], shuffle=True,
-                                           collate_fn=collate, drop_last=True)
-val_loader = torch.utils.data.DataLoader(CloudDataset(48, 2), batch_size=setup["batch_size"], shuffle=False,
-                                         collate_fn=collate)
-mvnetwork = MVCNN()
-mvtn = MVTN(nb_views=setup["nb_views"])
-mvrenderer = MVRenderer(nb_views=setup["nb_views"], image_size=setup["image_size"])
 criterion = nn.CrossEntropyLoss()
-optimizer = torch.optim.AdamW(mvnetwork.parameters(), lr=setup["learning_rate"], weight_decay=setup["weight_decay"])
-mvtn_optimizer = torch.optim.AdamW(mvtn.parameters(), lr=setup["mvtn_learning_rate"],
-                                   weight_decay=setup["mvtn_weight_decay"])
-models_bag = {"mvnetwork": mvnetwork, "optimizer": optimizer,
-              "mvtn": mvtn, "mvtn_optimizer": mvtn_optimizer, "mvrenderer": mvrenderer}
 
 
 def train(data_loader, models_bag, setup):
@@ -211,30 +198,48 @@ def graph_nodes(t):
     return len(seen)
 
 
-for epoch in range(setup["epochs"]):
-    print('\n-----------------------------------')
-    print('Epoch: [%d/%d]' % (epoch + 1, setup["epochs"]))
-    start = time.time()
-    models_bag["mvnetwork"].train()
-    models_bag["mvtn"].train()
-    models_bag["mvrenderer"].train()
+def main():
+    torch.manual_seed(0)
+    train_loader = torch.utils.data.DataLoader(CloudDataset(128, 1), batch_size=setup["batch_size"], shuffle=True,
+                                               collate_fn=collate, drop_last=True)
+    val_loader = torch.utils.data.DataLoader(CloudDataset(48, 2), batch_size=setup["batch_size"], shuffle=False,
+                                             collate_fn=collate)
+    mvnetwork = MVCNN()
+    mvtn = MVTN(nb_views=setup["nb_views"])
+    mvrenderer = MVRenderer(nb_views=setup["nb_views"], image_size=setup["image_size"])
+    optimizer = torch.optim.AdamW(mvnetwork.parameters(), lr=setup["learning_rate"], weight_decay=setup["weight_decay"])
+    mvtn_optimizer = torch.optim.AdamW(mvtn.parameters(), lr=setup["mvtn_learning_rate"],
+                                       weight_decay=setup["mvtn_weight_decay"])
+    models_bag = {"mvnetwork": mvnetwork, "optimizer": optimizer,
+                  "mvtn": mvtn, "mvtn_optimizer": mvtn_optimizer, "mvrenderer": mvrenderer}
+    for epoch in range(setup["epochs"]):
+        print('\n-----------------------------------')
+        print('Epoch: [%d/%d]' % (epoch + 1, setup["epochs"]))
+        start = time.time()
+        models_bag["mvnetwork"].train()
+        models_bag["mvtn"].train()
+        models_bag["mvrenderer"].train()
 
-    avg_train_acc, avg_train_loss = train(
-        train_loader, models_bag, setup)
-    print('Time taken: %.2f sec.' % (time.time() - start))
+        avg_train_acc, avg_train_loss = train(
+            train_loader, models_bag, setup)
+        print('Time taken: %.2f sec.' % (time.time() - start))
 
-    models_bag["mvnetwork"].eval()
-    models_bag["mvtn"].eval()
-    models_bag["mvrenderer"].eval()
+        models_bag["mvnetwork"].eval()
+        models_bag["mvtn"].eval()
+        models_bag["mvrenderer"].eval()
 
-    avg_test_acc, avg_loss = evluate(
-        val_loader, models_bag, setup)
+        avg_test_acc, avg_loss = evluate(
+            val_loader, models_bag, setup)
 
-    print('\nEvaluation:')
-    print('\ttrain acc: %.2f - train Loss: %.4f (autograd nodes held: %d)' %
-          (avg_train_acc.item(), float(avg_train_loss), graph_nodes(avg_train_loss)))
-    print('\tVal Acc: %.2f - val Loss: %.4f' %
-          (avg_test_acc.item(), avg_loss.item()))
-    if avg_test_acc.item() >= setup["best_acc"]:
-        setup["best_acc"] = avg_test_acc.item()
-    print('\tCurrent best val acc: %.2f' % setup["best_acc"])
+        print('\nEvaluation:')
+        print('\ttrain acc: %.2f - train Loss: %.4f (autograd nodes held: %d)' %
+              (avg_train_acc.item(), float(avg_train_loss), graph_nodes(avg_train_loss)))
+        print('\tVal Acc: %.2f - val Loss: %.4f' %
+              (avg_test_acc.item(), avg_loss.item()))
+        if avg_test_acc.item() >= setup["best_acc"]:
+            setup["best_acc"] = avg_test_acc.item()
+        print('\tCurrent best val acc: %.2f' % setup["best_acc"])
+
+
+if __name__ == "__main__":
+    main()
