@@ -8,6 +8,7 @@ lives and dies with the graph. A forward whose outputs have no graph is not watc
 
 from __future__ import annotations
 
+import collections
 from typing import Any, Callable
 
 from ._loaderstream import tensors
@@ -31,22 +32,28 @@ def when_reached(output: Any, arrived: Callable[[], None]) -> list[Any]:
 
 
 def upstream_tags(root: Any, key: str, limit: int = 64) -> list[Any]:
-    """The values under `key` in the `metadata` of the first `limit` autograd nodes behind tensor
-    `root` (breadth first): which tagged forwards a loss was computed from, without a backward.
-    (A tag lives on its node and dies with its graph, unlike an id, which a new node reuses.)"""
+    """The values under `key` in the `metadata` of the autograd nodes behind tensor `root`
+    (breadth first, at most `limit` nodes): which tagged forwards a loss was computed from,
+    without a backward. A tagged node's own inputs are not walked: the nearest tagged forwards
+    are the ones the loss was computed from (a forward that fed another tagged forward is
+    reached through it), and the walk stops a few nodes behind a loss instead of 64 into the
+    model. (A tag lives on its node and dies with its graph, unlike an id, which a new node reuses.)"""
     start = getattr(root, "grad_fn", None)
-    seen: set[int] = set()
-    todo = [start] if start is not None else []
+    if start is None:
+        return []
+    seen: set[int] = {id(start)}
+    todo = collections.deque([start])
     found = []
-    while todo and len(seen) < limit:
-        node = todo.pop(0)
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    while todo:
+        node = todo.popleft()
         value = node.metadata.get(key)
         if value is not None:
             found.append(value)
-        todo.extend(n for n, _ in node.next_functions if n is not None)
+            continue
+        for n, _ in node.next_functions:
+            if n is not None and id(n) not in seen and len(seen) < limit:
+                seen.add(id(n))
+                todo.append(n)
     return found
 
 

@@ -12,9 +12,9 @@ Measured with one hook per training forward on its output's autograd node (`_rea
 it runs when a backward's gradient arrives there; it lives with the graph, and does nothing once
 the session ended), so summed losses over several forwards (accumulation by summing) reach it too.
 Only a forward whose output a library loss was computed from (`on_loss`: an `F.*` loss or an
-`nn` loss module whose graph, walked back 64 nodes, holds the forward's output node, tagged in its
-`metadata`) can lose its
-rows: an agent's acting forward, a prediction turned into numbers, a layer-local score feed none.
+`nn` loss module whose graph, walked back to the nearest tagged nodes, 64 at most, holds the
+forward's output node, tagged in its `metadata`) can lose its rows: an agent's acting forward,
+a prediction turned into numbers, a layer-local score feed none.
 A module with no trainable parameter (a loss module) gives no model rows. Per forward line: the
 forwards, those reached, and the rows of the others (the input's first dimension). Forwards after
 the line's last reached one are undecided (the run stopped). A line
