@@ -74,24 +74,29 @@ def r_mse(pred, y):
     return round(float(((pred - y) ** 2).mean().sqrt()), 4)
 
 
-torch.manual_seed(0)
-Xc, Xn, Y = torch.tensor(cats), torch.tensor(xs, dtype=torch.float32), torch.tensor(y)
-tr, va = torch.tensor(splits[0]), torch.tensor(splits[1])
-y_range = (Y[tr].min().item() * 0.9, Y[tr].max().item() * 1.1)
-learn = TabularModel([(6, 4), (3, 3)], len(cont), [200, 100])
-opt = torch.optim.Adam(learn.parameters(), lr=1e-3)
-for epoch in range(12):
-    learn.train()
-    perm = tr[torch.randperm(len(tr))]
-    for i in range(0, len(perm), 256):
-        b = perm[i:i + 256]
-        pred = torch.sigmoid(learn(Xc[b], Xn[b])) * (y_range[1] - y_range[0]) + y_range[0]
-        loss = nn.functional.mse_loss(pred, Y[b])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    learn.eval()
-    with torch.no_grad():
-        pv = torch.sigmoid(learn(Xc[va], Xn[va])) * (y_range[1] - y_range[0]) + y_range[0]
-    if epoch % 3 == 2:
-        print('epoch', epoch, 'train loss', round(loss.item(), 4), 'valid r_mse', r_mse(pv, Y[va]))
+def fit():
+    torch.manual_seed(0)
+    Xc, Xn, Y = torch.tensor(cats), torch.tensor(xs, dtype=torch.float32), torch.tensor(y)
+    tr, va = torch.tensor(splits[0]), torch.tensor(splits[1])
+    y_range = (Y[tr].min().item() * 0.9, Y[tr].max().item() * 1.1)
+    learn = TabularModel([(6, 4), (3, 3)], len(cont), [200, 100])
+    opt = torch.optim.Adam(learn.parameters(), lr=1e-3)
+    for epoch in range(12):
+        learn.train()
+        perm = tr[torch.randperm(len(tr))]
+        for i in range(0, len(perm), 256):
+            b = perm[i:i + 256]
+            pred = torch.sigmoid(learn(Xc[b], Xn[b])) * (y_range[1] - y_range[0]) + y_range[0]
+            loss = nn.functional.mse_loss(pred, Y[b])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        learn.eval()
+        with torch.no_grad():
+            pv = torch.sigmoid(learn(Xc[va], Xn[va])) * (y_range[1] - y_range[0]) + y_range[0]
+        if epoch % 3 == 2:
+            print('epoch', epoch, 'train loss', round(loss.item(), 4), 'valid r_mse', r_mse(pv, Y[va]))
+
+
+if __name__ == "__main__":
+    fit()
