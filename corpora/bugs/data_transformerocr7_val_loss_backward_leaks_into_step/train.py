@@ -156,5 +156,5 @@ def train():
         left = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters() if p.grad is not None)).item() if any(p.grad is not None for p in model.parameters()) else 0.0
         print("epoch", epoch, "test_loss %.4f" % test_loss, "| gradient norm left in the model by validation: %.4f" % left)
 
-if __name__=='__main__':
+if __name__ == '__main__':
     train()
