@@ -27,6 +27,7 @@ from ._ledger import StepLedger, Verdict
 from ._loads import LoadWatch
 from ._moves import FrozenMoves
 from ._ranks import RankWatch
+from ._selfload import Snapshots
 from ._terms import Event, Flow, skeleton, terms_of
 from ._updates import UpdateWatch
 
@@ -70,7 +71,9 @@ class LedgerChecker(Checker):
         self.evalrandom = EvalRandomWatch(session)
         self.discards = DiscardWatch(session)
         patch_zero_grad(session, self.discards)
-        LoadWatch(session).install()
+        snapshots = Snapshots(session)
+        snapshots.install()
+        LoadWatch(session, snapshots).install()
 
     def on_model(self, model: torch.nn.Module, label: str) -> None:
         if self.ranks is not None:
