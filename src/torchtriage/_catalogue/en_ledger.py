@@ -139,4 +139,13 @@ MESSAGES = {
         "the term does not require grad: it was computed from {model}'s output through a cut inside the model "
         "(a .detach(), .data, no_grad, or a tensor rebuilt from values), so it is a constant in the loss and its "
         "gradient to {model} is zero whatever its weight",
+    "ledger.module_flag":
+        "{module}.requires_grad = False set an attribute on the {kind} module, not on its parameters: {n} of "
+        "its {total} parameters still require grad, and {opt}.step() moved them (step {step})",
+    "ledger.module_flag.cause":
+        "nn.Module has no requires_grad flag: assigning one stores a plain Python attribute and freezes nothing; "
+        "the parameters keep requires_grad=True, get gradients and stay in the optimizer",
+    "ledger.module_flag.next":
+        "freeze the parameters: {module}.requires_grad_(False) (or for p in {module}.parameters(): "
+        "p.requires_grad = False), or leave them out of the optimizer",
 }

@@ -119,4 +119,13 @@ MESSAGES = {
     "ledger.term_detached.cause.constant":
         "这一项不需要梯度：它由 {model} 的输出经过模型内部的一处切断（.detach()、.data、no_grad，或由数值重建的张量）"
         "计算而来，所以在损失中是一个常数，无论权重多大，它对 {model} 的梯度都是零",
+    "ledger.module_flag":
+        "{module}.requires_grad = False 只是在 {kind} 模块上设置了一个属性，而不是在它的参数上：它的 {total} 个参数中"
+        "有 {n} 个仍然需要梯度，{opt}.step() 移动了它们（第 {step} 步）",
+    "ledger.module_flag.cause":
+        "nn.Module 没有 requires_grad 标志：给它赋值只会保存一个普通的 Python 属性，什么也不会冻结；"
+        "参数仍然是 requires_grad=True，会得到梯度，并且仍在优化器中",
+    "ledger.module_flag.next":
+        "冻结参数本身：{module}.requires_grad_(False)（或 for p in {module}.parameters(): p.requires_grad = False），"
+        "或者不要把它们放进优化器",
 }

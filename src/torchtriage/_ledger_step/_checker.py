@@ -25,6 +25,7 @@ from ._dropout import EvalDropoutWatch
 from ._evalrandom import EvalRandomWatch
 from ._ledger import StepLedger, Verdict
 from ._loads import LoadWatch
+from ._moduleflag import ModuleFlag
 from ._moves import FrozenMoves
 from ._ranks import RankWatch
 from ._selfload import Snapshots
@@ -50,6 +51,7 @@ class LedgerChecker(Checker):
         self.dropout: EvalDropoutWatch | None = None
         self._reported: set[tuple[Any, ...]] = set()
         self.moves: FrozenMoves | None = None
+        self.flags: ModuleFlag | None = None
         self.updates: UpdateWatch | None = None
         self.ranks: RankWatch | None = None
         self.evalrandom: EvalRandomWatch | None = None
@@ -66,6 +68,8 @@ class LedgerChecker(Checker):
         self.dropout = EvalDropoutWatch(session)
         self.dropout.install()
         self.moves = FrozenMoves(session)
+        self.flags = ModuleFlag(session)
+        self.flags.install()
         self.updates = UpdateWatch(session)
         self.ranks = RankWatch(session)
         self.evalrandom = EvalRandomWatch(session)
@@ -168,6 +172,8 @@ class LedgerChecker(Checker):
             self.discards.step_entered()
         if self.moves is not None:
             self.moves.pre(optimizer)
+        if self.flags is not None:
+            self.flags.pre(optimizer)
         if self.ranks is not None:
             self.ranks.optimizer_step(optimizer)
         if self.updates is not None:
@@ -180,6 +186,8 @@ class LedgerChecker(Checker):
             self.discards.step_left()
         if self.moves is not None:
             self.moves.post(optimizer)
+        if self.flags is not None:
+            self.flags.post(optimizer)
         if self.updates is not None:
             self.updates.stepped(optimizer)
 
