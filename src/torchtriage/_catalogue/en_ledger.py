@@ -148,4 +148,14 @@ MESSAGES = {
     "ledger.module_flag.next":
         "freeze the parameters: {module}.requires_grad_(False) (or for p in {module}.parameters(): "
         "p.requires_grad = False), or leave them out of the optimizer",
+    "ledger.stale_step":
+        "{opt}.step() applied gradients no backward wrote since its previous step: the backward at {where} "
+        "wrote gradients to {tensors} tensors ({values} values) that no optimizer holds, and none of the {n} "
+        "tensors {opt} holds (step {step})",
+    "ledger.stale_step.cause":
+        "the optimizer was built over another model's parameters (a model rebuilt in a sweep, a restart or a "
+        "fold keeps the first model's optimizer): the model trained gets gradients that are never applied, "
+        "and the optimizer re-applies the old model's last gradients",
+    "ledger.stale_step.next":
+        "build the optimizer for each new model, after the model: optimizer = torch.optim.Adam(model.parameters(), ...)",
 }

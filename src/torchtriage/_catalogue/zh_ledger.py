@@ -128,4 +128,12 @@ MESSAGES = {
     "ledger.module_flag.next":
         "冻结参数本身：{module}.requires_grad_(False)（或 for p in {module}.parameters(): p.requires_grad = False），"
         "或者不要把它们放进优化器",
+    "ledger.stale_step":
+        "{opt}.step() 应用的梯度自它上一次更新以来没有任何 backward 写入：{where} 处的 backward 把梯度写到了 {tensors} 个"
+        "没有任何优化器持有的张量（{values} 个值）上，而没有写到 {opt} 持有的 {n} 个张量中的任何一个（第 {step} 步）",
+    "ledger.stale_step.cause":
+        "优化器是在另一个模型的参数上构建的（在超参数扫描、重启或交叉验证折中重建模型却沿用第一个模型的优化器）："
+        "被训练的模型得到的梯度从未被应用，而优化器反复应用旧模型最后的梯度",
+    "ledger.stale_step.next":
+        "为每个新模型在模型之后构建优化器：optimizer = torch.optim.Adam(model.parameters(), ...)",
 }

@@ -29,6 +29,7 @@ from ._moduleflag import ModuleFlag
 from ._moves import FrozenMoves
 from ._ranks import RankWatch
 from ._selfload import Snapshots
+from ._stale import StaleSteps
 from ._terms import Event, Flow, skeleton, terms_of
 from ._updates import UpdateWatch
 
@@ -52,6 +53,7 @@ class LedgerChecker(Checker):
         self._reported: set[tuple[Any, ...]] = set()
         self.moves: FrozenMoves | None = None
         self.flags: ModuleFlag | None = None
+        self.stale: StaleSteps | None = None
         self.updates: UpdateWatch | None = None
         self.ranks: RankWatch | None = None
         self.evalrandom: EvalRandomWatch | None = None
@@ -69,6 +71,7 @@ class LedgerChecker(Checker):
         self.dropout.install()
         self.moves = FrozenMoves(session)
         self.flags = ModuleFlag(session)
+        self.stale = StaleSteps(session)
         self.flags.install()
         self.updates = UpdateWatch(session)
         self.ranks = RankWatch(session)
@@ -158,6 +161,8 @@ class LedgerChecker(Checker):
         self._report(self.ledger.backward_end())
         if self.updates is not None:
             self.updates.backward_end()
+        if self.stale is not None:
+            self.stale.backward_end(roots)
         if self.discards is not None and self.session is not None:
             self.discards.backward_end(self.session.step)
 
@@ -174,6 +179,8 @@ class LedgerChecker(Checker):
             self.moves.pre(optimizer)
         if self.flags is not None:
             self.flags.pre(optimizer)
+        if self.stale is not None:
+            self.stale.step_pre(optimizer)
         if self.ranks is not None:
             self.ranks.optimizer_step(optimizer)
         if self.updates is not None:
