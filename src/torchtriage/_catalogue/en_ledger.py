@@ -158,4 +158,15 @@ MESSAGES = {
         "and the optimizer re-applies the old model's last gradients",
     "ledger.stale_step.next":
         "build the optimizer for each new model, after the model: optimizer = torch.optim.Adam(model.parameters(), ...)",
+    "ledger.frozen_norm":
+        "{count} frozen normalization layer(s) ({module}, a {kind}, first) were put in eval() on their own at "
+        "{eval_line}, and this train() call switched them back to training mode: their running statistics "
+        "took in {batches} more training batches although their parameters are frozen",
+    "ledger.frozen_norm.cause":
+        "eval() is a mode, not a flag that sticks: Module.train() recurses into every submodule, so the "
+        "model.train() of each epoch undoes the eval() that froze the layer, and it normalizes with batch "
+        "statistics and overwrites its running mean and variance with the new data's",
+    "ledger.frozen_norm.next":
+        "put the frozen layers back in eval() after every model.train() (override train() in the model, or "
+        "call {module}.eval() right after it), or replace them by frozen normalization layers",
 }

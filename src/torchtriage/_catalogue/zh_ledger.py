@@ -136,4 +136,13 @@ MESSAGES = {
         "被训练的模型得到的梯度从未被应用，而优化器反复应用旧模型最后的梯度",
     "ledger.stale_step.next":
         "为每个新模型在模型之后构建优化器：optimizer = torch.optim.Adam(model.parameters(), ...)",
+    "ledger.frozen_norm":
+        "{count} 个被冻结的归一化层（首个为 {module}，{kind}）在 {eval_line} 被单独设为 eval()，而这次 train() 调用又把它们"
+        "切回了训练模式：尽管参数已冻结，它们的运行统计量又吸收了 {batches} 个训练批次",
+    "ledger.frozen_norm.cause":
+        "eval() 是一种模式，而不是会保持的标志：Module.train() 会递归到每个子模块，所以每个 epoch 的 model.train() "
+        "都会撤销冻结该层的 eval()，它会用批次统计量做归一化，并用新数据覆盖它的运行均值和方差",
+    "ledger.frozen_norm.next":
+        "在每次 model.train() 之后把冻结的层重新设为 eval()（在模型中重写 train()，或紧接着调用 {module}.eval()），"
+        "或者换成冻结的归一化层",
 }

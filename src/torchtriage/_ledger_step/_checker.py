@@ -23,6 +23,7 @@ from ._amp import ScaledGradWatch
 from ._discarded import DiscardWatch, patch_zero_grad
 from ._dropout import EvalDropoutWatch
 from ._evalrandom import EvalRandomWatch
+from ._evalundone import EvalUndone
 from ._ledger import StepLedger, Verdict
 from ._loads import LoadWatch
 from ._moduleflag import ModuleFlag
@@ -54,6 +55,7 @@ class LedgerChecker(Checker):
         self.moves: FrozenMoves | None = None
         self.flags: ModuleFlag | None = None
         self.stale: StaleSteps | None = None
+        self.undone: EvalUndone | None = None
         self.updates: UpdateWatch | None = None
         self.ranks: RankWatch | None = None
         self.evalrandom: EvalRandomWatch | None = None
@@ -72,6 +74,8 @@ class LedgerChecker(Checker):
         self.moves = FrozenMoves(session)
         self.flags = ModuleFlag(session)
         self.stale = StaleSteps(session)
+        self.undone = EvalUndone(session)
+        self.undone.install()
         self.flags.install()
         self.updates = UpdateWatch(session)
         self.ranks = RankWatch(session)
@@ -222,6 +226,9 @@ class LedgerChecker(Checker):
                 self.session.add(f)
         if self.ranks is not None and self.session is not None:
             for f in self.ranks.end():
+                self.session.add(f)
+        if self.undone is not None and self.session is not None:
+            for f in self.undone.end():
                 self.session.add(f)
 
     # ------------------------------------------------------------------ findings
