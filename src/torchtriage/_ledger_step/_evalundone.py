@@ -57,7 +57,8 @@ class EvalUndone:
     def __init__(self, session: Any) -> None:
         self.session = session
         self.depth = 0
-        self.marked: dict[int, tuple[weakref.ref[nn.Module], int, UserFrame | None]] = {}
+        # id(layer) -> (layer, the module eval() was called on, the line)
+        self.marked: dict[int, tuple[weakref.ref[nn.Module], weakref.ref[nn.Module], UserFrame | None]] = {}
         self.undone: dict[int, tuple[weakref.ref[nn.Module], UserFrame | None, UserFrame | None, int]] = {}
 
     def install(self) -> None:
@@ -89,17 +90,23 @@ class EvalUndone:
             if norms:
                 frame = _caller(3)
                 for m in norms:
-                    self.marked[id(m)] = (weakref.ref(m), id(module), frame)
+                    self.marked[id(m)] = (weakref.ref(m), weakref.ref(module), frame)
             return
         if not self.marked:
             return
         frame = None
+        inside = None
         for m in _norms(module):
             entry = self.marked.get(id(m))
             if entry is None or entry[0]() is not m:
                 continue
-            if module is m or id(module) == entry[1]:
-                del self.marked[id(m)]  # train() on the layer itself: the code unfreezes it
+            receiver = entry[1]()
+            if module is m or receiver is None or receiver is module:
+                del self.marked[id(m)]  # train() on what eval() was called on: the code unfreezes it
+                continue
+            inside = inside if inside is not None else {id(x) for x in module.modules()}
+            if id(receiver) not in inside:
+                del self.marked[id(m)]  # train() on a part of what eval() froze: asked for on purpose
                 continue
             params = list(m.parameters())
             if id(m) in self.undone or any(p.requires_grad for p in params):
