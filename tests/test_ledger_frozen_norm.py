@@ -63,6 +63,29 @@ def test_train_undoes_the_frozen_layers_eval_and_its_statistics_drift():
                                 "eval() on their own at test_ledger_frozen_norm.py:")
 
 
+def _epochs(model, opt):
+    for _ in range(2):
+        model.train()  # inside a helper
+        for _ in range(3):
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+def test_the_line_is_the_train_call_inside_the_users_helper():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
+    with torchtriage.watch(model, on_anomaly="record") as s:
+        for p in model[1].parameters():
+            p.requires_grad = False
+        model[1].eval()
+        _epochs(model, torch.optim.SGD([model[0].weight, model[2].weight], lr=0.01))
+    (f,) = [f for f in s.report.findings if f.code == "silent.frozen_norm_retrained"]
+    assert f.evidence["source_line"] == "model.train()  # inside a helper"
+    assert f.evidence["batches_folded_into_running_stats"] == 6
+
+
 def test_train_override_that_keeps_frozen_layers_in_eval_is_quiet():
     assert _finetune(Net(keep_frozen_in_eval=True)) == []
 

@@ -38,7 +38,7 @@ def _norms(module: nn.Module) -> list[nn.Module]:
 def _caller(skip: int) -> UserFrame | None:
     """The user's line that called `train()` / `eval()`: past the model's own `train` override
     (`super().train(mode)` inside it is not where the mode was asked for)."""
-    f = user_stack_frame(skip + 1)
+    f = user_stack_frame(skip)
     while f is not None and f.f_code.co_name == "train":
         outer = f.f_back
         while outer is not None and not in_user_file(outer):
