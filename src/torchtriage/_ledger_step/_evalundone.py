@@ -49,6 +49,11 @@ def _caller(skip: int) -> UserFrame | None:
     return user_frame_of(f) if f is not None else None
 
 
+def _count(m: nn.Module) -> int:
+    t = m.num_batches_tracked
+    return int(t) if isinstance(t, torch.Tensor) else 0
+
+
 def _short(frame: UserFrame | None) -> str:
     return f"{os.path.basename(frame.file)}:{frame.line}" if frame is not None else "?"
 
@@ -112,15 +117,15 @@ class EvalUndone:
             if id(m) in self.undone or any(p.requires_grad for p in params):
                 continue
             frame = frame or _caller(3)
-            self.undone[id(m)] = (weakref.ref(m), entry[2], frame, int(m.num_batches_tracked))
+            self.undone[id(m)] = (weakref.ref(m), entry[2], frame, _count(m))
 
     def end(self) -> list[Finding]:
         by_line: dict[tuple[str, int | None], list[tuple[nn.Module, UserFrame | None, UserFrame | None, int]]] = {}
         for ref, eval_at, train_at, count in self.undone.values():
             m = ref()
-            if m is None or not m.track_running_stats or m.num_batches_tracked is None:
+            if m is None or not getattr(m, "track_running_stats", False):
                 continue
-            grew = int(m.num_batches_tracked) - count
+            grew = _count(m) - count
             if grew > 0:
                 key = (train_at.file if train_at else "", train_at.line if train_at else None)
                 by_line.setdefault(key, []).append((m, eval_at, train_at, grew))

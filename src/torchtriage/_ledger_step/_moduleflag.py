@@ -91,7 +91,7 @@ class ModuleFlag:
         if not flagged:
             return
         held = {id(p) for g in opt.param_groups for p in g["params"]}
-        noted = []
+        noted: list[tuple[weakref.ref[torch.Tensor], int, int]] = []
         for i, (m, _) in enumerate(flagged):
             noted += [(weakref.ref(p), p._version, i) for p in m.parameters()
                       if p.requires_grad and p.grad is not None and id(p) in held]
