@@ -76,7 +76,6 @@ class LedgerChecker(Checker):
         self.stale = StaleSteps(session)
         self.undone = EvalUndone(session)
         self.undone.install()
-        self.flags.install()
         self.updates = UpdateWatch(session)
         self.ranks = RankWatch(session)
         self.evalrandom = EvalRandomWatch(session)

@@ -6,93 +6,78 @@ nothing. Its parameters keep `requires_grad=True`, get gradients, and the optimi
 layer the code means to hold fixed.
 
 The invariant: parameters under a module whose `requires_grad` attribute says False do not
-move. While the session runs, a data descriptor on `nn.Module` notes each assignment (its line;
-reads and writes behave as before, the value lives in the instance's `__dict__`); modules that
-carried the attribute before the session are found in the watched models at the first judged
-step. At a judged `optimizer.step()` the parameters under such a module that still require grad
-and have a `.grad` are noted with their version counters; a bumped counter after the step is
-the frozen layer moving. Attributes only, no device read.
+move. At a judged `optimizer.step()` the watched models' modules are read for that attribute
+(`vars(module)`, nothing patched); the parameters under such a module that still require grad,
+have a `.grad` and belong to the optimizer are noted with their version counters; a bumped
+counter after the step is the frozen layer moving. The assignment's line is then looked for in
+the user's files on the stack (`<...>.<module>.requires_grad = False`, by `ast`). Attributes
+only, no device read.
 """
 
 from __future__ import annotations
 
+import ast
 import weakref
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from .._findings import Category, Severity, Stage, from_catalogue
-from .._frames import UserFrame, user_frame_from_stack
+from .._frames import UserFrame, user_files_on_stack, user_frame_of_line
 
 
-class _Flag:
-    """The data descriptor put on `nn.Module.requires_grad` for the session."""
+def _chain_end(node: ast.expr) -> str | None:
+    """The last name of an attribute chain or the index of a subscript: `outc` of
+    `self.model.outc`, `2` of `model[2]`."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        return str(node.slice.value)
+    return None
 
-    def __init__(self, watch: ModuleFlag) -> None:
-        self.watch = watch
 
-    def __get__(self, instance: Any, owner: Any = None) -> Any:
-        if instance is None:
-            return self
+def assignment_line(files: list[str], path: str) -> UserFrame | None:
+    """The line `<...>.<last part of path>.requires_grad = False` in the user's files, if one."""
+    last = path.rsplit(".", 1)[-1]
+    for file in files:
         try:
-            return instance.__dict__["requires_grad"]
-        except KeyError:
-            raise AttributeError(f"'{type(instance).__name__}' object has no attribute 'requires_grad'") from None
-
-    def __set__(self, instance: Any, value: Any) -> None:
-        instance.__dict__["requires_grad"] = value
-        try:
-            self.watch.assigned(instance, value)
-        except Exception as e:  # our bug: the user's assignment has happened
-            self.watch.session.internal_error("step_ledger.module_requires_grad", e)
-
-    def __delete__(self, instance: Any) -> None:
-        try:
-            del instance.__dict__["requires_grad"]
-        except KeyError:
-            raise AttributeError("requires_grad") from None
+            tree = ast.parse(Path(file).read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Assign) or not (isinstance(node.value, ast.Constant)
+                                                        and node.value.value is False):
+                continue
+            for target in node.targets:
+                if isinstance(target, ast.Attribute) and target.attr == "requires_grad" \
+                        and _chain_end(target.value) == last:
+                    return user_frame_of_line(file, node.lineno, "")
+    return None
 
 
 class ModuleFlag:
     def __init__(self, session: Any) -> None:
         self.session = session
-        self.modules: dict[int, tuple[weakref.ref[torch.nn.Module], UserFrame | None]] = {}
-        self._scanned = False
         self._before: dict[int, list[tuple[weakref.ref[torch.Tensor], int, int]]] = {}
-        self._flagged_at: dict[int, list[tuple[torch.nn.Module, UserFrame | None]]] = {}
+        self._flagged_at: dict[int, list[torch.nn.Module]] = {}
         self.reported: set[int] = set()
 
-    def install(self) -> None:
-        if "requires_grad" not in torch.nn.Module.__dict__:
-            self.session.patch(torch.nn.Module, "requires_grad", _Flag(self))
-
-    def assigned(self, module: torch.nn.Module, value: Any) -> None:
-        if value is False and not self.session.busy:
-            self.modules[id(module)] = (weakref.ref(module), user_frame_from_stack(2))
-
-    def _flagged(self) -> list[tuple[torch.nn.Module, UserFrame | None]]:
-        if not self._scanned:  # set before the session began: found on the watched models
-            self._scanned = True
-            for model in list(getattr(self.session, "models", ()) or ()):
-                for m in model.modules():
-                    if m.__dict__.get("requires_grad") is False and id(m) not in self.modules:
-                        self.modules[id(m)] = (weakref.ref(m), None)
-        out = []
-        for ref, frame in self.modules.values():
-            m = ref()
-            if m is not None and m.__dict__.get("requires_grad") is False:
-                out.append((m, frame))
-        return out
+    def _flagged(self) -> list[torch.nn.Module]:
+        return [m for model in self.session.models for m in model.modules()
+                if m.__dict__.get("requires_grad") is False]
 
     def pre(self, opt: torch.optim.Optimizer) -> None:
-        if id(opt) in self.reported or not self.modules and self._scanned:
+        if id(opt) in self.reported:
             return
         flagged = self._flagged()
         if not flagged:
             return
         held = {id(p) for g in opt.param_groups for p in g["params"]}
         noted: list[tuple[weakref.ref[torch.Tensor], int, int]] = []
-        for i, (m, _) in enumerate(flagged):
+        for i, m in enumerate(flagged):
             noted += [(weakref.ref(p), p._version, i) for p in m.parameters()
                       if p.requires_grad and p.grad is not None and id(p) in held]
         if noted:
@@ -108,7 +93,7 @@ class ModuleFlag:
         if not moved:
             return
         self.reported.add(id(opt))
-        module, frame = flagged[moved[0][1]]
+        module = flagged[moved[0][1]]
         mine = [p for p, i in moved if i == moved[0][1]]
         index = self.session.param_index
         names = [index.name(p) or "?" for p in mine]
@@ -118,6 +103,7 @@ class ModuleFlag:
             if p is mine[0] and first.endswith("." + name):
                 path = first[: -len(name) - 1]
                 break
+        frame = assignment_line(user_files_on_stack(2), path)
         total = sum(1 for _ in module.parameters())
         evidence: dict[str, Any] = {"module": path, "module_attribute_requires_grad": False,
                                     "parameters_requiring_grad": sum(p.requires_grad for p in module.parameters()),
