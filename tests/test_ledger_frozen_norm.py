@@ -106,6 +106,20 @@ def test_unfreezing_the_layer_itself_is_quiet():
     assert _finetune(Net(), freeze_then_unfreeze) == []
 
 
+def test_a_layer_unfrozen_later_is_not_judged():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
+    with torchtriage.watch(model, on_anomaly="record") as s:
+        for p in model[1].parameters():
+            p.requires_grad = False
+        model[1].eval()
+        _epochs(model, torch.optim.SGD([model[0].weight, model[2].weight], lr=0.01))
+        model[1].requires_grad_(True)  # a second stage fine-tunes everything
+        model[1].train()
+        _epochs(model, torch.optim.SGD(model.parameters(), lr=0.01))
+    assert [f for f in s.report.findings if f.code == "silent.frozen_norm_retrained"] == []
+
+
 def test_whole_model_eval_is_quiet():
     def frozen_whole(m):
         for p in m.encoder.parameters():

@@ -108,6 +108,7 @@ class EvalUndone:
             receiver = entry[1]()
             if module is m or receiver is None or receiver is module:
                 del self.marked[id(m)]  # train() on what eval() was called on: the code unfreezes it
+                self.undone.pop(id(m), None)
                 continue
             inside = inside if inside is not None else {id(x) for x in module.modules()}
             if id(receiver) not in inside:
@@ -123,8 +124,9 @@ class EvalUndone:
         by_line: dict[tuple[str, int | None], list[tuple[nn.Module, UserFrame | None, UserFrame | None, int]]] = {}
         for ref, eval_at, train_at, count in self.undone.values():
             m = ref()
-            if m is None or not getattr(m, "track_running_stats", False):
-                continue
+            if m is None or not getattr(m, "track_running_stats", False) \
+                    or any(p.requires_grad for p in m.parameters()):
+                continue  # (unfrozen since: the statistics may follow the data again)
             grew = _count(m) - count
             if grew > 0:
                 key = (train_at.file if train_at else "", train_at.line if train_at else None)
