@@ -139,4 +139,34 @@ MESSAGES = {
         "the term does not require grad: it was computed from {model}'s output through a cut inside the model "
         "(a .detach(), .data, no_grad, or a tensor rebuilt from values), so it is a constant in the loss and its "
         "gradient to {model} is zero whatever its weight",
+    "ledger.module_flag":
+        "{module}.requires_grad = False set an attribute on the {kind} module, not on its parameters: {n} of "
+        "its {total} parameters still require grad, and {opt}.step() moved them (step {step})",
+    "ledger.module_flag.cause":
+        "nn.Module has no requires_grad flag: assigning one stores a plain Python attribute and freezes nothing; "
+        "the parameters keep requires_grad=True, get gradients and stay in the optimizer",
+    "ledger.module_flag.next":
+        "freeze the parameters: {module}.requires_grad_(False) (or for p in {module}.parameters(): "
+        "p.requires_grad = False), or leave them out of the optimizer",
+    "ledger.stale_step":
+        "{opt}.step() applied gradients no backward wrote since its previous step: the backward at {where} "
+        "wrote gradients to {tensors} tensors ({values} values) that no optimizer holds, and none of the {n} "
+        "tensors {opt} holds (step {step})",
+    "ledger.stale_step.cause":
+        "the optimizer was built over another model's parameters (a model rebuilt in a sweep, a restart or a "
+        "fold keeps the first model's optimizer): the model trained gets gradients that are never applied, "
+        "and the optimizer re-applies the old model's last gradients",
+    "ledger.stale_step.next":
+        "build the optimizer for each new model, after the model: optimizer = torch.optim.Adam(model.parameters(), ...)",
+    "ledger.frozen_norm":
+        "{count} frozen normalization layer(s) ({module}, a {kind}, first) were put in eval() on their own at "
+        "{eval_line}, and this train() call switched them back to training mode: their running statistics "
+        "took in {batches} more training batches although their parameters are frozen",
+    "ledger.frozen_norm.cause":
+        "eval() is a mode, not a flag that sticks: Module.train() recurses into every submodule, so the "
+        "model.train() of each epoch undoes the eval() that froze the layer, and it normalizes with batch "
+        "statistics and overwrites its running mean and variance with the new data's",
+    "ledger.frozen_norm.next":
+        "put the frozen layers back in eval() after every model.train() (override train() in the model, or "
+        "call {module}.eval() right after it), or replace them by frozen normalization layers",
 }

@@ -114,6 +114,9 @@ MESSAGES = {
     "triage.numerical.distribution_value.cause": "the value scored is one the distribution cannot produce (an action index out of range, a count below 0, a NaN)",
     "triage.numerical.distribution_value.next": "print the values passed to log_prob and compare them with the support; for a Categorical the indices must lie in [0, number of classes)",
     # gradient
+    "triage.gradient.grad_none": "{expr}.grad is None: the line does arithmetic on the gradient of {parameter} ({shape}, requires_grad={requires_grad}), which no backward wrote",
+    "triage.gradient.grad_none.cause": "a parameter's .grad stays None while requires_grad is False (a frozen layer) or no loss reaches it; a loop over model.parameters() that scales, clips or averages gradients by hand meets it at the first frozen or unused parameter",
+    "triage.gradient.grad_none.next": "skip those parameters (if {expr}.grad is not None, or if {expr}.requires_grad), or loop over the optimizer's parameters that have a gradient",
     "triage.gradient.no_graph": "backward() on a tensor that has no graph (it does not require grad)",
     "triage.gradient.no_graph.cause": "the loss was computed under torch.no_grad()/inference_mode, from detached or .item() values, or with every parameter frozen",
     "triage.gradient.no_graph.next": "check loss.requires_grad and loss.grad_fn; look for no_grad, .detach(), .item() or torch.tensor(...) on the way to the loss",

@@ -119,4 +119,30 @@ MESSAGES = {
     "ledger.term_detached.cause.constant":
         "这一项不需要梯度：它由 {model} 的输出经过模型内部的一处切断（.detach()、.data、no_grad，或由数值重建的张量）"
         "计算而来，所以在损失中是一个常数，无论权重多大，它对 {model} 的梯度都是零",
+    "ledger.module_flag":
+        "{module}.requires_grad = False 只是在 {kind} 模块上设置了一个属性，而不是在它的参数上：它的 {total} 个参数中"
+        "有 {n} 个仍然需要梯度，{opt}.step() 移动了它们（第 {step} 步）",
+    "ledger.module_flag.cause":
+        "nn.Module 没有 requires_grad 标志：给它赋值只会保存一个普通的 Python 属性，什么也不会冻结；"
+        "参数仍然是 requires_grad=True，会得到梯度，并且仍在优化器中",
+    "ledger.module_flag.next":
+        "冻结参数本身：{module}.requires_grad_(False)（或 for p in {module}.parameters(): p.requires_grad = False），"
+        "或者不要把它们放进优化器",
+    "ledger.stale_step":
+        "{opt}.step() 应用的梯度自它上一次更新以来没有任何 backward 写入：{where} 处的 backward 把梯度写到了 {tensors} 个"
+        "没有任何优化器持有的张量（{values} 个值）上，而没有写到 {opt} 持有的 {n} 个张量中的任何一个（第 {step} 步）",
+    "ledger.stale_step.cause":
+        "优化器是在另一个模型的参数上构建的（在超参数扫描、重启或交叉验证折中重建模型却沿用第一个模型的优化器）："
+        "被训练的模型得到的梯度从未被应用，而优化器反复应用旧模型最后的梯度",
+    "ledger.stale_step.next":
+        "为每个新模型在模型之后构建优化器：optimizer = torch.optim.Adam(model.parameters(), ...)",
+    "ledger.frozen_norm":
+        "{count} 个被冻结的归一化层（首个为 {module}，{kind}）在 {eval_line} 被单独设为 eval()，而这次 train() 调用又把它们"
+        "切回了训练模式：尽管参数已冻结，它们的运行统计量又吸收了 {batches} 个训练批次",
+    "ledger.frozen_norm.cause":
+        "eval() 是一种模式，而不是会保持的标志：Module.train() 会递归到每个子模块，所以每个 epoch 的 model.train() "
+        "都会撤销冻结该层的 eval()，它会用批次统计量做归一化，并用新数据覆盖它的运行均值和方差",
+    "ledger.frozen_norm.next":
+        "在每次 model.train() 之后把冻结的层重新设为 eval()（在模型中重写 train()，或紧接着调用 {module}.eval()），"
+        "或者换成冻结的归一化层",
 }

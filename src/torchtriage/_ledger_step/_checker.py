@@ -23,10 +23,14 @@ from ._amp import ScaledGradWatch
 from ._discarded import DiscardWatch, patch_zero_grad
 from ._dropout import EvalDropoutWatch
 from ._evalrandom import EvalRandomWatch
+from ._evalundone import EvalUndone
 from ._ledger import StepLedger, Verdict
 from ._loads import LoadWatch
+from ._moduleflag import ModuleFlag
 from ._moves import FrozenMoves
 from ._ranks import RankWatch
+from ._selfload import Snapshots
+from ._stale import StaleSteps
 from ._terms import Event, Flow, skeleton, terms_of
 from ._updates import UpdateWatch
 
@@ -49,6 +53,9 @@ class LedgerChecker(Checker):
         self.dropout: EvalDropoutWatch | None = None
         self._reported: set[tuple[Any, ...]] = set()
         self.moves: FrozenMoves | None = None
+        self.flags: ModuleFlag | None = None
+        self.stale: StaleSteps | None = None
+        self.undone: EvalUndone | None = None
         self.updates: UpdateWatch | None = None
         self.ranks: RankWatch | None = None
         self.evalrandom: EvalRandomWatch | None = None
@@ -65,12 +72,18 @@ class LedgerChecker(Checker):
         self.dropout = EvalDropoutWatch(session)
         self.dropout.install()
         self.moves = FrozenMoves(session)
+        self.flags = ModuleFlag(session)
+        self.stale = StaleSteps(session)
+        self.undone = EvalUndone(session)
+        self.undone.install()
         self.updates = UpdateWatch(session)
         self.ranks = RankWatch(session)
         self.evalrandom = EvalRandomWatch(session)
         self.discards = DiscardWatch(session)
         patch_zero_grad(session, self.discards)
-        LoadWatch(session).install()
+        snapshots = Snapshots(session)
+        snapshots.install()
+        LoadWatch(session, snapshots).install()
 
     def on_model(self, model: torch.nn.Module, label: str) -> None:
         if self.ranks is not None:
@@ -151,6 +164,8 @@ class LedgerChecker(Checker):
         self._report(self.ledger.backward_end())
         if self.updates is not None:
             self.updates.backward_end()
+        if self.stale is not None:
+            self.stale.backward_end(roots)
         if self.discards is not None and self.session is not None:
             self.discards.backward_end(self.session.step)
 
@@ -165,6 +180,10 @@ class LedgerChecker(Checker):
             self.discards.step_entered()
         if self.moves is not None:
             self.moves.pre(optimizer)
+        if self.flags is not None:
+            self.flags.pre(optimizer)
+        if self.stale is not None:
+            self.stale.step_pre(optimizer)
         if self.ranks is not None:
             self.ranks.optimizer_step(optimizer)
         if self.updates is not None:
@@ -177,6 +196,8 @@ class LedgerChecker(Checker):
             self.discards.step_left()
         if self.moves is not None:
             self.moves.post(optimizer)
+        if self.flags is not None:
+            self.flags.post(optimizer)
         if self.updates is not None:
             self.updates.stepped(optimizer)
 
@@ -204,6 +225,9 @@ class LedgerChecker(Checker):
                 self.session.add(f)
         if self.ranks is not None and self.session is not None:
             for f in self.ranks.end():
+                self.session.add(f)
+        if self.undone is not None and self.session is not None:
+            for f in self.undone.end():
                 self.session.add(f)
 
     # ------------------------------------------------------------------ findings

@@ -106,8 +106,9 @@ def judge_load(module: torch.nn.Module, state_dict: Mapping[str, Any], result: A
 class LoadWatch:
     """Wraps `nn.Module.load_state_dict` for the session (restored on exit)."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, snapshots: Any = None) -> None:
         self.session = session
+        self.snapshots = snapshots  # `_selfload.Snapshots`: a reference snapshot restored onto itself
         self.depth = 0
         self.reported: set[tuple[str | None, int | None]] = set()
 
@@ -118,6 +119,14 @@ class LoadWatch:
         def load_state_dict(self: torch.nn.Module, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
             strict = kwargs.get("strict", args[0] if args else True)
+            if watch.depth == 0 and watch.snapshots is not None and not watch.session.busy \
+                    and isinstance(state_dict, Mapping):
+                try:  # before the copy: it writes the weights onto themselves
+                    f = watch.snapshots.judge(self, state_dict)
+                    if f is not None:
+                        watch.session.add(f)
+                except Exception as e:  # our bug: the user's load happens regardless
+                    watch.session.internal_error("step_ledger.load_state_dict", e)
             watch.depth += 1
             try:
                 result = original(self, state_dict, *args, **kwargs)

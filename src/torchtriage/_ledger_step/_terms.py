@@ -197,7 +197,7 @@ def terms_of(root: torch.Tensor, record: Any, flow: Flow) -> list[Term]:
     sums: list[Any] = []
     nodes = split(root, sums)
     made = made_by(record)
-    consts = constants(sums, made, flow)
+    consts = constants(sums, made, flow, numbers_of(record))
     if len(nodes) + len(consts) < 2:
         return []
     out = []
@@ -215,10 +215,39 @@ def terms_of(root: torch.Tensor, record: Any, flow: Flow) -> list[Term]:
     return out + consts
 
 
-def constants(sums: list[Any], made: dict[int, tuple[torch.Tensor, Any]], flow: Flow) -> list[Term]:
+_READS = ("item", "__float__")
+
+
+def numbers_of(record: Any) -> dict[int, tuple[torch.Tensor, Any]]:
+    """id(number) -> (tensor, taped op) for the Python numbers the step read out of a tensor
+    (`.item()`, `float(t)`); the record holds each number, so its id stays its own."""
+    out: dict[int, tuple[torch.Tensor, Any]] = {}
+    for op in getattr(record, "ops", ()) if record is not None else ():
+        if op.name in _READS and isinstance(op.output, float) and op.args and isinstance(op.args[0], torch.Tensor):
+            out[id(op.output)] = (op.args[0], op)
+    return out
+
+
+def _number_term(a: float, numbers: dict[int, tuple[torch.Tensor, Any]], flow: Flow) -> Term | None:
+    """A number read out of a model's output (`.item()`) and added to the loss: a constant term."""
+    hit = numbers.get(id(a))
+    if hit is None:
+        return None
+    t, op = hit
+    sources = flow.sources(t)
+    if not sources:
+        return None
+    term = Term(None, {}, True, frame=op.frame, op=op.name, sources=sources)
+    term.cut, term.cut_op = op.frame, op.name
+    return term
+
+
+def constants(sums: list[Any], made: dict[int, tuple[torch.Tensor, Any]], flow: Flow,
+              numbers: dict[int, tuple[torch.Tensor, Any]] | None = None) -> list[Term]:
     """Terms added to the loss that do not require grad although they were computed from a
     model's output (`loss = shape + 10 * reg(out["weight"])` with the weights detached inside
-    the model): the graph has no node for them; the taped sum names them. They reach nothing."""
+    the model; `loss = l1 + adv.detach().item()`): the graph has no node for them; the taped
+    sum names them. They reach nothing."""
     out: list[Term] = []
     seen: set[int] = set()
     for node in sums:
@@ -227,6 +256,14 @@ def constants(sums: list[Any], made: dict[int, tuple[torch.Tensor, Any]], flow: 
             continue
         ev = hit[1]
         for a in pytree.tree_leaves((getattr(ev, "args", ()), getattr(ev, "kwargs", {}))):
+            if isinstance(a, float) and numbers and id(a) not in seen:
+                seen.add(id(a))
+                if not any(a is x for x in getattr(ev, "args", ())):
+                    continue  # a keyword (`alpha=`) scales the other operand: not a term
+                term = _number_term(a, numbers, flow)
+                if term is not None:
+                    out.append(term)
+                continue
             if not isinstance(a, torch.Tensor) or a.requires_grad or not a.is_floating_point() \
                     or a.numel() != 1 or id(a) in seen:
                 continue

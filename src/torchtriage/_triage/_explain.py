@@ -27,6 +27,7 @@ from ._consequence import consequence_evidence, earlier_nonfinite
 from ._context import Context, _internal
 from ._families import match_family
 from ._freed import reuse_fields
+from ._nonegrad import match_none_grad
 from ._overlap import match_overlap
 from ._readings import match_reading, raised_in
 from ._rules import RULES, Rule, classify
@@ -156,7 +157,7 @@ def explain_in_context(exc: BaseException, session: Any = None) -> tuple[Finding
 
 def _classify(exc: BaseException) -> tuple[Rule, re.Match[str]] | None:
     """The exact rules first (nothing they know changes), then the families of issue 12."""
-    return classify(exc) or match_family(exc) or match_overlap(exc) or match_reading(exc)
+    return classify(exc) or match_none_grad(exc) or match_family(exc) or match_overlap(exc) or match_reading(exc)
 
 
 # Types torch raises its own checks with; anything else (KeyError, a user's own class) is not read.
