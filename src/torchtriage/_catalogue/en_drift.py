@@ -46,4 +46,16 @@ MESSAGES = {
     "dynamics.warmup_restarts.next":
         "compute the warm-up from the run's global step (epoch * iters_per_epoch + step), not the step within the "
         "epoch",
+    "dynamics.schedule_horizon_accumulated":
+        "{scheduler} is stepped once per optimizer update ({calls} steps) but its schedule is sized for {horizon} "
+        "steps, {accum}x the updates: with gradient accumulation ({accum} backward calls per update) the run used "
+        "{used} of the schedule and ended at lr {lr_end}, {share} of its peak {peak}, where the schedule declares ~0",
+    "dynamics.schedule_horizon_accumulated.cause":
+        "the scheduler's horizon (num_training_steps, num_warmup_steps, T_max, total_steps) counts micro-batches "
+        "(max_train_steps * gradient_accumulation_steps) while the scheduler only steps when the optimizer does "
+        "(after optimizer.step(), or accelerate's prepared scheduler): the warm-up lasts {accum}x longer and the "
+        "decay never comes",
+    "dynamics.schedule_horizon_accumulated.next":
+        "size the schedule in optimizer updates (max_train_steps, not max_train_steps * "
+        "gradient_accumulation_steps), or step the scheduler once per micro-batch",
 }

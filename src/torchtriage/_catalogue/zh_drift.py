@@ -39,4 +39,15 @@ MESSAGES = {
         "预热按每个 epoch 重新计数的步数（epoch 内的步数）计算，而预热比一个 epoch 长：每个 epoch 都从头开始爬升",
     "dynamics.warmup_restarts.next":
         "用整个运行的全局步数（epoch * iters_per_epoch + step）计算预热，而不是 epoch 内的步数",
+    "dynamics.schedule_horizon_accumulated":
+        "{scheduler} 每次优化器更新只步进一次（共 {calls} 步），但它的调度按 {horizon} 步设定，是更新次数的 {accum} 倍："
+        "在梯度累积（每次更新 {accum} 次 backward）下，运行只用了调度的 {used}，结束时学习率为 {lr_end}，"
+        "是峰值 {peak} 的 {share}，而调度声明的终点约为 0",
+    "dynamics.schedule_horizon_accumulated.cause":
+        "调度器的长度（num_training_steps、num_warmup_steps、T_max、total_steps）按微批次计数"
+        "（max_train_steps * gradient_accumulation_steps），而调度器只在优化器步进时步进"
+        "（在 optimizer.step() 之后，或 accelerate 包装后的调度器）：预热长了 {accum} 倍，衰减永远不会到来",
+    "dynamics.schedule_horizon_accumulated.next":
+        "按优化器更新次数设定调度（max_train_steps，而不是 max_train_steps * gradient_accumulation_steps），"
+        "或者每个微批次步进一次调度器",
 }

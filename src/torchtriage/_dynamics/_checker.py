@@ -248,6 +248,7 @@ class DynamicsChecker(Checker):
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
         if self.region is not None:
             self._leave_region()
+        self.sched.backwards += 1
         if self.order.tracking:
             self.order.backward(roots)
         if not self.sentinel and roots and isinstance(roots[0], torch.Tensor) and roots[0].numel() == 1:

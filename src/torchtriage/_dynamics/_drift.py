@@ -30,6 +30,7 @@ import torch
 from .._findings import Category, Finding, Stage
 from .._frames import UserFrame, user_frame_from_stack
 from ._common import finding, num
+from ._horizon import declared_schedule
 
 WRAPS_MIN = 2  # a decaying schedule that climbed back to its peak this often has wrapped
 NEAR_ZERO = 0.0101
@@ -101,6 +102,7 @@ class _Track:
         self.climb = 0  # the fewest calls it took to climb back (1: a restart on purpose)
         self.unseen_steps: float | None = None
         self.opt_steps_at_first = 0
+        self.schedule: Any = None  # what declares where its schedule ends (`_horizon`)
 
 
 class DriftWatch:
@@ -137,6 +139,7 @@ class DriftWatch:
             t.frame = user_frame_from_stack(3)
             t.first_last_epoch = getattr(sched, "last_epoch", None)
             t.opt_steps_at_first = opt_steps
+            t.schedule = declared_schedule(sched)
             steps = state_steps(opt)
             t.unseen_steps = steps - opt_steps if steps is not None else None
         elif opt_steps == t.last_opt_steps and opt_steps > 0 and site != t.last_site:
@@ -174,9 +177,11 @@ class DriftWatch:
     def _follow(self, t: _Track) -> None:
         """The lr the scheduler set, against its peak: ~0, then back to half the peak, is a wrap."""
         vals = [v for v in (*t.before, *t.fresh) if v is not None]
-        if not vals or t.kind in _CYCLIC:
+        if not vals:
             return
         t.peak = max(t.peak, *vals)
+        if t.kind in _CYCLIC:
+            return
         now = max((v for v in t.fresh if v is not None), default=None)
         if now is None or t.peak <= 0:
             return
