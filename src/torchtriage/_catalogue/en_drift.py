@@ -58,4 +58,15 @@ MESSAGES = {
     "dynamics.schedule_horizon_accumulated.next":
         "size the schedule in optimizer updates (max_train_steps, not max_train_steps * "
         "gradient_accumulation_steps), or step the scheduler once per micro-batch",
+    "dynamics.norm_weights_decayed":
+        "weight decay {wd} lands on {scales} normalization scales ({examples}) while the weight_decay=0 group holds "
+        "{free} other 1-D tensors ({free_examples}): the no-decay split misses the norm weights; the decay pulled "
+        "them by {pull} over the run ({share} of their change)",
+    "dynamics.norm_weights_decayed.cause":
+        "the no_decay name list does not match this model's normalization layers (\"LayerNorm.weight\" against "
+        "layer_norm / layernorm / norm / ln_f): the norm gains are decayed toward 0 every step while the biases "
+        "are exempt",
+    "dynamics.norm_weights_decayed.next":
+        "exempt the normalization weights by module type (isinstance(m, (nn.LayerNorm, ...)), or every 1-D "
+        "parameter: p.ndim < 2) rather than by a name list",
 }

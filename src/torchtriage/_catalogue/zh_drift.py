@@ -50,4 +50,12 @@ MESSAGES = {
     "dynamics.schedule_horizon_accumulated.next":
         "按优化器更新次数设定调度（max_train_steps，而不是 max_train_steps * gradient_accumulation_steps），"
         "或者每个微批次步进一次调度器",
+    "dynamics.norm_weights_decayed":
+        "权重衰减 {wd} 作用于 {scales} 个归一化缩放参数（{examples}），而 weight_decay=0 的组里有另外 {free} 个一维张量"
+        "（{free_examples}）：不衰减的划分漏掉了归一化权重；整个运行中衰减把它们拉低了 {pull}（占其变化的 {share}）",
+    "dynamics.norm_weights_decayed.cause":
+        "no_decay 名称列表与该模型的归一化层名称不匹配（\"LayerNorm.weight\" 对 layer_norm / layernorm / norm / ln_f）："
+        "归一化增益每一步都被衰减向 0，而偏置却被豁免",
+    "dynamics.norm_weights_decayed.next":
+        "按模块类型（isinstance(m, (nn.LayerNorm, ...))）或按维度（p.ndim < 2）豁免归一化权重，而不是按名称列表",
 }
