@@ -69,4 +69,16 @@ MESSAGES = {
     "dynamics.norm_weights_decayed.next":
         "exempt the normalization weights by module type (isinstance(m, (nn.LayerNorm, ...)), or every 1-D "
         "parameter: p.ndim < 2) rather than by a name list",
+    "dynamics.grad_write_discarded":
+        "{written} of {tracked} gradients followed were changed in place after optimizer.step() had applied them "
+        "(a clip or scale on the previous step's gradients), then reset by zero_grad() before any step read them, "
+        "at {steps} steps from step {first} ({examples}): the write had no effect; the gradients the optimizer used "
+        "were not clipped",
+    "dynamics.grad_write_discarded.cause":
+        "the clip runs before this step's backward(): inside a LightningModule's training_step (Lightning zeroes "
+        "the gradients and calls backward after it returns), or after optimizer.step(); it acts on stale "
+        "gradients that zero_grad() throws away",
+    "dynamics.grad_write_discarded.next":
+        "clip after backward() and before optimizer.step(): in Lightning, in configure_gradient_clipping (or "
+        "Trainer(gradient_clip_val=...)); in a plain loop, between loss.backward() and optimizer.step()",
 }

@@ -58,4 +58,14 @@ MESSAGES = {
         "归一化增益每一步都被衰减向 0，而偏置却被豁免",
     "dynamics.norm_weights_decayed.next":
         "按模块类型（isinstance(m, (nn.LayerNorm, ...))）或按维度（p.ndim < 2）豁免归一化权重，而不是按名称列表",
+    "dynamics.grad_write_discarded":
+        "在跟踪的 {tracked} 个梯度中，有 {written} 个在 optimizer.step() 已经使用之后被原地修改（对上一步梯度的裁剪或缩放），"
+        "随后在任何一步读取之前就被 zero_grad() 清空，从第 {first} 步起共 {steps} 步（{examples}）：这次写入没有任何作用；"
+        "优化器使用的梯度没有被裁剪",
+    "dynamics.grad_write_discarded.cause":
+        "裁剪在本步的 backward() 之前运行：位于 LightningModule 的 training_step 中（Lightning 在它返回后才清零梯度并调用 "
+        "backward），或位于 optimizer.step() 之后；它作用于随后被 zero_grad() 丢弃的过期梯度",
+    "dynamics.grad_write_discarded.next":
+        "在 backward() 之后、optimizer.step() 之前裁剪：Lightning 中放在 configure_gradient_clipping（或 "
+        "Trainer(gradient_clip_val=...)）里；普通循环中放在 loss.backward() 与 optimizer.step() 之间",
 }

@@ -33,6 +33,7 @@ from ._causal import probe, shift_share, token_ids
 from ._common import finding, num
 from ._decay import decay_inverted
 from ._evalcode import MetricRegion, dim_finding, node_checks
+from ._gradwrites import GradWrites, patch_zero_grad
 from ._harm import HarmGate
 from ._layers import Sample, Vanishing, _local, grad_params, layer_kind, layer_names, per_layer, update_ratio
 from ._normdecay import MissedScales, missed_norm_scales
@@ -68,6 +69,8 @@ class DynamicsChecker(Checker):
         self.sched.install()
         self.order = StepOrder(session)
         self.order.install()
+        self.writes = GradWrites(session)
+        patch_zero_grad(session, self.writes, self._add_write)
         self.loss_growth, self.grad_growth = Growth(), Growth()
         self.phases = Phases()
         self.harm = HarmGate(self.phases.end_of)
@@ -111,6 +114,10 @@ class DynamicsChecker(Checker):
             self.harm.hold(f)
         else:
             self.session.add(f)
+
+    def _add_write(self, f: Finding | None) -> None:
+        if f is not None and "clip_after_step" not in self.order.reported:  # (the same fault, named)
+            self._add(f)
 
     def _leave_region(self) -> None:
         region = self.region
@@ -251,6 +258,8 @@ class DynamicsChecker(Checker):
         if self.region is not None:
             self._leave_region()
         self.sched.backwards += 1
+        if self.writes.after:
+            self.writes.after.clear()  # (a backward accumulates into .grad in place: no write of the program's)
         if self.order.tracking:
             self.order.backward(roots)
         if not self.sentinel and roots and isinstance(roots[0], torch.Tensor) and roots[0].numel() == 1:
@@ -327,6 +336,8 @@ class DynamicsChecker(Checker):
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         self.order.in_step = False
+        if self.order.tracking:
+            self.writes.stepped(optimizer)
         self.sched.optimizer_stepped(optimizer)
         if self.samples:
             sample = self.samples.pop(id(optimizer), None)
