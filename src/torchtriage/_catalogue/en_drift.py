@@ -81,4 +81,15 @@ MESSAGES = {
     "dynamics.grad_write_discarded.next":
         "clip after backward() and before optimizer.step(): in Lightning, in configure_gradient_clipping (or "
         "Trainer(gradient_clip_val=...)); in a plain loop, between loss.backward() and optimizer.step()",
+    "dynamics.scheduler_decay_lost":
+        "{scheduler} decayed the lr from {before} to {after}, but its optimizer was replaced before any step used "
+        "it: the new {optimizer} over the same parameters started at {used}, the lr from before the decay ({factor}x "
+        "the scheduled one), and ran {ran} steps; the decay was reset and never applied",
+    "dynamics.scheduler_decay_lost.cause":
+        "the optimizer (and its scheduler) were recreated at the scheduler's decay step, with the base learning "
+        "rate (optim.Adam(params, opt.learning_rate)) and a fresh scheduler whose counter starts at 0: the schedule "
+        "restarts from its first value",
+    "dynamics.scheduler_decay_lost.next":
+        "build the new optimizer at the lr the schedule had reached (scheduler.get_last_lr()), or keep the "
+        "optimizer and change its param groups, or carry the scheduler's state (last_epoch) over",
 }

@@ -68,4 +68,13 @@ MESSAGES = {
     "dynamics.grad_write_discarded.next":
         "在 backward() 之后、optimizer.step() 之前裁剪：Lightning 中放在 configure_gradient_clipping（或 "
         "Trainer(gradient_clip_val=...)）里；普通循环中放在 loss.backward() 与 optimizer.step() 之间",
+    "dynamics.scheduler_decay_lost":
+        "{scheduler} 已把学习率从 {before} 衰减到 {after}，但在任何一步使用它之前，它的优化器就被替换了："
+        "新的 {optimizer} 管理同样的参数，却从衰减之前的学习率 {used} 开始（是调度值的 {factor} 倍），运行了 {ran} 步；"
+        "这次衰减被重置，从未生效",
+    "dynamics.scheduler_decay_lost.cause":
+        "优化器（及其调度器）在调度器衰减的那一步被重新创建，使用基础学习率（optim.Adam(params, opt.learning_rate)），"
+        "新调度器的计数从 0 开始：调度从第一个值重新开始",
+    "dynamics.scheduler_decay_lost.next":
+        "用调度器已达到的学习率（scheduler.get_last_lr()）创建新的优化器，或保留优化器只修改参数组，或沿用调度器的状态（last_epoch）",
 }

@@ -165,7 +165,7 @@ class ScheduleWatch:
         """The lr of `opt`'s groups at this optimizer step (the clock optimizer's drive the
         warm-up and lr-0 rules)."""
         if self.drift.pending:
-            self.drift.optimizer_step(opt, lrs_now)
+            self.drift.optimizer_step(opt, lrs_now, first=id(opt) not in self.opt_steps)
         if (lrs_now == self.last_lr and self.zero_since is None and self.was_positive
                 and self.lr_opt is not None and self.lr_opt() is opt):
             self.lr_steps += 1  # the common step: the lr did not change (last_lr holds no None)
