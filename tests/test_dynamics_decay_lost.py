@@ -108,3 +108,28 @@ def test_two_optimizers_of_a_gan_with_their_own_schedules_are_quiet():
             if epoch >= 2:
                 sched_g.step()
     assert lost(s.report) == []
+
+
+def test_a_second_optimizer_joining_while_the_first_keeps_stepping_is_quiet():
+    # the head's optimizer keeps training after the backbone's optimizer starts at its base lr
+    torch.manual_seed(0)
+    backbone, head = nn.Linear(8, 16), nn.Linear(16, 1)
+    opt_head = torch.optim.Adam(list(head.parameters()), 1e-3)
+    with torchtriage.watch([backbone, head], on_anomaly="record", report=False, discover=True) as s:
+        sched_head = lrs.StepLR(opt_head, 2, 0.1)
+        opt_all = None
+        for epoch in range(5):
+            if epoch == 2:
+                opt_all = torch.optim.Adam(list(backbone.parameters()) + list(head.parameters()), 1e-3)
+            for _ in range(3):
+                x = torch.randn(16, 8)
+                loss = F.mse_loss(head(torch.relu(backbone(x))), x.sum(1, keepdim=True))
+                opt_head.zero_grad()
+                if opt_all is not None:
+                    opt_all.zero_grad()
+                loss.backward()
+                if opt_all is not None:
+                    opt_all.step()
+                opt_head.step()
+            sched_head.step()
+    assert lost(s.report) == []

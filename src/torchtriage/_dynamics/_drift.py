@@ -105,6 +105,7 @@ class _Track:
         self.schedule: Any = None  # what declares where its schedule ends (`_horizon`)
         self.params: frozenset[int] = frozenset()  # ids of its optimizer's parameters (at its first call)
         self.lost: tuple[int, float, float, float, str, int, UserFrame | None] | None = None
+        self.lost_at: tuple[int, int] = (0, 0)  # (its calls, its optimizer's steps) when it was replaced
 
 
 class DriftWatch:
@@ -251,6 +252,7 @@ class DriftWatch:
                 if any(_same(u, after) for u in used) or not any(_same(u, before) for u in used):
                     continue  # the new optimizer carries the decayed lr (or another one): a choice
                 t.lost = (self.session.step, before, after, before, type(opt).__name__, id(opt), optimizer_frame(opt))
+                t.lost_at = (t.calls, t.last_opt_steps)
                 waiting.remove(t)
             if not waiting:
                 self.pending.pop(key, None)
@@ -278,8 +280,9 @@ class DriftWatch:
             return None
         step, before, after, used, kind, new, frame = t.lost
         ran = opt_steps.get(new, 0)
-        if ran < 2:
-            return None
+        calls, steps = t.lost_at
+        if ran < 2 or t.opt_id not in opt_steps or t.calls > calls or (t.opt_id != new and opt_steps[t.opt_id] > steps):
+            return None  # (an optimizer the session does not count, or it went on: it was not replaced)
         return finding("scheduler_decay_lost", category=Category.OTHER, stage=Stage.OPTIMIZER, step=step,
                        frame=frame or t.frame, op=t.kind, module=t.kind, scheduler=t.kind, before=num(before),
                        after=num(after), used=num(used), optimizer=kind, ran=ran,
