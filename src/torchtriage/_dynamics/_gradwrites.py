@@ -50,8 +50,12 @@ class GradWrites:
         for g in opt.param_groups:
             for p in g["params"]:
                 grad = p.grad
-                if grad is not None and not grad.is_sparse and len(kept) < MAX_TRACKED:
+                if grad is not None and not grad.is_sparse:
                     kept.append((weakref.ref(grad), grad._version, self.session.param_index.name(p) or "?"))
+                    if len(kept) >= MAX_TRACKED:
+                        break
+            if len(kept) >= MAX_TRACKED:
+                break
         if kept:
             self.after[id(opt)] = kept
 
