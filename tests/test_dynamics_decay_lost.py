@@ -97,13 +97,13 @@ def test_two_optimizers_of_a_gan_with_their_own_schedules_are_quiet():
                 sched_g = lrs.StepLR(opt_g, 2, 0.1)
             for _ in range(3):
                 real, z = torch.randn(16, 8), torch.randn(16, 4)
-                opt_d.zero_grad()
-                (F.softplus(-D(real)).mean() + F.softplus(D(G(z).detach())).mean()).backward()
-                opt_d.step()
-                if epoch >= 2:
+                if epoch >= 2:  # (the generator steps first: D's decay is still pending at G's first step)
                     opt_g.zero_grad()
                     F.softplus(-D(G(z))).mean().backward()
                     opt_g.step()
+                opt_d.zero_grad()
+                (F.softplus(-D(real)).mean() + F.softplus(D(G(z).detach())).mean()).backward()
+                opt_d.step()
             sched_d.step()
             if epoch >= 2:
                 sched_g.step()
