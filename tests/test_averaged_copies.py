@@ -249,3 +249,72 @@ def test_a_watched_ema_copy_deep_copies_and_saves_without_our_hook(tmp_path):
         torch.save(ema, tmp_path / "ema.pt")
     assert not any(m._forward_pre_hooks for m in again.modules())
     assert not any(m._forward_pre_hooks for m in ema.modules())  # removed on exit
+
+
+# ---------------------------------------------------------------- silent.ema_not_averaging
+class EMAModel:
+    """diffusers' EMAModel (examples/text_to_image, 2022): a warm-up decay capped by `self.decay`."""
+
+    def __init__(self, parameters, decay=0.9999, overwrite=True):
+        parameters = list(parameters)
+        self.shadow_params = [p.clone().detach() for p in parameters]
+        self.decay = decay
+        self.optimization_step = 0
+        self.overwrite = overwrite
+
+    def get_decay(self, optimization_step):
+        value = (1 + optimization_step) / (10 + optimization_step)
+        return 1 - min(self.decay, value)
+
+    @torch.no_grad()
+    def step(self, parameters):
+        self.optimization_step += 1
+        if self.overwrite:
+            self.decay = self.get_decay(self.optimization_step)  # the cap overwritten by 1 - decay
+            one_minus_decay = self.decay
+        else:
+            one_minus_decay = self.get_decay(self.optimization_step)
+        for s_param, param in zip(self.shadow_params, parameters):
+            s_param.sub_(one_minus_decay * (s_param - param))  # <- ema update
+
+
+def test_ema_whose_decay_attribute_is_overwritten_each_step_follows_the_live_weights():
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    ema = EMAModel(model.parameters())
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        regression(model, opt, lambda step: ema.step(model.parameters()), steps=70)
+    assert codes(s.report) == ["silent.ema_not_averaging"]
+    [f] = s.report.filter(code="silent.ema_not_averaging")
+    assert (f.category.value, f.severity, f.line) == ("silent", Severity.WARNING, line("ema update"))
+    ev = f.evidence
+    assert (ev["copies_updated"], ev["copies_not_averaging"], ev["updates_measured_after_warmup"]) == (4, 4, 2)
+    assert (ev["update_coefficient_median"], ev["effective_decay"], ev["first_step_measured"]) == (0.5, 0.5, 33)
+    assert f.module.startswith("ema.shadow_params[") and float(ev["relative_distance_to_parameter"]) < 0.05
+    assert f.message.startswith(f"an averaged copy of the parameters ({f.module}) is no moving average: at each of "
+                                "the 2 updates measured from step 33 on it moved 0.5 of the way to the live weights "
+                                "(an EMA decay of 0.5, averaging over ~2.0 steps); ||copy - parameter|| / "
+                                f"||parameter|| of {ev['parameter']} is ")
+
+
+def test_ema_warmup_constant_decay_hard_copies_and_lookahead_are_quiet():
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    fixed = EMAModel(model.parameters(), overwrite=False)  # the fix: the per-step weight kept local
+    constant = ShadowEMA(model.parameters(), decay=0.9)
+    target = copy.deepcopy(model)  # a target network copied whole every step
+    slow = [p.detach().clone() for p in model.parameters()]  # Lookahead: alpha 0.5 every 5 steps
+
+    def after(step):
+        fixed.step(model.parameters())
+        constant.update()
+        target.load_state_dict(model.state_dict())
+        if (step + 1) % 5 == 0:
+            with torch.no_grad():
+                for s_, p in zip(slow, model.parameters()):
+                    s_.add_(0.5 * (p - s_))
+                    p.copy_(s_)
+
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        regression(model, opt, after, steps=70)
+    assert codes(s.report) == []

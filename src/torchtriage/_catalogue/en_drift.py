@@ -46,4 +46,50 @@ MESSAGES = {
     "dynamics.warmup_restarts.next":
         "compute the warm-up from the run's global step (epoch * iters_per_epoch + step), not the step within the "
         "epoch",
+    "dynamics.schedule_horizon_accumulated":
+        "{scheduler} is stepped once per optimizer update ({calls} steps) but its schedule is sized for {horizon} "
+        "steps, {accum}x the updates: with gradient accumulation ({accum} backward calls per update) the run used "
+        "{used} of the schedule and ended at lr {lr_end}, {share} of its peak {peak}, where the schedule declares ~0",
+    "dynamics.schedule_horizon_accumulated.cause":
+        "the scheduler's horizon (num_training_steps, num_warmup_steps, T_max, total_steps) counts micro-batches "
+        "(max_train_steps * gradient_accumulation_steps) while the scheduler only steps when the optimizer does "
+        "(after optimizer.step(), or accelerate's prepared scheduler): the warm-up lasts {accum}x longer and the "
+        "decay never comes",
+    "dynamics.schedule_horizon_accumulated.next":
+        "size the schedule in optimizer updates (max_train_steps, not max_train_steps * "
+        "gradient_accumulation_steps), or step the scheduler once per micro-batch",
+    "dynamics.norm_weights_decayed":
+        "weight decay {wd} lands on {scales} normalization scales ({examples}) while the weight_decay=0 group holds "
+        "{free} other 1-D tensors ({free_examples}): the no-decay split misses the norm weights; the decay pulled "
+        "them by {pull} over the run ({share} of their change)",
+    "dynamics.norm_weights_decayed.cause":
+        "the no_decay name list does not match this model's normalization layers (\"LayerNorm.weight\" against "
+        "layer_norm / layernorm / norm / ln_f): the norm gains are decayed toward 0 every step while the biases "
+        "are exempt",
+    "dynamics.norm_weights_decayed.next":
+        "exempt the normalization weights by module type (isinstance(m, (nn.LayerNorm, ...)), or every 1-D "
+        "parameter: p.ndim < 2) rather than by a name list",
+    "dynamics.grad_write_discarded":
+        "{written} of {tracked} gradients followed were changed in place after optimizer.step() had applied them "
+        "(a clip or scale on the previous step's gradients), then reset by zero_grad() before any step read them, "
+        "at {steps} steps from step {first} ({examples}): the write had no effect; the gradients the optimizer used "
+        "were not clipped",
+    "dynamics.grad_write_discarded.cause":
+        "the clip runs before this step's backward(): inside a LightningModule's training_step (Lightning zeroes "
+        "the gradients and calls backward after it returns), or after optimizer.step(); it acts on stale "
+        "gradients that zero_grad() throws away",
+    "dynamics.grad_write_discarded.next":
+        "clip after backward() and before optimizer.step(): in Lightning, in configure_gradient_clipping (or "
+        "Trainer(gradient_clip_val=...)); in a plain loop, between loss.backward() and optimizer.step()",
+    "dynamics.scheduler_decay_lost":
+        "{scheduler} decayed the lr from {before} to {after}, but its optimizer was replaced before any step used "
+        "it: the new {optimizer} over the same parameters started at {used}, the lr from before the decay ({factor}x "
+        "the scheduled one), and ran {ran} steps; the decay was reset and never applied",
+    "dynamics.scheduler_decay_lost.cause":
+        "the optimizer (and its scheduler) were recreated at the scheduler's decay step, with the base learning "
+        "rate (optim.Adam(params, opt.learning_rate)) and a fresh scheduler whose counter starts at 0: the schedule "
+        "restarts from its first value",
+    "dynamics.scheduler_decay_lost.next":
+        "build the new optimizer at the lr the schedule had reached (scheduler.get_last_lr()), or keep the "
+        "optimizer and change its param groups, or carry the scheduler's state (last_epoch) over",
 }

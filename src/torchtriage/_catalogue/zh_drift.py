@@ -39,4 +39,42 @@ MESSAGES = {
         "预热按每个 epoch 重新计数的步数（epoch 内的步数）计算，而预热比一个 epoch 长：每个 epoch 都从头开始爬升",
     "dynamics.warmup_restarts.next":
         "用整个运行的全局步数（epoch * iters_per_epoch + step）计算预热，而不是 epoch 内的步数",
+    "dynamics.schedule_horizon_accumulated":
+        "{scheduler} 每次优化器更新只步进一次（共 {calls} 步），但它的调度按 {horizon} 步设定，是更新次数的 {accum} 倍："
+        "在梯度累积（每次更新 {accum} 次 backward）下，运行只用了调度的 {used}，结束时学习率为 {lr_end}，"
+        "是峰值 {peak} 的 {share}，而调度声明的终点约为 0",
+    "dynamics.schedule_horizon_accumulated.cause":
+        "调度器的长度（num_training_steps、num_warmup_steps、T_max、total_steps）按微批次计数"
+        "（max_train_steps * gradient_accumulation_steps），而调度器只在优化器步进时步进"
+        "（在 optimizer.step() 之后，或 accelerate 包装后的调度器）：预热长了 {accum} 倍，衰减永远不会到来",
+    "dynamics.schedule_horizon_accumulated.next":
+        "按优化器更新次数设定调度（max_train_steps，而不是 max_train_steps * gradient_accumulation_steps），"
+        "或者每个微批次步进一次调度器",
+    "dynamics.norm_weights_decayed":
+        "权重衰减 {wd} 作用于 {scales} 个归一化缩放参数（{examples}），而 weight_decay=0 的组里有另外 {free} 个一维张量"
+        "（{free_examples}）：不衰减的划分漏掉了归一化权重；整个运行中衰减把它们拉低了 {pull}（占其变化的 {share}）",
+    "dynamics.norm_weights_decayed.cause":
+        "no_decay 名称列表与该模型的归一化层名称不匹配（\"LayerNorm.weight\" 对 layer_norm / layernorm / norm / ln_f）："
+        "归一化增益每一步都被衰减向 0，而偏置却被豁免",
+    "dynamics.norm_weights_decayed.next":
+        "按模块类型（isinstance(m, (nn.LayerNorm, ...))）或按维度（p.ndim < 2）豁免归一化权重，而不是按名称列表",
+    "dynamics.grad_write_discarded":
+        "在跟踪的 {tracked} 个梯度中，有 {written} 个在 optimizer.step() 已经使用之后被原地修改（对上一步梯度的裁剪或缩放），"
+        "随后在任何一步读取之前就被 zero_grad() 清空，从第 {first} 步起共 {steps} 步（{examples}）：这次写入没有任何作用；"
+        "优化器使用的梯度没有被裁剪",
+    "dynamics.grad_write_discarded.cause":
+        "裁剪在本步的 backward() 之前运行：位于 LightningModule 的 training_step 中（Lightning 在它返回后才清零梯度并调用 "
+        "backward），或位于 optimizer.step() 之后；它作用于随后被 zero_grad() 丢弃的过期梯度",
+    "dynamics.grad_write_discarded.next":
+        "在 backward() 之后、optimizer.step() 之前裁剪：Lightning 中放在 configure_gradient_clipping（或 "
+        "Trainer(gradient_clip_val=...)）里；普通循环中放在 loss.backward() 与 optimizer.step() 之间",
+    "dynamics.scheduler_decay_lost":
+        "{scheduler} 已把学习率从 {before} 衰减到 {after}，但在任何一步使用它之前，它的优化器就被替换了："
+        "新的 {optimizer} 管理同样的参数，却从衰减之前的学习率 {used} 开始（是调度值的 {factor} 倍），运行了 {ran} 步；"
+        "这次衰减被重置，从未生效",
+    "dynamics.scheduler_decay_lost.cause":
+        "优化器（及其调度器）在调度器衰减的那一步被重新创建，使用基础学习率（optim.Adam(params, opt.learning_rate)），"
+        "新调度器的计数从 0 开始：调度从第一个值重新开始",
+    "dynamics.scheduler_decay_lost.next":
+        "用调度器已达到的学习率（scheduler.get_last_lr()）创建新的优化器，或保留优化器只修改参数组，或沿用调度器的状态（last_epoch）",
 }

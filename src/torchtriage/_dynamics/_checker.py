@@ -25,7 +25,7 @@ import torch.nn as nn
 from .. import _cadence, _deferred
 from .._checker import Checker, LossCall
 from .._findings import Category, Finding, Severity, Stage
-from .._frames import user_frame_from_stack
+from .._frames import optimizer_frame, user_frame_from_stack
 from .._nonfinite._sentinel import foreach_norm
 from .._silent._common import first_tensor, is_index_tensor
 from .._silent._node_site import node_site
@@ -33,8 +33,10 @@ from ._causal import probe, shift_share, token_ids
 from ._common import finding, num
 from ._decay import decay_inverted
 from ._evalcode import MetricRegion, dim_finding, node_checks
+from ._gradwrites import GradWrites, patch_zero_grad
 from ._harm import HarmGate
 from ._layers import Sample, Vanishing, _local, grad_params, layer_kind, layer_names, per_layer, update_ratio
+from ._normdecay import MissedScales, missed_norm_scales
 from ._order import StepOrder
 from ._phases import Phases
 from ._schedules import ScheduleWatch, lr_value
@@ -67,6 +69,8 @@ class DynamicsChecker(Checker):
         self.sched.install()
         self.order = StepOrder(session)
         self.order.install()
+        self.writes = GradWrites(session)
+        patch_zero_grad(session, self.writes, self._add_write)
         self.loss_growth, self.grad_growth = Growth(), Growth()
         self.phases = Phases()
         self.harm = HarmGate(self.phases.end_of)
@@ -96,6 +100,7 @@ class DynamicsChecker(Checker):
         self.layer_cache: tuple[list[weakref.ref[torch.Tensor]], list[str]] = ([], [])
         self.stepped = False
         self.decay_checked: set[int] = set()  # id(optimizer): weight decay by rank checked
+        self.norm_decay: dict[int, MissedScales] = {}  # id(optimizer): norm scales decayed (`_normdecay`)
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -109,6 +114,10 @@ class DynamicsChecker(Checker):
             self.harm.hold(f)
         else:
             self.session.add(f)
+
+    def _add_write(self, f: Finding | None) -> None:
+        if f is not None and "clip_after_step" not in self.order.reported:  # (the same fault, named)
+            self._add(f)
 
     def _leave_region(self) -> None:
         region = self.region
@@ -248,6 +257,9 @@ class DynamicsChecker(Checker):
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
         if self.region is not None:
             self._leave_region()
+        self.sched.backwards += 1
+        if self.writes.after:
+            self.writes.after.clear()  # (a backward accumulates into .grad in place: no write of the program's)
         if self.order.tracking:
             self.order.backward(roots)
         if not self.sentinel and roots and isinstance(roots[0], torch.Tensor) and roots[0].numel() == 1:
@@ -280,6 +292,13 @@ class DynamicsChecker(Checker):
         if id(optimizer) not in self.decay_checked:  # once per optimizer, at its first step
             self.decay_checked.add(id(optimizer))
             self._add(decay_inverted(session, optimizer))
+            missed = missed_norm_scales(session, optimizer, optimizer_frame(optimizer))
+            if missed is not None:
+                self.norm_decay[id(optimizer)] = missed
+        if self.norm_decay:
+            missed = self.norm_decay.get(id(optimizer))
+            if missed is not None:
+                missed.stepped(lrs)
         if self.phases.stepped(optimizer, step):
             # a new model trains from here: its gradient norms continue no earlier series
             self.spikes, self.grad_growth = Spikes(), Growth()
@@ -317,6 +336,8 @@ class DynamicsChecker(Checker):
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         self.order.in_step = False
+        if self.order.tracking:
+            self.writes.stepped(optimizer)
         self.sched.optimizer_stepped(optimizer)
         if self.samples:
             sample = self.samples.pop(id(optimizer), None)
@@ -363,6 +384,12 @@ class DynamicsChecker(Checker):
         self._consume(None)
         for f in self.sched.end_findings():
             self._add(f)
+        for missed in self.norm_decay.values():
+            try:
+                self._add(missed.finding())  # (a warning carries its measured harm: not held)
+            except Exception as e:  # our bug: the report goes on
+                self.session.internal_error("dynamics.norm_decay", e)
+        self.norm_decay.clear()
         self._run_probe()
         for f in self.harm.release():
             self.session.add(f)

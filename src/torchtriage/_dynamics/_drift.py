@@ -28,8 +28,9 @@ from typing import Any
 import torch
 
 from .._findings import Category, Finding, Stage
-from .._frames import UserFrame, user_frame_from_stack
+from .._frames import UserFrame, optimizer_frame, user_frame_from_stack
 from ._common import finding, num
+from ._horizon import declared_schedule
 
 WRAPS_MIN = 2  # a decaying schedule that climbed back to its peak this often has wrapped
 NEAR_ZERO = 0.0101
@@ -101,6 +102,10 @@ class _Track:
         self.climb = 0  # the fewest calls it took to climb back (1: a restart on purpose)
         self.unseen_steps: float | None = None
         self.opt_steps_at_first = 0
+        self.schedule: Any = None  # what declares where its schedule ends (`_horizon`)
+        self.params: frozenset[int] = frozenset()  # ids of its optimizer's parameters (at its first call)
+        self.lost: tuple[int, float, float, float, str, int, UserFrame | None] | None = None
+        self.lost_at: tuple[int, int] = (0, 0)  # (its calls, its optimizer's steps) when it was replaced
 
 
 class DriftWatch:
@@ -137,6 +142,8 @@ class DriftWatch:
             t.frame = user_frame_from_stack(3)
             t.first_last_epoch = getattr(sched, "last_epoch", None)
             t.opt_steps_at_first = opt_steps
+            t.schedule = declared_schedule(sched)
+            t.params = frozenset(id(p) for g in getattr(opt, "param_groups", []) for p in g.get("params", []))
             steps = state_steps(opt)
             t.unseen_steps = steps - opt_steps if steps is not None else None
         elif opt_steps == t.last_opt_steps and opt_steps > 0 and site != t.last_site:
@@ -174,9 +181,11 @@ class DriftWatch:
     def _follow(self, t: _Track) -> None:
         """The lr the scheduler set, against its peak: ~0, then back to half the peak, is a wrap."""
         vals = [v for v in (*t.before, *t.fresh) if v is not None]
-        if not vals or t.kind in _CYCLIC:
+        if not vals:
             return
         t.peak = max(t.peak, *vals)
+        if t.kind in _CYCLIC:
+            return
         now = max((v for v in t.fresh if v is not None), default=None)
         if now is None or t.peak <= 0:
             return
@@ -196,8 +205,11 @@ class DriftWatch:
         self.epochs += 1
 
     # ------------------------------------------------------------------ optimizer steps
-    def optimizer_step(self, opt: Any, used: list[float | None]) -> None:
-        """The lr `opt`'s groups hold as it steps, against what its schedulers last set."""
+    def optimizer_step(self, opt: Any, used: list[float | None], first: bool = False) -> None:
+        """The lr `opt`'s groups hold as it steps, against what its schedulers last set; `first`:
+        the optimizer's first step (one that may replace another)."""
+        if first:
+            self._replacing(opt, used)
         waiting = self.pending.pop(id(opt), None)
         if not waiting:
             return
@@ -217,16 +229,44 @@ class DriftWatch:
                     i = next(i for i, (a, b) in enumerate(zip(used, t.fresh)) if not _same(a, b))
                     t.undone_first = (self.session.step, t.fresh[i], used[i])
 
+    def _replacing(self, opt: Any, used: list[float | None]) -> None:
+        """`opt` steps for the first time: a scheduler whose last change (a decay) no step of its own
+        optimizer used, over parameters `opt` now holds, while `opt` runs at the lr from before that
+        change: the optimizer and scheduler were rebuilt and the decay was lost."""
+        mine: set[int] | None = None
+        for key, waiting in list(self.pending.items()):
+            for t in list(waiting):
+                sched = t.ref()
+                if sched is not None and getattr(sched, "optimizer", None) is opt:
+                    continue  # its own optimizer's step: judged below
+                if len(t.fresh) != len(t.before) or not t.fresh:
+                    continue
+                drop = [(b, f) for b, f in zip(t.before, t.fresh) if b is not None and f is not None and f < b]
+                if not drop:
+                    continue
+                if mine is None:
+                    mine = {id(p) for g in opt.param_groups for p in g["params"]}
+                if not t.params & mine:
+                    continue  # another model's optimizer (a GAN's second one)
+                before, after = drop[0]
+                if any(_same(u, after) for u in used) or not any(_same(u, before) for u in used):
+                    continue  # the new optimizer carries the decayed lr (or another one): a choice
+                t.lost = (self.session.step, before, after, before, type(opt).__name__, id(opt), optimizer_frame(opt))
+                t.lost_at = (t.calls, t.last_opt_steps)
+                waiting.remove(t)
+            if not waiting:
+                self.pending.pop(key, None)
+
     # ------------------------------------------------------------------ verdicts
     def findings(self, opt_steps: dict[int, int]) -> list[Finding]:
         """`opt_steps`: id(optimizer) -> its steps in this run (the optimizers the session watches)."""
         out: list[Finding] = []
         resumed: set[int] = set()
         for t in [*self.gone, *self.tracks.values()]:  # (a scheduler gone by now still counts)
-            if t.reported or t.opt_id not in opt_steps:
+            if t.reported or (t.opt_id not in opt_steps and t.lost is None):
                 continue  # an optimizer the session does not watch: its steps are not counted
             total = opt_steps[t.opt_id]
-            f = (self._extra(t, total) or self._wrapped(t, total) or self._undone(t)
+            f = (self._lost(t, opt_steps) or self._extra(t, total) or self._wrapped(t, total) or self._undone(t)
                  or (self._not_resumed(t) if t.opt_id not in resumed else None))
             if f is not None:
                 t.reported = True
@@ -234,6 +274,25 @@ class DriftWatch:
                     resumed.add(t.opt_id)
                 out.append(f)
         return out
+
+    def _lost(self, t: _Track, opt_steps: dict[int, int]) -> Finding | None:
+        if t.lost is None:
+            return None
+        step, before, after, used, kind, new, frame = t.lost
+        ran = opt_steps.get(new, 0)
+        calls, steps = t.lost_at
+        if ran < 2 or t.opt_id not in opt_steps or t.calls > calls or (t.opt_id != new and opt_steps[t.opt_id] > steps):
+            return None  # (an optimizer the session does not count, or it went on: it was not replaced)
+        return finding("scheduler_decay_lost", category=Category.OTHER, stage=Stage.OPTIMIZER, step=step,
+                       frame=frame or t.frame, op=t.kind, module=t.kind, scheduler=t.kind, before=num(before),
+                       after=num(after), used=num(used), optimizer=kind, ran=ran,
+                       factor=f"{used / after:.3g}" if after > 0 else "inf",
+                       evidence={"scheduler": t.kind, "scheduler_steps": t.calls,
+                                 "lr_before_its_last_step": num(before), "lr_it_set": num(after),
+                                 "new_optimizer": kind, "new_optimizer_lr": num(used),
+                                 "new_optimizer_steps": ran, "rebuilt_at_step": step,
+                                 "harm": f"{ran} optimizer steps ran from lr {num(used)} where the schedule had set "
+                                         f"{num(after)}: its decay never applied"})
 
     def _extra(self, t: _Track, ran: int) -> Finding | None:
         """`ran`: the optimizer's steps in this run."""

@@ -33,6 +33,7 @@ from .._frames import UserFrame, user_frame_from_stack, user_stacklevel
 from .._loaderstream import stream
 from ._common import finding, num
 from ._drift import DriftWatch
+from ._horizon import horizon_times_accumulation
 from ._plateau import PlateauWatch
 from ._ramps import Ramps
 from ._unstepped import UnsteppedSchedulers
@@ -94,6 +95,7 @@ class ScheduleWatch:
         self.training_pass: tuple[int, int] | None = None
         self.ramps = Ramps()  # a warm-up that restarts (`_ramps`)
         self.drift = DriftWatch(session, lr_value)  # the schedule followed vs declared (`_drift`)
+        self.backwards = 0  # backward calls of the run (the accumulation: per optimizer step)
 
     # ------------------------------------------------------------------ wiring
     def install(self) -> None:
@@ -163,7 +165,7 @@ class ScheduleWatch:
         """The lr of `opt`'s groups at this optimizer step (the clock optimizer's drive the
         warm-up and lr-0 rules)."""
         if self.drift.pending:
-            self.drift.optimizer_step(opt, lrs_now)
+            self.drift.optimizer_step(opt, lrs_now, first=id(opt) not in self.opt_steps)
         if (lrs_now == self.last_lr and self.zero_since is None and self.was_positive
                 and self.lr_opt is not None and self.lr_opt() is opt):
             self.lr_steps += 1  # the common step: the lr did not change (last_lr holds no None)
@@ -261,6 +263,7 @@ class ScheduleWatch:
     def end_findings(self) -> list[Finding]:
         out = self.scheduler_findings() + self.unstepped.findings()
         out += self.drift.findings(self.opt_steps)
+        out += self._horizons()
         ramps = self.ramps.finding()
         if ramps is not None:
             out.append(ramps)
@@ -277,6 +280,25 @@ class ScheduleWatch:
                                    evidence={"lr_first": num(max(first)), "lr_last": num(max(last)),
                                              "initial_lr": num(base), "optimizer_steps": self.lr_steps,
                                              "lr_ever_decreased": False}))
+        return out
+
+
+    def _horizons(self) -> list[Finding]:
+        """Schedulers stepped per optimizer update whose horizon counts micro-batches (`_horizon`)."""
+        out: list[Finding] = []
+        all_steps = sum(self.opt_steps.values())
+
+        for sid, t in list(self.drift.tracks.items()):
+            if t.reported or t.opt_id not in self.opt_steps:
+                continue
+            made = self.unstepped.made.get(sid)
+            frame = made.frame if made is not None and made.kind == t.kind else t.frame
+            lr_end = max((v for v in t.fresh if v is not None), default=None)
+            f = horizon_times_accumulation(t.schedule, t.kind, t.calls, self.opt_steps[t.opt_id], self.backwards,
+                                           all_steps, t.peak, lr_end, frame)
+            if f is not None:
+                t.reported = True
+                out.append(f)
         return out
 
 

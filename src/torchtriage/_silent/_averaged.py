@@ -12,6 +12,11 @@ combination taken toward the parameter (as it was before or after that step):
 * `silent.ema_diverges`: the copy moves, and on every update measured it moves away from the
   parameter (a < 0, e.g. `s + (1 - d)(s - p)`, a flipped sign) while its distance to the
   parameter grows; the harm is that distance, measured at the first and the last reading.
+* `silent.ema_not_averaging`: the copy takes at least HALF_WAY of the way to the parameter at
+  every update measured after the first `_cadence.FULL` steps (an EMA's warm-up, where
+  `min(decay, (1 + k) / (10 + k))` still moves it fast, is over), moving at every reading of
+  consecutive steps and never a whole copy: it averages over about two steps, it is the live
+  weights (an EMA whose decay attribute is overwritten by the per-step weight).
 * `silent.ema_buffers_stale`: the copy is a module whose parameters are being averaged, but
   whose floating buffers (BatchNorm running statistics) never left their initial values while
   the source's moved, and the copy was run in eval mode so: it normalises with statistics no
@@ -50,6 +55,10 @@ MAX_ITEMS = 4096  # items taken from one container
 FIRST_READINGS = 6  # consecutive steps read at the start
 MIN_UPDATES = 3  # updates measured before a verdict
 MIN_GROWTH = 2.0  # a diverging copy's distance to the parameters grows at least this much
+HALF_WAY = 0.4  # an update taking the copy this share of the way to the parameter: horizon <= 2.5 steps
+FAST = 0.2  # ... and none less than this share (horizon <= 5 steps)
+HARD_COPY = 0.99  # a copy taken whole (a target network's hard update), on purpose
+MIN_LATE = 2  # updates measured after the first FULL steps (an EMA's warm-up) before that verdict
 
 
 @dataclass
@@ -60,6 +69,10 @@ class Pair:
     holder: str  # the copy's name: the path it was reached by (`ema.shadow_params[0]`, `ema.1.weight`)
     coeffs: list[float] = field(default_factory=list)  # a of each update that moved the copy
     dists: list[float] = field(default_factory=list)  # ||s - p|| at each reading
+    at: list[int] = field(default_factory=list)  # the step of each update measured
+    lows: list[float] = field(default_factory=list)  # the smaller of the two readings of a (before / after)
+    norms: list[float] = field(default_factory=list)  # ||p|| at each reading
+    still: int = 0  # readings of consecutive steps at which the copy did not move
     frame: UserFrame | None = None  # the update's line
 
 
@@ -257,19 +270,24 @@ class AveragedCopies:
                 seg = torch.repeat_interleave(torch.arange(len(idx), device=dev),
                                               torch.tensor([t.numel() for t, _ in pairs], device=dev))  # type: ignore[union-attr]
                 ds, d_before, d_after = sh - s0, p0 - s0, pa - s0
-                sums = torch.zeros(len(idx), 5, dtype=torch.float64, device=dev)
+                sums = torch.zeros(len(idx), 6, dtype=torch.float64, device=dev)
                 sums.index_add_(0, seg, torch.stack([ds * d_before, d_before * d_before, ds * d_after,
-                                                     d_after * d_after, (sh - pa) ** 2], 1))
+                                                     d_after * d_after, (sh - pa) ** 2, pa * pa], 1))
                 moved = torch.zeros(len(idx), dtype=torch.float64, device=dev)
                 moved.scatter_reduce_(0, seg, ds.abs(), "amax")
                 rows.append((idx, torch.cat([moved[:, None], sums], 1)))
             for idx, stats in rows:
                 for k, row in zip(idx, stats.cpu().tolist()):
-                    moved_by, n1, q1, n2, q2, dist2 = row
+                    moved_by, n1, q1, n2, q2, dist2, norm2 = row
+                    pair = self.pairs[k]
                     if moved_by > 0 and (q1 > 0 or q2 > 0):
-                        pair = self.pairs[k]
                         pair.coeffs.append(max(n1 / q1 if q1 > 0 else -1e30, n2 / q2 if q2 > 0 else -1e30))
                         pair.dists.append(dist2 ** 0.5)
+                        pair.norms.append(norm2 ** 0.5)
+                        pair.at.append(step)
+                        pair.lows.append(min(n1 / q1 if q1 > 0 else 1e30, n2 / q2 if q2 > 0 else 1e30))
+                    else:
+                        pair.still += 1
             self.previous = (step, now)
         if self.mode is None and any(p.frame is None for p in self.pairs):
             pointers: dict[int, list[Pair]] = {}
@@ -327,6 +345,19 @@ class AveragedCopies:
         for p in self.pairs:
             if len(p.coeffs) >= MIN_UPDATES and max(p.coeffs) < 0 and p.dists[0] > 0 \
                     and p.dists[-1] >= MIN_GROWTH * p.dists[0]:
+                out.append(p)
+        return out
+
+    def not_averaging(self) -> list[Pair]:
+        """Copies that, on the pairs of consecutive steps measured after the first FULL, moved at
+        least HALF_WAY of the way to their parameter (the median; FAST at least), moved at every
+        such reading and were no hard copy: an average over about
+        two steps, the live weights (`self.decay = 1 - decay` stored back each step)"""
+        out = []
+        for p in self.pairs:
+            late = [c for c, s in zip(p.lows, p.at) if s > _cadence.FULL]
+            if (len(late) >= MIN_LATE and p.still == 0 and sorted(late)[len(late) // 2] >= HALF_WAY
+                    and min(late) >= FAST and max(late) < HARD_COPY):
                 out.append(p)
         return out
 

@@ -599,6 +599,25 @@ class SilentChecker(Checker):
                               module=worst.holder, holder=worst.holder, param=worst.name, coeff=f"{coeff:.3g}",
                               first=fmt(worst.dists[0]), last=fmt(worst.dists[-1]),
                               updates=len(worst.coeffs)))
+        fast = self.averaged.not_averaging()
+        if fast and not diverging and len(fast) * 2 >= len(updated):
+            worst = max(fast, key=lambda p: p.dists[-1] / max(p.norms[-1], 1e-30))
+            late = [c for c, s in zip(worst.lows, worst.at) if s > _cadence.FULL]
+            coeff = sorted(late)[len(late) // 2]
+            rel = worst.dists[-1] / worst.norms[-1] if worst.norms[-1] > 0 else 0.0
+            ev = {"copies_updated": len(updated), "copies_not_averaging": len(fast),
+                  "update_coefficient_median": round(coeff, 6), "update_coefficient_min": round(min(late), 6),
+                  "effective_decay": round(1 - coeff, 6), "updates_measured_after_warmup": len(late),
+                  "first_step_measured": next(s for s in worst.at if s > _cadence.FULL),
+                  "parameter": worst.name, "copy": worst.holder,
+                  "relative_distance_to_parameter": fmt(rel),
+                  "harm": f"the averaged copy {worst.holder} is within {rel:.2%} of the live weights: it averages "
+                          f"over ~{1 / coeff:.1f} steps"}
+            self._add(finding("ema_not_averaging", severity=Severity.WARNING, stage=Stage.OPTIMIZER,
+                              frame=worst.frame, parameter=f"{worst.name} (shadow)", evidence=ev,
+                              module=worst.holder, holder=worst.holder, param=worst.name, coeff=f"{coeff:.3g}",
+                              decay=f"{1 - coeff:.3g}", horizon=f"{1 / coeff:.1f}", rel=f"{rel:.2%}",
+                              updates=len(late), first=ev["first_step_measured"]))
         by_update: dict[Any, list[dict[str, Any]]] = {}  # one finding per update line: a copy's norm layers
         for st in self.averaged.stale:
             fr = st["pair"].frame
