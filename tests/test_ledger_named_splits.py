@@ -228,3 +228,56 @@ def test_full_graph_losses_that_keep_the_test_nodes_out_are_quiet(tmp_path):
                  "    y = data.y.clone(); y[data.test_mask] = -100\n    loss = F.cross_entropy(out, y)"):
         report, _ = _run(tmp_path, FULL_GRAPH % body)
         assert _held(report) == [], body
+
+
+# ------------------------------------------- a split redrawn by hand, rows fed one at a time
+
+RESPLIT = """
+import numpy as np, torch, torch.nn as nn
+
+rng = np.random.default_rng(0)
+data = np.concatenate([c + 0.3 * rng.standard_normal((50, 4)) for c in ([5, 3, 1, 0], [6, 3, 4, 1], [7, 3, 6, 2])])
+target = np.repeat(np.arange(3), 50)
+
+def split(seed):
+    idx = np.random.default_rng(seed).permutation(len(data))
+    te, tr = idx[:60], idx[60:]
+    return torch.FloatTensor(data[tr]), torch.LongTensor(target[tr]), torch.FloatTensor(data[te]), torch.LongTensor(target[te])
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+%s
+score = 0
+for x, y in zip(test_data, test_label):  # HERE
+    score += int(model(x).detach().argmax() == y)   # gradients on, train() mode: nothing steps
+print(score)
+"""
+EACH_EPOCH = """for epoch in range(6):
+    train_data, train_label, _, _ = split(epoch)      # a new split every epoch
+    for x, y in zip(train_data, train_label):
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+_, _, test_data, test_label = split(99)"""
+ONCE = """train_data, train_label, test_data, test_label = split(0)
+for epoch in range(6):
+    for x, y in zip(train_data, train_label):
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()"""
+
+
+def test_test_rows_fed_one_at_a_time_after_a_split_redrawn_each_epoch(tmp_path):
+    source = RESPLIT % EACH_EPOCH
+    report, _ = _run(tmp_path, source)
+    [f] = _overlaps(report)
+    assert (f.severity.value, f.line, f.evidence["matched"]) == ("error", _line(source), "content")
+    assert f.evidence["evaluation_samples"] == 60 and f.evidence["count"] >= 55
+
+
+def test_a_split_made_once_with_rows_fed_one_at_a_time_is_quiet(tmp_path):
+    report, _ = _run(tmp_path, RESPLIT % ONCE)
+    assert _overlaps(report) == [] and _held(report) == []
+    # train accuracy measured row by row on the training rows, gradients on: quiet too
+    source = (RESPLIT % ONCE).replace("zip(test_data, test_label)", "zip(train_data, train_label)")
+    report, _ = _run(tmp_path, source)
+    assert _overlaps(report) == []

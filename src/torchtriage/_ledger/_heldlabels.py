@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import re
 import types
 from typing import TYPE_CHECKING, Any
@@ -135,32 +136,54 @@ def _examine(f: types.FrameType, call: Any) -> _Line | None:
 
 
 def _held_loop(f: types.FrameType | None, target: torch.Tensor) -> tuple[UserFrame, str] | None:
-    """The innermost `for` over held-out data around the loss, in the user's innermost frames,
-    whose loop variables hold the loss's target."""
+    """The loop over held-out data around the loss (`data_loop`) whose loop variables hold the
+    loss's target."""
+    found = data_loop(f)
+    if found is None:
+        return None
+    frame, (line, iterable, names) = found
+    text = iterable.lower()
+    if not _HELD.search(text) or any(w in text for w in _ADAPT):
+        return None
+    scope = released_locals(frame)
+    for n in names:
+        if "support" not in n.lower() and _holds(scope.get(n), target):
+            return user_frame_of_line(frame.f_code.co_filename, line, frame.f_code.co_name), iterable
+    return None
+
+
+def held_loop_frame(f: types.FrameType | None) -> UserFrame | None:
+    """The line of the loop over held-out data (its iterable named held-out, `_ADAPT` aside) that
+    runs the current call, or None."""
+    found = data_loop(f)
+    if found is None:
+        return None
+    frame, (line, iterable, _) = found
+    text = iterable.lower()
+    if not _HELD.search(text) or any(w in text for w in _ADAPT):
+        return None
+    return user_frame_of_line(frame.f_code.co_filename, line, frame.f_code.co_name)
+
+
+def data_loop(f: types.FrameType | None) -> tuple[types.FrameType, tuple[int, str, tuple[str, ...]]] | None:
+    """The innermost loop over data (not a `range` counter) around the current line, in the
+    user's `FRAMES` innermost frames: its frame, first line, iterable's source and bound names."""
     depth = 0
     while f is not None and depth < FRAMES:
         if in_user_file(f):
             depth += 1
-            loop = _enclosing_loop(f.f_code.co_filename, f.f_lineno, f.f_code.co_firstlineno)
-            if loop is not None:
-                line, iterable, names = loop
-                text = iterable.lower()
-                if _HELD.search(text) and not any(w in text for w in _ADAPT):
-                    scope = released_locals(f)
-                    for n in names:
-                        if "support" not in n.lower() and _holds(scope.get(n), target):
-                            return user_frame_of_line(f.f_code.co_filename, line, f.f_code.co_name), iterable
+            for loop in _enclosing(f.f_code.co_filename, f.f_lineno, f.f_code.co_firstlineno):
+                if not loop[1].startswith("range("):
+                    return f, loop
         f = f.f_back
     return None
 
 
-def _enclosing_loop(file: str, line: int, first: int) -> tuple[int, str, tuple[str, ...]] | None:
-    loops = _loops(file)
-    inside = [lp for lp in loops if lp[0] <= line <= lp[1] and lp[0] >= first]
-    if not inside:
-        return None
-    start, _, iterable, names = max(inside, key=lambda lp: lp[0])
-    return start, iterable, names
+@functools.lru_cache(maxsize=1024)
+def _enclosing(file: str, line: int, first: int) -> tuple[tuple[int, str, tuple[str, ...]], ...]:
+    """The loops of a function (from its first line) around `line`, innermost first."""
+    inside = [lp for lp in _loops(file) if lp[0] <= line <= lp[1] and lp[0] >= first]
+    return tuple((start, iterable, names) for start, _, iterable, names in sorted(inside, reverse=True))
 
 
 _LOOPS: dict[str, tuple[tuple[int, int, str, tuple[str, ...]], ...]] = {}
