@@ -242,7 +242,8 @@ target = np.repeat(np.arange(3), 50)
 def split(seed):
     idx = np.random.default_rng(seed).permutation(len(data))
     te, tr = idx[:60], idx[60:]
-    return torch.FloatTensor(data[tr]), torch.LongTensor(target[tr]), torch.FloatTensor(data[te]), torch.LongTensor(target[te])
+    return (torch.FloatTensor(data[tr]), torch.LongTensor(target[tr]),
+            torch.FloatTensor(data[te]), torch.LongTensor(target[te]))
 
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
