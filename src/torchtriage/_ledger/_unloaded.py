@@ -4,17 +4,17 @@ loader's.
 A held-out dataset is often scored by hand (``metric(model, test_dataset.samples)``), so the
 ledger never sees its samples go by. Where a DataLoader is made, the user's frame is read once
 for `Dataset` objects whose variable names them held out as a word of their own
-(`test_dataset`, `val_ds`; not `train_val_ds`) besides the loader's own. At the end, those that
-no loader iterated are read (at most `MAX_SAMPLES` samples, evenly spaced, through their own
-`__getitem__`, with the random generators saved and restored around the reads) and compared with
-the training loaders' samples as an evaluation loader's would be: by overlapping windows
-(`_windows.py`: samples cut from one series with a sliding window and split after a shuffle).
+(`test_dataset`, `val_ds`; not `train_val_ds`) besides the loader's own, and their samples read
+there (at most `MAX_SAMPLES`, evenly spaced, from the array of windows they hold in memory; never
+through `__getitem__`, which may open files or draw random numbers), digested per slice. At the
+end, those that no loader iterated are compared with the training loaders' samples as an
+evaluation loader's would be: by overlapping windows (`_windows.py`: samples cut from one series
+with a sliding window and split after a shuffle).
 """
 
 from __future__ import annotations
 
 import ast
-import random
 import re
 import types
 from typing import TYPE_CHECKING, Any
@@ -97,39 +97,33 @@ def _assigned(f: types.FrameType, name: str) -> UserFrame | None:
 
 
 def _read(ds: Any) -> torch.Tensor | None:
-    """Up to `MAX_SAMPLES` samples' float windows of rank 2, stacked; None when the dataset's
-    samples are not such windows (or cannot be read)."""
+    """Up to `MAX_SAMPLES` of the dataset's samples, when it holds them in memory as one float
+    array of windows `(samples, A, B)` (an attribute, or a `TensorDataset`'s first tensor); None
+    otherwise. The dataset's own `__getitem__` is never called (it may open files, draw random
+    numbers or load images)."""
     try:
         n = len(ds)
     except TypeError:
         return None
     if n < 2:
         return None
-    picks = np.unique(np.linspace(0, n - 1, min(n, MAX_SAMPLES)).astype(np.int64))
-    states = (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
-    rows: list[torch.Tensor] = []
+    found = None
     try:
-        for i in picks.tolist():
-            x = _first(ds[i])  # (the first sample tells: images, rows and token ids stop here)
-            if x is None or (rows and x.shape != rows[0].shape):
-                return None
-            rows.append(x)
-    except Exception:
+        fields = list(vars(ds).values())
+    except TypeError:
         return None
-    finally:
-        random.setstate(states[0])
-        np.random.set_state(states[1])
-        torch.random.set_rng_state(states[2])
-    return torch.stack(rows)
-
-
-def _first(item: Any) -> torch.Tensor | None:
-    if isinstance(item, (tuple, list)) and item:
-        item = item[0]
-    elif isinstance(item, dict) and item:
-        item = next(iter(item.values()))
-    if isinstance(item, np.ndarray) and item.dtype.kind == "f":
-        item = torch.from_numpy(item)
-    if isinstance(item, torch.Tensor) and item.dim() == 2 and item.is_floating_point():
-        return item.detach().float()
-    return None
+    tensors = getattr(ds, "tensors", None)
+    if isinstance(tensors, tuple) and tensors:
+        fields.insert(0, tensors[0])
+    for v in fields:
+        if isinstance(v, (np.ndarray, torch.Tensor)) and v.ndim == 3 and v.shape[0] == n:
+            kind = v.dtype.kind if isinstance(v, np.ndarray) else ("f" if v.is_floating_point() else "")
+            if kind == "f":
+                found = v
+                break
+    if found is None:
+        return None
+    picks = np.unique(np.linspace(0, n - 1, min(n, MAX_SAMPLES)).astype(np.int64))
+    rows = found[picks] if isinstance(found, np.ndarray) else found.detach()[torch.from_numpy(picks)]
+    rows = torch.from_numpy(np.ascontiguousarray(rows)) if isinstance(rows, np.ndarray) else rows
+    return rows.float()
