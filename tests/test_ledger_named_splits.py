@@ -175,8 +175,25 @@ for data in test_graphs:  # HERE
         ("error", _line(source), "test_graphs", 3)
 
 
+TEMPERATURE = """    temperature = torch.nn.Parameter(torch.ones(1))   # calibration: fitted on validation labels
+    t_opt = torch.optim.SGD([temperature], lr=0.01)
+    for xb, yb in test_loader:
+        with torch.no_grad():
+            logits = model(xb)
+        loss = F.cross_entropy(logits / temperature, yb)
+        t_opt.zero_grad(); loss.backward(); t_opt.step()"""
+PHASES = """    loaders = {"train": train_loader, "val": test_loader}
+    for phase in ("train", "val"):
+        model.train(phase == "train")
+        for xb, yb in loaders[phase]:
+            with torch.set_grad_enabled(phase == "train"):
+                loss = F.cross_entropy(model(xb), yb)
+            if phase == "train":
+                optimizer.zero_grad(); loss.backward(); optimizer.step()"""
+
+
 def test_evaluation_loops_that_update_nothing_or_use_no_labels_are_quiet(tmp_path):
-    for body in (NO_GRAD, GRAD_ON_NO_STEP, ENTROPY, PSEUDO):
+    for body in (NO_GRAD, GRAD_ON_NO_STEP, ENTROPY, PSEUDO, TEMPERATURE, PHASES):
         report, _ = _run(tmp_path, EVAL_LOOP % body)
         assert _held(report) == [], body
 

@@ -88,6 +88,7 @@ class DataLedger(Checker):
         if model.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
             self.evalsync.training()
             self.forwards += 1
+        self.heldlabels.on_forward(model)
         last = self.follower.last
         if last is not None:  # the model the latest batch fed (k-fold: one model per fold)
             last.models.add(self.token_of(model))
@@ -108,7 +109,7 @@ class DataLedger(Checker):
         self.heldlabels.on_loss(call)
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
-        self.heldlabels.on_step()
+        self.heldlabels.on_step(optimizer)
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         self.evalsync.training()

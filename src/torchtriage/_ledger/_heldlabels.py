@@ -14,8 +14,9 @@ library loss (`F.*`, an `nn` loss module) computed with gradients on:
   and the loss takes every row (no `reduction="none"` weighting them afterwards, the held-out
   rows' labels not `ignore_index`): the labels the mask holds out are trained on.
 
-The harm is measured: the loss line's calls whose graph a backward reached (`_reach`) and that an
-optimizer step followed. Examined on a line's first `EXAMINED` calls (an `ast` read and, for a
+The harm is measured: the loss line's calls whose graph a backward reached (`_reach`) and that a
+step of an optimizer holding the forward's model's parameters followed (a temperature fitted on
+validation labels trains no model). Examined on a line's first `EXAMINED` calls (an `ast` read and, for a
 mask, one host read of its counts); afterwards a flagged line costs one hook per call.
 Quiet: the same loop without backward (an evaluation with gradients on), losses without the
 batch's labels (entropy minimization at test time, pseudo-labels), the support set of a few-shot
@@ -29,6 +30,7 @@ import dataclasses
 import functools
 import re
 import types
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -63,6 +65,7 @@ class _Line:
     reached: int = 0
     stepped: int = 0  # optimizer steps after a reached call
     pending: bool = False
+    model: Any = None  # (weakly) the model whose forward the loss followed
 
 
 class HeldLabels:
@@ -71,6 +74,12 @@ class HeldLabels:
         self.lines: dict[tuple[str, int], _Line] = {}
         self.examined: dict[tuple[str, int], int] = {}
         self.active = True
+        self.model: Any = None  # (weakly) the latest root model called
+        self.holds: dict[tuple[int, int], bool] = {}  # (optimizer, model) ids -> steps its parameters
+
+    def on_forward(self, model: torch.nn.Module) -> None:
+        if self.model is None or self.model() is not model:
+            self.model = weakref.ref(model)
 
     def on_loss(self, call: Any) -> None:
         target, out = call.target, call.output
@@ -91,6 +100,7 @@ class HeldLabels:
             line = _examine(f, call)
             if line is None:
                 return
+            line.model = self.model
             self.lines[key] = line
         line.calls += 1
         line.rows = max(line.rows, int(target.shape[0]))
@@ -102,11 +112,24 @@ class HeldLabels:
 
         when_reached(out, arrived)
 
-    def on_step(self) -> None:
+    def on_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer steps: a pending line's loss trained its model when the optimizer holds
+        that model's parameters (a temperature fitted on validation labels trains no model)."""
         for line in self.lines.values():
             if line.pending:
                 line.pending = False
-                line.stepped += 1
+                if self._steps(optimizer, line.model() if line.model is not None else None):
+                    line.stepped += 1
+
+    def _steps(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module | None) -> bool:
+        if model is None:
+            return True  # (the model is gone: the step is counted)
+        key = (id(optimizer), id(model))
+        got = self.holds.get(key)
+        if got is None:
+            mine = {id(p) for p in model.parameters()}
+            got = self.holds[key] = any(id(p) in mine for g in optimizer.param_groups for p in g["params"])
+        return got
 
     def end(self) -> list[Any]:
         self.active = False
