@@ -120,3 +120,56 @@ def test_independent_sequences_of_a_small_alphabet_are_quiet(tmp_path):
     # unrelated places as between validation and training, so no overlap is claimed.
     report, _ = _run(tmp_path, IID_SEQUENCES)
     assert _overlaps(report) == []
+
+
+UNLOADED = """
+import numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+class Windows(Dataset):
+    def __init__(self, period, window=12):
+        rng = np.random.default_rng(0)
+        series = np.cumsum(rng.normal(size=(900, 4)), axis=0).astype(np.float32)
+        x = np.stack([series[i:i + window] for i in range(len(series) - window + 1)])
+        ids = %s
+        cut = int(0.9 * len(x))
+        self.samples = x[ids[:cut]] if period == "train" else x[ids[cut:]]
+    def __len__(self):
+        return len(self.samples)
+    def __getitem__(self, i):
+        return torch.from_numpy(self.samples[i])
+
+def main():
+    torch.manual_seed(0)
+    train_set = Windows("train")
+    test_set = Windows("test")  # HERE
+    loader = DataLoader(train_set, batch_size=64, shuffle=True)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(48, 32), nn.ReLU(), nn.Linear(32, 48))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for epoch in range(2):
+        for x in loader:
+            loss = F.mse_loss(model(x), x.flatten(1))
+            opt.zero_grad(); loss.backward(); opt.step()
+    with torch.no_grad():   # scored by hand on the dataset's array, not through a loader
+        x = torch.from_numpy(test_set.samples)
+        print(F.mse_loss(model(x), x.flatten(1)).item())
+
+main()
+"""
+
+
+def test_a_held_out_dataset_scored_by_hand_shares_windows_with_training(tmp_path):
+    source = UNLOADED % "np.random.default_rng(1).permutation(len(x))"
+    report, _ = _run(tmp_path, source)
+    [f] = _overlaps(report)
+    assert (f.severity.value, f.line, f.evidence["matched"], f.evidence["axis"]) == \
+        ("error", _line(source), "overlapping windows", 1)
+    assert (f.evidence["evaluation_loader"], f.evidence["training_loader"]) == ("test_set", "loader")
+    assert f.evidence["evaluation_samples"] == 89 and f.evidence["count"] >= 85
+    assert f.evidence["iterated_by_a_loader"] is False
+    assert "of held-out dataset 'test_set'" in f.message and "which no DataLoader iterates" in f.message
+
+
+def test_a_held_out_dataset_split_in_time_is_quiet(tmp_path):
+    report, _ = _run(tmp_path, UNLOADED % "np.arange(len(x))")
+    assert _overlaps(report) == []

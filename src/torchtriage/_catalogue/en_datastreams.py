@@ -5,6 +5,7 @@ MESSAGES = {
     "ledger.stream_split.cause": "the evaluation tokens overlap the training tokens: the validation stretch of the token array (or its documents) is also inside the training shards or slices",
     "ledger.stream_split.next": "cut the token array (or its list of documents) once into disjoint ranges, build the training shards only from the training range, and evaluate only on the held-out range",
     "ledger.window_split.message": "{count} of {n} samples ({share}) that loader {eval} ({eval_where}) only evaluates on share most of their steps along axis {axis} with samples trained on through loader {train} ({train_where}): overlapping windows of one series, split after windowing (e.g. sample {example})",
+    "ledger.window_unloaded.message": "{count} of {n} samples ({share}) of held-out dataset {eval} ({eval_where}), which no DataLoader iterates, share most of their steps along axis {axis} with samples trained on through loader {train} ({train_where}): overlapping windows of one series, split after windowing (e.g. sample {example})",
     "ledger.window_split.cause": "the samples are windows cut from one series with a stride shorter than the window and split at random: each evaluation window's steps are inside its training neighbours, so the evaluation measures interpolation of data already trained on",
     "ledger.window_split.next": "split the series first (by time, or by whole days / sequences), then cut windows inside each part; leave a gap of one window between the parts",
 }

@@ -5,6 +5,7 @@ MESSAGES = {
     "ledger.stream_split.cause": "评估词元与训练词元重叠：词元数组中的验证区段（或其文档）也在训练分片或切片之中",
     "ledger.stream_split.next": "把词元数组（或文档列表）一次切成互不相交的区间，只用训练区间构建训练分片，并只在留出的区间上评估",
     "ledger.window_split.message": "加载器 {eval}（{eval_where}）只用于评估的 {n} 个样本中有 {count} 个（{share}）沿轴 {axis} 的大部分步与经加载器 {train}（{train_where}）训练过的样本相同：同一序列的重叠窗口在切窗之后才划分（例如样本 {example}）",
+    "ledger.window_unloaded.message": "没有任何 DataLoader 遍历的留出数据集 {eval}（{eval_where}）的 {n} 个样本中有 {count} 个（{share}）沿轴 {axis} 的大部分步与经加载器 {train}（{train_where}）训练过的样本相同：同一序列的重叠窗口在切窗之后才划分（例如样本 {example}）",
     "ledger.window_split.cause": "样本是以小于窗口长度的步长从同一序列切出的窗口并被随机划分：每个评估窗口的各步都在其训练邻居之中，评估衡量的只是对已训练数据的插值",
     "ledger.window_split.next": "先划分序列（按时间，或按整天 / 整条序列），再在每一部分内切窗；在各部分之间留出一个窗口长度的间隔",
 }

@@ -29,6 +29,7 @@ from ._evalsync import EvalSync
 from ._follow import Follower
 from ._handfed import HandFed
 from ._handfed import judge as judge_handfed
+from ._heldlabels import HeldLabels
 from ._passes import conclude as passes_verdicts
 from ._passes import exchange as exchange_passes
 from ._passes import note as note_pass
@@ -72,6 +73,7 @@ class DataLedger(Checker):
         stream(session).listen("ledger.repeatable", self.repeatable)
         self.denominators = Denominators(self)  # a mean's denominator against the pass's counts
         self.unbackwarded = Unbackwarded(self)  # training forwards whose graph never reaches a backward
+        self.heldlabels = HeldLabels(self)  # held-out labels in a loss that is trained on
         stream(session).listen("ledger.denominator", self.denominators)
 
     def counters(self) -> tuple[int, int]:
@@ -86,6 +88,7 @@ class DataLedger(Checker):
         if model.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
             self.evalsync.training()
             self.forwards += 1
+        self.heldlabels.on_forward(model)
         last = self.follower.last
         if last is not None:  # the model the latest batch fed (k-fold: one model per fold)
             last.models.add(self.token_of(model))
@@ -103,6 +106,10 @@ class DataLedger(Checker):
 
     def on_loss(self, call: LossCall) -> None:
         self.unbackwarded.on_loss(call)
+        self.heldlabels.on_loss(call)
+
+    def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
+        self.heldlabels.on_step(optimizer)
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         self.evalsync.training()
@@ -185,6 +192,8 @@ class DataLedger(Checker):
                 for f in judge_repeatable(self, self.repeatable):
                     self.session.add(f)
             for f in self.denominators.end():
+                self.session.add(f)
+            for f in self.heldlabels.end():
                 self.session.add(f)
             if not any(f.code == "data.coverage_lost" for f in self.session.findings):
                 for f in self.unbackwarded.end():  # (the loader's coverage already said it)

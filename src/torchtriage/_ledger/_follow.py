@@ -31,6 +31,7 @@ from ._epochs import MAX_KEYS, Epoch, Loader
 from ._groups import columns, from_batch, from_indices
 from ._lines import assigned_name, loop_name
 from ._passes import dataset_size, promised
+from ._unloaded import Unloaded
 from ._windows import slice_keys
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class Follower:
         # its last batch after the sampler ran out; the window ends at another loader's batch.
         self.tails: list[tuple[Loader, Epoch]] = []
         self.last: Loader | None = None  # the loader that yielded the latest batch (the next forward's)
+        self.unloaded = Unloaded(self)
 
     def install(self) -> None:
         stream(self.session).listen("ledger.loader", self)
@@ -82,6 +84,7 @@ class Follower:
         frame = user_frame_from_stack(2)
         if frame is not None:
             self.made[loader] = frame
+            self.unloaded.on_made(loader)  # held-out datasets beside it, which no loader may iterate
 
     def on_reset(self, it: Any, loader: Any) -> None:
         old = self.passes.pop(it, None)

@@ -21,6 +21,12 @@ is at least 8 rows and at least `SPLIT_SHARE` of the evaluation rows and three t
 which rows repeat inside one forward (natural duplicates, draws with replacement); an error.
 A forward whose calling lines name training data (``train_acc = evaluate(model, X_train)``)
 measures the training set on purpose and is left out.
+
+A forward with gradients in `train()` mode inside a loop over data named held-out
+(`_heldlabels.held_loop_frame`: ``for x, y in zip(test_data, test_label):``) is an evaluation
+too, and the loop names its rows an evaluation set (no second pass needed; single rows count).
+Unbatched samples (a 1-D float input) are rows of their own inside a loop over data (not a
+`range` counter: an agent's states are not kept).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from .._leakage._runtime._fingerprint import dense_keys
 from .._loaderstream import stream
 from .._loaderstream import tensors as batch_tensors
 from ._epochs import MAX_KEYS, Loader
+from ._heldlabels import data_loop, held_loop_frame
 from ._streams import K as window_tokens
 from ._streams import host_rows as _host
 from ._streams import judge as judge_streams
@@ -72,6 +79,7 @@ class Side:
         self.kept = 0
         self.shape: tuple[int, ...] | None = None
         self.frame: Any = None
+        self.named = False  # rows of forwards inside a loop over data named held-out (an evaluation set)
 
 
 class HandFed:
@@ -102,6 +110,9 @@ class HandFed:
         windows = x is not None
         if x is None:
             x = next((t for t in inputs if t.dim() >= 2 and t.shape[0] > 0 and not t.is_complex()), None)
+        single = x is None
+        if single:  # one sample, unbatched (a loop over single rows): a row of its own
+            x = next((t[None] for t in inputs if t.dim() == 1 and t.is_floating_point() and t.shape[0] > 0), None)
         if x is None or self.kept >= 2 * MAX_KEYS or _ptr(x)[0] in self.fed:
             return
         training = torch.is_grad_enabled() and not torch.is_inference_mode_enabled() and model.training
@@ -112,13 +123,27 @@ class HandFed:
         if seen is not None and seen[0]() is x and seen[1] == ident:
             seen[2].repeats[seen[3]] += 1  # the same tensor again (a validation tensor each epoch)
             return
+        held_loop = None
+        if training and not windows:
+            # A forward with gradients inside a loop over held-out data (`for x, y in zip(X_test,
+            # y_test):`) that nothing backpropagates is an evaluation; one that trains stays apart
+            # from the training rows here (`_heldlabels.py` reports it).
+            where = user_stack_frame(1)
+            held_loop = held_loop_frame(where)
+            training = held_loop is None
+            if single and training and data_loop(where) is None:
+                return  # single rows outside a loop over data (an agent's states): not kept
         token = self.ledger.token_of(model)
         side = self.sides.get((token, training, windows))
         if side is None:
             side = self.sides[(token, training, windows)] = Side()
         if side.kept >= MAX_KEYS:
             return
-        if side.frame is None or not training:
+        if held_loop is not None:
+            side.named = True
+            if side.frame is None:
+                side.frame = held_loop
+        elif side.frame is None or not training:
             frames = _user_frames(3 if not training else 1, names=not training)
             if not training:
                 text = " ".join(src for _, src in frames).lower()
@@ -225,7 +250,7 @@ def _judge_model(ev: Side, tr: Side | None, token: int, loaders: list[Loader]) -
     if count < MIN_OVERLAP or (count == n == tu.size):
         return None
     chance = min(1.0, collisions(kept) * tu.size)  # a new sample's row equal to a training row by chance
-    if not repeated or count < max(SPLIT_SHARE, 3 * rate, 3 * chance) * n:
+    if not (repeated or ev.named) or count < max(SPLIT_SHARE, 3 * rate, 3 * chance) * n:
         return None
     e = Loader("evaluation forwards", ev.frame, None, 0, 0, "", False)
     t = trainers[0] if trainers and not own else Loader("training forwards", tr.frame if tr else None, None, 0, 0,

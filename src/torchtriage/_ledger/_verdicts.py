@@ -12,7 +12,9 @@
 * splits: samples a loader only evaluated on (no batch of it ever reached a backward) that a
   training loader trained on, by index into the same root dataset or by content digest: an
   error. An evaluation loader over exactly the training samples (train accuracy), or named
-  after the training data, measures the training set on purpose: not reported.
+  after the training data, measures the training set on purpose: not reported, unless the
+  user's name makes it a validation or test loader over a dataset object of its own (a "val"
+  dataset built from the training data: ``constructor(train=True)`` twice), an error.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def conclude(ledger: DataLedger) -> None:
                 session.add(f)
     already = any(f.code == "data.heldout_trained" for f in session.findings)
     if not already:
-        for f in splits(ledger.loaders):
+        for f in splits(ledger.loaders, ledger.follower):
             session.add(f)
     from ._groups import verdicts
 
@@ -136,7 +138,7 @@ def role(entry: Loader) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
-def splits(loaders: list[Loader]) -> list[Any]:
+def splits(loaders: list[Loader], follower: Any = None) -> list[Any]:
     train = [e for e in loaders if e.trains]
     held = [e for e in loaders if not e.trains and e.summaries and any(s["samples"] for s in e.summaries)]
     out: list[Any] = []
@@ -153,7 +155,21 @@ def splits(loaders: list[Loader]) -> list[Any]:
                 out.append(f)
                 break
     out += _eval_pairs(held)
+    if not out and follower is not None:
+        out += _unloaded(follower, train)
     return out
+
+
+def _unloaded(follower: Any, train: list[Loader]) -> list[Any]:
+    """Held-out datasets no loader iterated (scored by hand), against the training loaders."""
+    if not any(t.slices for t in train):
+        return []
+    for e in follower.unloaded.candidates():
+        for t in train:
+            f = _by_windows(e, t, "window_unloaded")
+            if f is not None:
+                return [f]
+    return []
 
 
 def _eval_pairs(held: list[Loader]) -> list[Any]:
@@ -187,12 +203,15 @@ def _eval_pairs(held: list[Loader]) -> list[Any]:
     return []
 
 
-def _split_finding(e: Loader, t: Loader, count: int, n: int, example: int, how: str, severity: str) -> Any:
+def _split_finding(e: Loader, t: Loader, count: int, n: int, example: int, how: str, severity: str,
+                   key: str = "split") -> Any:
     fields = {"eval": _label(e), "eval_where": e.where(), "train": _label(t), "train_where": t.where(),
               "count": count, "n": n, "share": f"{100 * count / max(n, 1):.1f}%", "example": example, "how": how}
     evidence = {"evaluation_loader": e.name, "evaluation_at": e.where(), "training_loader": t.name,
                 "training_at": t.where(), "count": count, "evaluation_samples": n, "example": example, "matched": how}
-    return finding("split_overlap", "split", severity, e.made or e.frame, fields, evidence)
+    if key != "split":
+        evidence["role"] = role(e)
+    return finding("split_overlap", key, severity, e.made or e.frame, fields, evidence)
 
 
 def _by_index(e: Loader, t: Loader) -> Any:
@@ -212,7 +231,7 @@ def _by_index(e: Loader, t: Loader) -> Any:
     return _split_finding(e, t, count, n, int(np.flatnonzero(both)[0]), "index", "error")
 
 
-def _by_windows(e: Loader, t: Loader) -> Any:
+def _by_windows(e: Loader, t: Loader, key: str = "window_split") -> Any:
     """Samples of disjoint splits that share most of their time steps (`_windows.py`)."""
     if e.root_token and e.root_token == t.root_token:
         if e.whole and t.whole:
@@ -230,7 +249,10 @@ def _by_windows(e: Loader, t: Loader) -> Any:
                 "example": found["example"], "matched": "overlapping windows", "axis": found["axis"],
                 "positions": found["positions"], "slices_shared": found["slices_shared"],
                 "repeat_rate_across_evaluation": found["repeat_rate_across_evaluation"]}
-    return finding("split_overlap", "window_split", "error", e.made or e.frame, fields, evidence)
+    if key != "window_split":
+        evidence["iterated_by_a_loader"] = False
+    return finding("split_overlap", key, "error", e.made or e.frame, fields, evidence,
+                   cause="window_split")
 
 
 def _keys(entry: Loader) -> torch.Tensor | None:
@@ -255,9 +277,14 @@ def _by_content(e: Loader, t: Loader) -> Any:
     count = int(hit.sum())
     if not count:
         return None
-    if eu.numel() == tu.numel() == int(torch.isin(eu, tu).sum()):
-        return None  # the training samples themselves, measured
     n = int(ek.numel())
+    if eu.numel() == tu.numel() == int(torch.isin(eu, tu).sum()):
+        if role(e) is None or count < 2:
+            return None  # the training samples themselves, measured (train accuracy)
+        # A loader named for validation or test over a second dataset object that holds exactly
+        # the training samples: the held-out dataset was built from the training data.
+        return _split_finding(e, t, count, n, int(torch.nonzero(hit)[0, 0]), "content", "error",
+                              key="split_same")
     # Rows that repeat inside the training loader repeat across splits as often by chance: the
     # share must stand well above the training rows' own repeat rate.
     repeats = 1.0 - tu.numel() / max(tk.numel(), 1)
