@@ -193,3 +193,48 @@ def test_a_natural_like_text_with_the_validation_slice_inside_the_training_one(t
 def test_a_natural_like_text_split_into_disjoint_slices_is_quiet(tmp_path):
     report, _ = _run(tmp_path, ZIPF % "n")
     assert [f for f in report.findings if f.code == "data.split_overlap"] == []
+
+
+SEQ2SEQ_WITH_LENGTHS = """
+import numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+
+class Seq2Seq(nn.Module):
+    def __init__(self, vocab=30, d=16):
+        super().__init__()
+        self.emb, self.rnn, self.head = nn.Embedding(vocab, d), nn.GRU(d, d, batch_first=True), nn.Linear(d, vocab)
+    def forward(self, src, lengths):
+        packed = nn.utils.rnn.pack_padded_sequence(self.emb(src), lengths, batch_first=True)
+        _, h = self.rnn(packed)
+        return self.head(h[-1])
+
+def make_batches(n, seed):
+    rng = np.random.RandomState(seed)
+    out = []
+    for _ in range(n):
+        lengths = np.sort(rng.randint(3, 9, 32))[::-1].copy()   # one length per sentence, sorted
+        src = np.zeros((32, lengths[0]), dtype=np.int64)
+        for i, k in enumerate(lengths):
+            src[i, :k] = rng.randint(4, 30, k)
+        out.append((torch.tensor(src), torch.tensor(lengths), torch.tensor(src[:, 0])))
+    return out
+
+torch.manual_seed(0)
+train, valid = make_batches(40, 0), make_batches(6, 1)
+model = Seq2Seq()
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+for epoch in range(4):
+    model.train()
+    for src, lengths, y in train:
+        loss = F.cross_entropy(model(src, lengths), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+    model.eval()
+    with torch.no_grad():
+        valid_loss = sum(F.cross_entropy(model(src, lengths), y).item() for src, lengths, y in valid)
+"""
+
+
+def test_a_vector_of_sentence_lengths_is_no_token_stream(tmp_path):
+    # `lengths` is 1-D, of integers, 32 long: one value per sentence of the batch (values 3..8,
+    # sorted), whose 16-value windows recur in every batch; no text was evaluated twice.
+    report, _ = _run(tmp_path, SEQ2SEQ_WITH_LENGTHS)
+    assert [f for f in report.findings if f.code == "data.split_overlap"] == []

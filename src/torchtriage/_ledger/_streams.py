@@ -42,9 +42,15 @@ CHANCE_WINDOWS = 1 << 15  # evaluated windows compared across sequences for the 
 
 
 def stream_input(inputs: list[torch.Tensor]) -> torch.Tensor | None:
-    """The first input of token ids that is a stream: integers, 1-D or 2-D, `2 * K` tokens a row."""
+    """The first input of token ids that is a stream: integers, 1-D or 2-D, `2 * K` tokens a row.
+
+    A 1-D input as long as the batch of another input (two or more dimensions) holds one value
+    per sample (the sequences' lengths, labels, ids): no text."""
+    batches = {int(t.shape[0]) for t in inputs if t.dim() >= 2}
     for t in inputs:
         if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool or t.dim() not in (1, 2):
+            continue
+        if t.dim() == 1 and int(t.shape[0]) in batches:
             continue
         if t.shape[-1] >= 2 * K and t.numel() > 0:
             return t
