@@ -16,9 +16,10 @@ loader reads the dataset a training loader reads (a split carved out of it, with
 a deterministic evaluation changes none; an evaluation dataset of its own that draws at random
 (pairs, sampling by design) is an info, and so is one whose changed samples hold the same values,
 only moved (a random flip, a rotation by quarter turns: each sample's sum, sum of squares and sum
-of cubes, `moments`, agree), which measures the same data in every pass, seen from a symmetry. A loader that evaluates only samples a training loader
-trained on (train accuracy) is left alone, and so is one drawn by a sampler or batch sampler of
-the user's (an episode sampler's index names a class whose samples are drawn at random on purpose).
+of cubes, `moments`, agree), which measures the same data in every pass, seen from a symmetry.
+A loader that evaluates only samples a training loader trained on (train accuracy) is left alone,
+and so is one drawn by a sampler or batch sampler of the user's (an episode sampler's index names
+a class whose samples are drawn at random on purpose).
 The line is where the loader was made.
 """
 
