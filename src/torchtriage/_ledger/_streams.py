@@ -92,14 +92,14 @@ def cross_chance(chunks: list[np.ndarray], padded: list[np.ndarray] | None = Non
     rows: list[np.ndarray] = []
     docs: list[bool] = []
     total = 0
-    for c, p in zip(chunks, pads):
+    for c, flags in zip(chunks, pads):
         if c.ndim != 2 or c.shape[1] < 2:
             continue
         for r in range(c.shape[0]):
             if len(rows) >= 2 and total >= CHANCE_WINDOWS:
                 break
             rows.append(c[r])
-            docs.append(bool(p[r]) if p.size == c.shape[0] else False)
+            docs.append(bool(flags[r]) if flags.size == c.shape[0] else False)
             total += c.shape[1]
     if len(rows) < 2:
         return 0.0
