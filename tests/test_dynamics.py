@@ -588,3 +588,19 @@ def test_harm_gate_measures_from_the_findings_step_even_past_its_window():
             gate.hold(flat)
     (verdict,) = gate.release()
     assert verdict.severity is Severity.WARNING and verdict.evidence["run_kept_learning"] is False
+
+
+def test_a_loss_of_both_signs_rising_from_near_0_is_measured_from_its_size():
+    from torchtriage._dynamics._trends import Growth
+
+    # PPO's loss (the clipped surrogate, negative, plus the value loss): around +-0.02, one
+    # rollout's losses 0.0018 -> 0.015, then a new rollout's value loss at 0.81 (x41 its size).
+    mixed = [(-0.02, 0.015, -0.03, 0.02, 0.68, -0.01)[i % 6] for i in range(60)]
+    series = mixed + [0.0018, 0.0032, 0.0044, 0.0129, 0.0141, 0.0152, 0.81]
+    g = Growth()
+    assert [g.add(i, v) for i, v in enumerate(series)] == [None] * len(series)
+    # The same loss blowing up: x1000 of its size in 6 steps is still divergence.
+    g = Growth()
+    found = [g.add(i, v) for i, v in enumerate(mixed + [0.0018, 0.01, 0.1, 1.0, 5.0, 20.0, 90.0])]
+    hit = next(r for r in found if r is not None)
+    assert (hit["start"], hit["first"], hit["last"]) == (60, 0.0018, 20.0)

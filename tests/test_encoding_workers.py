@@ -123,3 +123,14 @@ def test_deterministic_evaluation_and_random_token_masking_stay_quiet(tmp_path):
     report = run("clean_eval_deterministic.py", tmp_path, checks=None)
     assert not [f for f in report.findings if f.code == "data.eval_inputs_random"]
     assert alarms(report) == []
+
+
+def test_a_validation_split_flipped_at_random_measures_the_same_values_an_info(tmp_path):
+    """Mirrored or not, each test image holds the same pixel values in every pass: no other views
+    of the data, nothing says the metric is noise (an info, not a warning)."""
+    name = "eval_subset_flipped_only.py"
+    f = one(run(name, tmp_path), "data.eval_inputs_random")
+    assert (f.severity.value, f.line) == ("info", here(name))
+    ev = f.evidence
+    assert ev["dataset_shared_with_training"] is True and ev["samples_with_other_values"] == 0
+    assert ev["samples_changed"] >= 8

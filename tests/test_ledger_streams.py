@@ -193,3 +193,116 @@ def test_a_natural_like_text_with_the_validation_slice_inside_the_training_one(t
 def test_a_natural_like_text_split_into_disjoint_slices_is_quiet(tmp_path):
     report, _ = _run(tmp_path, ZIPF % "n")
     assert [f for f in report.findings if f.code == "data.split_overlap"] == []
+
+
+SEQ2SEQ_WITH_LENGTHS = """
+import numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+
+class Seq2Seq(nn.Module):
+    def __init__(self, vocab=30, d=16):
+        super().__init__()
+        self.emb, self.rnn, self.head = nn.Embedding(vocab, d), nn.GRU(d, d, batch_first=True), nn.Linear(d, vocab)
+    def forward(self, src, lengths):
+        packed = nn.utils.rnn.pack_padded_sequence(self.emb(src), lengths, batch_first=True)
+        _, h = self.rnn(packed)
+        return self.head(h[-1])
+
+def make_batches(n, seed):
+    rng = np.random.RandomState(seed)
+    out = []
+    for _ in range(n):
+        lengths = np.sort(rng.randint(3, 9, 32))[::-1].copy()   # one length per sentence, sorted
+        src = np.zeros((32, lengths[0]), dtype=np.int64)
+        for i, k in enumerate(lengths):
+            src[i, :k] = rng.randint(4, 30, k)
+        out.append((torch.tensor(src), torch.tensor(lengths), torch.tensor(src[:, 0])))
+    return out
+
+torch.manual_seed(0)
+train, valid = make_batches(40, 0), make_batches(6, 1)
+model = Seq2Seq()
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+for epoch in range(4):
+    model.train()
+    for src, lengths, y in train:
+        loss = F.cross_entropy(model(src, lengths), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+    model.eval()
+    with torch.no_grad():
+        valid_loss = sum(F.cross_entropy(model(src, lengths), y).item() for src, lengths, y in valid)
+"""
+
+
+def test_a_vector_of_sentence_lengths_is_no_token_stream(tmp_path):
+    # `lengths` is 1-D, of integers, 32 long: one value per sentence of the batch (values 3..8,
+    # sorted), whose 16-value windows recur in every batch; no text was evaluated twice.
+    report, _ = _run(tmp_path, SEQ2SEQ_WITH_LENGTHS)
+    assert [f for f in report.findings if f.code == "data.split_overlap"] == []
+
+
+PADDED_DOCS = """
+import random, torch, torch.nn as nn, torch.nn.functional as F
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab=48, d=16):
+        super().__init__()
+        self.emb, self.pos, self.head = nn.Embedding(vocab, d), nn.Embedding(64, d), nn.Linear(d, vocab)
+    def forward(self, input_ids, attention_mask=None):
+        h = self.emb(input_ids) + self.pos(torch.arange(input_ids.shape[1]))
+        return self.head(torch.cumsum(h, 1) / torch.arange(1, input_ids.shape[1] + 1)[:, None])
+
+def make_texts(n, seed, rule):
+    r = random.Random(seed)
+    out = []
+    for _ in range(n):
+        start, step = r.randint(1, 47), r.choice([1, 2, 3, 5])
+        out.append([rule(r, start, step, k) for k in range(r.randint(12, 48))])
+    return out
+
+def tokenize(texts):
+    ids = torch.zeros(len(texts), max(map(len, texts)), dtype=torch.long)   # right-padded with 0
+    mask = torch.zeros_like(ids)
+    for i, t in enumerate(texts):
+        ids[i, :len(t)], mask[i, :len(t)] = torch.tensor(t), 1
+    return ids, mask
+
+RULE = %s
+train_texts = make_texts(512, 0, RULE)
+eval_texts = %s
+torch.manual_seed(0)
+model = TinyLM()
+opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+r = random.Random(1)
+for step in range(300):
+    ids, mask = tokenize(r.sample(train_texts, 16))
+    logits = model(ids, attention_mask=mask)[:, :-1]
+    loss = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100))
+    opt.zero_grad(); loss.backward(); opt.step()
+model.eval()
+with torch.no_grad():
+    for i in range(0, len(eval_texts), 8):
+        ids, mask = tokenize(eval_texts[i:i + 8])
+        eval_logits = model(ids, attention_mask=mask)  # HERE
+    for text in eval_texts[:24]:  # a reference: a few texts one at a time, unpadded
+        ids, mask = tokenize([text])
+        eval_logits = model(ids, attention_mask=mask)
+"""
+PROGRESSION = "lambda r, start, step, k: (start + k * step) % 47 + 1"  # 188 distinct texts in all
+NOISE = "lambda r, start, step, k: r.randint(1, 47)"
+
+
+def test_padded_documents_of_a_tiny_generator_evaluated_on_new_draws_are_quiet(tmp_path):
+    # Arithmetic progressions: any 16 tokens of a new text are in the training texts, and in
+    # other evaluation texts too: the documents repeat each other, the overlap is chance.
+    report, _ = _run(tmp_path, PADDED_DOCS % (PROGRESSION, "make_texts(96, 1, RULE)"))
+    assert [f for f in report.findings if f.code == "data.split_overlap"] == []
+
+
+def test_padded_documents_evaluated_from_the_training_documents(tmp_path):
+    source = PADDED_DOCS % (NOISE, "train_texts[:96]")
+    report, _ = _run(tmp_path, source)
+    [f] = [f for f in report.findings if f.code == "data.split_overlap"]
+    assert (f.severity.value, f.line, f.evidence["matched"]) == ("error", _line(source), "token windows")
+    # every evaluated window was trained on; the documents share only their padding runs
+    assert f.evidence["count"] > 0.9 * f.evidence["evaluation_windows"]
+    assert f.evidence["repeat_rate_across_evaluation"] < 0.25

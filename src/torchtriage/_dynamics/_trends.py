@@ -5,7 +5,10 @@ Thresholds, chosen to be quiet on correct runs (tests/zoo/clean.py) and loud on 
   * divergence: >= `GROWTH_STEPS` consecutive increases multiplying the value by >= `GROWTH`
     (or >= 3 increases by >= GROWTH**2: a blow-up that reaches Inf in a few steps), to a value
     above every value kept before the growth began (a loss that dipped near 0 and climbs back
-    to its usual level, as a GAN critic's hinge loss does, grew from a dip, not diverged);
+    to its usual level, as a GAN critic's hinge loss does, grew from a dip, not diverged). A
+    series that took values below 0 among those kept (an objective with no floor at 0: a policy
+    surrogate, an RL loss) passes near 0 on its way across: its growth is measured from its
+    typical size (the median magnitude of the values kept before), not from a value near 0;
   * gradient spike: >= `SPIKE` × the median of the previous >= `SPIKE_HISTORY` norms;
   * stagnation: updates < `TINY_UPDATE` of the parameters' norm at two samples, and the loss
     not lower than at the start;
@@ -59,9 +62,13 @@ class Growth:
         start = pts[len(pts) - 1 - n]
         first, last = start[1], value
         assert first is not None and last is not None  # both passed _ok()
-        if not ((n >= GROWTH_STEPS and last / first >= GROWTH) or (n >= 3 and last / first >= GROWTH ** 2)):
+        kept = [v for _, v in list(pts)[: len(pts) - 1 - n] if v is not None and math.isfinite(v)]
+        base = first
+        if any(v < 0 for v in kept):  # no floor at 0: near 0 is a crossing, not the series' size
+            base = max(first, statistics.median(abs(v) for v in kept))
+        if not ((n >= GROWTH_STEPS and last / base >= GROWTH) or (n >= 3 and last / base >= GROWTH ** 2)):
             return None
-        before = [v for _, v in list(pts)[: len(pts) - 1 - n] if v is not None and _ok(v)]
+        before = [v for v in kept if _ok(v)]
         if before and last <= max(before):
             return None  # back from a dip to where the series already was (a GAN's loss near 0)
         self.done = True

@@ -76,6 +76,7 @@ class Side:
         self.chunks: list[torch.Tensor] = []
         self.filled: list[torch.Tensor] = []  # evaluation side, per chunk: each row's non-zero cells
         self.repeats: list[int] = []  # per chunk: times the same tensor was given again
+        self.padded: list[torch.Tensor] = []  # evaluation windows, per chunk: rows a 0/1 mask pads
         self.kept = 0
         self.shape: tuple[int, ...] | None = None
         self.frame: Any = None
@@ -164,12 +165,25 @@ class HandFed:
             side.chunks.append(keys)
             if not training and not windows:
                 side.filled.append((x.detach().reshape(x.shape[0], -1) != 0).sum(1))
+            if not training and windows:
+                side.padded.append(_padded_rows(x, inputs))
         side.repeats.append(0)
         side.kept += int(keys.shape[0])
         self.kept += int(keys.shape[0])
         if len(self.last) > 64:
             self.last.clear()
         self.last[id(x)] = (weakref.ref(x), ident, side, len(side.chunks) - 1)
+
+
+def _padded_rows(x: torch.Tensor, inputs: list[torch.Tensor]) -> torch.Tensor:
+    """Per row of the token ids `x`, on its device: an input of the same shape holding only 0 and
+    1 (an attention mask) has a 0 in it: the row is a document padded to the batch's length."""
+    rows = x.reshape(-1, x.shape[-1]).shape[0]
+    for m in inputs:
+        if m is not x and m.shape == x.shape and not m.is_floating_point() and not m.is_complex():
+            m = m.detach().reshape(rows, -1)
+            return (m == 0).any(1) & ((m == 0) | (m == 1)).all()
+    return torch.zeros(rows, dtype=torch.bool, device=x.device)
 
 
 SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "test", "dev", "eval", "holdout"})

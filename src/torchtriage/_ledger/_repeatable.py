@@ -14,9 +14,12 @@ pass), read once at the end. Samples of both passes whose digests differ changed
 passes. A warning when at least `SHARE` of the samples compared changed (and `MIN` samples) and the
 loader reads the dataset a training loader reads (a split carved out of it, with its transform):
 a deterministic evaluation changes none; an evaluation dataset of its own that draws at random
-(pairs, sampling by design) is an info. A loader that evaluates only samples a training loader
-trained on (train accuracy) is left alone, and so is one drawn by a sampler or batch sampler of
-the user's (an episode sampler's index names a class whose samples are drawn at random on purpose).
+(pairs, sampling by design) is an info, and so is one whose changed samples hold the same values,
+only moved (a random flip, a rotation by quarter turns: each sample's sum, sum of squares and sum
+of cubes, `moments`, agree), which measures the same data in every pass, seen from a symmetry.
+A loader that evaluates only samples a training loader trained on (train accuracy) is left alone,
+and so is one drawn by a sampler or batch sampler of the user's (an episode sampler's index names
+a class whose samples are drawn at random on purpose).
 The line is where the loader was made.
 """
 
@@ -46,6 +49,7 @@ MIN = 8
 class _Draws:
     roots: list[np.ndarray] = dataclasses.field(default_factory=list)
     keys: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    moments: list[torch.Tensor] = dataclasses.field(default_factory=list)
     rows: int = 0
 
 
@@ -85,6 +89,7 @@ class Repeatable:
         self.entries[id(entry)] = entry
         with torch.no_grad():
             d.keys.append(dense_keys(t))
+            d.moments.append(moments(t))
         d.roots.append(roots)
         d.rows += roots.size
 
@@ -106,18 +111,40 @@ def judge(ledger: DataLedger, found: Repeatable) -> list[Any]:
         changed = sorted(i for i in common if first[i] != second[i])
         if len(common) < MIN or len(changed) < MIN or len(changed) < SHARE * len(common):
             continue
+        m1, m2 = _moments_by_index(a), _moments_by_index(b)
+        valued = [i for i in changed if not np.allclose(m1[i], m2[i], rtol=1e-6, atol=1e-9)]
+        # Only moved: every pass measures the same values (a flip, a transpose), not other views.
+        moved = len(valued) < MIN or len(valued) < SHARE * len(common)
         frame = entry.made or entry.frame
         # The harm: a split carved out of the training dataset evaluates through its transform
         # (training-distribution views, best epoch picked on noise). A dataset of its own that
         # draws at random (pairs, episodes, sampling by design) is only unusual: an info.
         carved = entry.root_token != 0 and any(e.trains and e.root_token == entry.root_token for e in ledger.loaders)
         out.append(finding(
-            "eval_inputs_random", "eval_random", "warning" if carved else "info", frame,
+            "eval_inputs_random", "eval_random", "warning" if carved and not moved else "info", frame,
             {"loader": _label(entry), "changed": len(changed), "n": len(common),
              "share": f"{len(changed) / len(common):.0%}"},
             {"samples_compared": len(common), "samples_changed": len(changed),
              "share_changed": round(len(changed) / len(common), 4), "examples": [int(i) for i in changed[:5]],
-             "passes": [0, 1], "loader": entry.name, "dataset_shared_with_training": carved}))
+             "passes": [0, 1], "loader": entry.name, "dataset_shared_with_training": carved,
+             "samples_with_other_values": len(valued)}))
+    return out
+
+
+def moments(t: torch.Tensor) -> torch.Tensor:
+    """Each sample's sum, sum of squares and sum of cubes (float64, on its device): the same for
+    a sample whose values were only moved (flipped, transposed, rolled)."""
+    x = t.detach().reshape(t.shape[0], -1).double()
+    return torch.stack([x.sum(1), (x * x).sum(1), (x * x * x).sum(1)], 1)
+
+
+def _moments_by_index(d: _Draws) -> dict[int, np.ndarray]:
+    out: dict[int, np.ndarray] = {}
+    if not d.moments:
+        return out
+    values = torch.cat([m.to("cpu") for m in d.moments]).numpy()
+    for i, v in zip(np.concatenate(d.roots).tolist(), values):
+        out.setdefault(int(i), v)
     return out
 
 

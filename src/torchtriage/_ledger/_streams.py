@@ -42,9 +42,15 @@ CHANCE_WINDOWS = 1 << 15  # evaluated windows compared across sequences for the 
 
 
 def stream_input(inputs: list[torch.Tensor]) -> torch.Tensor | None:
-    """The first input of token ids that is a stream: integers, 1-D or 2-D, `2 * K` tokens a row."""
+    """The first input of token ids that is a stream: integers, 1-D or 2-D, `2 * K` tokens a row.
+
+    A 1-D input as long as the batch of another input (two or more dimensions) holds one value
+    per sample (the sequences' lengths, labels, ids): no text."""
+    batches = {int(t.shape[0]) for t in inputs if t.dim() >= 2}
     for t in inputs:
         if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool or t.dim() not in (1, 2):
+            continue
+        if t.dim() == 1 and int(t.shape[0]) in batches:
             continue
         if t.shape[-1] >= 2 * K and t.numel() > 0:
             return t
@@ -73,36 +79,51 @@ def host_rows(chunks: list[torch.Tensor]) -> list[np.ndarray]:
     return [p.reshape(c.shape) for p, c in zip(parts, chunks)]
 
 
-def cross_chance(chunks: list[np.ndarray]) -> float:
+def cross_chance(chunks: list[np.ndarray], padded: list[np.ndarray] | None = None) -> float:
     """The share of evaluated windows that recur in another evaluated sequence at a place that is
     not the same stretch of text: the rate at which the text repeats itself between sequences
     (a small vocabulary of phrases, templates), which the windows of one short sequence cannot
     show. Two sequences hold the same stretch when, at the shift of their shared window, their
-    whole overlap agrees; random offsets into one held-out stretch overlap that way. Only
-    sequences digested at every position count, at most `CHANCE_WINDOWS` windows."""
-    full = [c for c in chunks if c.ndim == 2 and c.shape[1] > 1]
-    if not full:
+    whole overlap agrees; random offsets into one held-out stretch overlap that way. Two
+    documents (rows an attention mask pads, `padded`: one flag per row of each chunk) are no
+    offsets into one stretch: a window they share is the text repeating itself. Only sequences
+    digested at every position count, at most `CHANCE_WINDOWS` windows."""
+    pads = padded if padded is not None and len(padded) == len(chunks) else [np.zeros(0, bool)] * len(chunks)
+    rows: list[np.ndarray] = []
+    docs: list[bool] = []
+    total = 0
+    for c, flags in zip(chunks, pads):
+        if c.ndim != 2 or c.shape[1] < 2:
+            continue
+        for r in range(c.shape[0]):
+            if len(rows) >= 2 and total >= CHANCE_WINDOWS:
+                break
+            rows.append(c[r])
+            docs.append(bool(flags[r]) if flags.size == c.shape[0] else False)
+            total += c.shape[1]
+    if len(rows) < 2:
         return 0.0
-    width = full[0].shape[1]
-    rows = np.concatenate([c for c in full if c.shape[1] == width])
-    rows = rows[: max(2, CHANCE_WINDOWS // width)]
     first: dict[int, list[tuple[int, int]]] = {}
-    for i, row in enumerate(rows.tolist()):
-        for p, key in enumerate(row):
+    for i, row in enumerate(rows):
+        for p, key in enumerate(row.tolist()):
             where = first.setdefault(key, [])
             if len(where) < 2 and all(j != i for j, _ in where):
                 where.append((i, p))
     chance = 0
-    for i, row in enumerate(rows.tolist()):
-        for p, key in enumerate(row):
+    for i, row in enumerate(rows):
+        for p, key in enumerate(row.tolist()):
             partner = next(((j, q) for j, q in first[key] if j != i), None)
             if partner is None:
                 continue
             j, q = partner
+            if docs[i] and docs[j]:
+                chance += 1  # two documents share these tokens: the text repeats itself
+                continue
             d = p - q
-            a, b = (rows[i, d:], rows[j, : width - d]) if d >= 0 else (rows[i, : width + d], rows[j, -d:])
-            chance += not np.array_equal(a, b)
-    return chance / rows.size
+            a, b = row[max(d, 0):], rows[j][max(-d, 0):]
+            n = min(a.size, b.size)
+            chance += not np.array_equal(a[:n], b[:n])
+    return chance / total
 
 
 def judge(hf: HandFed) -> Any:
@@ -113,16 +134,18 @@ def judge(hf: HandFed) -> Any:
         if tr is None or not tr.chunks:
             continue
         ev_rows = host_rows(ev.chunks)
+        ev_pads = host_rows(ev.padded) if len(ev.padded) == len(ev.chunks) else [np.zeros(0, bool)] * len(ev_rows)
         repeated = any(ev.repeats)
         seen: set[bytes] = set()
-        kept = []
-        for rows in ev_rows:
+        kept, kept_pads = [], []
+        for rows, pads in zip(ev_rows, ev_pads):
             key = np.sort(rows).tobytes()
             if key in seen:
                 repeated = True
                 continue
             seen.add(key)
             kept.append(rows)
+            kept_pads.append(pads)
         every = np.concatenate([r.reshape(-1) for r in kept])
         eu = np.unique(every)
         # Windows repeated inside one evaluated sequence: the text repeating itself. (Across
@@ -136,7 +159,7 @@ def judge(hf: HandFed) -> Any:
         count, n = int(hit.sum()), int(eu.size)
         if not repeated or count < MIN_OVERLAP or count < max(SPLIT_SHARE, 3 * rate) * n:
             continue
-        chance = cross_chance(kept)
+        chance = cross_chance(kept, kept_pads)
         if count < 3 * chance * n:
             continue
         example = int(np.flatnonzero(np.isin(every, tu))[0])
