@@ -79,4 +79,14 @@ MESSAGES = {
     "lab.failed": "{what}: the check {check} failed: {error}",
     "lab.nothing": "{what}: the check {check} found nothing",
     "lab.footer": "{found}/4 faults diagnosed; scope: the numeric paths and the group check, not whether a model generalizes",
+    "silent.pad_attended":
+        "{module} ({model}) was called on right-padded ids (pad {pad}) without an attention_mask: its outputs at "
+        "the real tokens depend on the padding",
+    "silent.pad_attended.cause":
+        "the model accepts attention_mask but none was passed, so every real token attends to the pad positions: the "
+        "same sequence gets different outputs (and embeddings, and losses) depending on how much padding its batch "
+        "needed, and what is learned from the padded batches does not hold for a batch padded differently",
+    "silent.pad_attended.next":
+        "pass the mask of the real tokens at this call (attention_mask=(input_ids != pad_token_id)), the one the "
+        "tokenizer returned or the one the code builds for pooling",
 }

@@ -79,4 +79,11 @@ MESSAGES = {
     "lab.failed": "{what}：检查 {check} 出错：{error}",
     "lab.nothing": "{what}：检查 {check} 没有发现问题",
     "lab.footer": "诊断出 {found}/4 个故障；范围：数值路径与分组检查，不代表模型已能泛化",
+    "silent.pad_attended":
+        "{module}（{model}）在右侧填充的 id（pad {pad}）上被调用却没有传 attention_mask：真实 token 处的输出依赖于填充",
+    "silent.pad_attended.cause":
+        "该模型接受 attention_mask，但调用时没有传入，因此每个真实 token 都会关注填充位置：同一序列的输出（以及嵌入和损失）"
+        "随其所在批次所需的填充量而变化，在填充批次上学到的东西在填充方式不同的批次上不再成立",
+    "silent.pad_attended.next":
+        "在这次调用中传入真实 token 的掩码（attention_mask=(input_ids != pad_token_id)），即分词器返回的掩码或代码为池化构造的掩码",
 }

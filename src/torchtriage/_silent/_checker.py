@@ -43,6 +43,7 @@ from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules,
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
 from ._node_site import INPUT_VERDICTS, input_module
 from ._overflow import exp_nodes, overflow_verdict
+from ._pad_mask import PadAttention
 from ._plans import Plan, verdict_to_finding
 from ._region import LossRegion
 from ._sampling import TrainModeOutputs
@@ -72,6 +73,7 @@ class SilentChecker(Checker):
         self.carry = GraphCarry()  # graphs that grow across steps through a carried state
         self.zero = ZeroGradWatch()
         self.averaged = AveragedCopies(session)
+        self.pads = PadAttention(session)
         self.region: LossRegion | None = None
         self._rebuilt: set[Any] = set()  # loss lines whose targets a whole-input model reconstructs
         self.sampling: TrainModeOutputs | None = None
@@ -82,6 +84,8 @@ class SilentChecker(Checker):
         self._losses: list[torch.Tensor] = []
         self._loss_frame: Any = None
         self._reported: set[tuple[Any, ...]] = set()
+        self._warm_sites: set[Any] = set()  # the loss lines checked on the warm-up steps
+        self._late_sites: dict[Any, int] = {}  # loss lines first called later -> calls checked
         self._backward_in_step = False
         self._sites: dict[tuple[Any, ...], tuple[Any, str | None]] = {}
         self._autocast: list[tuple[str, torch.dtype]] = []
@@ -168,6 +172,11 @@ class SilentChecker(Checker):
     # ------------------------------------------------------------------ events
     def on_model(self, model: nn.Module, label: str) -> None:
         self._stochastic_of(model)
+        try:
+            self.pads.watch(model)
+        except Exception as e:
+            self.pads.close()
+            self.session.internal_error("silent.pad_attended", e)
 
     def wants_step(self, step: int) -> bool:
         try:
@@ -226,7 +235,9 @@ class SilentChecker(Checker):
         out = call.output
         if isinstance(out, torch.Tensor):
             self.graphs.mark(out, self._step, call.frame)
-        if not self._warm():
+        if self._warm():
+            self._warm_sites.add(call.frame)
+        elif not self._new_loss_site(call):
             return
         inp, tgt, kw = call.input, call.target, call.kwargs
         if not isinstance(inp, torch.Tensor) or not isinstance(tgt, torch.Tensor):
@@ -252,6 +263,22 @@ class SilentChecker(Checker):
                 whole = None
             plans += self._target_in_input_plans(ids, tgt)
         self._queue(plans, frame=call.frame, op=call.name, module=call.module, inp=inp, whole=whole)
+
+    def _new_loss_site(self, call: LossCall) -> bool:
+        """A training loss line first called after the warm-up (a second phase: distillation
+        after a teacher's training, fine-tuning after pre-training) gets its own warm-up: the
+        input semantics hold for every loss line, not only those of the run's first steps."""
+        if not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or call.frame is None:
+            return False
+        seen = self._late_sites.get(call.frame)
+        if seen is None:
+            if len(self._late_sites) >= 64 or call.frame in self._warm_sites:
+                return False
+            seen = 0
+        if seen >= self.warmup:
+            return False
+        self._late_sites[call.frame] = seen + 1
+        return True
 
     def _builtin_broadcast(self, call: LossCall) -> None:
         ps, ts = shape(call.input), shape(call.target)
@@ -622,6 +649,7 @@ class SilentChecker(Checker):
         self.averaged.stale.clear()
 
     def on_end(self) -> None:
+        self.pads.close()
         self._add_averaged()
         self._leave_region()
         if self._losses:
