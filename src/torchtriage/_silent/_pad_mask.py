@@ -104,7 +104,10 @@ class PadAttention:
             return
         if bound.get("attention_mask") is not None:
             return
-        ids = next((v for v in bound.values() if isinstance(v, torch.Tensor)), None)
+        tensors = [v for v in bound.values() if isinstance(v, torch.Tensor)]
+        if len(tensors) != 1:
+            return  # other inputs (labels, decoder ids, embeddings): a replay with the ids alone is not this call
+        ids = tensors[0]
         out = first_tensor(output)
         if ids is None or ids.dtype in (torch.bool,) or ids.is_floating_point() or ids.dim() != 2 or ids.shape[1] < 2:
             return
@@ -149,6 +152,8 @@ class PadAttention:
             with torch.no_grad(), self.session.paused():
                 alone = first_tensor(module(row[:, :length]))
                 together = first_tensor(module(row))
+        except Exception:
+            return None, None  # a model that needs more than its ids: not judged
         finally:
             for m, t in modes:
                 m.training = t
