@@ -114,7 +114,8 @@ def test_encoder_called_without_its_mask_is_named_at_the_call():
     assert ev["input_shape"][0] == 8 and 0 < ev["padded_rows"] <= 8
     assert ev["row_real_tokens"] < ev["row_padded_length"] == ev["input_shape"][1]
     assert ev["max_abs_output_change"] > 1e-3
-    assert "without an attention_mask" in f.message
+    assert f.message == ("encoder (Encoder) was called on right-padded ids (pad 0) without an attention_mask: "
+                         "its outputs at the real tokens depend on the padding")
 
 
 def test_the_check_leaves_the_numbers_alone():

@@ -80,7 +80,7 @@ MESSAGES = {
     "lab.nothing": "{what}: the check {check} found nothing",
     "lab.footer": "{found}/4 faults diagnosed; scope: the numeric paths and the group check, not whether a model generalizes",
     "silent.pad_attended":
-        "{module} ({model}) was called on right-padded ids (pad {pad}) without an attention_mask: its outputs at "
+        "{where} ({model}) was called on right-padded ids (pad {pad}) without an attention_mask: its outputs at "
         "the real tokens depend on the padding",
     "silent.pad_attended.cause":
         "the model accepts attention_mask but none was passed, so every real token attends to the pad positions: the "

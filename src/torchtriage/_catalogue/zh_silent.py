@@ -80,7 +80,7 @@ MESSAGES = {
     "lab.nothing": "{what}：检查 {check} 没有发现问题",
     "lab.footer": "诊断出 {found}/4 个故障；范围：数值路径与分组检查，不代表模型已能泛化",
     "silent.pad_attended":
-        "{module}（{model}）在右侧填充的 id（pad {pad}）上被调用却没有传 attention_mask：真实 token 处的输出依赖于填充",
+        "{where}（{model}）在右侧填充的 id（pad {pad}）上被调用却没有传 attention_mask：真实 token 处的输出依赖于填充",
     "silent.pad_attended.cause":
         "该模型接受 attention_mask，但调用时没有传入，因此每个真实 token 都会关注填充位置：同一序列的输出（以及嵌入和损失）"
         "随其所在批次所需的填充量而变化，在填充批次上学到的东西在填充方式不同的批次上不再成立",

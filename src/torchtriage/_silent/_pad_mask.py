@@ -136,7 +136,7 @@ class PadAttention:
         self.session.add(finding(
             "pad_attended", severity=Severity.WARNING, stage=Stage.FORWARD, frame=frame,
             module=path or type(module).__name__, step=self.session.step,
-            model=type(module).__name__, pad=pad,
+            where=path or type(module).__name__, model=type(module).__name__, pad=pad,
             evidence={"module": f"{path or ''} ({type(module).__name__})".strip(), "pad_token_id": pad,
                       "input_shape": shape(ids), "padded_rows": n_padded,
                       "row_real_tokens": length, "row_padded_length": int(ids.shape[1]),
