@@ -89,4 +89,15 @@ MESSAGES = {
     "silent.pad_attended.next":
         "pass the mask of the real tokens at this call (attention_mask=(input_ids != pad_token_id)), the one the "
         "tokenizer returned or the one the code builds for pooling",
+    "silent.loss_mask_on_inputs":
+        "the mask multiplying the per-token losses keeps {kept} position(s) whose target is padding (the targets are "
+        "the inputs shifted by {shift}, the mask is not)",
+    "silent.loss_mask_on_inputs.cause":
+        "position t of a next-token loss predicts token t + {shift}, so its mask is attention_mask[:, {shift}:]; "
+        "attention_mask[:, :-{shift}] keeps, in every right-padded row, the prediction of the first pad token after "
+        "the text: its loss (usually large: the model never learned it) is added to the sum while the token count "
+        "leaves it out",
+    "silent.loss_mask_on_inputs.next":
+        "mask the shifted losses with the targets' mask (attention_mask[:, {shift}:]) or set the pad labels to -100 "
+        "and let the loss ignore them",
 }

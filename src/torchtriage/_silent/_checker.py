@@ -50,6 +50,7 @@ from ._sampling import TrainModeOutputs
 from ._sequence import token_plans
 from ._shapes import aligned, broadcast_finding, grows
 from ._softmax_axis import axis_plans, locate, root_output_nodes, signature, singleton_verdicts, walk
+from ._target_mask import MaskFollow, mask_plan
 from ._whole import probe_call, reads_whole_input
 
 if TYPE_CHECKING:
@@ -86,6 +87,8 @@ class SilentChecker(Checker):
         self._reported: set[tuple[Any, ...]] = set()
         self._warm_sites: set[Any] = set()  # the loss lines checked on the warm-up steps
         self._late_sites: dict[Any, int] = {}  # loss lines first called later -> calls checked
+        self._mask_sites: dict[Any, int] = {}  # per-token loss lines -> calls followed to their mask
+        self._mask_follow: MaskFollow | None = None
         self._backward_in_step = False
         self._sites: dict[tuple[Any, ...], tuple[Any, str | None]] = {}
         self._autocast: list[tuple[str, torch.dtype]] = []
@@ -194,6 +197,7 @@ class SilentChecker(Checker):
             self.zero = ZeroGradWatch()  # its samples are of a step before the gap
         self._last_step = step
         self._in_root = 0
+        self._drop_mask_follow()
         self._averaged("observe", step)
         self._eval_forwards.clear()
         self._backward_in_step = False
@@ -202,6 +206,7 @@ class SilentChecker(Checker):
         self._in_root += 1
 
     def on_exception(self, exc: BaseException) -> None:
+        self._drop_mask_follow()
         self._in_root = 0  # (a forward that raised: no on_root_forward came)
 
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -235,6 +240,7 @@ class SilentChecker(Checker):
         out = call.output
         if isinstance(out, torch.Tensor):
             self.graphs.mark(out, self._step, call.frame)
+        self._follow_token_mask(call)
         if self._warm():
             self._warm_sites.add(call.frame)
         elif not self._new_loss_site(call):
@@ -263,6 +269,45 @@ class SilentChecker(Checker):
                 whole = None
             plans += self._target_in_input_plans(ids, tgt)
         self._queue(plans, frame=call.frame, op=call.name, module=call.module, inp=inp, whole=whole)
+
+    def _follow_token_mask(self, call: LossCall) -> None:
+        """A per-token next-token loss (`reduction="none"`, targets shaped like the loss) of a
+        model called with an attention mask: follow its output to the `loss * mask` that masks
+        it by hand (`_target_mask.py`); the first calls of each line, training or evaluation."""
+        self._drop_mask_follow()
+        tgt, out = call.target, call.output
+        if call.name not in ("cross_entropy", "nll_loss") or call.kwargs.get("reduction") != "none" \
+                or not isinstance(out, torch.Tensor) or not isinstance(tgt, torch.Tensor) \
+                or not is_index_tensor(tgt) or tgt.dim() != 2 or tuple(out.shape) != tuple(tgt.shape):
+            return
+        n = self._mask_sites.get(call.frame, 0)
+        snap = self.session.snapshot
+        if n >= max(1, self.warmup) or len(self._mask_sites) > 64 or snap is None or not snap.record.calls:
+            return
+        last = snap.record.calls[-1]  # the model call that made these logits
+        ids = last.args[0] if last.args else last.kwargs.get("input_ids")
+        am = last.kwargs.get("attention_mask")
+        if not isinstance(ids, torch.Tensor) or not isinstance(am, torch.Tensor) or ids.dim() != 2 \
+                or tuple(am.shape) != tuple(ids.shape) or ids.shape[0] != tgt.shape[0] or ids.device != tgt.device:
+            return
+        shift = ids.shape[1] - tgt.shape[1]
+        if not 1 <= shift <= 2:
+            return
+        self._mask_sites[call.frame] = n + 1
+        target = tgt
+
+        def found(mask: torch.Tensor, frame: Any) -> None:
+            try:
+                self._queue([mask_plan(mask, target, ids, am, shift)], frame=frame or call.frame, op="mul")
+            except Exception as e:
+                self.session.internal_error("silent.loss_mask_on_inputs", e)
+
+        self._mask_follow = MaskFollow(out, found)
+        self._mask_follow.enter()
+
+    def _drop_mask_follow(self) -> None:
+        if self._mask_follow is not None and self._mask_follow.leave():
+            self._mask_follow = None
 
     def _new_loss_site(self, call: LossCall) -> bool:
         """A training loss line first called after the warm-up (a second phase: distillation
@@ -650,6 +695,7 @@ class SilentChecker(Checker):
 
     def on_end(self) -> None:
         self.pads.close()
+        self._drop_mask_follow()
         self._add_averaged()
         self._leave_region()
         if self._losses:
