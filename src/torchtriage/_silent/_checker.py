@@ -33,6 +33,7 @@ from .. import _cadence, _deferred
 from .._checker import Checker, LossCall
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import user_frame_from_stack
+from .._modestack import own_modes_off
 from ._averaged import AveragedCopies
 from ._carried import GraphCarry, carried_finding
 from ._common import finding, first_tensor, fmt, is_index_tensor, shape
@@ -297,8 +298,10 @@ class SilentChecker(Checker):
         target = tgt
 
         def found(mask: torch.Tensor, frame: Any) -> None:
-            try:
-                self._queue([mask_plan(mask, target, ids, am, shift)], frame=frame or call.frame, op="mul")
+            try:  # (inside the user's op: our arithmetic is not the step's, no mode records it)
+                with self.session.paused(), own_modes_off():
+                    plan = mask_plan(mask, target, ids, am, shift)
+                self._queue([plan], frame=frame or call.frame, op="mul")
             except Exception as e:
                 self.session.internal_error("silent.loss_mask_on_inputs", e)
 
