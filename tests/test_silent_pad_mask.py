@@ -127,3 +127,40 @@ def test_the_check_leaves_the_numbers_alone():
 def test_look_alikes_are_quiet(case):
     report, _ = train(pass_mask=case == "mask_passed", padded=case != "no_padding", causal=case == "causal")
     assert pads(report) == []
+
+
+def hf_embedder(kind: str, pass_mask: bool):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if kind == "bert":
+        config = transformers.BertConfig(vocab_size=20, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                         intermediate_size=32, max_position_embeddings=32, pad_token_id=PAD)
+        encoder = transformers.BertModel(config)
+    else:  # a causal decoder: real tokens never attend to the pads after them
+        config = transformers.GPT2Config(vocab_size=20, n_embd=16, n_layer=1, n_head=2, n_positions=32,
+                                         pad_token_id=PAD)
+        encoder = transformers.GPT2Model(config)
+    g = torch.Generator().manual_seed(1)
+    opt = torch.optim.Adam(encoder.parameters(), 1e-3)
+    with torchtriage.watch(encoder, opt, on_anomaly="record", report=False) as s:
+        for _ in range(3):
+            ids = batch(g, True)
+            extra = {"attention_mask": (ids != PAD).long()} if pass_mask else {}
+            hidden = encoder(ids, **extra).last_hidden_state  # hf call
+            loss = hidden[:, 0].pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return s.report
+
+
+def test_hf_bert_without_its_mask_is_named():
+    (f,) = pads(hf_embedder("bert", pass_mask=False))
+    assert (f.line, f.severity) == (line_of("hf call"), Severity.WARNING)
+    assert f.message.startswith("the model (BertModel) was called on right-padded ids (pad 0) without")
+    assert f.evidence["module"] == "BertModel" and f.evidence["max_abs_output_change"] > 1e-3
+
+
+@pytest.mark.parametrize(("kind", "pass_mask"), [("bert", True), ("gpt2", False)])
+def test_hf_look_alikes_are_quiet(kind, pass_mask):
+    assert pads(hf_embedder(kind, pass_mask)) == []

@@ -136,8 +136,9 @@ class PadAttention:
         self.session.add(finding(
             "pad_attended", severity=Severity.WARNING, stage=Stage.FORWARD, frame=frame,
             module=path or type(module).__name__, step=self.session.step,
-            where=path or type(module).__name__, model=type(module).__name__, pad=pad,
-            evidence={"module": f"{path or ''} ({type(module).__name__})".strip(), "pad_token_id": pad,
+            where=path or "the model", model=type(module).__name__, pad=pad,
+            evidence={"module": f"{path} ({type(module).__name__})" if path else type(module).__name__,
+                      "pad_token_id": pad,
                       "input_shape": shape(ids), "padded_rows": n_padded,
                       "row_real_tokens": length, "row_padded_length": int(ids.shape[1]),
                       "max_abs_output_change": round(diff, 6), "output_max_abs": round(scale, 6)}))
