@@ -111,8 +111,11 @@ def test_evaluation_loss_masked_with_the_inputs_mask_is_named():
 
 
 def test_training_loss_masked_with_the_inputs_mask_is_named():
-    (f,) = masks(train("inputs"))
+    report = train("inputs")
+    (f,) = masks(report)
     assert f.line == line_of("inputs mask") and f.evidence["pad_targets_kept"] > 0
+    assert [f.code for f in report if f.severity is not Severity.INFO] == ["silent.loss_mask_on_inputs"]
+    assert torch._C._len_torch_function_stack() == 0
 
 
 @pytest.mark.parametrize("run", ["eval_targets", "eval_unpadded", "train_targets"])
@@ -120,4 +123,5 @@ def test_look_alikes_are_quiet(run):
     report = {"eval_targets": lambda: evaluate("targets")[0], "eval_unpadded": lambda: evaluate("inputs", False)[0],
               "train_targets": lambda: train("targets")}[run]()
     assert masks(report) == []
-    assert [f for f in report if f.severity is not Severity.INFO] == []
+    assert [f for f in report if f.severity is not Severity.INFO] == []  # (no loss graph kept by the follower)
+    assert torch._C._len_torch_function_stack() == 0  # nothing of ours left on the mode stack

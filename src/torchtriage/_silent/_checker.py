@@ -90,6 +90,7 @@ class SilentChecker(Checker):
         self._late_sites: dict[Any, int] = {}  # loss lines first called later -> calls checked
         self._mask_sites: dict[Any, int] = {}  # per-token loss lines -> calls followed to their mask
         self._mask_follow: MaskFollow | None = None
+        self._mask_leaving: list[MaskFollow] = []  # followers still to take off the stack
         self._backward_in_step = False
         self._sites: dict[tuple[Any, ...], tuple[Any, str | None]] = {}
         self._autocast: list[tuple[str, torch.dtype]] = []
@@ -295,13 +296,13 @@ class SilentChecker(Checker):
         if not 1 <= shift <= 2:
             return
         self._mask_sites[call.frame] = n + 1
-        target = tgt
+        target, at = tgt, call.frame  # (not `call`: its output holds the step's graph)
 
         def found(mask: torch.Tensor, frame: Any) -> None:
             try:  # (inside the user's op: our arithmetic is not the step's, no mode records it)
                 with self.session.paused(), own_modes_off():
                     plan = mask_plan(mask, target, ids, am, shift)
-                self._queue([plan], frame=frame or call.frame, op="mul")
+                self._queue([plan], frame=frame or at, op="mul")
             except Exception as e:
                 self.session.internal_error("silent.loss_mask_on_inputs", e)
 
@@ -309,8 +310,13 @@ class SilentChecker(Checker):
         self._mask_follow.enter()
 
     def _drop_mask_follow(self) -> None:
-        if self._mask_follow is not None and self._mask_follow.leave():
+        """Take the mask follower off the stack; one inside its own op (this event runs inside
+        `loss.backward()` or the next loss call) is taken off at a later event."""
+        if self._mask_follow is not None:
+            self._mask_leaving.append(self._mask_follow)
             self._mask_follow = None
+        if self._mask_leaving:
+            self._mask_leaving = [m for m in self._mask_leaving if not m.leave()]
 
     def _new_loss_site(self, call: LossCall) -> bool:
         """A training loss line first called after the warm-up (a second phase: distillation
@@ -371,6 +377,7 @@ class SilentChecker(Checker):
         return [Plan([diff.amin(), diff.argmin(), spread], judge)]
 
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
+        self._drop_mask_follow()
         self._backward_in_step = True
         if self._train_in_eval:
             if self.sampling is not None:
@@ -698,6 +705,9 @@ class SilentChecker(Checker):
 
     def on_end(self) -> None:
         self.pads.close()
+        self._drop_mask_follow()
+        for f in self._mask_leaving:  # at close no op of ours is running: take them off
+            f.inside = 0
         self._drop_mask_follow()
         self._add_averaged()
         self._leave_region()

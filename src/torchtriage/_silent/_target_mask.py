@@ -39,7 +39,7 @@ class MaskFollow(TorchFunctionMode):
     def __init__(self, loss: torch.Tensor, found: Callable[[torch.Tensor, UserFrame | None], None]) -> None:
         super().__init__()
         self.loss = weakref.ref(loss)
-        self.found = found
+        self.found: Callable[[torch.Tensor, UserFrame | None], None] | None = found
         self.active = True
         self.inside = 0
         self.ops = 0
@@ -48,8 +48,8 @@ class MaskFollow(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         __tracebackhide__ = True
         kwargs = kwargs or {}
-        if not self.active:
-            return func(*args, **kwargs)
+        # counted on every call: an event of ours that runs inside this op (`loss.backward()`,
+        # the next loss call) finds the mode popped by torch, to be pushed back after it
         self.inside += 1
         try:
             out = func(*args, **kwargs)
@@ -75,14 +75,18 @@ class MaskFollow(TorchFunctionMode):
         if loss is None or not isinstance(other, torch.Tensor) or tuple(other.shape) != tuple(loss.shape):
             return
         self.active = False
-        self.found(other.detach(), user_frame_from_stack(2))
+        found, self.found = self.found, None
+        if found is not None:
+            found(other.detach(), user_frame_from_stack(2))
 
     def enter(self) -> None:
         push_mode(self)
 
     def leave(self) -> bool:
-        """Off the stack; False when that must wait (inside one of our own calls)."""
+        """Off the stack; False when that must wait (inside one of our own calls). What it
+        held (the targets, ids and mask the plan needs) is let go at once."""
         self.active = False
+        self.found = None
         if self.inside:
             return False
         remove_mode(self)
