@@ -82,4 +82,25 @@ MESSAGES = {
     "lab.failed": "{what}: the check {check} failed: {error}",
     "lab.nothing": "{what}: the check {check} found nothing",
     "lab.footer": "{found}/4 faults diagnosed; scope: the numeric paths and the group check, not whether a model generalizes",
+    "silent.pad_attended":
+        "{where} ({model}) was called on right-padded ids (pad {pad}) without an attention_mask: its outputs at "
+        "the real tokens depend on the padding",
+    "silent.pad_attended.cause":
+        "the model accepts attention_mask but none was passed, so every real token attends to the pad positions: the "
+        "same sequence gets different outputs (and embeddings, and losses) depending on how much padding its batch "
+        "needed, and what is learned from the padded batches does not hold for a batch padded differently",
+    "silent.pad_attended.next":
+        "pass the mask of the real tokens at this call (attention_mask=(input_ids != pad_token_id)), the one the "
+        "tokenizer returned or the one the code builds for pooling",
+    "silent.loss_mask_on_inputs":
+        "the mask multiplying the per-token losses keeps {kept} position(s) whose target is padding (the targets are "
+        "the inputs shifted by {shift}, the mask is not)",
+    "silent.loss_mask_on_inputs.cause":
+        "position t of a next-token loss predicts token t + {shift}, so its mask is attention_mask[:, {shift}:]; "
+        "attention_mask[:, :-{shift}] keeps, in every right-padded row, the prediction of the first pad token after "
+        "the text: its loss (usually large: the model never learned it) is added to the sum while the token count "
+        "leaves it out",
+    "silent.loss_mask_on_inputs.next":
+        "mask the shifted losses with the targets' mask (attention_mask[:, {shift}:]) or set the pad labels to -100 "
+        "and let the loss ignore them",
 }

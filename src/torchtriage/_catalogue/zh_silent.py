@@ -82,4 +82,19 @@ MESSAGES = {
     "lab.failed": "{what}：检查 {check} 出错：{error}",
     "lab.nothing": "{what}：检查 {check} 没有发现问题",
     "lab.footer": "诊断出 {found}/4 个故障；范围：数值路径与分组检查，不代表模型已能泛化",
+    "silent.pad_attended":
+        "{where}（{model}）在右侧填充的 id（pad {pad}）上被调用却没有传 attention_mask：真实 token 处的输出依赖于填充",
+    "silent.pad_attended.cause":
+        "该模型接受 attention_mask，但调用时没有传入，因此每个真实 token 都会关注填充位置：同一序列的输出（以及嵌入和损失）"
+        "随其所在批次所需的填充量而变化，在填充批次上学到的东西在填充方式不同的批次上不再成立",
+    "silent.pad_attended.next":
+        "在这次调用中传入真实 token 的掩码（attention_mask=(input_ids != pad_token_id)），即分词器返回的掩码或代码为池化构造的掩码",
+    "silent.loss_mask_on_inputs":
+        "乘在逐 token 损失上的掩码保留了 {kept} 个目标为填充的位置（目标是右移 {shift} 位的输入，掩码却没有右移）",
+    "silent.loss_mask_on_inputs.cause":
+        "下一 token 损失的第 t 个位置预测第 t + {shift} 个 token，所以它的掩码是 attention_mask[:, {shift}:]；"
+        "attention_mask[:, :-{shift}] 会在每个右侧填充的行里保留对文本之后第一个填充 token 的预测：它的损失（通常很大，模型从未学过）"
+        "被加进总和，而 token 计数却没有算它",
+    "silent.loss_mask_on_inputs.next":
+        "用目标的掩码（attention_mask[:, {shift}:]）去乘右移后的损失，或把填充位置的标签设为 -100 让损失忽略它们",
 }

@@ -33,6 +33,7 @@ from .. import _cadence, _deferred
 from .._checker import Checker, LossCall
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import user_frame_from_stack
+from .._modestack import own_modes_off
 from ._averaged import AveragedCopies
 from ._carried import GraphCarry, carried_finding
 from ._common import finding, first_tensor, fmt, is_index_tensor, shape
@@ -43,12 +44,14 @@ from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules,
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
 from ._node_site import INPUT_VERDICTS, input_module
 from ._overflow import exp_nodes, overflow_verdict
+from ._pad_mask import PadAttention
 from ._plans import Plan, verdict_to_finding
 from ._region import LossRegion
 from ._sampling import TrainModeOutputs
 from ._sequence import token_plans
 from ._shapes import aligned, broadcast_finding, grows
 from ._softmax_axis import axis_plans, locate, root_output_nodes, signature, singleton_verdicts, walk
+from ._target_mask import MaskFollow, mask_plan
 from ._whole import probe_call, reads_whole_input
 
 if TYPE_CHECKING:
@@ -72,6 +75,7 @@ class SilentChecker(Checker):
         self.carry = GraphCarry()  # graphs that grow across steps through a carried state
         self.zero = ZeroGradWatch()
         self.averaged = AveragedCopies(session)
+        self.pads = PadAttention(session)
         self.region: LossRegion | None = None
         self._rebuilt: set[Any] = set()  # loss lines whose targets a whole-input model reconstructs
         self.sampling: TrainModeOutputs | None = None
@@ -82,6 +86,11 @@ class SilentChecker(Checker):
         self._losses: list[torch.Tensor] = []
         self._loss_frame: Any = None
         self._reported: set[tuple[Any, ...]] = set()
+        self._warm_sites: set[Any] = set()  # the loss lines checked on the warm-up steps
+        self._late_sites: dict[Any, int] = {}  # loss lines first called later -> calls checked
+        self._mask_sites: dict[Any, int] = {}  # per-token loss lines -> calls followed to their mask
+        self._mask_follow: MaskFollow | None = None
+        self._mask_leaving: list[MaskFollow] = []  # followers still to take off the stack
         self._backward_in_step = False
         self._sites: dict[tuple[Any, ...], tuple[Any, str | None]] = {}
         self._autocast: list[tuple[str, torch.dtype]] = []
@@ -168,6 +177,11 @@ class SilentChecker(Checker):
     # ------------------------------------------------------------------ events
     def on_model(self, model: nn.Module, label: str) -> None:
         self._stochastic_of(model)
+        try:
+            self.pads.watch(model)
+        except Exception as e:
+            self.pads.close()
+            self.session.internal_error("silent.pad_attended", e)
 
     def wants_step(self, step: int) -> bool:
         try:
@@ -185,6 +199,7 @@ class SilentChecker(Checker):
             self.zero = ZeroGradWatch()  # its samples are of a step before the gap
         self._last_step = step
         self._in_root = 0
+        self._drop_mask_follow()
         self._averaged("observe", step)
         self._eval_forwards.clear()
         self._backward_in_step = False
@@ -193,6 +208,7 @@ class SilentChecker(Checker):
         self._in_root += 1
 
     def on_exception(self, exc: BaseException) -> None:
+        self._drop_mask_follow()
         self._in_root = 0  # (a forward that raised: no on_root_forward came)
 
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -226,7 +242,10 @@ class SilentChecker(Checker):
         out = call.output
         if isinstance(out, torch.Tensor):
             self.graphs.mark(out, self._step, call.frame)
-        if not self._warm():
+        self._follow_token_mask(call)
+        if self._warm():
+            self._warm_sites.add(call.frame)
+        elif not self._new_loss_site(call):
             return
         inp, tgt, kw = call.input, call.target, call.kwargs
         if not isinstance(inp, torch.Tensor) or not isinstance(tgt, torch.Tensor):
@@ -252,6 +271,68 @@ class SilentChecker(Checker):
                 whole = None
             plans += self._target_in_input_plans(ids, tgt)
         self._queue(plans, frame=call.frame, op=call.name, module=call.module, inp=inp, whole=whole)
+
+    def _follow_token_mask(self, call: LossCall) -> None:
+        """A per-token next-token loss (`reduction="none"`, targets shaped like the loss) of a
+        model called with an attention mask: follow its output to the `loss * mask` that masks
+        it by hand (`_target_mask.py`); the first calls of each line, training or evaluation."""
+        self._drop_mask_follow()
+        tgt, out = call.target, call.output
+        if call.name not in ("cross_entropy", "nll_loss") or call.kwargs.get("reduction") != "none" \
+                or not isinstance(out, torch.Tensor) or not isinstance(tgt, torch.Tensor) \
+                or not is_index_tensor(tgt) or tgt.dim() != 2 or tuple(out.shape) != tuple(tgt.shape):
+            return
+        n = self._mask_sites.get(call.frame, 0)
+        snap = self.session.snapshot
+        if n >= max(1, self.warmup) or len(self._mask_sites) > 64 or snap is None or not snap.record.calls:
+            return
+        last = snap.record.calls[-1]  # the model call that made these logits
+        ids = last.args[0] if last.args else last.kwargs.get("input_ids")
+        am = last.kwargs.get("attention_mask")
+        if not isinstance(ids, torch.Tensor) or not isinstance(am, torch.Tensor) or ids.dim() != 2 \
+                or tuple(am.shape) != tuple(ids.shape) or ids.shape[0] != tgt.shape[0] or ids.device != tgt.device:
+            return
+        shift = ids.shape[1] - tgt.shape[1]
+        if not 1 <= shift <= 2:
+            return
+        self._mask_sites[call.frame] = n + 1
+        target, at = tgt, call.frame  # (not `call`: its output holds the step's graph)
+
+        def found(mask: torch.Tensor, frame: Any) -> None:
+            try:  # (inside the user's op: our arithmetic is not the step's, no mode records it)
+                with self.session.paused(), own_modes_off():
+                    plan = mask_plan(mask, target, ids, am, shift)
+                self._queue([plan], frame=frame or at, op="mul")
+            except Exception as e:
+                self.session.internal_error("silent.loss_mask_on_inputs", e)
+
+        self._mask_follow = MaskFollow(out, found)
+        self._mask_follow.enter()
+
+    def _drop_mask_follow(self) -> None:
+        """Take the mask follower off the stack; one inside its own op (this event runs inside
+        `loss.backward()` or the next loss call) is taken off at a later event."""
+        if self._mask_follow is not None:
+            self._mask_leaving.append(self._mask_follow)
+            self._mask_follow = None
+        if self._mask_leaving:
+            self._mask_leaving = [m for m in self._mask_leaving if not m.leave()]
+
+    def _new_loss_site(self, call: LossCall) -> bool:
+        """A training loss line first called after the warm-up (a second phase: distillation
+        after a teacher's training, fine-tuning after pre-training) gets its own warm-up: the
+        input semantics hold for every loss line, not only those of the run's first steps."""
+        if not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or call.frame is None:
+            return False
+        seen = self._late_sites.get(call.frame)
+        if seen is None:
+            if len(self._late_sites) >= 64 or call.frame in self._warm_sites:
+                return False
+            seen = 0
+        if seen >= self.warmup:
+            return False
+        self._late_sites[call.frame] = seen + 1
+        return True
 
     def _builtin_broadcast(self, call: LossCall) -> None:
         ps, ts = shape(call.input), shape(call.target)
@@ -296,6 +377,7 @@ class SilentChecker(Checker):
         return [Plan([diff.amin(), diff.argmin(), spread], judge)]
 
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
+        self._drop_mask_follow()
         self._backward_in_step = True
         if self._train_in_eval:
             if self.sampling is not None:
@@ -641,6 +723,11 @@ class SilentChecker(Checker):
         self.averaged.stale.clear()
 
     def on_end(self) -> None:
+        self.pads.close()
+        self._drop_mask_follow()
+        for f in self._mask_leaving:  # at close no op of ours is running: take them off
+            f.inside = 0
+        self._drop_mask_follow()
         self._add_averaged()
         self._leave_region()
         if self._losses:
