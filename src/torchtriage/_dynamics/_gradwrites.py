@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from .._findings import Category, Finding, Stage
+from .._zerograd import on_zero_grad
 from ._common import finding, num
 
 MAX_TRACKED = 16  # gradients followed per optimizer
@@ -91,18 +92,15 @@ class GradWrites:
 
 
 def patch_zero_grad(session: Any, writes: GradWrites, add: Any) -> None:
-    """`Optimizer.zero_grad` tells `writes` first (restored on exit)."""
-    original = torch.optim.Optimizer.zero_grad
+    """`Optimizer.zero_grad` tells `writes` first (`_zerograd`)."""
 
-    def zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True
-        if writes.after and not writes.reported and not session.busy:
-            try:
-                add(writes.zero_grad(self))
-            except Exception as e:  # our bug: the user's zero_grad runs regardless
-                writes.reported = True
-                session.internal_error("dynamics.grad_writes", e)
-        return original(self, *args, **kwargs)
+    def heard(obj: Any, kind: str, caller: Any) -> None:
+        if kind != "optimizer" or not writes.after or writes.reported:
+            return
+        try:
+            add(writes.zero_grad(obj))
+        except Exception:
+            writes.reported = True  # (asks nothing more of this run)
+            raise
 
-    zero_grad.__wrapped__ = original  # type: ignore[attr-defined]
-    session.patch(torch.optim.Optimizer, "zero_grad", zero_grad)
+    on_zero_grad(session, "dynamics.grad_writes", heard)

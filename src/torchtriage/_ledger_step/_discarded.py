@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import weakref
 from typing import Any
 
@@ -38,6 +37,7 @@ import torch
 
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
+from .._zerograd import on_zero_grad
 
 _SAMPLE = 32  # parameters followed per optimizer (strided over its groups)
 _MAX_AGE = 3  # steps a pass is followed before it is left undecided
@@ -238,28 +238,17 @@ class DiscardWatch:
 
 
 def patch_zero_grad(session: Any, watch: DiscardWatch) -> None:
-    """Tell `watch` about `Optimizer.zero_grad` / `Module.zero_grad` calls (restored on exit)."""
+    """Tell `watch` about `Optimizer.zero_grad` / `Module.zero_grad` calls (`_zerograd`)."""
 
-    def wrap(original: Any, params_of: Any) -> Any:
-        def zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
-            __tracebackhide__ = True
-            if watch.pending and not session.busy:
-                try:
-                    caller = sys._getframe(1)
-                    if caller.f_code.co_name != "zero_grad" and isinstance(caller.f_locals.get("self"),
-                                                                           torch.optim.Optimizer):
-                        # an optimizer resetting its own grads inside another of its methods (a
-                        # DP optimizer's microbatch step, SAM's first_step): it consumed them
-                        watch.consumed(params_of(self))
-                    else:
-                        watch.zero_grad(params_of(self))
-                except Exception as e:  # our bug: the user's zero_grad runs regardless
-                    session.internal_error("step_ledger.zero_grad", e)
-            return original(self, *args, **kwargs)
+    def heard(obj: Any, kind: str, caller: Any) -> None:
+        if not watch.pending:
+            return
+        params = [p for g in obj.param_groups for p in g["params"]] if kind == "optimizer" else obj.parameters()
+        if caller.f_code.co_name != "zero_grad" and isinstance(caller.f_locals.get("self"), torch.optim.Optimizer):
+            # an optimizer resetting its own grads inside another of its methods (a DP
+            # optimizer's microbatch step, SAM's first_step): it consumed them
+            watch.consumed(params)
+        else:
+            watch.zero_grad(params)
 
-        zero_grad.__wrapped__ = original  # type: ignore[attr-defined]
-        return zero_grad
-
-    session.patch(torch.optim.Optimizer, "zero_grad",
-                  wrap(torch.optim.Optimizer.zero_grad, lambda o: [p for g in o.param_groups for p in g["params"]]))
-    session.patch(torch.nn.Module, "zero_grad", wrap(torch.nn.Module.zero_grad, lambda m: m.parameters()))
+    on_zero_grad(session, "step_ledger.zero_grad", heard)
