@@ -7,6 +7,7 @@ hard target copy) stay quiet."""
 from __future__ import annotations
 
 import copy
+import math
 import pathlib
 
 import torch
@@ -295,6 +296,37 @@ def test_ema_whose_decay_attribute_is_overwritten_each_step_follows_the_live_wei
                                 "the 2 updates measured from step 33 on it moved 0.5 of the way to the live weights "
                                 "(an EMA decay of 0.5, averaging over ~2.0 steps); ||copy - parameter|| / "
                                 f"||parameter|| of {ev['parameter']} is ")
+
+
+class ModelEMA:
+    """YOLOv5's ModelEMA (utils/torch_utils.py): the decay ramps up as `decay * (1 - exp(-updates /
+    tau))`, tau = 2000 updates, so over a short run the copy still moves most of the way to the
+    live weights at each update, a little less every time."""
+
+    def __init__(self, model, decay=0.9999, tau=2000):
+        self.ema = copy.deepcopy(model).eval()
+        self.updates = 0
+        self.decay = lambda x: decay * (1 - math.exp(-x / tau))
+        for p in self.ema.parameters():
+            p.requires_grad_(False)
+
+    def update(self, model):
+        self.updates += 1
+        d = self.decay(self.updates)
+        msd = model.state_dict()
+        for k, v in self.ema.state_dict().items():
+            if v.dtype.is_floating_point:
+                v *= d
+                v += (1 - d) * msd[k].detach()
+
+
+def test_ema_whose_decay_still_ramps_up_is_quiet():
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    ema = ModelEMA(model)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        regression(model, opt, lambda step: ema.update(model), steps=70)
+    assert codes(s.report) == []
 
 
 def test_ema_warmup_constant_decay_hard_copies_and_lookahead_are_quiet():

@@ -16,7 +16,10 @@ combination taken toward the parameter (as it was before or after that step):
   every update measured after the first `_cadence.FULL` steps (an EMA's warm-up, where
   `min(decay, (1 + k) / (10 + k))` still moves it fast, is over), moving at every reading of
   consecutive steps and never a whole copy: it averages over about two steps, it is the live
-  weights (an EMA whose decay attribute is overwritten by the per-step weight).
+  weights (an EMA whose decay attribute is overwritten by the per-step weight). A share that is
+  still falling from step `FULL // 2` on (by RAMP or more) is a decay still ramping up (YOLOv5's
+  `decay * (1 - exp(-updates / tau))` with tau = 2000 updates moves the copy ~0.98 of the way at
+  step 33, less at every update after): quiet; the overwritten decay sits at its value.
 * `silent.ema_buffers_stale`: the copy is a module whose parameters are being averaged, but
   whose floating buffers (BatchNorm running statistics) never left their initial values while
   the source's moved, and the copy was run in eval mode so: it normalises with statistics no
@@ -59,6 +62,7 @@ HALF_WAY = 0.4  # an update taking the copy this share of the way to the paramet
 FAST = 0.2  # ... and none less than this share (horizon <= 5 steps)
 HARD_COPY = 0.99  # a copy taken whole (a target network's hard update), on purpose
 MIN_LATE = 2  # updates measured after the first FULL steps (an EMA's warm-up) before that verdict
+RAMP = 0.005  # a copy whose share still falls by this much from step FULL // 2 on: its decay is still ramping up
 
 
 @dataclass
@@ -356,8 +360,10 @@ class AveragedCopies:
         out = []
         for p in self.pairs:
             late = [c for c, s in zip(p.lows, p.at) if s > _cadence.FULL]
+            settled = [c for c, s in zip(p.lows, p.at) if s >= _cadence.FULL // 2]
+            ramping = bool(settled) and settled[-1] < (1 - RAMP) * settled[0]
             if (len(late) >= MIN_LATE and p.still == 0 and sorted(late)[len(late) // 2] >= HALF_WAY
-                    and min(late) >= FAST and max(late) < HARD_COPY):
+                    and min(late) >= FAST and max(late) < HARD_COPY and not ramping):
                 out.append(p)
         return out
 
