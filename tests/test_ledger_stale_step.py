@@ -82,3 +82,31 @@ def test_gradients_on_the_input_as_well_are_quiet():
             ((model(xi) - y) ** 2).mean().backward()
             opt.step()
     assert [f for f in s.report.findings if f.code == "gradient.step_stale_optimizer"] == []
+
+
+def test_new_gradients_at_a_freed_gradients_address_are_not_unchanged():
+    """zero_grad(set_to_none=True) frees each .grad and the next backward may allocate its new one
+    at the same address (same id, same version): a signature of ids read those as unchanged and
+    warned on a loop whose stepped parameters did get fresh gradients (a flaky CI run, session 11)."""
+
+    class Rescaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(1))
+            self.lin = nn.Linear(4, 1)
+
+        def forward(self, x):
+            self.scale = nn.Parameter(torch.ones(1))  # a new leaf each call: reached by no optimizer
+            return self.lin(x) * self.scale
+
+    x, y = _data()
+    for _ in range(12):  # the allocator reuses the address in most runs; twelve make a miss unlikely
+        model = Rescaled()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+            for _ in range(3):
+                loss = ((model(x) - y) ** 2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        assert s.report.filter(code="gradient.step_stale_optimizer") == []

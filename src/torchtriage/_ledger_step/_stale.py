@@ -28,16 +28,25 @@ from .._findings import Category, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
 from .._gradients._graph import reach
 
-Signature = dict[int, tuple[int, int]]  # id(param) -> (id(grad), grad._version)
+# id(param) -> (a weak reference to its grad, grad._version). A weak reference, not id(grad):
+# a grad freed by zero_grad(set_to_none=True) and the next backward's new one may share an
+# address, and so an id, with the same version.
+Signature = dict[int, tuple["weakref.ref[torch.Tensor]", int]]
 
 
 def _signature(opt: torch.optim.Optimizer) -> Signature:
-    return {id(p): (id(p.grad), p.grad._version) for g in opt.param_groups for p in g["params"]
+    return {id(p): (weakref.ref(p.grad), p.grad._version) for g in opt.param_groups for p in g["params"]
             if isinstance(p, torch.Tensor) and p.grad is not None}
 
 
 def _unchanged(opt: torch.optim.Optimizer, before: Signature) -> bool:
-    return bool(before) and _signature(opt) == before
+    if not before:
+        return False
+    now = {id(p): p.grad for g in opt.param_groups for p in g["params"]
+           if isinstance(p, torch.Tensor) and p.grad is not None}
+    if now.keys() != before.keys():
+        return False
+    return all(before[k][0]() is grad and before[k][1] == grad._version for k, grad in now.items())
 
 
 class StaleSteps:
