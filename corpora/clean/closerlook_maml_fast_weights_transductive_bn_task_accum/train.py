@@ -503,7 +503,7 @@ class Params:
     checkpoint_dir = './checkpoints/miniImagenet/Conv4_maml_aug_5way_5shot'
 
 
-if __name__=='__main__':
+if __name__ == '__main__':
     np.random.seed(10)
     torch.manual_seed(10)
     params = Params()
