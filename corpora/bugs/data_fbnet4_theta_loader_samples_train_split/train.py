@@ -6,6 +6,7 @@
 # CIFAR-10 is replaced by synthetic 3x8x8 images, the 22 searchable FBNet blocks by 3 mixed
 # layers of {skip, conv3x3, conv5x5}, the latency lookup table by fixed per-op latencies.
 import logging
+import sys
 import time
 
 import numpy as np
@@ -25,7 +26,7 @@ CONFIG_SUPERNET = {
 
 
 def get_logger():
-    logging.basicConfig(format='%(message)s', level=logging.INFO)
+    logging.basicConfig(stream=sys.stdout, format='%(message)s', level=logging.INFO)
     return logging.getLogger('fbnet')
 
 
