@@ -1,7 +1,7 @@
 # Source: AssemblyAI "Building an end-to-end Speech Recognition model in PyTorch" (Deep Speech 2 style SpeechRecognitionModel, BidirectionalGRU, train loop), as quoted in the forum thread
 # Report: https://discuss.pytorch.org/t/gru-batch-first-changing-between-layers/110441
-# ResCNN + BiGRU acoustic model trained with CTC. The stacked BidirectionalGRU blocks are built
-# with batch_first=i==0 as in the post. LibriSpeech mel spectrograms are replaced by synthetic
+# ResCNN + stacked BiGRU acoustic model trained with CTC, the model code as quoted in the post.
+# LibriSpeech mel spectrograms are replaced by synthetic
 # 16-bin "spectrograms" where each of 6 symbols is a fixed spectral pattern lasting 3-4 frames;
 # widths are reduced (rnn_dim 48, 2 ResCNN and 2 BiGRU layers); AdamW + OneCycleLR kept.
 import numpy as np
