@@ -36,6 +36,7 @@ from ._passes import note as note_pass
 from ._ranks import exchange  # (importing it registers the rank comparison with the distributed merge)
 from ._repeatable import Repeatable
 from ._repeatable import judge as judge_repeatable
+from ._scaling import judge as judge_scaling
 from ._unbackwarded import Unbackwarded
 from ._weights import SamplerLines
 from ._workers import Workers
@@ -195,6 +196,9 @@ class DataLedger(Checker):
                 self.session.add(f)
             for f in self.heldlabels.end():
                 self.session.add(f)
+            if not any(f.code == "data.preprocessing_fit_on_all" for f in self.session.findings):
+                for f in judge_scaling(self.loaders):  # statistics that know the held-out rows
+                    self.session.add(f)
             if not any(f.code == "data.coverage_lost" for f in self.session.findings):
                 for f in self.unbackwarded.end():  # (the loader's coverage already said it)
                     self.session.add(f)
