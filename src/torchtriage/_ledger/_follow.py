@@ -220,7 +220,7 @@ class Follower:
             entry.ragged = True  # variable-length rows (padded per batch): not comparable by content
             return
         entry.keys.append(dense_keys(t))
-        if t.dim() == 3 and t.is_floating_point():  # windows of a series (`_windows.py`)
+        if t.dim() in (3, 4) and t.is_floating_point():  # windows of a series (`_windows.py`)
             for axis, keys in slice_keys(t).items():
                 entry.slices.setdefault(axis, []).append(keys)
         entry.kept += size
