@@ -133,11 +133,11 @@ def judge(loaders: list[Loader]) -> list[Any]:
         held = [e for e in loaders if not e.trains and token in e.models and e.moments is not None]
         if not train or not held or any(id(e) in done for e in train):
             continue
-        cols = {e.moments["csum"].size for e in (*train, *held)}
-        if len(cols) != 1:
+        tm = [e.moments for e in train if e.moments is not None]
+        hm = [e.moments for e in held if e.moments is not None]
+        if len({p["csum"].size for p in (*tm, *hm)}) != 1:
             continue
-        tp = _pool([e.moments for e in train])
-        pool = _pool([e.moments for e in (*train, *held)])
+        tp, pool = _pool(tm), _pool([*tm, *hm])
         n, m = pool["rows"], tp["rows"]
         if n < MIN_ROWS or n - m < MIN_HELD_SHARE * n:
             continue
