@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 SPLIT_SHARE = 0.01
 MIN_ROWS = 8  # rows of an evaluation forward (an agent acting on one state is no evaluation set)
 MIN_OVERLAP = 8
+MAX_SLICE_ROWS = 1 << 16  # rows per side whose slices are also digested (windows of a series)
 # A held-out name is a word of its own, bounded by anything but a letter (`X_val`, `val_loader`,
 # `test2`, `evaluate`): `value`, `interval`, `device`, `latest` name nothing held out.
 _HELD = re.compile(r"(?<![a-z])(?:val|valid|validation|test|testing|dev|eval|evaluate|evaluation|holdout)(?![a-z])")
@@ -171,7 +172,8 @@ class HandFed:
                 side.filled.append((x.detach().reshape(x.shape[0], -1) != 0).sum(1))
             if not training and windows:
                 side.padded.append(_padded_rows(x, inputs))
-            if not windows and x.dim() in (3, 4) and x.is_floating_point():  # windows of a series
+            if not windows and x.dim() in (3, 4) and x.is_floating_point() and side.kept < MAX_SLICE_ROWS:
+                # windows of a series (`_windows.py`), on the side's first rows (a bounded cost)
                 for axis, sk in slice_keys(x).items():
                     side.slices.setdefault(axis, []).append(sk)
         side.repeats.append(0)
