@@ -98,7 +98,7 @@ def test_a_series_standardized_before_the_split_is_an_error_with_the_rows(tmp_pa
 def test_per_column_statistics_over_all_steps_are_found_per_column(tmp_path):
     report, _ = _run(tmp_path, SERIES % PER_COLUMN_ON_ALL)
     [f] = _scaled(report)
-    assert f.evidence["standardized"] in ("per column", "all cells") and f.severity.value == "error"
+    assert (f.evidence["standardized"], f.severity.value) == ("per column", "error")
 
 
 def test_statistics_of_the_training_steps_applied_to_every_split_are_quiet(tmp_path):
@@ -139,3 +139,39 @@ def test_a_random_split_of_rows_standardized_together_is_quiet(tmp_path):
     # The training part's mean stays within chance of the pool's: the leak moved nothing measurable.
     report, _ = _run(tmp_path, RANDOM_SPLIT)
     assert _scaled(report) == []
+
+
+SUBSET_TIME = """
+import numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset, Subset
+
+rng = np.random.RandomState(0)
+t = np.arange(1200)[:, None]
+X = (0.01 * t + rng.normal(0, 1, (1200, 4))).astype(np.float32)
+y = X.sum(1)
+X = (X - X.mean(0)) / X.std(0)                   # all rows, then the first 900 train
+ds = TensorDataset(torch.from_numpy(X), torch.from_numpy(y))
+train_loader = DataLoader(Subset(ds, range(0, 900)), batch_size=64, shuffle=True)
+val_loader = DataLoader(Subset(ds, range(900, 1200)), batch_size=300)
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for e in range(2):
+    model.train()
+    for x, t_ in train_loader:
+        loss = F.mse_loss(model(x)[:, 0], t_)
+        opt.zero_grad(); loss.backward(); opt.step()
+    model.eval()
+    with torch.no_grad():
+        print(sum(F.mse_loss(model(x)[:, 0], t_).item() for x, t_ in val_loader))
+"""
+
+
+def test_subsets_of_one_standardized_table_split_in_time_are_found_once(tmp_path):
+    # The ledger alone: per column, the 900 training rows against the 1,200 pooled ones.
+    report, _ = _run(tmp_path, SUBSET_TIME)
+    [f] = _scaled(report)
+    ev = f.evidence
+    assert (ev["standardized"], ev["rows"], ev["train_rows"], ev["held_out_rows"]) == ("per column", 1200, 900, 300)
+    # With the `leakage` check too (it sees the Subsets as a split): one finding, not two.
+    report, _ = run_script("prog.py", tmp_path, checks=("data_ledger", "leakage"), source=textwrap.dedent(SUBSET_TIME))
+    assert len(_scaled(report)) == 1

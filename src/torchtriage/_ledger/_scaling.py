@@ -72,13 +72,11 @@ def summarize(ds: Any, n: int, to_root: np.ndarray | None) -> dict[str, Any] | N
         x = _array(ds, n)
         if x is None:
             return None
-        picks = to_root if to_root is not None else None
-        if picks is not None:
-            x = x[torch.from_numpy(np.asarray(picks, dtype=np.int64))]
-        rows = int(x.shape[0])
+        picks = np.asarray(to_root, dtype=np.int64) if to_root is not None else np.arange(n, dtype=np.int64)
         per = max(int(x[0].numel()), 1)
-        if rows * per > MAX_CELLS:
-            x = x[torch.from_numpy(np.unique(np.linspace(0, rows - 1, MAX_CELLS // per).astype(np.int64)))]
+        if picks.size * per > MAX_CELLS:  # evenly spaced samples (the gather reads only those)
+            picks = picks[np.unique(np.linspace(0, picks.size - 1, max(MAX_CELLS // per, 2)).astype(np.int64))]
+        x = x[torch.from_numpy(picks)] if picks.size < n else x
         x = x.double()
         flat = x.reshape(x.shape[0] * x.shape[1], -1) if x.dim() >= 3 else x.reshape(x.shape[0], -1)
         flat = torch.unique(flat, dim=0)  # each time step once (overlapping windows)
@@ -112,14 +110,14 @@ def _columns(p: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 
 def _standardized(p: dict[str, Any]) -> str | None:
     """How the pool is standardized ("all cells", "per column"), or None."""
-    mean, std = _global(p)
-    if abs(mean) <= POOL_TOL and abs(std - 1) <= POOL_TOL:
-        return "all cells"
     cm, cs = _columns(p)
     live = cs > 1e-6
     if cm.size >= 2 and live.sum() >= 2 and (np.abs(cm[live]) <= POOL_TOL).all() \
             and (np.abs(cs[live] - 1) <= POOL_TOL).all():
         return "per column"
+    mean, std = _global(p)
+    if abs(mean) <= POOL_TOL and abs(std - 1) <= POOL_TOL:
+        return "all cells"
     return None
 
 
