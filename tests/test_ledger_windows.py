@@ -228,3 +228,32 @@ def test_a_kfold_over_overlapping_windows_fed_by_hand_shares_their_steps(tmp_pat
 def test_a_kfold_over_recordings_is_quiet(tmp_path):
     report, _ = _run(tmp_path, KFOLD_WINDOWS % RECORDING_FOLDS)
     assert _overlaps(report) == []
+
+
+IMAGES = """
+import torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset, random_split
+
+torch.manual_seed(0)
+X = torch.rand(600, 3, 8, 8)                     # distinct RGB images (rank 3 samples)
+X[:, :, :2] = 0                                  # a black border, shared by every image
+y = (X[:, 0].mean((1, 2)) > 0.37).long()
+train_ds, val_ds = random_split(TensorDataset(X, y), [500, 100], generator=torch.Generator().manual_seed(0))
+train_loader = DataLoader(train_ds, batch_size=50, shuffle=True)
+val_loader = DataLoader(val_ds, batch_size=100)
+model = nn.Sequential(nn.Flatten(), nn.Linear(192, 16), nn.ReLU(), nn.Linear(16, 2))
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+for epoch in range(2):
+    for x, t in train_loader:
+        loss = F.cross_entropy(model(x), t)
+        opt.zero_grad(); loss.backward(); opt.step()
+    with torch.no_grad():
+        print(sum((model(x).argmax(1) == t).sum().item() for x, t in val_loader))
+"""
+
+
+def test_distinct_images_split_at_random_are_quiet(tmp_path):
+    # Rank 3 samples are digested along their first axis (channels here): distinct images share
+    # no channel plane, so nothing overlaps.
+    report, _ = _run(tmp_path, IMAGES)
+    assert _overlaps(report) == []
