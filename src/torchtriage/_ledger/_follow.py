@@ -31,7 +31,7 @@ from ._epochs import MAX_KEYS, Epoch, Loader
 from ._groups import columns, from_batch, from_indices
 from ._lines import assigned_name, loop_name
 from ._passes import dataset_size, promised
-from ._scaling import summarize
+from ._scaling import stored, summarize
 from ._unloaded import Unloaded
 from ._windows import slice_keys
 
@@ -96,6 +96,7 @@ class Follower:
         entry = self.find(loader, frame, root, n)
         if not entry.epochs:  # its first pass: the samples it holds in memory, summarized (`_scaling.py`)
             entry.moments = summarize(root, n, to_root)
+            entry.stored = stored(root, n, to_root)
         if entry.epochs and not entry.epochs[-1].closed:
             self.ledger.close(entry, entry.epochs[-1])  # the loader's next pass: the last one ended
         sampler = _sampler(loader)

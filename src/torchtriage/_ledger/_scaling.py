@@ -169,3 +169,104 @@ def judge(loaders: list[Loader]) -> list[Any]:
         out.append(finding("preprocessing_fit_on_all", "scaled_with_heldout", "error", t.made or t.frame, fields,
                            evidence))
     return out
+
+
+# ---------------------------------------------------------------- a mean the dataset stores
+# A dataset that normalizes on access keeps its raw rows and the statistics it applies (a mean
+# vector of one value per feature). The training dataset's mean should be its own rows'; one
+# computed over the training rows and held-out rows is the training mean moved toward the
+# held-out rows' mean, by their share, in every feature at once.
+MIN_FEATURES = 4
+FIT_R2 = 0.8  # the offset is the held-out direction, feature by feature
+
+
+def _raw(ds: Any, n: int, to_root: np.ndarray | None) -> np.ndarray | None:
+    """The dataset's raw rows `(rows, features)`: one float array of its length, or a list of its
+    length of float arrays `(steps, features)` with one feature count (clips of several lengths)."""
+    x = _array(ds, n)
+    if x is not None:
+        arr = x.numpy() if to_root is None else x.numpy()[np.asarray(to_root, dtype=np.int64)]
+        return arr.reshape(-1, arr.shape[-1]) if arr.shape[0] * arr[0].size <= MAX_CELLS else None
+    try:
+        fields = list(vars(ds).values())
+    except TypeError:
+        return None
+    for v in fields:
+        if isinstance(v, list) and len(v) == n and v and all(isinstance(a, np.ndarray) and a.ndim == 2
+                                                             and a.dtype.kind == "f" for a in v[:64]):
+            items = v if to_root is None else [v[int(i)] for i in to_root]
+            if len({a.shape[1] for a in items}) != 1 or sum(a.size for a in items) > MAX_CELLS:
+                return None
+            return np.concatenate(items, axis=0)
+    return None
+
+
+def stored(ds: Any, n: int, to_root: np.ndarray | None) -> dict[str, Any] | None:
+    """The raw rows' per-feature moments and the one-value-per-feature vectors the dataset holds."""
+    if ds is None or n < 2:
+        return None
+    try:
+        raw = _raw(ds, n, to_root)
+        if raw is None or raw.shape[1] < MIN_FEATURES or not np.isfinite(raw).all():
+            return None
+        f = raw.shape[1]
+        vectors = {}
+        for name, v in vars(ds).items():
+            if isinstance(v, torch.Tensor):
+                v = v.detach().cpu().numpy() if v.device.type == "cpu" or v.numel() <= 4096 else None
+            if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.shape == (f,):
+                vectors[name] = v.astype(np.float64)
+        r = raw.astype(np.float64)
+        return {"rows": int(r.shape[0]), "mean": r.mean(0), "std": r.std(0), "vectors": vectors}
+    except Exception:  # (an unusual dataset: no verdict)
+        return None
+
+
+def judge_stored(loaders: list[Loader]) -> list[Any]:
+    """Per model: a training dataset whose stored mean is its rows' mean moved toward the held-out rows'."""
+    out: list[Any] = []
+    tokens = sorted({t for e in loaders for t in e.models})
+    for token in tokens:
+        train = [e for e in loaders if e.trains and token in e.models and e.stored and e.stored["vectors"]]
+        held = [e for e in loaders if not e.trains and token in e.models and e.stored]
+        for t in train[:1]:
+            ts = t.stored
+            assert ts is not None
+            for e in held:
+                es = e.stored
+                assert es is not None
+                if es["mean"].shape != ts["mean"].shape:
+                    continue
+                found = _moved(ts, es)
+                if found is None:
+                    continue
+                name, alpha, r2, shift = found
+                fields = {"train": _label(t), "train_where": t.where(), "attr": name, "m": ts["rows"],
+                          "held": es["rows"], "eval": _label(e), "eval_where": e.where(),
+                          "share": f"{100 * alpha:.0f}%", "shift": f"{shift:.3g}"}
+                evidence = {"training_loader": t.name, "training_at": t.where(), "evaluation_loader": e.name,
+                            "evaluation_at": e.where(), "statistic": name, "features": int(ts["mean"].size),
+                            "train_rows": ts["rows"], "evaluation_rows": es["rows"],
+                            "held_out_weight": round(alpha, 4), "fit_r2": round(r2, 4),
+                            "max_shift_in_train_std": round(shift, 4)}
+                out.append(finding("preprocessing_fit_on_all", "stored_mean_with_heldout", "error", t.made or t.frame,
+                                   fields, evidence, cause="scaled_with_heldout"))
+                return out
+    return out
+
+
+def _moved(ts: dict[str, Any], es: dict[str, Any]) -> tuple[str, float, float, float] | None:
+    scale = np.where(ts["std"] > 1e-12, ts["std"], np.inf)
+    e = (es["mean"] - ts["mean"]) / scale  # the held-out rows' offset, in training stds
+    if np.abs(e).max() < TRAIN_TOL:
+        return None  # the held-out rows look like the training rows: no direction to tell
+    for name, v in ts["vectors"].items():
+        d = (v - ts["mean"]) / scale
+        shift = float(np.abs(d).max())
+        if shift <= TRAIN_TOL:
+            continue  # the training rows' own mean (or within a tenth of a std of it)
+        alpha = float(d @ e / (e @ e))
+        r2 = 1.0 - float(((d - alpha * e) ** 2).sum() / (d @ d))
+        if 0.0 < alpha <= 1.0 and r2 >= FIT_R2:
+            return name, alpha, r2, shift
+    return None
