@@ -175,3 +175,77 @@ def test_subsets_of_one_standardized_table_split_in_time_are_found_once(tmp_path
     # With the `leakage` check too (it sees the Subsets as a split): one finding, not two.
     report, _ = run_script("prog.py", tmp_path, checks=("data_ledger", "leakage"), source=textwrap.dedent(SUBSET_TIME))
     assert len(_scaled(report)) == 1
+
+
+# Clips of several lengths, normalized on access with a mean vector the dataset stores; the
+# held-out clips (new subjects) move more. %s computes that mean.
+CLIPS = """
+import numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+rng = np.random.default_rng(0)
+basis = rng.normal(0, 1, (4, 12))
+drift = rng.normal(0, 0.6, 12)                   # how new subjects' poses differ, per feature
+clips = {}
+for split, n, style in (("train", 120, 1.0), ("val", 30, 1.8), ("test", 40, 1.8)):
+    clips[split] = [(style * rng.normal(0, 1, (int(rng.integers(30, 50)), 4)) @ basis + (style - 1) * drift
+                     + 0.05 * rng.normal(0, 1, (1, 12))).astype(np.float32) for _ in range(n)]
+
+%s
+
+class Clips(Dataset):
+    def __init__(self, split, mean, std):
+        self.mean, self.std = mean, std
+        self.data = clips[split]
+    def __len__(self):
+        return len(self.data)
+    def __getitem__(self, i):
+        return (self.data[i][:24] - self.mean) / self.std
+
+train_loader = DataLoader(Clips("train", mean, std), batch_size=20, shuffle=True)  # HERE
+test_loader = DataLoader(Clips("test", mean, std), batch_size=40)
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(12, 6), nn.Tanh(), nn.Linear(6, 12))
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+for epoch in range(3):
+    model.train()
+    for x in train_loader:
+        loss = F.mse_loss(model(x), x)
+        opt.zero_grad(); loss.backward(); opt.step()
+    model.eval()
+    with torch.no_grad():
+        print(sum(F.mse_loss(model(x), x).item() for x in test_loader))
+"""
+
+ALL_CLIPS = """frames = np.concatenate(clips["train"] + clips["val"] + clips["test"])   # every clip
+mean, std = frames.mean(0), frames.std(0)"""
+TRAIN_CLIPS = """frames = np.concatenate(clips["train"])                                 # the training clips
+mean, std = frames.mean(0), frames.std(0)"""
+FIXED = """mean, std = np.full(12, 0.25, dtype=np.float32), np.full(12, 2.0, dtype=np.float32)   # constants"""
+
+
+def test_a_stored_mean_over_all_clips_is_the_training_mean_moved_toward_the_held_out(tmp_path):
+    source = CLIPS % ALL_CLIPS
+    report, _ = _run(tmp_path, source)
+    [f] = _scaled(report)
+    assert (f.severity.value, f.line, f.evidence["statistic"]) == ("error", _line(source), "mean")
+    ev = f.evidence
+    train_rows = ev["train_rows"]
+    assert ev["features"] == 12 and ev["evaluation_loader"] == "test_loader"
+    # the held-out clips' share of the frames the mean was computed on (val and test alike)
+    assert 0.2 < ev["held_out_weight"] < 0.5 and ev["fit_r2"] > 0.9 and ev["max_shift_in_train_std"] > 0.1
+    assert 3600 <= train_rows <= 6000
+
+
+def test_a_stored_mean_of_the_training_clips_or_constants_is_quiet(tmp_path):
+    for how in (TRAIN_CLIPS, FIXED):
+        report, _ = _run(tmp_path, CLIPS % how)
+        assert _scaled(report) == [], how
+
+
+def test_constants_beside_held_out_rows_shifted_alike_in_every_feature_are_quiet(tmp_path):
+    # A constant mean vector lines up with a shift that is the same in every feature; the held-out
+    # share must also hold feature by feature.
+    source = (CLIPS % FIXED).replace("drift = rng.normal(0, 0.6, 12)", "drift = np.full(12, 0.5)")
+    report, _ = _run(tmp_path, source)
+    assert _scaled(report) == []

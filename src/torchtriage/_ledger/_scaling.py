@@ -257,16 +257,26 @@ def judge_stored(loaders: list[Loader]) -> list[Any]:
 
 def _moved(ts: dict[str, Any], es: dict[str, Any]) -> tuple[str, float, float, float] | None:
     scale = np.where(ts["std"] > 1e-12, ts["std"], np.inf)
-    e = (es["mean"] - ts["mean"]) / scale  # the held-out rows' offset, in training stds
-    if np.abs(e).max() < TRAIN_TOL:
+    e = es["mean"] - ts["mean"]  # the held-out rows' offset (fitted in the data's units: a division
+    if np.abs(e / scale).max() < TRAIN_TOL:  # by the training std would line any two vectors up)
         return None  # the held-out rows look like the training rows: no direction to tell
+    ec = e - e.mean()
+    if np.linalg.norm(ec) < 0.1 * np.linalg.norm(e):
+        return None  # shifted alike in every feature: a constant vector would line up with it
     for name, v in ts["vectors"].items():
-        d = (v - ts["mean"]) / scale
-        shift = float(np.abs(d).max())
+        d = v - ts["mean"]
+        shift = float(np.abs(d / scale).max())
         if shift <= TRAIN_TOL:
             continue  # the training rows' own mean (or within a tenth of a std of it)
-        alpha = float(d @ e / (e @ e))
-        r2 = 1.0 - float(((d - alpha * e) ** 2).sum() / (d @ d))
-        if 0.0 < alpha <= 1.0 and r2 >= FIT_R2:
-            return name, alpha, r2, shift
+        alpha, r2 = _fit(d, e)
+        # The same share must hold feature by feature, not only on average.
+        alpha_c, r2_c = _fit(d - d.mean(), ec)
+        if 0.0 < alpha <= 1.0 and r2 >= FIT_R2 and r2_c >= FIT_R2 and abs(alpha_c - alpha) <= 0.25 * alpha:
+            return name, alpha, r2_c, shift
     return None
+
+
+def _fit(d: np.ndarray, e: np.ndarray) -> tuple[float, float]:
+    """`d ≈ alpha e`: alpha and the share of `d` it explains."""
+    alpha = float(d @ e / max(float(e @ e), 1e-300))
+    return alpha, 1.0 - float(((d - alpha * e) ** 2).sum() / max(float(d @ d), 1e-300))
