@@ -185,8 +185,11 @@ def _raw(ds: Any, n: int, to_root: np.ndarray | None) -> np.ndarray | None:
     length of float arrays `(steps, features)` with one feature count (clips of several lengths)."""
     x = _array(ds, n)
     if x is not None:
+        rows = n if to_root is None else len(to_root)
+        if rows * max(int(x[0].numel()), 1) > MAX_CELLS:
+            return None
         arr = x.numpy() if to_root is None else x.numpy()[np.asarray(to_root, dtype=np.int64)]
-        return arr.reshape(-1, arr.shape[-1]) if arr.shape[0] * arr[0].size <= MAX_CELLS else None
+        return arr.reshape(-1, arr.shape[-1])
     try:
         fields = list(vars(ds).values())
     except TypeError:
