@@ -173,3 +173,87 @@ def test_a_held_out_dataset_scored_by_hand_shares_windows_with_training(tmp_path
 def test_a_held_out_dataset_split_in_time_is_quiet(tmp_path):
     report, _ = _run(tmp_path, UNLOADED % "np.arange(len(x))")
     assert _overlaps(report) == []
+
+
+KFOLD_WINDOWS = """
+import numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+from sklearn.model_selection import KFold
+
+rng = np.random.default_rng(0)
+# 12 recordings of 40 s: per second a (4 channels x 3 bands) feature map, one signature per recording
+feats = (rng.normal(size=(12, 1, 4, 3)) + 0.3 * rng.normal(size=(12, 40, 4, 3))).astype(np.float32)
+label = np.arange(12) %% 2
+win, step = 6, 2
+idx = [(r, s) for s in range(0, 40 - win + 1, step) for r in range(12)]
+data = torch.tensor(np.stack([feats[r, s:s + win] for r, s in idx]))    # (windows, 6 s, 4, 3)
+labels = torch.tensor([label[r] for r, s in idx])
+recording = np.array([r for r, s in idx])
+
+def train(model, x, y):
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for epoch in range(3):
+        for i in range(0, len(x), 32):
+            loss = F.cross_entropy(model(x[i:i + 32]), y[i:i + 32])
+            opt.zero_grad(); loss.backward(); opt.step()
+
+def validate(model, val_data, val_labels):
+    model.eval()
+    with torch.no_grad():
+        return (model(val_data).argmax(1) == val_labels).float().mean().item()  # HERE
+
+%s
+for fold, (train_idx, val_idx) in enumerate(folds):
+    torch.manual_seed(fold)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(6 * 4 * 3, 16), nn.ReLU(), nn.Linear(16, 2))
+    train(model, data[train_idx], labels[train_idx])
+    print(fold, validate(model, data[val_idx], labels[val_idx]))
+"""
+
+WINDOW_FOLDS = "folds = KFold(5, shuffle=True, random_state=0).split(np.arange(len(data)))   # over windows"
+RECORDING_FOLDS = """folds = [(np.flatnonzero(~np.isin(recording, te)), np.flatnonzero(np.isin(recording, te)))
+         for _, te in KFold(4, shuffle=True, random_state=0).split(np.arange(12))]   # over recordings"""
+
+
+def test_a_kfold_over_overlapping_windows_fed_by_hand_shares_their_steps(tmp_path):
+    # Feature maps per second (rank 3 samples): windows of 6 s every 2 s, folds drawn over the
+    # windows: each validation window's seconds are in its training neighbours'.
+    source = KFOLD_WINDOWS % WINDOW_FOLDS
+    report, _ = _run(tmp_path, source)
+    [f] = _overlaps(report)
+    assert (f.severity.value, f.line, f.evidence["matched"], f.evidence["axis"]) == \
+        ("error", _line(source), "overlapping windows", 1)
+    assert f.evidence["positions"] == 6 and f.evidence["count"] >= f.evidence["evaluation_samples"] // 2
+
+
+def test_a_kfold_over_recordings_is_quiet(tmp_path):
+    report, _ = _run(tmp_path, KFOLD_WINDOWS % RECORDING_FOLDS)
+    assert _overlaps(report) == []
+
+
+IMAGES = """
+import torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset, random_split
+
+torch.manual_seed(0)
+X = torch.rand(600, 3, 8, 8)                     # distinct RGB images (rank 3 samples)
+X[:, :, :2] = 0                                  # a black border, shared by every image
+y = (X[:, 0].mean((1, 2)) > 0.37).long()
+train_ds, val_ds = random_split(TensorDataset(X, y), [500, 100], generator=torch.Generator().manual_seed(0))
+train_loader = DataLoader(train_ds, batch_size=50, shuffle=True)
+val_loader = DataLoader(val_ds, batch_size=100)
+model = nn.Sequential(nn.Flatten(), nn.Linear(192, 16), nn.ReLU(), nn.Linear(16, 2))
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+for epoch in range(2):
+    for x, t in train_loader:
+        loss = F.cross_entropy(model(x), t)
+        opt.zero_grad(); loss.backward(); opt.step()
+    with torch.no_grad():
+        print(sum((model(x).argmax(1) == t).sum().item() for x, t in val_loader))
+"""
+
+
+def test_distinct_images_split_at_random_are_quiet(tmp_path):
+    # Rank 3 samples are digested along their first axis (channels here): distinct images share
+    # no channel plane, so nothing overlaps.
+    report, _ = _run(tmp_path, IMAGES)
+    assert _overlaps(report) == []

@@ -36,6 +36,8 @@ from ._passes import note as note_pass
 from ._ranks import exchange  # (importing it registers the rank comparison with the distributed merge)
 from ._repeatable import Repeatable
 from ._repeatable import judge as judge_repeatable
+from ._scaling import judge as judge_scaling
+from ._scaling import judge_stored
 from ._unbackwarded import Unbackwarded
 from ._weights import SamplerLines
 from ._workers import Workers
@@ -195,6 +197,10 @@ class DataLedger(Checker):
                 self.session.add(f)
             for f in self.heldlabels.end():
                 self.session.add(f)
+            if not any(f.code == "data.preprocessing_fit_on_all" for f in self.session.findings):
+                # statistics that know the held-out rows
+                for f in judge_scaling(self.loaders) or judge_stored(self.loaders):
+                    self.session.add(f)
             if not any(f.code == "data.coverage_lost" for f in self.session.findings):
                 for f in self.unbackwarded.end():  # (the loader's coverage already said it)
                     self.session.add(f)

@@ -129,6 +129,8 @@ class Loader:
     slices: dict[int, list[torch.Tensor]] = dataclasses.field(default_factory=dict)
     weights: int = 0  # len(the sampler's per-sample weight vector) (0: none; `_weights.py`)
     weights_made: UserFrame | None = None  # where that sampler was made
+    moments: dict[str, Any] | None = None  # its in-memory samples' distinct slices, summarized (`_scaling.py`)
+    stored: dict[str, Any] | None = None  # its raw rows' moments and the per-feature vectors it holds (`_scaling.py`)
 
     @property
     def trains(self) -> bool:

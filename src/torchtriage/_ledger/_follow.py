@@ -31,6 +31,7 @@ from ._epochs import MAX_KEYS, Epoch, Loader
 from ._groups import columns, from_batch, from_indices
 from ._lines import assigned_name, loop_name
 from ._passes import dataset_size, promised
+from ._scaling import stored, summarize
 from ._unloaded import Unloaded
 from ._windows import slice_keys
 
@@ -93,6 +94,9 @@ class Follower:
         frame = user_frame_from_stack(2)
         root, n, to_root = root_of(getattr(loader, "dataset", None))
         entry = self.find(loader, frame, root, n)
+        if not entry.epochs:  # its first pass: the samples it holds in memory, summarized (`_scaling.py`)
+            entry.moments = summarize(root, n, to_root)
+            entry.stored = stored(root, n, to_root)
         if entry.epochs and not entry.epochs[-1].closed:
             self.ledger.close(entry, entry.epochs[-1])  # the loader's next pass: the last one ended
         sampler = _sampler(loader)
@@ -217,7 +221,7 @@ class Follower:
             entry.ragged = True  # variable-length rows (padded per batch): not comparable by content
             return
         entry.keys.append(dense_keys(t))
-        if t.dim() == 3 and t.is_floating_point():  # windows of a series (`_windows.py`)
+        if t.dim() in (3, 4) and t.is_floating_point():  # windows of a series (`_windows.py`)
             for axis, keys in slice_keys(t).items():
                 entry.slices.setdefault(axis, []).append(keys)
         entry.kept += size

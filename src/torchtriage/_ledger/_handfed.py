@@ -51,7 +51,8 @@ from ._streams import K as window_tokens
 from ._streams import host_rows as _host
 from ._streams import judge as judge_streams
 from ._streams import stream_input, window_keys
-from ._verdicts import _keys, _split_finding
+from ._verdicts import _by_windows, _keys, _split_finding
+from ._windows import slice_keys
 
 if TYPE_CHECKING:
     from ._checker import DataLedger
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 SPLIT_SHARE = 0.01
 MIN_ROWS = 8  # rows of an evaluation forward (an agent acting on one state is no evaluation set)
 MIN_OVERLAP = 8
+MAX_SLICE_ROWS = 1 << 16  # rows per side whose slices are also digested (windows of a series)
 # A held-out name is a word of its own, bounded by anything but a letter (`X_val`, `val_loader`,
 # `test2`, `evaluate`): `value`, `interval`, `device`, `latest` name nothing held out.
 _HELD = re.compile(r"(?<![a-z])(?:val|valid|validation|test|testing|dev|eval|evaluate|evaluation|holdout)(?![a-z])")
@@ -81,6 +83,8 @@ class Side:
         self.shape: tuple[int, ...] | None = None
         self.frame: Any = None
         self.named = False  # rows of forwards inside a loop over data named held-out (an evaluation set)
+        self.held_named = False  # an evaluation forward whose calling lines name held-out data (`model(val_data)`)
+        self.slices: dict[int, list[torch.Tensor]] = {}  # axis -> per chunk, windows' slice digests (`_windows.py`)
 
 
 class HandFed:
@@ -153,6 +157,7 @@ class HandFed:
                     return  # the training data measured on purpose
                 if model.training and not held:
                     return  # no_grad in train() mode, unnamed: acting, targets (an agent's), not an evaluation
+                side.held_named = side.held_named or held
             if side.frame is None and frames:
                 side.frame = frames[0][0]
         shape = (-1, window_tokens) if windows else tuple(x.shape[1:])
@@ -167,6 +172,10 @@ class HandFed:
                 side.filled.append((x.detach().reshape(x.shape[0], -1) != 0).sum(1))
             if not training and windows:
                 side.padded.append(_padded_rows(x, inputs))
+            if not windows and x.dim() in (3, 4) and x.is_floating_point() and side.kept < MAX_SLICE_ROWS:
+                # windows of a series (`_windows.py`), on the side's first rows (a bounded cost)
+                for axis, sk in slice_keys(x).items():
+                    side.slices.setdefault(axis, []).append(sk)
         side.repeats.append(0)
         side.kept += int(keys.shape[0])
         self.kept += int(keys.shape[0])
@@ -213,6 +222,8 @@ def judge(hf: HandFed, loaders: list[Loader]) -> Any:
         if training or windows or not ev.chunks or ev.shape is None:
             continue
         found = _judge_model(ev, hf.sides.get((token, True, False)), token, loaders)
+        if found is None:
+            found = _judge_windows(ev, hf.sides.get((token, True, False)))
         if found is not None:
             return found
     return judge_streams(hf)
@@ -271,6 +282,20 @@ def _judge_model(ev: Side, tr: Side | None, token: int, loaders: list[Loader]) -
                                                         "", False)
     example = int(np.flatnonzero(hit)[0])
     return _split_finding(e, t, count, n, example, "content", "error")
+
+
+def _judge_windows(ev: Side, tr: Side | None) -> Any:
+    """Hand-fed evaluation windows that share most of their steps with the same model's training
+    windows (`_windows.py`): windows cut from one series with a short stride, then split (a k-fold
+    over windows: each fold's model is evaluated once, on a tensor its line names held out)."""
+    if tr is None or not ev.slices or not tr.slices or tr.shape != ev.shape:
+        return None
+    if not (ev.held_named or ev.named or any(ev.repeats)):
+        return None  # (a stream of new rows, an agent's states: no evaluation set)
+    e = Loader("evaluation forwards", ev.frame, None, 0, 0, "", False)
+    t = Loader("training forwards", tr.frame, None, 0, 0, "", False)
+    e.slices, t.slices = ev.slices, tr.slices
+    return _by_windows(e, t)
 
 
 def collisions(chunks: list[np.ndarray]) -> float:

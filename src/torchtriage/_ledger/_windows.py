@@ -11,8 +11,9 @@ end an evaluation sample overlaps training when at least half of its non-constan
 one axis are slices of training samples. An error when at least `MIN_SAMPLES` samples and
 `SHARE` of them overlap, and three times the rate at which slices recur in another evaluation
 sample at a place that is not the same stretch (`_streams.cross_chance`: categorical or
-quantized values repeat by themselves). Samples of rank 2 only (a window of a multivariate
-series); images (rank 3 and more) and univariate windows (rank 1) are not judged this way.
+quantized values repeat by themselves). Samples of rank 2 (a window of a multivariate
+series), and of rank 3 along their first axis (a window of per-step feature maps: `(steps,
+channels, bands)`; session 11); univariate windows (rank 1) are not judged this way.
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ SHARE = 0.5  # most windows: a split in time shares only the lookback at its bor
 
 def slice_keys(t: torch.Tensor) -> dict[int, torch.Tensor]:
     """Per axis of a `(rows, A, B)` float batch: `(rows, positions)` digests of its slices (0 for
-    a constant slice)."""
+    a constant slice). A batch of samples of rank 3 or more (`(rows, steps, channels, bands)`:
+    features computed per time step of a window) along its first sample axis only."""
     out: dict[int, torch.Tensor] = {}
     x = t.detach()
-    for axis in (1, 2):
+    for axis in ((1, 2) if x.dim() == 3 else (1,)):
         s = x.movedim(axis, 1)
         rows, positions = s.shape[0], s.shape[1]
         flat = s.reshape(rows * positions, -1)
