@@ -29,6 +29,7 @@ from ._evalsync import EvalSync
 from ._follow import Follower
 from ._handfed import HandFed
 from ._handfed import judge as judge_handfed
+from ._heldgrads import HeldGrads
 from ._heldlabels import HeldLabels
 from ._passes import conclude as passes_verdicts
 from ._passes import exchange as exchange_passes
@@ -74,6 +75,7 @@ class DataLedger(Checker):
         self.denominators = Denominators(self)  # a mean's denominator against the pass's counts
         self.unbackwarded = Unbackwarded(self)  # training forwards whose graph never reaches a backward
         self.heldlabels = HeldLabels(self)  # held-out labels in a loss that is trained on
+        self.heldgrads = HeldGrads(self, session)  # an evaluation pass's gradients applied by a training step
         stream(session).listen("ledger.denominator", self.denominators)
 
     def counters(self) -> tuple[int, int]:
@@ -89,6 +91,7 @@ class DataLedger(Checker):
             self.evalsync.training()
             self.forwards += 1
         self.heldlabels.on_forward(model)
+        self.heldgrads.on_forward(model)
         last = self.follower.last
         if last is not None:  # the model the latest batch fed (k-fold: one model per fold)
             last.models.add(self.token_of(model))
@@ -110,10 +113,12 @@ class DataLedger(Checker):
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         self.heldlabels.on_step(optimizer)
+        self.heldgrads.on_step(optimizer)
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         self.evalsync.training()
         self.backwards += 1
+        self.heldgrads.on_backward_end()
 
     def end_window(self, ep: Epoch) -> None:
         """The last batch's window ends: at StopIteration, or, in a loop that fetches one batch
@@ -194,6 +199,8 @@ class DataLedger(Checker):
             for f in self.denominators.end():
                 self.session.add(f)
             for f in self.heldlabels.end():
+                self.session.add(f)
+            for f in self.heldgrads.end():
                 self.session.add(f)
             if not any(f.code == "data.coverage_lost" for f in self.session.findings):
                 for f in self.unbackwarded.end():  # (the loader's coverage already said it)
