@@ -171,6 +171,7 @@ class DataLedger(Checker):
             "lost_samples": sum(ep.sizes[i] for i in lost), "lost_examples": examples,
             "largest_batch": max(ep.sizes, default=0), "order": ep.order.hexdigest() if indexed else None,
             "shuffled": ep.shuffled, "sampler_epoch": ep.sampler_epoch,
+            "outer_epoch": ep.outer_epoch, "inner_epochs": ep.inner_epochs, "sampler_cls": ep.sampler_cls,
         }
         if indexed and sum(trained) and "roots" not in entry.first:  # the first training epoch's samples (ranks)
             entry.first["roots"] = np.unique(np.concatenate([r for r in ep.roots if r is not None]))
