@@ -105,6 +105,7 @@ class DataLedger(Checker):
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
         self.handfed.on_forward(model, args, kwargs)
+        self.heldlabels.on_inputs(args, kwargs)
         self.unbackwarded.on_forward(model, args, kwargs, output)
 
     def on_loss(self, call: LossCall) -> None:

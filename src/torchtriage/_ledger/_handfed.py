@@ -153,6 +153,8 @@ class HandFed:
                     return  # the training data measured on purpose
                 if model.training and not held:
                     return  # no_grad in train() mode, unnamed: acting, targets (an agent's), not an evaluation
+                if held:
+                    side.named = True  # the calling lines name held-out data: an evaluation set, also when seen once
             if side.frame is None and frames:
                 side.frame = frames[0][0]
         shape = (-1, window_tokens) if windows else tuple(x.shape[1:])

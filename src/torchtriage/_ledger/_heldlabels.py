@@ -76,10 +76,16 @@ class HeldLabels:
         self.active = True
         self.model: Any = None  # (weakly) the latest root model called
         self.holds: dict[tuple[int, int], bool] = {}  # (optimizer, model) ids -> steps its parameters
+        self.inputs: set[int] = set()  # ids of the latest root forward's tensor arguments
 
     def on_forward(self, model: torch.nn.Module) -> None:
         if self.model is None or self.model() is not model:
             self.model = weakref.ref(model)
+
+    def on_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """The latest root forward's tensor arguments (by id): a loss whose target is one of them
+        reconstructs its input (an autoencoder over a graph's features), no labels."""
+        self.inputs = {id(a) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)}
 
     def on_loss(self, call: Any) -> None:
         target, out = call.target, call.output
@@ -97,7 +103,7 @@ class HeldLabels:
             if n >= EXAMINED:
                 return
             self.examined[key] = n + 1
-            line = _examine(f, call)
+            line = _examine(f, call, self.inputs)
             if line is None:
                 return
             line.model = self.model
@@ -149,12 +155,14 @@ class HeldLabels:
         return out
 
 
-def _examine(f: types.FrameType, call: Any) -> _Line | None:
+def _examine(f: types.FrameType, call: Any, inputs: set[int]) -> _Line | None:
     target = call.target
     found = _held_loop(f, target)
     if found is not None:
         loop, name = found
         return _Line("loop", loop, user_frame_of(f), name)
+    if id(target) in inputs or (target._base is not None and id(target._base) in inputs):
+        return None  # the target is the model's input: a reconstruction, no labels held out
     return _held_mask(f, call)
 
 
