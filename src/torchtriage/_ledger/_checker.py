@@ -25,6 +25,7 @@ from ._denominator import Denominators
 from ._encoding import Encodings
 from ._encoding import judge as judge_encodings
 from ._epochs import Epoch, Loader
+from ._evalshards import EvalShards
 from ._evalsync import EvalSync
 from ._follow import Follower
 from ._handfed import HandFed
@@ -64,8 +65,10 @@ class DataLedger(Checker):
         self.follower.install()
         self.handfed = HandFed(session, self)
         self.evalsync = EvalSync(session, self)
+        self.evalshards: EvalShards | None = None
         if session.checker("distributed") is not None:  # a rank of several: its evaluation shares
             stream(session).listen("ledger.evalsync", self.evalsync)
+            self.evalshards = EvalShards(session, self)  # evaluation sets cut per rank by hand
         self.encodings = Encodings(self)  # each split's label encoding (after the follower: its tokens)
         stream(session).listen("ledger.encoding", self.encodings)
         self.workers = Workers(self)  # samples repeated across DataLoader workers
@@ -89,6 +92,8 @@ class DataLedger(Checker):
         self.calls += 1
         if model.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
             self.evalsync.training()
+            if self.evalshards is not None:
+                self.evalshards.training()
             self.forwards += 1
         self.heldlabels.on_forward(model)
         self.heldgrads.on_forward(model)
@@ -105,6 +110,8 @@ class DataLedger(Checker):
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
         self.handfed.on_forward(model, args, kwargs)
+        if self.evalshards is not None:
+            self.evalshards.on_forward(model, args, kwargs)
         self.heldlabels.on_inputs(args, kwargs)
         self.unbackwarded.on_forward(model, args, kwargs, output)
 
@@ -118,6 +125,8 @@ class DataLedger(Checker):
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         self.evalsync.training()
+        if self.evalshards is not None:
+            self.evalshards.training()
         self.backwards += 1
         self.heldgrads.on_backward_end()
 
@@ -215,6 +224,8 @@ class DataLedger(Checker):
                     self.session.add(found)
         exchange(self)
         exchange_passes(self)
+        if self.evalshards is not None:
+            self.evalshards.exchange()
         if self.session is not None:
             for f in self.evalsync.end():
                 self.session.add(f)
