@@ -63,6 +63,11 @@ class Tracker:
                 where = f" at {os.path.basename(frame.file)}:{frame.line}" if frame else ""
                 self.step_ops.append(f"{op}{where}")
 
+    @property
+    def outermost(self) -> bool:
+        """The collective running now is the user's own call, not one called by another."""
+        return self._depth == 1
+
     def leave(self) -> None:
         self._depth = max(0, self._depth - 1)
         if self._depth == 0:
@@ -102,7 +107,7 @@ def _wrap(tracker: Tracker, name: str, fn: Any) -> Any:
         frame = user_frame_from_stack(2)
         tracker.enter(label, frame)
         try:
-            if name == "all_reduce" and tracker._depth == 1:
+            if name == "all_reduce" and tracker.outermost:
                 return tracker.rereduce.call(fn, args, kwargs, frame)
             return fn(*args, **kwargs)
         finally:

@@ -42,11 +42,12 @@ class Rereduce:
         import torch
         import torch.distributed as dist
 
-        t = args[0] if args else kwargs.get("tensor")
+        got = args[0] if args else kwargs.get("tensor")
         op = args[1] if len(args) > 1 else kwargs.get("op", dist.ReduceOp.SUM)
-        if not isinstance(t, torch.Tensor) or kwargs.get("async_op") or (len(args) > 3 and args[3]) \
+        if not isinstance(got, torch.Tensor) or kwargs.get("async_op") or (len(args) > 3 and args[3]) \
                 or op != dist.ReduceOp.SUM:
             return fn(*args, **kwargs)
+        t: torch.Tensor = got
         seen = self.kept.get(id(t))
         chain = None
         if seen is not None and seen[0]() is t and seen[1] == t._version:
