@@ -11,9 +11,9 @@ not this fault.
 
 The harm is measured: at an optimizer step, one of its parameters' `.grad` is still the tensor the
 held-out backward wrote (kept by weak reference) and no `zero_grad` of an optimizer or a module ran
-in between. Costs: nothing on a training backward; on a held-out pass's backward, one walk over the
-optimizers' parameters (once per pass); at a step after such a pass, one identity test per
-parameter.
+in between. Costs: on a training backward (a model in train() mode, a loader not named held-out)
+two attribute reads; on a held-out pass's backward, one walk over the optimizers' parameters (once
+per pass); at a step after such a pass, one identity test per parameter.
 """
 
 from __future__ import annotations
@@ -64,10 +64,12 @@ class HeldGrads:
         self.session = session
         self.open: _Pass | None = None  # the held-out pass whose gradients are in .grad now
         self.leaks: dict[int, _Leak] = {}  # by loader id
+        self.last_training = True  # the latest root forward's model was in train() mode
         self.active = True
         on_zero_grad(session, "data_ledger.heldgrads", self.on_zero_grad)
 
     def on_forward(self, model: torch.nn.Module) -> None:
+        self.last_training = model.training
         p = self.open
         if p is not None and model.training and p.epoch is self._current_epoch():
             p.eval_only = False
@@ -87,6 +89,8 @@ class HeldGrads:
         if p is not None and p.epoch is not ep:
             return  # (another pass adds to the gradients an earlier pass left: that one is judged)
         if p is None:
+            if self.last_training and not _named_held(last):
+                return  # a training loader's backward (the common case: nothing kept)
             p = self.open = _Pass(last, ep, user_frame_from_stack(2))
             for opt in self.session.optimizers:
                 for g in opt.param_groups:
@@ -144,3 +148,8 @@ def _held(p: _Pass) -> bool:
     if any(w in name for w in _TRAIN):
         return False
     return bool(_HELD.search(name)) or p.eval_only
+
+
+def _named_held(loader: Loader) -> bool:
+    name = loader.name.lower()
+    return not any(w in name for w in _TRAIN) and bool(_HELD.search(name))
