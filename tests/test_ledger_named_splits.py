@@ -235,7 +235,9 @@ def test_a_held_out_index_list_in_the_frame(tmp_path):
         "    test_idx = torch.arange(150, 200)\n    loss = F.cross_entropy(out, data.y)  # HERE")
     report, _ = _run(tmp_path, source)
     [f] = _held(report)
-    assert (f.line, f.evidence["held_out"], f.evidence["held_out_rows"]) == (_line(source), "test_idx", 50)
+    # every held-out selection in the frame counts: the index list and the graph's own test mask (session 11)
+    assert (f.line, f.evidence["held_out"], f.evidence["held_out_rows"]) == \
+        (_line(source), "test_idx, data.test_mask", 135)
 
 
 def test_full_graph_losses_that_keep_the_test_nodes_out_are_quiet(tmp_path):

@@ -10,6 +10,10 @@ MESSAGES = {
     "dist.cause.received": "DDP averages the gradients of all ranks: one rank's NaN or Inf reaches every rank. The rank that made it has the full diagnosis.",
     "dist.next.received": "Read the finding of the rank that made it (rank {origin}).",
     "dist.next.received_unknown": "Read the report of the other ranks: the one whose own gradients were non-finite made it.",
+    # a sum over the ranks reduced again (session 11)
+    "dist.reduced_twice": "the same tensor was all_reduce'd with SUM {n} times with nothing written to it in between ({lines}): its value is {factor}x the sum over the {world} ranks",
+    "dist.cause.reduced_twice": "an all_reduce(SUM) of a value that already holds the sum over the ranks adds the {world} equal copies again (a reduction line copied for another metric without changing its tensor), so the reported number is multiplied by the world size for each extra reduction, and the metrics meant to be reduced were not",
+    "dist.next.reduced_twice": "reduce each value once: check which tensor each all_reduce line takes (the lines after the first probably meant another metric)",
     # unused parameters
     "dist.unused": "{count} parameter(s) received no gradient at step {step} while DDP expected all of them ({names}): DDP (find_unused_parameters=False) waits for them and fails at the next forward with 'Expected to have finished reduction in the prior iteration'",
     "dist.cause.unused": "module(s) {modules} did not take part in the loss at step {step} (a branch of forward skipped them, or their output was not used in the loss).",

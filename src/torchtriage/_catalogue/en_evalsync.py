@@ -10,6 +10,14 @@ MESSAGES = {
         "metric's sums and counts (or an all_gather of the predictions) each rank reports a different number, "
         "none of them the metric of the whole set, and decisions taken on it (the best checkpoint, early "
         "stopping) differ per rank",
+    "evalsync.hand_sharded":
+        "the evaluation forwards at {where} saw other inputs on each of the {world} ranks (the set cut per rank by "
+        "hand) and no collective combined the ranks' results afterwards: rank 0's metric covers its {forwards} of the "
+        "{total} evaluated batches ({share} %), the rest were evaluated on the other ranks and thrown away",
+    "evalsync.hand_sharded.cause":
+        "the evaluation data is sharded across the ranks like the training data, but only one rank reports the "
+        "metric (and keeps the best checkpoint) without an all_reduce of the sums and counts, so the reported number "
+        "and the model selected are those of one rank's subset of the evaluation set",
     "evalsync.not_reduced.next":
         "all-reduce the metric's sum and count across ranks before dividing (t = torch.tensor([correct, total]); "
         "dist.all_reduce(t); acc = t[0] / t[1]), or gather the predictions (torchmetrics, "

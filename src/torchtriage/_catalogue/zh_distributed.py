@@ -9,6 +9,10 @@ MESSAGES = {
     "dist.cause.received": "DDP 会平均所有 rank 的梯度：一个 rank 的 NaN 或 Inf 会传到每个 rank。产生它的 rank 有完整的诊断。",
     "dist.next.received": "查看产生它的 rank（rank {origin}）的诊断。",
     "dist.next.received_unknown": "查看其他 rank 的报告：自身梯度为非有限值的那个 rank 产生了它。",
+    # a sum over the ranks reduced again (session 11)
+    "dist.reduced_twice": "同一个张量在中间没有任何写入的情况下被 all_reduce（SUM）了 {n} 次（{lines}）：它的值是 {world} 个 rank 之和的 {factor} 倍",
+    "dist.cause.reduced_twice": "对已经是各 rank 之和的值再做 all_reduce(SUM)，会把 {world} 份相同的副本再加一遍（为另一个指标复制的归约行没有改张量），所以每多一次归约，报告的数字就乘以 world size，而本应归约的指标没有被归约",
+    "dist.next.reduced_twice": "每个值只归约一次：检查每一行 all_reduce 取的是哪个张量（第一行之后的几行多半本来是给别的指标的）",
     "dist.unused": "第 {step} 步有 {count} 个参数没有收到梯度，而 DDP 期望所有参数都有梯度（{names}）：DDP（find_unused_parameters=False）会等待它们，并在下一次前向时报错 'Expected to have finished reduction in the prior iteration'",
     "dist.cause.unused": "模块 {modules} 在第 {step} 步没有参与损失的计算（forward 的某个分支跳过了它们，或者它们的输出没有用于损失）。",
     "dist.next.unused": "如果是有意跳过分支，请给 DistributedDataParallel 传入 find_unused_parameters=True，或者以零权重把该分支留在计算图中（loss = loss + 0.0 * branch_output.sum()）；如果这些模块从不使用，请删除它们或在包装前设置 requires_grad=False。",

@@ -145,6 +145,9 @@ class DistributedChecker(Checker):
                 self.session.add(find_unused_idle(w.steps_checked, self.session.model_label(w.ddp) or "model"))
             w.remove()
         self._ddp.clear()
+        if self.info is not None:
+            for f in self.tracker.rereduce.findings(self.info.world_size):
+                self.session.add(f)
         self._flags.clear()
         _deferred.leave(self.session, self._flags)
         self._patches.restore_all()

@@ -17,6 +17,7 @@ from typing import Any
 
 from .._frames import UserFrame, user_frame_from_stack
 from .._patching import Patches
+from ._rereduce import Rereduce
 
 COLLECTIVES = (
     "all_reduce", "all_reduce_coalesced", "broadcast", "reduce", "all_gather", "all_gather_into_tensor",
@@ -37,6 +38,7 @@ class Tracker:
         self.total = 0
         self.counts: dict[int, int] = {}
         self.step_ops: list[str] = []  # explicit collectives of the current step (repro bundles)
+        self.rereduce = Rereduce()  # a sum over the ranks reduced again (`_rereduce.py`)
         self._depth = 0
 
     def progress(self) -> None:
@@ -60,6 +62,11 @@ class Tracker:
             if op != "backward" and len(self.step_ops) < 64:
                 where = f" at {os.path.basename(frame.file)}:{frame.line}" if frame else ""
                 self.step_ops.append(f"{op}{where}")
+
+    @property
+    def outermost(self) -> bool:
+        """The collective running now is the user's own call, not one called by another."""
+        return self._depth == 1
 
     def leave(self) -> None:
         self._depth = max(0, self._depth - 1)
@@ -97,8 +104,11 @@ def _wrap(tracker: Tracker, name: str, fn: Any) -> Any:
     @functools.wraps(fn)
     def collective(*args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
-        tracker.enter(label, user_frame_from_stack(2))
+        frame = user_frame_from_stack(2)
+        tracker.enter(label, frame)
         try:
+            if name == "all_reduce" and tracker.outermost:
+                return tracker.rereduce.call(fn, args, kwargs, frame)
             return fn(*args, **kwargs)
         finally:
             tracker.leave()

@@ -60,6 +60,7 @@ def _meta(records: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any]
     meta.pop("rank", None)
     meta.pop("ledger", None)  # the ranks' data ledgers, compared in `_ledger_findings`
     meta.pop("ledger_passes", None)  # (their evaluation passes, likewise)
+    meta.pop("ledger_evalshards", None)  # (their evaluation sets cut by hand, likewise)
     meta.pop("step_ranks", None)  # the ranks' step ledgers (issue 26), likewise
     meta["world_size"] = world_size
     meta["ranks"] = {str(r): {"host": rec.get("host"), "steps": rec.get("report", {}).get("meta", {}).get("steps"),

@@ -25,10 +25,12 @@ from ._denominator import Denominators
 from ._encoding import Encodings
 from ._encoding import judge as judge_encodings
 from ._epochs import Epoch, Loader
+from ._evalshards import EvalShards
 from ._evalsync import EvalSync
 from ._follow import Follower
 from ._handfed import HandFed
 from ._handfed import judge as judge_handfed
+from ._heldgrads import HeldGrads
 from ._heldlabels import HeldLabels
 from ._passes import conclude as passes_verdicts
 from ._passes import exchange as exchange_passes
@@ -65,8 +67,10 @@ class DataLedger(Checker):
         self.follower.install()
         self.handfed = HandFed(session, self)
         self.evalsync = EvalSync(session, self)
+        self.evalshards: EvalShards | None = None
         if session.checker("distributed") is not None:  # a rank of several: its evaluation shares
             stream(session).listen("ledger.evalsync", self.evalsync)
+            self.evalshards = EvalShards(session, self)  # evaluation sets cut per rank by hand
         self.encodings = Encodings(self)  # each split's label encoding (after the follower: its tokens)
         stream(session).listen("ledger.encoding", self.encodings)
         self.workers = Workers(self)  # samples repeated across DataLoader workers
@@ -76,6 +80,7 @@ class DataLedger(Checker):
         self.denominators = Denominators(self)  # a mean's denominator against the pass's counts
         self.unbackwarded = Unbackwarded(self)  # training forwards whose graph never reaches a backward
         self.heldlabels = HeldLabels(self)  # held-out labels in a loss that is trained on
+        self.heldgrads = HeldGrads(self, session)  # an evaluation pass's gradients applied by a training step
         stream(session).listen("ledger.denominator", self.denominators)
 
     def counters(self) -> tuple[int, int]:
@@ -89,8 +94,11 @@ class DataLedger(Checker):
         self.calls += 1
         if model.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
             self.evalsync.training()
+            if self.evalshards is not None:
+                self.evalshards.training()
             self.forwards += 1
         self.heldlabels.on_forward(model)
+        self.heldgrads.on_forward(model)
         last = self.follower.last
         if last is not None:  # the model the latest batch fed (k-fold: one model per fold)
             last.models.add(self.token_of(model))
@@ -104,6 +112,9 @@ class DataLedger(Checker):
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
         self.handfed.on_forward(model, args, kwargs)
+        if self.evalshards is not None:
+            self.evalshards.on_forward(model, args, kwargs)
+        self.heldlabels.on_inputs(args, kwargs)
         self.unbackwarded.on_forward(model, args, kwargs, output)
 
     def on_loss(self, call: LossCall) -> None:
@@ -112,10 +123,14 @@ class DataLedger(Checker):
 
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         self.heldlabels.on_step(optimizer)
+        self.heldgrads.on_step(optimizer)
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         self.evalsync.training()
+        if self.evalshards is not None:
+            self.evalshards.training()
         self.backwards += 1
+        self.heldgrads.on_backward_end()
 
     def end_window(self, ep: Epoch) -> None:
         """The last batch's window ends: at StopIteration, or, in a loop that fetches one batch
@@ -168,6 +183,7 @@ class DataLedger(Checker):
             "lost_samples": sum(ep.sizes[i] for i in lost), "lost_examples": examples,
             "largest_batch": max(ep.sizes, default=0), "order": ep.order.hexdigest() if indexed else None,
             "shuffled": ep.shuffled, "sampler_epoch": ep.sampler_epoch,
+            "outer_epoch": ep.outer_epoch, "inner_epochs": ep.inner_epochs, "sampler_cls": ep.sampler_cls,
         }
         if indexed and sum(trained) and "roots" not in entry.first:  # the first training epoch's samples (ranks)
             entry.first["roots"] = np.unique(np.concatenate([r for r in ep.roots if r is not None]))
@@ -201,6 +217,8 @@ class DataLedger(Checker):
                 # statistics that know the held-out rows
                 for f in judge_scaling(self.loaders) or judge_stored(self.loaders):
                     self.session.add(f)
+            for f in self.heldgrads.end():
+                self.session.add(f)
             if not any(f.code == "data.coverage_lost" for f in self.session.findings):
                 for f in self.unbackwarded.end():  # (the loader's coverage already said it)
                     self.session.add(f)
@@ -212,6 +230,8 @@ class DataLedger(Checker):
                     self.session.add(found)
         exchange(self)
         exchange_passes(self)
+        if self.evalshards is not None:
+            self.evalshards.exchange()
         if self.session is not None:
             for f in self.evalsync.end():
                 self.session.add(f)

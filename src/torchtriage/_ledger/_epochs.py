@@ -32,6 +32,9 @@ class Epoch:
     number: int
     shuffled: bool
     sampler_epoch: int | None  # DistributedSampler.epoch when this pass began
+    outer_epoch: int | None = None  # the loader's sampler's epoch (any sampler with set_epoch)
+    inner_epochs: tuple[tuple[str, int], ...] = ()  # samplers it wraps that follow set_epoch (`_epochwrap`)
+    sampler_cls: type | None = None  # the loader's sampler's class, when it wraps such a sampler
     sizes: list[int] = dataclasses.field(default_factory=list)  # samples per batch
     roots: list[np.ndarray | None] = dataclasses.field(default_factory=list)  # root indices per batch
     backwards: list[int] = dataclasses.field(default_factory=list)  # per batch: backwards until the next batch

@@ -28,6 +28,7 @@ from .._leakage._runtime._fingerprint import dense_keys
 from .._loaderstream import as_rows, stream
 from .._loaderstream import tensors as batch_tensors
 from ._epochs import MAX_KEYS, Epoch, Loader
+from ._epochwrap import inner_epochs, outer_epoch
 from ._groups import columns, from_batch, from_indices
 from ._lines import assigned_name, loop_name
 from ._passes import dataset_size, promised
@@ -102,6 +103,11 @@ class Follower:
         sampler = _sampler(loader)
         shuffled = _shuffles(sampler)
         epoch = Epoch(len(entry.epochs), shuffled, getattr(sampler, "epoch", None) if entry.distributed else None)
+        epoch.outer_epoch = outer_epoch(sampler)
+        if epoch.outer_epoch is not None:
+            epoch.inner_epochs = inner_epochs(sampler)
+            if epoch.inner_epochs:
+                epoch.sampler_cls = type(sampler)
         epoch.mark = self.ledger.counters()
         epoch.calls = self.ledger.calls
         epoch.promised = promised(loader, sampler)

@@ -157,7 +157,9 @@ class HandFed:
                     return  # the training data measured on purpose
                 if model.training and not held:
                     return  # no_grad in train() mode, unnamed: acting, targets (an agent's), not an evaluation
-                side.held_named = side.held_named or held
+                if held:
+                    side.named = True  # the calling lines name held-out data: an evaluation set, also when seen once
+                    side.held_named = True
             if side.frame is None and frames:
                 side.frame = frames[0][0]
         shape = (-1, window_tokens) if windows else tuple(x.shape[1:])

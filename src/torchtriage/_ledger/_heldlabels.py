@@ -76,10 +76,16 @@ class HeldLabels:
         self.active = True
         self.model: Any = None  # (weakly) the latest root model called
         self.holds: dict[tuple[int, int], bool] = {}  # (optimizer, model) ids -> steps its parameters
+        self.inputs: set[int] = set()  # ids of the latest root forward's tensor arguments
 
     def on_forward(self, model: torch.nn.Module) -> None:
         if self.model is None or self.model() is not model:
             self.model = weakref.ref(model)
+
+    def on_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """The latest root forward's tensor arguments (by id): a loss whose target is one of them
+        reconstructs its input (an autoencoder over a graph's features), no labels."""
+        self.inputs = {id(a) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)}
 
     def on_loss(self, call: Any) -> None:
         target, out = call.target, call.output
@@ -97,7 +103,7 @@ class HeldLabels:
             if n >= EXAMINED:
                 return
             self.examined[key] = n + 1
-            line = _examine(f, call)
+            line = _examine(f, call, self.inputs)
             if line is None:
                 return
             line.model = self.model
@@ -149,12 +155,14 @@ class HeldLabels:
         return out
 
 
-def _examine(f: types.FrameType, call: Any) -> _Line | None:
+def _examine(f: types.FrameType, call: Any, inputs: set[int]) -> _Line | None:
     target = call.target
     found = _held_loop(f, target)
     if found is not None:
         loop, name = found
         return _Line("loop", loop, user_frame_of(f), name)
+    if id(target) in inputs or (target._base is not None and id(target._base) in inputs):
+        return None  # the target is the model's input: a reconstruction, no labels held out
     return _held_mask(f, call)
 
 
@@ -255,8 +263,10 @@ def _storage(t: torch.Tensor) -> int:
 def _held_mask(f: types.FrameType, call: Any) -> _Line | None:
     """A mask (or index list) named held-out over exactly the loss's rows, the loss taking them all."""
     target, inp = call.target, call.input
-    if target.is_floating_point() or target.dim() != 1 or not isinstance(inp, torch.Tensor):
+    if target.dim() < 1 or target.is_complex() or not isinstance(inp, torch.Tensor):
         return None
+    if target.dim() > 1 and not target.is_floating_point():
+        return None  # (class labels are one per row; a 2-D integer target is a sequence's tokens)
     rows = int(target.shape[0])
     if rows < MIN_ROWS or inp.dim() == 0 or int(inp.shape[0]) != rows:
         return None
@@ -271,12 +281,22 @@ def _held_mask(f: types.FrameType, call: Any) -> _Line | None:
                 if isinstance(got, torch.Tensor):
                     masks.append((f"{k}.{a}", got))
     ignore = call.kwargs.get("ignore_index", -100)
+    names, union = [], None
+    seen: set[int] = set()
     for name, m in masks:
-        held = _held_rows(m, target, rows, ignore)
-        if held:
-            line = _Line("mask", user_frame_of(f), user_frame_of(f), name, held_rows=held)
-            return line
-    return None
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        sel = _held_rows(m, target, rows)
+        if sel is not None:
+            names.append(name)
+            union = sel if union is None else union | sel
+    if union is None:
+        return None
+    held = _labelled(union, target, ignore)
+    if not held:
+        return None
+    return _Line("mask", user_frame_of(f), user_frame_of(f), ", ".join(names), held_rows=held)
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -294,24 +314,34 @@ def _field(obj: Any, name: str) -> Any:
     return got
 
 
-def _held_rows(mask: Any, target: torch.Tensor, rows: int, ignore: Any) -> int:
-    """The held-out rows of `mask` whose labels the loss over all `rows` rows takes (one host read)."""
+def _held_rows(mask: Any, target: torch.Tensor, rows: int) -> torch.Tensor | None:
+    """The rows `mask` holds out among the loss's `rows` rows (a boolean selection), when it holds
+    out some of them and not all (one host read)."""
     if not isinstance(mask, torch.Tensor) or mask.dim() != 1 or mask.is_complex():
-        return 0
+        return None
     with torch.no_grad():
         if mask.shape[0] == rows and (mask.dtype == torch.bool or bool(((mask == 0) | (mask == 1)).all())):
             sel = mask.to(target.device) != 0  # a mask over the rows (bool, or 0 / 1 numbers)
         elif not mask.is_floating_point() and 0 < mask.numel() < rows:
             idx = mask.to(target.device)  # an index list of held-out rows
             if int(idx.min()) < 0 or int(idx.max()) >= rows:
-                return 0
+                return None
             sel = torch.zeros(rows, dtype=torch.bool, device=target.device)
             sel[idx] = True
         else:
-            return 0
+            return None
         count = int(sel.sum())
-        if count == 0 or count == rows:
-            return 0
+        return None if count == 0 or count == rows else sel
+
+
+def _labelled(sel: torch.Tensor, target: torch.Tensor, ignore: Any) -> int:
+    """The held-out rows whose labels the loss takes: every selected row of a regression target
+    (a node's measured values), the selected class labels that are not `ignore_index`."""
+    with torch.no_grad():
+        if int(sel.sum()) == sel.numel():
+            return 0  # (the held-out masks together cover every row: no training rows left to judge)
+        if target.is_floating_point():
+            return int(sel.sum())
         labelled = target[sel]
         if isinstance(ignore, int):
             labelled = labelled[labelled != ignore]

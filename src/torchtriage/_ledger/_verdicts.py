@@ -26,6 +26,7 @@ import torch
 
 from .._frames import user_frame_of_line
 from ._epochs import Loader
+from ._epochwrap import class_line
 from ._lines import skips
 from ._make import finding
 from ._make import label as _label
@@ -100,6 +101,8 @@ def coverage(entry: Loader) -> Any:
 def order(entry: Loader) -> Any:
     epochs = [s for s in entry.summaries if s["complete"] and s["trained_batches"] and s["shuffled"]
               and s["order"] is not None and s["samples"] >= 16]
+    if not epochs:
+        return _order_wrapped(entry)
     seen: dict[str, int] = {}
     repeated: list[int] = []
     for s in epochs:
@@ -122,6 +125,36 @@ def order(entry: Loader) -> Any:
               "epoch": next(iter(stuck)) if len(stuck) == 1 else "?"}
     return finding("order_repeated", "order", "warning", frame, fields, evidence,
                    cause="order_set_epoch" if set_epoch and len(stuck) == 1 else "order")
+
+
+def _order_wrapped(entry: Loader) -> Any:
+    """The same order every epoch because `set_epoch` reached the loader's sampler but not the
+    shuffling sampler it wraps (`_epochwrap`): the outer epoch changed, an inner one did not."""
+    epochs = [s for s in entry.summaries if s["complete"] and s["trained_batches"] and s.get("inner_epochs")
+              and s["order"] is not None and s["samples"] >= 16]
+    if len(epochs) < 2 or len({s["order"] for s in epochs}) > 1:
+        return None  # (every compared epoch in one order: a partial repeat is another story)
+    outer = [s["outer_epoch"] for s in epochs]
+    if len(set(outer)) < 2:
+        return None  # set_epoch never called at all: nothing says the order should change
+    inner = epochs[0]["inner_epochs"]
+    stuck = [(name, ep) for i, (name, ep) in enumerate(inner)
+             if all(len(s["inner_epochs"]) == len(inner) and s["inner_epochs"][i] == (name, ep) for s in epochs)]
+    if not stuck:
+        return None
+    cls = epochs[0]["sampler_cls"]
+    wrapper = cls.__name__ if cls is not None else entry.sampler
+    frame = (class_line(cls) if cls is not None else None) or entry.made or entry.frame
+    repeated = [s["epoch"] for s in epochs[1:]]
+    evidence = {"loader": entry.name, "loop": f"{entry.frame.file}:{entry.frame.line}" if entry.frame else "?",
+                "loader_at": entry.where(), "sampler": wrapper, "sampler_epochs": outer[:20],
+                "wrapped_sampler": stuck[0][0], "wrapped_sampler_epoch": stuck[0][1],
+                "epochs_compared": len(epochs), "epochs_repeated": repeated[:20],
+                "samples_per_epoch": epochs[0]["samples"]}
+    fields = {"loader": _label(entry), "where": entry.where(), "epochs": ", ".join(map(str, repeated[:8])),
+              "compared": len(epochs), "sampler": wrapper, "outer": ", ".join(map(str, outer[:8])),
+              "inner": stuck[0][0], "epoch": stuck[0][1]}
+    return finding("order_repeated", "order_wrapped", "warning", frame, fields, evidence)
 
 
 def _named_for_training(entry: Loader) -> bool:
