@@ -1,0 +1,20 @@
+"""中文：优化器在两次求值或两步之间保留的东西（闭包、状态）。"""
+
+MESSAGES = {
+    "gradient.closure_grads_accumulated":
+        "{optimizer}.step(closure) 重新求值闭包 {evaluations} 次，其中 {accumulated} 次 backward() 叠加在上一次"
+        "求值的梯度上：闭包从不清零梯度，优化器看到的是梯度的累加和，而不是当前点的梯度",
+    "gradient.closure_grads_accumulated.cause":
+        "backward() 会累加到 .grad；每步多次调用闭包的优化器（LBFGS 的线搜索，最多 max_iter 次求值）要求每次求值"
+        "都从清零的梯度开始，而没有 optimizer.zero_grad() 的闭包做不到这一点",
+    "gradient.closure_grads_accumulated.next":
+        "在闭包开头、计算损失并反向传播之前调用 optimizer.zero_grad()",
+    "dynamics.optimizer_state_reset":
+        "在上一个优化器已经更新之后，又在同样的 {params} 个参数上新建了 {optimizer}，共 {rebuilds} 次：每个新优化器"
+        "都从空状态（{state}）开始，因此每个优化器在 {steps} 步中积累的东西在每次重建时都被丢弃",
+    "dynamics.optimizer_state_reset.cause":
+        "优化器是在每个 epoch（或每个阶段）调用一次的函数里创建的，而不是在循环之前创建一次；它的矩估计、动量缓冲"
+        "和步数每次都重新开始",
+    "dynamics.optimizer_state_reset.next":
+        "在 epoch 循环之前创建一次优化器，并把它传给训练一个 epoch 的函数",
+}
