@@ -21,3 +21,17 @@ MESSAGES = {
     "dynamics.optimizer_state_reset.next":
         "create the optimizer once, before the epoch loop, and pass it to the function that trains an epoch",
 }
+
+MESSAGES.update({
+    "checkpoint.mostly_init":
+        "the weights loaded into {model} are mostly the initialization of the model trained in this run: over "
+        "{tensors} parameter tensor(s) they moved {share} of the way from its initial weights to the ones "
+        "training reached after {steps} step(s) ({rest} of the way is still the initialization)",
+    "checkpoint.mostly_init.cause":
+        "the state dict comes from a copy that followed training only a little: typically an EMA / averaged "
+        "model whose decay horizon, 1 / (1 - decay) updates, is longer than the updates it received (no warm-up, "
+        "or the step never passed to its decay schedule); saved or evaluated, it is close to the random init",
+    "checkpoint.mostly_init.next":
+        "give the EMA a warm-up (decay rising with the update count) or a decay whose horizon fits the run, "
+        "or save the trained model itself; compare the saved copy's validation score with the online model's",
+})

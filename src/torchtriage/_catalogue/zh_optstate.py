@@ -18,3 +18,15 @@ MESSAGES = {
     "dynamics.optimizer_state_reset.next":
         "在 epoch 循环之前创建一次优化器，并把它传给训练一个 epoch 的函数",
 }
+
+MESSAGES.update({
+    "checkpoint.mostly_init":
+        "加载到 {model} 的权重大部分仍是本次运行所训练模型的初始值：在 {tensors} 个参数张量上，它们只从初始权重向"
+        "训练 {steps} 步后的权重移动了 {share}（仍有 {rest} 是初始值）",
+    "checkpoint.mostly_init.cause":
+        "该 state dict 来自一个只稍微跟随训练的副本：通常是 EMA / 平均模型，其衰减的时间尺度 1 / (1 - decay) 次更新"
+        "长于它实际收到的更新次数（没有预热，或没有把步数传给衰减调度）；保存或评估它，几乎就是随机初始化",
+    "checkpoint.mostly_init.next":
+        "给 EMA 加预热（衰减随更新次数增大），或选择与运行长度相符的衰减，或直接保存训练后的模型；并比较保存副本"
+        "与在线模型的验证分数",
+})
