@@ -146,7 +146,7 @@ def _epochs(mode: str, epochs: int = 6) -> torchtriage.Report:
                 train_epoch(model, batches)
             elif mode == "alternating":
                 if kept is None:
-                    kept = [torch.optim.Adam(model.parameters(), lr=1e-2), torch.optim.Adam(model.parameters(), lr=1e-2)]
+                    kept = [torch.optim.Adam(model.parameters(), lr=1e-2) for _ in range(2)]
                 train_epoch(model, batches, opt=kept[epoch % 2])
     return s.report
 

@@ -161,7 +161,7 @@ class Rebuilds:
             p = lin.probe()
             lin.copy = p.clone() if p is not None else None
 
-    def findings(self, losses: list[tuple[int, float]]) -> list[Finding]:
+    def findings(self, losses: list[tuple[int, float | None]]) -> list[Finding]:
         out = []
         for lin in self.lineages:
             if len(lin.rebuilds) < MIN_REBUILDS or lin.alternating:
@@ -169,7 +169,7 @@ class Rebuilds:
             out.append(self._finding(lin, losses))
         return out
 
-    def _finding(self, lin: Lineage, losses: list[tuple[int, float]]) -> Finding:
+    def _finding(self, lin: Lineage, losses: list[tuple[int, float | None]]) -> Finding:
         steps = [n for _, n in lin.rebuilds]
         per = int(statistics.median(steps))
         w = max(1, min(WINDOW, per // 2))
