@@ -104,8 +104,8 @@ class Rebuilds:
             lin.alternating = True  # an optimizer replaced earlier steps again: two optimizers, one model
             return
         params = _params(opt)
-        if not params:
-            return
+        if not params or isinstance(opt, torch.optim.LBFGS):
+            return  # (LBFGS runs its many iterations inside one step: one per fit is how it is used)
         kind = type(opt).__name__
         lr = opt.param_groups[0].get("lr")
         lr = lr if isinstance(lr, (int, float)) else None
