@@ -288,7 +288,8 @@ class DynamicsChecker(Checker):
         if self.region is not None:
             self._leave_region()
         self.stepped = True
-        self.closures.step_pre(optimizer)
+        if self.closures.open is not None:
+            self.closures.step_pre(optimizer)
         self.rebuilds.step_pre(optimizer, self._step)
         order = self.order
         order.in_step = True

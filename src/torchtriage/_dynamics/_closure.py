@@ -8,8 +8,9 @@ returns the running sum of every gradient evaluated so far, and the optimizer's 
 curvature pairs are built from that sum, not from the loss's gradient.
 
 The session announces `on_optimizer_step_pre` after the closure's first call and
-`on_closure_call` before each further call. At the end of each backward the identity and
-version counter of (at most `SAMPLE`) gradients the optimizer holds are noted; the first
+`on_closure_call` before each further call (a plain step has none: nothing is kept for it). From
+the first re-evaluation on, the identity and version counter of (at most `SAMPLE`) gradients
+the optimizer holds are noted before it and at the end of each backward; the first
 backward of a re-evaluation that finds them the same objects at the same versions (no
 `zero_grad`, with or without `set_to_none`, since the evaluation before) and changes them added
 onto the previous evaluation. Attributes only, no device read.
@@ -64,15 +65,17 @@ class ClosureEvaluations:
         self.reported: set[int] = set()
 
     def step_pre(self, opt: torch.optim.Optimizer) -> None:
-        self.open = None
-        if id(opt) not in self.reported:
-            self.open = _InStep(weakref.ref(opt), _note(opt))
+        self.open = None  # (a step that raised inside its closure left one open)
 
     def closure_call(self, opt: torch.optim.Optimizer) -> None:
+        """Before a re-evaluation: the gradients are as the evaluations so far left them."""
         rec = self.open
-        if rec is not None and rec.opt() is opt:
-            rec.evaluations += 1
-            rec.fresh = True
+        if rec is None or rec.opt() is not opt:
+            if id(opt) in self.reported:
+                return
+            rec = self.open = _InStep(weakref.ref(opt), _note(opt))
+        rec.evaluations += 1
+        rec.fresh = True
 
     def backward(self) -> None:
         """Only an evaluation's first backward is judged: a closure may backpropagate several
