@@ -35,3 +35,17 @@ MESSAGES.update({
         "give the EMA a warm-up (decay rising with the update count) or a decay whose horizon fits the run, "
         "or save the trained model itself; compare the saved copy's validation score with the online model's",
 })
+
+MESSAGES.update({
+    "dynamics.grad_scale_restarts":
+        "the gradient's scale depends on where the step falls in the pass: its norm fell {shrink}x within every "
+        "stretch of {period} optimizer steps and jumped back at the next ({restarts} restarts), so the later "
+        "updates of each stretch got a fraction of their gradient",
+    "dynamics.grad_scale_restarts.cause":
+        "a normalizer accumulated since the pass (epoch) began divides each window's loss or gradients, and is "
+        "reset only when the pass restarts: token- or sample-weighted gradient accumulation whose running totals "
+        "are not reset after optimizer.step()",
+    "dynamics.grad_scale_restarts.next":
+        "reset the accumulation's running totals (token counts, sample counts, scale factors) right after "
+        "optimizer.step() / zero_grad(), so each update is normalized by its own window only",
+})

@@ -30,3 +30,15 @@ MESSAGES.update({
         "给 EMA 加预热（衰减随更新次数增大），或选择与运行长度相符的衰减，或直接保存训练后的模型；并比较保存副本"
         "与在线模型的验证分数",
 })
+
+MESSAGES.update({
+    "dynamics.grad_scale_restarts":
+        "梯度的尺度取决于该步在一轮数据中的位置：在每段 {period} 个优化器步内，梯度范数下降了 {shrink} 倍，并在下一段"
+        "开始时跳回（{restarts} 次重启），因此每段中后面的更新只得到了梯度的一小部分",
+    "dynamics.grad_scale_restarts.cause":
+        "自本轮（epoch）开始累积的归一化量在除以每个窗口的损失或梯度，且只在新一轮开始时才重置：按 token 或样本加权"
+        "的梯度累积在 optimizer.step() 之后没有重置累计总数",
+    "dynamics.grad_scale_restarts.next":
+        "在 optimizer.step() / zero_grad() 之后立即重置累积的总数（token 数、样本数、缩放因子），使每次更新只按它自己"
+        "的窗口归一化",
+})

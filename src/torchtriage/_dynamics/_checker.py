@@ -41,6 +41,7 @@ from ._normdecay import MissedScales, missed_norm_scales
 from ._order import StepOrder
 from ._phases import Phases
 from ._rebuilt import Rebuilds
+from ._sawtooth import grad_scale_restarts
 from ._schedules import ScheduleWatch, lr_value
 from ._trends import PRIOR_MIN_STEPS, TINY_UPDATE, Growth, Spikes, at_prior, label_entropy, loss_not_lower
 
@@ -104,6 +105,7 @@ class DynamicsChecker(Checker):
         self.layer_cache: tuple[list[weakref.ref[torch.Tensor]], list[str]] = ([], [])
         self.stepped = False
         self.decay_checked: set[int] = set()  # id(optimizer): weight decay by rank checked
+        self.first_steps: set[int] = set()  # the steps at which an optimizer took its first step
         self.norm_decay: dict[int, MissedScales] = {}  # id(optimizer): norm scales decayed (`_normdecay`)
 
     # ------------------------------------------------------------------ helpers
@@ -307,6 +309,7 @@ class DynamicsChecker(Checker):
             self._add(f)
         if id(optimizer) not in self.decay_checked:  # once per optimizer, at its first step
             self.decay_checked.add(id(optimizer))
+            self.first_steps.add(step)
             self._add(decay_inverted(session, optimizer))
             missed = missed_norm_scales(session, optimizer, optimizer_frame(optimizer))
             if missed is not None:
@@ -411,6 +414,8 @@ class DynamicsChecker(Checker):
         self.norm_decay.clear()
         for f in self.rebuilds.findings(self.session.health.points("loss")):
             self._add(f)  # (a warning carries its measured harm: not held)
+        health = self.session.health
+        self._add(grad_scale_restarts(health.points("grad_norm"), health.points("lr"), self.first_steps))
         self._run_probe()
         for f in self.harm.release():
             self.session.add(f)
