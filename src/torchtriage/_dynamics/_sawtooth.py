@@ -78,7 +78,8 @@ def grad_scale_restarts(norms: list[tuple[int, float | None]], lrs: list[tuple[i
         "segments": len(shrinks), "shrink_within_segment_median": num(shrink),
         "shrink_within_segment_min": num(min(shrinks)),
         "grad_norm_first_steps": [num(v) for v in vals[:3]],
-        "grad_norm_before_first_restart": num(vals[restarts[0] - 1]), "grad_norm_at_first_restart": num(vals[restarts[0]]),
+        "grad_norm_before_first_restart": num(vals[restarts[0] - 1]),
+        "grad_norm_at_first_restart": num(vals[restarts[0]]),
         "harm": f"the gradient norm handed to the optimizer fell {shrink:.0f}x within every stretch of "
                 f"{int(period)} steps and came back at the next one: the later updates of each stretch "
                 f"got a fraction of their gradient",
