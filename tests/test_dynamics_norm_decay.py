@@ -130,3 +130,29 @@ def test_groups_split_for_the_lr_only_are_quiet():
         return torch.optim.AdamW([{"params": rest}, {"params": head, "lr": 1e-2}], lr=3e-3, weight_decay=0.1)
 
     assert norm_decay(train(m, make)) == []
+
+
+class LayerNormalization(nn.Module):
+    """A norm module of the user's own, named as Fast-LLM names it (not `*Norm`)."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias)
+
+
+def test_a_norm_module_named_normalization_is_a_norm():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), LayerNormalization(32), nn.Linear(32, 1))
+
+    def make():
+        free = [m[0].bias, m[2].bias]
+        groups = [{"params": [p for p in m.parameters() if all(p is not q for q in free)], "weight_decay": 0.1},
+                  {"params": free, "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=3e-3)  # <- fastllm groups
+
+    [f] = train(m, make).filter(code=CODE)
+    assert f.line == line("fastllm groups") and f.parameter == "1.weight"

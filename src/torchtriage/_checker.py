@@ -105,6 +105,10 @@ class Checker:
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         pass
 
+    def on_closure_call(self, optimizer: torch.optim.Optimizer) -> None:
+        """A closure-driven `optimizer.step(closure)` calls its closure again (LBFGS's line
+        search): from the second call of the step on, before the call runs."""
+
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         pass
 

@@ -394,6 +394,8 @@ class SessionHooks(HookOwner):
         @functools.wraps(closure)
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
+            if announced and not session._busy:
+                session._emit("on_closure_call", optimizer)
             result = closure(*args, **kwargs)
             if not announced and not session._busy:  # LBFGS calls it several times per step
                 announced.append(True)

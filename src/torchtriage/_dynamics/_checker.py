@@ -30,6 +30,7 @@ from .._nonfinite._sentinel import foreach_norm
 from .._silent._common import first_tensor, is_index_tensor
 from .._silent._node_site import node_site
 from ._causal import probe, shift_share, token_ids
+from ._closure import ClosureEvaluations
 from ._common import finding, num
 from ._decay import decay_inverted
 from ._evalcode import MetricRegion, dim_finding, node_checks
@@ -39,6 +40,8 @@ from ._layers import Sample, Vanishing, _local, grad_params, layer_kind, layer_n
 from ._normdecay import MissedScales, missed_norm_scales
 from ._order import StepOrder
 from ._phases import Phases
+from ._rebuilt import Rebuilds
+from ._sawtooth import grad_scale_restarts
 from ._schedules import ScheduleWatch, lr_value
 from ._trends import PRIOR_MIN_STEPS, TINY_UPDATE, Growth, Spikes, at_prior, label_entropy, loss_not_lower
 
@@ -70,6 +73,8 @@ class DynamicsChecker(Checker):
         self.order = StepOrder(session)
         self.order.install()
         self.writes = GradWrites(session)
+        self.closures = ClosureEvaluations(session)
+        self.rebuilds = Rebuilds(session)
         patch_zero_grad(session, self.writes, self._add_write)
         self.loss_growth, self.grad_growth = Growth(), Growth()
         self.phases = Phases()
@@ -100,6 +105,7 @@ class DynamicsChecker(Checker):
         self.layer_cache: tuple[list[weakref.ref[torch.Tensor]], list[str]] = ([], [])
         self.stepped = False
         self.decay_checked: set[int] = set()  # id(optimizer): weight decay by rank checked
+        self.first_steps: set[int] = set()  # the steps at which an optimizer took its first step
         self.norm_decay: dict[int, MissedScales] = {}  # id(optimizer): norm scales decayed (`_normdecay`)
 
     # ------------------------------------------------------------------ helpers
@@ -258,6 +264,8 @@ class DynamicsChecker(Checker):
         if self.region is not None:
             self._leave_region()
         self.sched.backwards += 1
+        if self.closures.open is not None:
+            self.closures.backward()
         if self.writes.after:
             self.writes.after.clear()  # (a backward accumulates into .grad in place: no write of the program's)
         if self.order.tracking:
@@ -271,10 +279,20 @@ class DynamicsChecker(Checker):
                 value = value * grad.detach().float().reshape(value.shape)
             self.flags.add([value], lambda v: self.session.record_series("loss", v[0]))
 
+    def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        if self.closures.open is not None:
+            self.closures.backward_end()
+
+    def on_closure_call(self, optimizer: torch.optim.Optimizer) -> None:
+        self.closures.closure_call(optimizer)
+
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         if self.region is not None:
             self._leave_region()
         self.stepped = True
+        if self.closures.open is not None:
+            self.closures.step_pre(optimizer)
+        self.rebuilds.step_pre(optimizer, self._step)
         order = self.order
         order.in_step = True
         session = self.session
@@ -291,6 +309,7 @@ class DynamicsChecker(Checker):
             self._add(f)
         if id(optimizer) not in self.decay_checked:  # once per optimizer, at its first step
             self.decay_checked.add(id(optimizer))
+            self.first_steps.add(step)
             self._add(decay_inverted(session, optimizer))
             missed = missed_norm_scales(session, optimizer, optimizer_frame(optimizer))
             if missed is not None:
@@ -336,6 +355,9 @@ class DynamicsChecker(Checker):
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         self.order.in_step = False
+        if self.closures.open is not None:
+            self._add(self.closures.step_post(optimizer, self._step))
+        self.rebuilds.step_post(optimizer, self._step)
         if self.order.tracking:
             self.writes.stepped(optimizer)
         self.sched.optimizer_stepped(optimizer)
@@ -390,6 +412,10 @@ class DynamicsChecker(Checker):
             except Exception as e:  # our bug: the report goes on
                 self.session.internal_error("dynamics.norm_decay", e)
         self.norm_decay.clear()
+        for f in self.rebuilds.findings(self.session.health.points("loss")):
+            self._add(f)  # (a warning carries its measured harm: not held)
+        health = self.session.health
+        self._add(grad_scale_restarts(health.points("grad_norm"), health.points("lr"), self.first_steps))
         self._run_probe()
         for f in self.harm.release():
             self.session.add(f)

@@ -17,6 +17,7 @@ is at least a tenth of the scales' whole change, else an info.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,8 +35,11 @@ _NORMS: tuple[type, ...] = tuple(c for c in (nn.LayerNorm, nn.GroupNorm, getattr
 _COUPLED = ("Adam", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta")  # L2 through the adaptive step
 
 
+_NORM_NAME = re.compile(r"(Norm|Normali[sz]ation)\d*[dD]?$")  # LlamaRMSNorm, LayerNormalization, LayerNorm2d
+
+
 def _is_norm(m: nn.Module) -> bool:
-    return isinstance(m, _NORMS) or type(m).__name__.endswith("Norm")
+    return isinstance(m, _NORMS) or _NORM_NAME.search(type(m).__name__) is not None
 
 
 @dataclass

@@ -28,6 +28,7 @@ from ._ledger import StepLedger, Verdict
 from ._loads import LoadWatch
 from ._moduleflag import ModuleFlag
 from ._moves import FrozenMoves
+from ._origins import Origins
 from ._ranks import RankWatch
 from ._selfload import Snapshots
 from ._stale import StaleSteps
@@ -49,6 +50,7 @@ class LedgerChecker(Checker):
     def __init__(self) -> None:
         super().__init__()
         self.ledger: StepLedger | None = None
+        self.origins: Origins | None = None
         self.amp: ScaledGradWatch | None = None
         self.dropout: EvalDropoutWatch | None = None
         self._reported: set[tuple[Any, ...]] = set()
@@ -83,7 +85,12 @@ class LedgerChecker(Checker):
         patch_zero_grad(session, self.discards)
         snapshots = Snapshots(session)
         snapshots.install()
-        LoadWatch(session, snapshots).install()
+        self.origins = Origins(session)
+        LoadWatch(session, snapshots, self.origins).install()
+
+    def on_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.origins is not None:
+            self.origins.built(optimizer)
 
     def on_model(self, model: torch.nn.Module, label: str) -> None:
         if self.ranks is not None:

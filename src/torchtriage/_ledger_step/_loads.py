@@ -106,9 +106,10 @@ def judge_load(module: torch.nn.Module, state_dict: Mapping[str, Any], result: A
 class LoadWatch:
     """Wraps `nn.Module.load_state_dict` for the session (restored on exit)."""
 
-    def __init__(self, session: Any, snapshots: Any = None) -> None:
+    def __init__(self, session: Any, snapshots: Any = None, origins: Any = None) -> None:
         self.session = session
         self.snapshots = snapshots  # `_selfload.Snapshots`: a reference snapshot restored onto itself
+        self.origins = origins  # `_origins.Origins`: weights still mostly the trained model's initialization
         self.depth = 0
         self.reported: set[tuple[str | None, int | None]] = set()
 
@@ -123,6 +124,8 @@ class LoadWatch:
                     and isinstance(state_dict, Mapping):
                 try:  # before the copy: it writes the weights onto themselves
                     f = watch.snapshots.judge(self, state_dict)
+                    if f is None and watch.origins is not None:
+                        f = watch.origins.judge(self, state_dict)
                     if f is not None:
                         watch.session.add(f)
                 except Exception as e:  # our bug: the user's load happens regardless
