@@ -40,6 +40,7 @@ from ._common import finding, first_tensor, fmt, is_index_tensor, shape
 from ._divisor import division_plans
 from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
+from ._intscale import int_scale_plans
 from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules, trainable_stochastic_modules
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
 from ._node_site import INPUT_VERDICTS, input_module
@@ -100,6 +101,7 @@ class SilentChecker(Checker):
         self._full = max(_cadence.FULL, self.warmup, self.collapse_steps)
         self._last_step = -1  # the last step taken part in
         self._in_root = 0  # root model calls in progress (a loss computed inside the model's forward)
+        self._scaled_read: set[int] = set()  # tape ops already read for integer data scaling
         keeper = session.checker("snapshot")
         if keeper is not None and self.warmup > 0:
             keeper.hold_tape(self.warmup)  # the loss region reads the step tape on the warm-up steps
@@ -203,6 +205,7 @@ class SilentChecker(Checker):
         self._averaged("observe", step)
         self._eval_forwards.clear()
         self._backward_in_step = False
+        self._scaled_read.clear()
 
     def on_root_forward_pre(self, model: nn.Module, label: str) -> None:
         self._in_root += 1
@@ -234,6 +237,10 @@ class SilentChecker(Checker):
         if self._leaving:
             self._pop_left_modes()
         snap = self.session.snapshot
+        if self._warm() and snap is not None and snap.record.ops:
+            # the ops that made this call's inputs: integer data scaled for another type
+            for plan, frame, op in int_scale_plans([o for o in snap.record.ops if o.before_step], self._scaled_read):
+                self._queue([plan], frame=frame, op=op)
         if self._warm() and grad and self.region is None and out is not None and out.requires_grad \
                 and snap is not None and snap.record.taped:
             self.region = LossRegion(snap.record)  # the loss code: the tape's ops from here to backward
