@@ -73,8 +73,8 @@ def test_per_batch_accuracies_averaged_over_a_pass_with_a_small_last_batch(tmp_p
     assert ev["mean_over_samples"] == round(ns["pooled"], 6)
     assert abs(ev["mean_of_batches"] - ev["mean_over_samples"]) >= 0.01 * ev["mean_over_samples"]
     assert f.message.startswith("accs keeps one ratio per batch ((pred == target).sum().item() / pred.size(0)) "
-                                "and line %d averages them over the 3 batches: batches of 2 to 64 samples weigh "
-                                "the same" % (_line(src) + 1))
+                                f"and line {_line(src) + 1} averages them over the 3 batches: batches of 2 to 64 "
+                                "samples weigh the same")
 
 
 @pytest.mark.parametrize("variant", ["equal_batches", "pooled", "loss_items"])

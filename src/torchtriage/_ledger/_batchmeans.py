@@ -48,8 +48,6 @@ def batch_ratio_means(f: types.FrameType, sizes: list[int]) -> list[tuple[int, i
                  and n.lineno <= line <= (n.iter.end_lineno or n.lineno)), None)
     if loop is None:
         return []
-    from ._denominator import _following
-
     assigned = _assigned(loop)
     after = [n for stmt in _following(getattr(scope, "body", []), loop) for n in ast.walk(stmt)]
     out = []
@@ -69,9 +67,10 @@ def batch_ratio_means(f: types.FrameType, sizes: list[int]) -> list[tuple[int, i
             continue
         by_batch = sum(vals) / len(vals)
         by_row = sum(v * n for v, n in zip(vals, sizes)) / sum(sizes)
-        out.append((q.lineno, mean.lineno, {
+        at = getattr(mean, "lineno", q.lineno)
+        out.append((q.lineno, at, {
             "collection": ast.unparse(target), "ratio": ast.unparse(q), "by_batch": by_batch, "by_row": by_row,
-            "sizes": sizes, "mean_line": mean.lineno}))
+            "sizes": sizes, "mean_line": at}))
     return out
 
 
@@ -94,6 +93,18 @@ def finding_of(f: types.FrameType, ratio_line: int, fields: dict[str, Any], step
                           frame=user_frame_of(f, ratio_line), evidence=evidence,
                           severity="warning" if harmful else "info", stage="data", step=step,
                           source_line=True)
+
+
+def _following(body: list[ast.stmt], loop: ast.AST) -> list[ast.stmt]:
+    """The statements after `loop` in the innermost statement list that holds it."""
+    for i, stmt in enumerate(body):
+        if stmt is loop:
+            return body[i + 1:]
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            inner = getattr(stmt, field, None)
+            if isinstance(inner, list) and any(loop is n for s in inner for n in ast.walk(s)):
+                return _following(inner, loop) + body[i + 1:]
+    return []
 
 
 def _assigned(loop: ast.AST) -> set[str]:

@@ -32,7 +32,7 @@ from .._finding import from_catalogue
 from .._frames import user_frame_of, user_stack_frame
 from .._loaderstream import as_rows
 from .._loaderstream import tensors as batch_tensors
-from ._batchmeans import batch_ratio_means, finding_of
+from ._batchmeans import _following, batch_ratio_means, finding_of
 from ._lines import _tree
 
 if TYPE_CHECKING:
@@ -175,18 +175,6 @@ def _unconditional(stmt: ast.AST) -> list[ast.AST]:
     for child in ast.iter_child_nodes(stmt):
         out += _unconditional(child)
     return out
-
-
-def _following(body: list[ast.stmt], loop: ast.AST) -> list[ast.stmt]:
-    """The statements after `loop` in the innermost statement list that holds it."""
-    for i, stmt in enumerate(body):
-        if stmt is loop:
-            return body[i + 1:]
-        for field in ("body", "orelse", "finalbody", "handlers"):
-            inner = getattr(stmt, field, None)
-            if isinstance(inner, list) and any(loop is n for s in inner for n in ast.walk(s)):
-                return _following(inner, loop) + body[i + 1:]
-    return []
 
 
 def _accumulated(loop: ast.AST) -> tuple[set[str], set[str]]:
