@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 
 from .._frames import UserFrame, find_frame, in_user_file, user_frame_of
-from .._transparent import our_hook
+from .._transparent import our_hook, standing_aside
 from ._loop import _stochastic
 
 if TYPE_CHECKING:
@@ -56,8 +56,8 @@ class SideCalls:
     def _hook(self, ref: weakref.ref[nn.Module], path: str) -> Any:
         def post(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
             __tracebackhide__ = True
-            if torch.is_grad_enabled() or not module.training or self.session.busy:
-                return  # (training: the one test a training forward pays)
+            if torch.is_grad_enabled() or not module.training or self.session.busy or standing_aside():
+                return  # (training: the one test a training forward pays; compiled or traced code: not ours)
             model = ref()
             if model is None:
                 return
