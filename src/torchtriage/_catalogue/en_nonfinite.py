@@ -4,6 +4,7 @@ MESSAGES = {
     # messages: what was observed, where
     "nonfinite.data": "The batch already holds {kind} before the model runs: input {input} (step {step})",
     "nonfinite.forward": "{kind} first produced by {op} in module {module} during the forward pass (step {step})",
+    "nonfinite.host": "{kind} entered the step from host data: {op} (torch.tensor / as_tensor / from_numpy) in module {module} made a tensor already holding {nan} NaN and {inf} Inf of {numel} values (step {step})",
     "nonfinite.forward_param": "Parameter {parameter} is already non-finite when the forward pass starts (step {step})",
     "nonfinite.masked_row": "A fully masked attention row: {op} over a row where every score is -inf gives NaN, in module {module} (step {step})",
     "nonfinite.loss": "The loss is {kind} although the model outputs are finite; first produced by {op} (step {step})",
@@ -37,6 +38,7 @@ MESSAGES = {
     "nonfinite.cause.grad_overflow": "gradients grow until their squared sum exceeds the float range.",
     "nonfinite.cause.data": "the data pipeline (file, preprocessing, augmentation, normalization by a zero std) produced it.",
     "nonfinite.cause.param": "the parameter became non-finite outside the watched optimizer steps (loaded checkpoint, in-place edit, an unwatched optimizer).",
+    "nonfinite.cause.host": "the values were computed outside torch (numpy or Python arithmetic: a division by zero, inf / inf, log of 0) before they became a tensor; torch saw them only when they were already non-finite.",
     "nonfinite.cause.not_reproduced": "the replay ran the same batch with the same RNG state and stayed finite: the value may depend on state torchtriage could not restore (in-place edits of the batch, non-deterministic kernels, code outside the model and outside torch.nn.functional losses).",
     "nonfinite.cause.amp_collapse": "with {dtype} the gradients overflow at every scale GradScaler tries, or the loss itself is non-finite: this is a real non-finite value, not the usual occasional overflow.",
     # next checks, by op family
@@ -55,6 +57,7 @@ MESSAGES = {
     "nonfinite.next.grad_overflow": "Clip gradients (clip_grad_norm_), lower the learning rate, and check for a missing normalization.",
     "nonfinite.next.data": "Check the dataset item and its preprocessing; assert torch.isfinite(batch).all() in the data pipeline.",
     "nonfinite.next.param": "Check checkpoint loading and any in-place edit of the parameters.",
+    "nonfinite.next.host": "Check the array passed on this line where it is computed (numpy's RuntimeWarning 'divide by zero' / 'invalid value' names its line); guard zero counts or denominators there.",
     "nonfinite.next.not_reproduced": "Replay the step by hand with torch.autograd.detect_anomaly(), or save a repro bundle (torchtriage run --bundle DIR).",
     "nonfinite.next.labels": "Check the targets: class indices in [0, num_classes) (or ignore_index), probabilities in [0, 1] for BCE.",
     "nonfinite.next.amp_collapse": "Find the first non-finite value without the scaler (run a step in float32), keep overflow-prone ops in float32, or use bfloat16.",

@@ -3,6 +3,7 @@
 MESSAGES = {
     "nonfinite.data": "模型运行之前，批数据中已经含有 {kind}：输入 {input}（第 {step} 步）",
     "nonfinite.forward": "前向传播中，模块 {module} 的 {op} 最先产生了 {kind}（第 {step} 步）",
+    "nonfinite.host": "{kind} 来自主机数据：模块 {module} 中的 {op}（torch.tensor / as_tensor / from_numpy）生成的张量本身已含 {numel} 个值中的 {nan} 个 NaN、{inf} 个 Inf（第 {step} 步）",
     "nonfinite.forward_param": "前向传播开始时，参数 {parameter} 已经是非有限值（第 {step} 步）",
     "nonfinite.masked_row": "注意力中存在整行被遮蔽：对所有分数都是 -inf 的一行做 {op} 得到 NaN，位于模块 {module}（第 {step} 步）",
     "nonfinite.loss": "模型输出是有限的，但 loss 为 {kind}；最先由 {op} 产生（第 {step} 步）",
@@ -35,6 +36,7 @@ MESSAGES = {
     "nonfinite.cause.grad_overflow": "梯度不断增大，直到平方和超出浮点范围。",
     "nonfinite.cause.data": "数据管道（文件、预处理、数据增强、除以为 0 的标准差）产生了它。",
     "nonfinite.cause.param": "参数在被观察的优化器更新之外变成了非有限值（加载的检查点、原地修改、未被观察的优化器）。",
+    "nonfinite.cause.host": "这些值在 torch 之外（numpy 或 Python 运算：除以零、inf / inf、log 0）算出，变成张量之前已是非有限值；torch 看到时已经如此。",
     "nonfinite.cause.not_reproduced": "重放使用了相同的批数据和相同的随机数状态，结果仍是有限的：该值可能依赖于 torchtriage 无法恢复的状态（批数据被原地修改、非确定性内核、模型之外且不在 torch.nn.functional 损失中的代码）。",
     "nonfinite.cause.amp_collapse": "在 {dtype} 下，GradScaler 尝试的每个缩放系数都会让梯度溢出，或者 loss 本身就是非有限值：这是真正的非有限值，而不是偶尔的溢出。",
     "nonfinite.next.exp": "在 exp 之前减去最大值（x - x.max(dim, keepdim=True)），或用 torch.logsumexp / F.log_softmax 代替 log(sum(exp))。",
@@ -52,6 +54,7 @@ MESSAGES = {
     "nonfinite.next.grad_overflow": "裁剪梯度（clip_grad_norm_），降低学习率，检查是否缺少归一化。",
     "nonfinite.next.data": "检查该数据项及其预处理；在数据管道中断言 torch.isfinite(batch).all()。",
     "nonfinite.next.param": "检查检查点加载以及对参数的任何原地修改。",
+    "nonfinite.next.host": "检查这一行传入的数组在哪里计算（numpy 的 RuntimeWarning 'divide by zero' / 'invalid value' 会给出行号）；在那里处理为零的计数或分母。",
     "nonfinite.next.not_reproduced": "用 torch.autograd.detect_anomaly() 手动重放该步，或保存复现包（torchtriage run --bundle DIR）。",
     "nonfinite.next.labels": "检查标签：类别索引应在 [0, num_classes) 内（或为 ignore_index），BCE 的概率应在 [0, 1] 内。",
     "nonfinite.next.amp_collapse": "先不使用 scaler 找到第一个非有限值（用 float32 跑一步），让易溢出的算子保持 float32，或改用 bfloat16。",

@@ -32,12 +32,14 @@ from .._finding import from_catalogue
 from .._frames import user_frame_of, user_stack_frame
 from .._loaderstream import as_rows
 from .._loaderstream import tensors as batch_tensors
+from ._batchmeans import _following, batch_ratio_means, finding_of
 from ._lines import _tree
 
 if TYPE_CHECKING:
     from ._checker import DataLedger
 
 OFF = 0.05
+MAX_SIZES = 100_000  # batch sizes kept per pass (a longer pass is not judged for its batch means)
 
 
 class Denominators:
@@ -46,13 +48,16 @@ class Denominators:
     def __init__(self, ledger: DataLedger) -> None:
         self.ledger = ledger
         self.counts: dict[int, list[int]] = {}  # id(iterator) -> [batches, samples, world]
+        self.sizes: dict[int, list[int]] = {}  # id(iterator) -> the pass's batch sizes (the first MAX_SIZES)
         self.found: dict[tuple[str, int], Any] = {}
 
     def on_begin(self, it: Any, loader: Any) -> None:
         self.counts[id(it)] = [0, 0, _shards(loader)]
+        self.sizes[id(it)] = []
 
     def on_reset(self, it: Any, loader: Any) -> None:
         self.counts[id(it)] = [0, 0, _shards(loader)]
+        self.sizes[id(it)] = []
 
     def on_batch(self, it: Any, indices: Any, data: Any) -> None:
         c = self.counts.get(id(it))
@@ -65,9 +70,13 @@ class Denominators:
             size = next((int(t.shape[0]) for t in batch_tensors(data) if t.dim() >= 1), 1)
         c[0] += 1
         c[1] += size
+        sizes = self.sizes.get(id(it))
+        if sizes is not None and len(sizes) < MAX_SIZES:
+            sizes.append(size)
 
     def on_stop(self, it: Any) -> None:
         c = self.counts.pop(id(it), None)
+        sizes = self.sizes.pop(id(it), [])
         if c is None or not c[0]:
             return
         f = user_stack_frame(1)
@@ -75,6 +84,13 @@ class Denominators:
             return
         for div, text, value in divisions(f):
             self.judge(f, div, text, value, c[0], c[1], c[2])
+        if len(sizes) == c[0]:
+            for line, _, fields in batch_ratio_means(f, sizes):
+                found = finding_of(f, line, fields, getattr(getattr(self.ledger, "session", None), "step", None))
+                key = (found.file, found.line)
+                old = self.found.get(key)
+                if old is None or (old.severity.value == "info" and found.severity.value != "info"):
+                    self.found[key] = found  # (the first pass whose means differ most visibly)
 
     def judge(self, f: types.FrameType, div: ast.AST, text: str, value: int, batches: int, samples: int,
               world: int = 1) -> None:
@@ -159,18 +175,6 @@ def _unconditional(stmt: ast.AST) -> list[ast.AST]:
     for child in ast.iter_child_nodes(stmt):
         out += _unconditional(child)
     return out
-
-
-def _following(body: list[ast.stmt], loop: ast.AST) -> list[ast.stmt]:
-    """The statements after `loop` in the innermost statement list that holds it."""
-    for i, stmt in enumerate(body):
-        if stmt is loop:
-            return body[i + 1:]
-        for field in ("body", "orelse", "finalbody", "handlers"):
-            inner = getattr(stmt, field, None)
-            if isinstance(inner, list) and any(loop is n for s in inner for n in ast.walk(s)):
-                return _following(inner, loop) + body[i + 1:]
-    return []
 
 
 def _accumulated(loop: ast.AST) -> tuple[set[str], set[str]]:

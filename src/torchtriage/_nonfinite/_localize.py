@@ -108,6 +108,8 @@ def _target(model: nn.Module) -> nn.Module:
 def _producer_finding(origin: Origin, stage: Stage, step: int, *, loss: bool = False,
                       frame: Any = None, module: str | None = None, loss_value: float | None = None,
                       model: str | None = None) -> Finding:
+    if origin.external == "host":
+        return _host_finding(origin, stage, step, frame=frame, module=module, model=model)
     ex = explain(origin.op, origin.inputs, origin.output, scalars=origin.scalars)
     kind = kind_text(kind_of(origin.output))
     frame = origin.frame or frame
@@ -125,6 +127,22 @@ def _producer_finding(origin: Origin, stage: Stage, step: int, *, loss: bool = F
     return _finding("numerical.nonfinite_forward", "nonfinite.forward", stage, step, module=module,
                     op=origin.op, frame=frame, cause=ex.cause, next_check=ex.next_check, evidence=ex.evidence,
                     kind=kind, model=model)
+
+
+def _host_finding(origin: Origin, stage: Stage, step: int, *, frame: Any = None, module: str | None = None,
+                  model: str | None = None) -> Finding:
+    """A tensor made from host data (numpy, Python floats) already held the non-finite values:
+    they were computed before torch saw them, at the line that made the array."""
+    out = origin.output
+    assert out is not None
+    x = torch.view_as_real(out) if out.is_complex() else out
+    nan, posinf, neginf = (int(torch.isnan(x).sum()), int(torch.isposinf(x).sum()), int(torch.isneginf(x).sum()))
+    module = origin.module if origin.module is not None else module
+    return _finding("numerical.nonfinite_host_value", "nonfinite.host", stage, step, module=module,
+                    op=origin.op, frame=origin.frame or frame, cause=msg("nonfinite.cause.host"),
+                    next_check=msg("nonfinite.next.host"), kind=kind_text(kind_of(out)), model=model,
+                    nan=nan, inf=posinf + neginf, numel=out.numel(),
+                    evidence={"tensor": summarize(out), "nan": nan, "+inf": posinf, "-inf": neginf})
 
 
 def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = False) -> Finding:
@@ -163,7 +181,7 @@ def localize_forward(session: Any, state: Any, step: int, *, any_kind: bool = Fa
 def _forward_finding(session: Any, tracer: OpTracer, bad: torch.Tensor, step: int, call_frame: Any,
                      model: str | None = None) -> Finding | None:
     origin = tracer.origin_of(bad)
-    if origin is not None and origin.kind == "constant" and origin.external not in (None, "input"):
+    if origin is not None and origin.kind == "constant" and origin.external not in (None, "input", "host"):
         name = origin.external
         p = next((t for t, i in session.param_index.tensors() if i.qualname == name), None)
         info = session.param_index.info(p)

@@ -10,7 +10,10 @@ Origin kinds:
     computed  finite inputs → non-finite output (log(0), exp(100), x/0, fp16 overflow), or a NaN
               made from -inf constants (softmax over a fully masked row): a producer;
     constant  a non-finite value written on purpose (masked_fill(mask, -inf), torch.full(-inf)),
-              or a non-finite tensor that existed before the replay (batch, parameter).
+              or a non-finite tensor that existed before the replay (batch, parameter);
+              `external="host"`: made from host data during the step (`torch.tensor`,
+              `torch.as_tensor`, `torch.from_numpy` of an array numpy or Python computed: the
+              value was born outside torch, where no op can be traced).
 `ModuleStack` keeps the module path of the op being run (global module hooks, replay only).
 """
 
@@ -45,6 +48,9 @@ class Origin:
     # Modules that received this value and passed it on, in execution order (not the producer,
     # nor the modules that contain it): the HTML model tree marks them "propagated".
     propagated_by: list[str] = dataclasses.field(default_factory=list)
+
+
+_LIFTS = frozenset({"aten::lift_fresh", "aten::lift", "aten::lift_fresh_copy"})
 
 
 class ModuleStack:
@@ -131,7 +137,8 @@ class OpTracer(TorchDispatchMode):
         producer seen (a constant origin is a mask or an input, not where the value was born)."""
         origin = self.origin_of(t)
         if origin is None or origin.kind != "computed":
-            origin = self.producers[0] if self.producers else None
+            host = origin if origin is not None and origin.external == "host" else None
+            origin = self.producers[0] if self.producers else host
         return origin
 
     def _known(self, t: torch.Tensor) -> bool:
@@ -182,7 +189,11 @@ class OpTracer(TorchDispatchMode):
         bad_in = [s for s in states if s is not None]
         computed = [s for s in bad_in if s.kind == "computed"]
         name = f"aten::{func._schema.name.split('::')[-1]}" if hasattr(func, "_schema") else str(func)
-        if computed:
+        if name in _LIFTS:
+            # host data becoming a tensor (`torch.tensor(array)`): the value was born outside torch
+            origin = self._new("constant", name, operands, bad_out[0], scalars)
+            origin.external = "host"
+        elif computed:
             origin = computed[0]
             self._propagated(origin)
         elif bad_in or const:

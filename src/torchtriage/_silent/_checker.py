@@ -40,6 +40,7 @@ from ._common import finding, first_tensor, fmt, is_index_tensor, shape
 from ._divisor import division_plans
 from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
+from ._intscale import int_scale_plans
 from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules, trainable_stochastic_modules
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
 from ._node_site import INPUT_VERDICTS, input_module
@@ -50,6 +51,7 @@ from ._region import LossRegion
 from ._sampling import TrainModeOutputs
 from ._sequence import token_plans
 from ._shapes import aligned, broadcast_finding, grows
+from ._sidecall import SideCalls
 from ._softmax_axis import axis_plans, locate, root_output_nodes, signature, singleton_verdicts, walk
 from ._target_mask import MaskFollow, mask_plan
 from ._whole import probe_call, reads_whole_input
@@ -76,6 +78,7 @@ class SilentChecker(Checker):
         self.zero = ZeroGradWatch()
         self.averaged = AveragedCopies(session)
         self.pads = PadAttention(session)
+        self.sides = SideCalls(session, self._side_call)
         self.region: LossRegion | None = None
         self._rebuilt: set[Any] = set()  # loss lines whose targets a whole-input model reconstructs
         self.sampling: TrainModeOutputs | None = None
@@ -83,6 +86,7 @@ class SilentChecker(Checker):
         self._stochastic: weakref.WeakKeyDictionary[nn.Module, list[str]] = weakref.WeakKeyDictionary()
         self._eval_forwards: list[tuple[weakref.ref[nn.Module], str, Any]] = []
         self._train_in_eval: dict[int, tuple[str, Any, int, list[str], int]] = {}
+        self._side_first: dict[int, str] = {}  # id(model) -> its first stochastic module seen in a side call
         self._losses: list[torch.Tensor] = []
         self._loss_frame: Any = None
         self._reported: set[tuple[Any, ...]] = set()
@@ -100,6 +104,7 @@ class SilentChecker(Checker):
         self._full = max(_cadence.FULL, self.warmup, self.collapse_steps)
         self._last_step = -1  # the last step taken part in
         self._in_root = 0  # root model calls in progress (a loss computed inside the model's forward)
+        self._scaled_read: set[int] = set()  # tape ops already read for integer data scaling
         keeper = session.checker("snapshot")
         if keeper is not None and self.warmup > 0:
             keeper.hold_tape(self.warmup)  # the loss region reads the step tape on the warm-up steps
@@ -176,7 +181,8 @@ class SilentChecker(Checker):
 
     # ------------------------------------------------------------------ events
     def on_model(self, model: nn.Module, label: str) -> None:
-        self._stochastic_of(model)
+        if self._stochastic_of(model):
+            self.sides.watch(model)
         try:
             self.pads.watch(model)
         except Exception as e:
@@ -203,6 +209,7 @@ class SilentChecker(Checker):
         self._averaged("observe", step)
         self._eval_forwards.clear()
         self._backward_in_step = False
+        self._scaled_read.clear()
 
     def on_root_forward_pre(self, model: nn.Module, label: str) -> None:
         self._in_root += 1
@@ -234,9 +241,33 @@ class SilentChecker(Checker):
         if self._leaving:
             self._pop_left_modes()
         snap = self.session.snapshot
+        if self._warm() and snap is not None and snap.record.ops:
+            # the ops that made this call's inputs: integer data scaled for another type
+            for plan, frame, op in int_scale_plans([o for o in snap.record.ops if o.before_step], self._scaled_read):
+                self._queue([plan], frame=frame, op=op)
         if self._warm() and grad and self.region is None and out is not None and out.requires_grad \
                 and snap is not None and snap.record.taped:
             self.region = LossRegion(snap.record)  # the loss code: the tape's ops from here to backward
+
+    def _side_call(self, model: nn.Module, path: str, output: Any) -> None:
+        """A stochastic module of `model` ran in train() mode without grad outside any root call
+        (`model.generate(x)` under no_grad): an evaluation through another method than forward,
+        followed like a no-grad train-mode root forward."""
+        if self._in_root or in_update_bn():
+            return
+        key = id(model)
+        label = self.session.model_label(model) or type(model).__name__
+        entry = self._train_in_eval.get(key)
+        if entry is None:
+            entry = (label, self.sides.caller(model), 0, self._stochastic_of(model), self._step)
+            self._side_first[key] = path
+        if self._side_first.get(key, path) == path:  # one count per pass through the model
+            entry = (*entry[:2], entry[2] + 1, *entry[3:])
+        self._train_in_eval[key] = entry
+        if self.sampling is None:
+            self.sampling = TrainModeOutputs()
+            self.sampling.enter()
+        self.sampling.follow(key, output)
 
     def on_loss(self, call: LossCall) -> None:
         out = call.output
@@ -724,6 +755,7 @@ class SilentChecker(Checker):
 
     def on_end(self) -> None:
         self.pads.close()
+        self.sides.close()
         self._drop_mask_follow()
         for f in self._mask_leaving:  # at close no op of ours is running: take them off
             f.inside = 0
