@@ -69,7 +69,7 @@ class DynamicsChecker(Checker):
         self.sched.install()
         self.order = StepOrder(session)
         self.order.install()
-        self.writes = GradWrites(session)
+        self.writes = GradWrites(session, clipped=self._clipped_since_backward)
         patch_zero_grad(session, self.writes, self._add_write)
         self.loss_growth, self.grad_growth = Growth(), Growth()
         self.phases = Phases()
@@ -114,6 +114,12 @@ class DynamicsChecker(Checker):
             self.harm.hold(f)
         else:
             self.session.add(f)
+
+    def _clipped_since_backward(self) -> bool:
+        """A `clip_grad_norm_` ran after this step's last backward (or before any): the clip-order
+        watch judges it, with the clip's own line."""
+        clip = self.order.clip
+        return clip is not None and clip[0] == len(self.order.backwards)
 
     def _add_write(self, f: Finding | None) -> None:
         if f is not None and "clip_after_step" not in self.order.reported:  # (the same fault, named)
