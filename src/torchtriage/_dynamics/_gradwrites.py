@@ -90,7 +90,7 @@ class GradWrites:
             return None  # (a clip_grad_norm_ the order watch saw: its finding, with the clip's line)
         with torch.no_grad():
             now = _stack([_largest(g) for g in grads])
-            was = before[idx].to(now.device)
+            was = before[idx] if before.device == now.device else before[idx].to(now.device)
             read = torch.stack([now.max(), (now != was).sum().float()]).cpu().tolist()  # (one read)
         largest, changed = read
         if largest == 0 or changed == 0:
@@ -117,7 +117,7 @@ class GradWrites:
 def _stack(values: list[torch.Tensor]) -> torch.Tensor:
     """Scalars from several devices (a model split across devices) in one tensor, on the first's."""
     device = values[0].device
-    return torch.stack([v.to(device) for v in values])
+    return torch.stack([v if v.device == device else v.to(device) for v in values])
 
 
 def _largest(g: torch.Tensor | None) -> torch.Tensor:
