@@ -126,7 +126,8 @@ class UpdateWatch:
         self.looks[id(opt)] = seen + 1
         self.names[id(opt)] = type(opt).__name__
         index = self.session.param_index
-        trainable = [p for g in opt.param_groups for p in g["params"] if isinstance(p, torch.Tensor) and p.requires_grad]
+        trainable = [p for g in opt.param_groups for p in g["params"]
+                     if isinstance(p, torch.Tensor) and p.requires_grad]
         none = {id(p): tuple(p.shape) for p in trainable if p.grad is None}
         self.held[id(opt)] = len(trainable)
         self.gradless[id(opt)] = none if not seen else {
