@@ -604,3 +604,31 @@ def test_a_loss_of_both_signs_rising_from_near_0_is_measured_from_its_size():
     found = [g.add(i, v) for i, v in enumerate(mixed + [0.0018, 0.01, 0.1, 1.0, 5.0, 20.0, 90.0])]
     hit = next(r for r in found if r is not None)
     assert (hit["start"], hit["first"], hit["last"]) == (60, 0.0018, 20.0)
+
+
+def test_a_gan_whose_two_models_gradient_norms_differ_by_orders_of_magnitude_is_no_spike():
+    """A discriminator and a generator step in every iteration: their gradient norms (here about
+    1000x apart) alternate in the run's one "grad_norm" series, and the reads that carry them
+    come a step late on most steps and at once on the sampled ones. Each model's norm is compared
+    with its own: no jump."""
+    torch.manual_seed(0)
+    G = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16))
+    D = nn.Sequential(nn.Linear(16, 64), nn.LeakyReLU(0.2), nn.Linear(64, 1), nn.Sigmoid())
+    opt_d, opt_g = torch.optim.Adam(D.parameters(), 1e-4), torch.optim.Adam(G.parameters(), 1e-4)
+    real_data = torch.randn(256, 16)
+    with torchtriage.watch([G, D], [opt_d, opt_g], on_anomaly="record", report=False) as s:
+        for i in range(40):
+            real, z = real_data[(i * 16) % 256:][:16], torch.randn(16, 8)
+            D.zero_grad()
+            err_real = F.binary_cross_entropy(D(real), torch.ones(16, 1))
+            err_real.backward()
+            fake = G(z)
+            F.binary_cross_entropy(D(fake.detach()), torch.zeros(16, 1)).backward()
+            opt_d.step()
+            G.zero_grad()
+            content = F.mse_loss(fake, real)
+            (1e-3 * content + 1e-6 * F.binary_cross_entropy(D(fake), torch.ones(16, 1))).backward()
+            opt_g.step()
+    norms = s.health.values("grad_norm")
+    assert max(norms[0::2]) / max(norms[1::2]) > 100 or max(norms[1::2]) / max(norms[0::2]) > 100
+    assert s.report.filter(code="dynamics.exploding_gradients") == []

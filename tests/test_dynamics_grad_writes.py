@@ -118,3 +118,63 @@ def test_gradients_zeroed_by_hand_after_the_step_are_quiet():
                 p.grad.zero_()
             opt.zero_grad()
     assert findings(s.report) == []
+
+
+def test_the_finding_carries_the_zero_grad_line_and_the_loss_numbers():
+    model, opt, data = setup()
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for x, y in data:
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+            clip_grad_norm_(list(model.parameters()), 0.01)
+            opt.zero_grad()  # discards the clipped gradients
+    [f] = s.report.filter(code=CODE)
+    assert f.line is not None and HERE[f.line - 1].strip() == "opt.zero_grad()  # discards the clipped gradients"
+    assert f.severity is Severity.WARNING and f.evidence["run_kept_learning"] is False
+    assert {"loss_at_finding", "loss_at_end"} <= set(f.evidence)
+
+
+def test_a_clip_after_the_step_in_a_run_that_learns_is_an_info():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(1)
+    data = [(x := torch.randn(16, 8, generator=g), 3 * x.sum(1, keepdim=True)) for _ in range(60)]
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for x, y in data:
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+            clip_grad_norm_(list(model.parameters()), 0.01)  # (acts: the gradients are larger)
+            opt.zero_grad()
+    [f] = s.report.filter(code=CODE)
+    assert f.severity is Severity.INFO and f.evidence["run_kept_learning"] is True
+    assert float(f.evidence["loss_at_end"]) < float(f.evidence["loss_at_finding"])
+
+
+def test_a_clip_after_the_step_that_never_acts_is_quiet():
+    """A misplaced clip whose threshold the gradients never reach scales them by 1: it changed no
+    value, so discarding it changed nothing on this run (VAME's and MVTN's loops clip after
+    `optimizer.step()` with a threshold above their gradients' norm)."""
+    model, opt, data = setup()
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for x, y in data:
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+            clip_grad_norm_(list(model.parameters()), 1e6)  # coef 1: mul_(1.0) moves the versions only
+            opt.zero_grad()
+    assert findings(s.report) == []
+
+
+def test_torch_clip_after_the_step_is_left_to_the_clip_order_finding():
+    """`torch.nn.utils.clip_grad_norm_`, seen by the session: the clip-order finding names its line,
+    and this check adds no second finding without one."""
+    model, opt, data = setup()
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for x, y in data:
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)  # the misplaced clip
+            opt.zero_grad()
+    assert findings(s.report) == []
+    [f] = s.report.filter(code="dynamics.clip_after_step")
+    assert HERE[f.line - 1].strip() == "torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)  # the misplaced clip"

@@ -36,3 +36,11 @@ def test_denominators_that_count_what_was_summed_are_quiet(tmp_path):
     report, _ = run_script("clean_denominators.py", tmp_path)
     assert _found(report) == []
     assert alarms(report) == []
+
+
+def test_a_phase_loop_dividing_each_total_by_its_own_loader_is_quiet(tmp_path):
+    """`for x, y in loaders[phase]` runs a training and a validation pass; after both, each total is
+    divided by its own loader's length: another loader's count is that pass's mean."""
+    report, _ = run_script("clean_phase_loop_denominators.py", tmp_path)
+    assert _found(report) == []
+    assert alarms(report) == []

@@ -200,3 +200,65 @@ def test_accumulation_that_steps_every_few_batches_is_quiet():
                 opt.step()
                 opt.zero_grad()
     assert not codes(s.report, *MOVES)
+
+
+class _Learner(nn.Module):
+    """A boosting stage's weak learner: its input norm runs only when a previous stage's features
+    come in, so the first learner's norm never gets a gradient."""
+
+    def __init__(self, d_in):
+        super().__init__()
+        self.fc, self.out = nn.Linear(d_in, 16), nn.Linear(16, 1)
+        self.norm = nn.BatchNorm1d(d_in)
+
+    def forward(self, x, lower=None):
+        if lower is not None:
+            x = self.norm(torch.cat([x, lower], 1))
+        h = torch.relu(self.fc(x))
+        return h, self.out(h)
+
+
+def test_earlier_boosting_stages_that_the_corrective_step_reaches_but_does_not_train_are_quiet():
+    """Each stage trains a new learner with its own optimizer; the corrective step backpropagates
+    through the whole ensemble but optimizes the newest learner only (TALENT's GrowNet). The
+    earlier learners get gradients no optimizer holds any more: they were trained in their stage.
+    The first stage's optimizer stepped two tensors that never had a gradient (the unused norm):
+    no copy of a later learner's parameters, whose shapes are others."""
+    torch.manual_seed(0)
+    X = torch.randn(256, 4)
+    Y = X[:, :1] * 2 + X[:, 1:2] ** 2
+    learners = []
+
+    def ensemble(x):
+        lower, pred = None, 0
+        for m in learners:
+            lower, out = m(x, lower)
+            pred = pred + out
+        return pred
+
+    with torchtriage.watch(on_anomaly="record", report=False, discover=True) as s:
+        for stage in range(6):
+            m = _Learner(4 if stage == 0 else 4 + 16)
+            opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+            for i in range(16):  # two passes
+                x, y = X[i % 8 * 32:(i % 8 + 1) * 32], Y[i % 8 * 32:(i % 8 + 1) * 32]
+                with torch.no_grad():
+                    lower, base = None, 0
+                    for prev in learners:
+                        lower, out = prev(x, lower)
+                        base = base + out
+                _, out = m(x, lower)
+                loss = F.mse_loss(out, y - base)
+                m.zero_grad()
+                loss.backward()
+                opt.step()
+            learners.append(m)
+            if stage > 0:
+                opt = torch.optim.AdamW(m.parameters(), lr=5e-4)  # the newest learner only
+                for i in range(8):
+                    x, y = X[i * 32:(i + 1) * 32], Y[i * 32:(i + 1) * 32]
+                    loss = F.mse_loss(ensemble(x), y)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+    assert codes(s.report, *MOVES) == []

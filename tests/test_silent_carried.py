@@ -117,3 +117,34 @@ def test_a_state_kept_inside_the_model_names_the_backward_line():
     assert (f.code, f.severity) == ("silent.loss_graph_kept", Severity.WARNING)
     assert (f.file, f.line) == (HERE, line_of("stateful backward"))
     assert f.message.startswith("a tensor carried from one step to the next with its autograd graph")
+
+
+def test_one_backward_helper_for_the_losses_of_one_forward_is_not_growth():
+    """`manual_backward(loss)` (one line) runs two adversaries' losses with retain_graph=True, each
+    followed by its optimizer's step, then the main loss of the same forward: each call reaches
+    the forward made before the previous call's roots, within one iteration, more nodes each time.
+    Each caller's line makes its own site, and nothing of an earlier iteration is reached."""
+    torch.manual_seed(0)
+    enc1, enc2, dec = nn.Linear(8, 6), nn.Linear(6, 4), nn.Linear(4, 8)
+    advs = [nn.Sequential(nn.Linear(6, 1), nn.Sigmoid()), nn.Sequential(nn.Linear(4, 1), nn.Sigmoid())]
+    opt = torch.optim.Adam([p for m in (enc1, enc2, dec) for p in m.parameters()], lr=1e-3)
+    opt_advs = [torch.optim.Adam(a.parameters(), lr=1e-3) for a in advs]
+
+    def manual_backward(loss, retain_graph=False):
+        loss.backward(retain_graph=retain_graph)
+
+    with torchtriage.watch([enc1, enc2, dec, *advs], [*opt_advs, opt], on_anomaly="record", report=False) as s:
+        for _ in range(6):
+            x = torch.randn(16, 8)
+            for o in (opt, *opt_advs):
+                o.zero_grad()
+            h1 = torch.relu(enc1(x))
+            h2 = torch.relu(enc2(h1))
+            recon = F.mse_loss(dec(h2), x)  # (made before the adversaries' backward calls)
+            for h, adv, o in zip((h1, h2), advs, opt_advs):
+                manual_backward(F.binary_cross_entropy(adv(h), torch.zeros(16, 1)), retain_graph=True)
+                o.step()
+            trick = sum(F.binary_cross_entropy(adv(h), torch.ones(16, 1)) for h, adv in zip((h1, h2), advs))
+            manual_backward(recon + 0.1 * trick)
+            opt.step()
+    assert s.report.filter(code="silent.loss_graph_kept") == []

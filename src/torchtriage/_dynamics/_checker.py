@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from .._session import Session
 
 MAX_LR_SERIES = 8
+MAX_NORMS_PER_READ = 8  # gradient norms consumed per read (a late read brings the previous step's too)
 _RECURRENT = ("RNN", "LSTM", "GRU")
 
 
@@ -72,14 +73,17 @@ class DynamicsChecker(Checker):
         self.sched.install()
         self.order = StepOrder(session)
         self.order.install()
-        self.writes = GradWrites(session)
+        self.writes = GradWrites(session, clipped=self._clipped_since_backward)
         self.closures = ClosureEvaluations(session)
         self.rebuilds = Rebuilds(session)
         patch_zero_grad(session, self.writes, self._add_write)
         self.loss_growth, self.grad_growth = Growth(), Growth()
         self.phases = Phases()
         self.harm = HarmGate(self.phases.end_of)
-        self.spikes, self.vanish = Spikes(), Vanishing()
+        self.vanish = Vanishing()
+        # the gradient norm's trends, one per place in the step (`_norm_trends`)
+        self.norm_trends: dict[int, tuple[Spikes, Growth]] = {}
+        self.norm_at = (-1, -1)  # (step, place) of the last gradient norm consumed
         self.loss_head: list[float] = []
         self.loss_recent: collections.deque[float] = collections.deque(maxlen=200)
         self.seen = {"loss": 0, "grad_norm": 0}
@@ -120,6 +124,12 @@ class DynamicsChecker(Checker):
             self.harm.hold(f)
         else:
             self.session.add(f)
+
+    def _clipped_since_backward(self) -> bool:
+        """A `clip_grad_norm_` ran after this step's last backward (or before any): the clip-order
+        watch judges it, with the clip's own line."""
+        clip = self.order.clip
+        return clip is not None and clip[0] == len(self.order.backwards)
 
     def _add_write(self, f: Finding | None) -> None:
         if f is not None and "clip_after_step" not in self.order.reported:  # (the same fault, named)
@@ -320,7 +330,7 @@ class DynamicsChecker(Checker):
                 missed.stepped(lrs)
         if self.phases.stepped(optimizer, step):
             # a new model trains from here: its gradient norms continue no earlier series
-            self.spikes, self.grad_growth = Spikes(), Growth()
+            self.norm_trends.clear()
         self._consume(optimizer)
         if order.tracking:
             for f in order.optimizer_step(optimizer):
@@ -437,8 +447,10 @@ class DynamicsChecker(Checker):
             self._loss(h.last("loss"))
         n = h.count("grad_norm")
         if n != seen["grad_norm"]:
+            new = h.since("grad_norm", seen["grad_norm"])[-MAX_NORMS_PER_READ:]
             seen["grad_norm"] = n
-            self._grad_norm(h.last("grad_norm"), optimizer)
+            for at, v in new:
+                self._grad_norm(at, v, optimizer)
 
     def _loss(self, v: float | None) -> None:
         if v is None or not math.isfinite(v):
@@ -469,9 +481,21 @@ class DynamicsChecker(Checker):
                                   evidence={"mean_of_last_20_losses": num(mean), "prior": num(prior), "prior_is": what,
                                             "first_loss": num(self.loss_head[0]), "steps": steps}))
 
-    def _grad_norm(self, v: float | None, optimizer: torch.optim.Optimizer | None) -> None:
-        grow = self.grad_growth.add(self._step, v)
-        factor = self.spikes.add(v)
+    def _norm_trends(self, at: int) -> tuple[Spikes, Growth]:
+        """The trends of the gradient norms read at the same place in their steps. Each optimizer
+        step is read once: a GAN's discriminator and generator norms (orders of magnitude apart)
+        share the "grad_norm" series, alternating; a model's norm is compared with its own."""
+        place = self.norm_at[1] + 1 if at == self.norm_at[0] else 0
+        self.norm_at = (at, place)
+        trends = self.norm_trends.get(place)
+        if trends is None:
+            trends = self.norm_trends[place] = (Spikes(), Growth())
+        return trends
+
+    def _grad_norm(self, at: int, v: float | None, optimizer: torch.optim.Optimizer | None) -> None:
+        spikes, growth = self._norm_trends(at)
+        grow = growth.add(at, v)
+        factor = spikes.add(v)
         if (grow is None and factor is None) or "exploding" in self.reported or self.loss_growth.done:
             return  # (a diverging loss is reported, with the same cause)
         if grow is not None and self.loss_recent and self.loss_head and self.loss_recent[-1] < self.loss_head[0]:

@@ -16,16 +16,26 @@ accumulates into an existing `.grad` in place: a GAN's generator loss reaching t
 discriminator's gradients, zeroed at the next iteration, is no write of the program's). A write
 that only zeroed them (`p.grad.zero_()` before `zero_grad()`) is no clip: one read then, of the
 largest written element. Reported from the second step that shows it.
+
+A write is a fault only when it changed the numbers: the largest magnitude of each followed
+gradient is taken (on the device, no read) when the step has applied them, and compared at
+`zero_grad()`; a clip under its threshold scales by 1 and changes nothing, so a misplaced clip
+that never acted harmed nothing on this run. A write that the clip-order watch (`_order`) saw
+made by `clip_grad_norm_` is that watch's finding (it names the clip's line), not this one's.
+The finding carries the line of the `zero_grad()` that discarded the writes (the innermost
+frame of the user's code that called it), and it is a trend judged by the loss (`_harm`): a
+warning only when the loss did not fall after it.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from .._findings import Category, Finding, Stage
+from .._frames import UserFrame, find_frame, in_user_file, user_frame_of
 from .._zerograd import on_zero_grad
 from ._common import finding, num
 
@@ -34,9 +44,12 @@ MIN_STEPS = 2  # steps whose writes were discarded before the finding
 
 
 class GradWrites:
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, clipped: Callable[[], bool] = lambda: False) -> None:
         self.session = session
+        self.clipped = clipped  # a clip_grad_norm_ seen since the last backward (`_order`'s finding)
         self.after: dict[int, list[tuple[weakref.ref[torch.Tensor], int, str]]] = {}  # id(opt) -> (grad, version, name)
+        self.largest: dict[int, torch.Tensor] = {}  # id(opt) -> each followed gradient's largest |value| (device)
+        self.frame: UserFrame | None = None  # the user's zero_grad() line at the first such step
         self.steps: list[int] = []  # steps whose written gradients a zero_grad discarded
         self.written = 0  # gradients written at the first such step
         self.tracked = 0
@@ -59,36 +72,59 @@ class GradWrites:
                 break
         if kept:
             self.after[id(opt)] = kept
+            with torch.no_grad():  # (no read: compared on the device at zero_grad, if a write happened)
+                self.largest[id(opt)] = _stack([_largest(r()) for r, _, _ in kept])
 
-    def zero_grad(self, opt: Any) -> Finding | None:
-        """`opt.zero_grad()` is about to reset the gradients."""
+    def zero_grad(self, opt: Any, caller: Any = None) -> Finding | None:
+        """`opt.zero_grad()` (called from frame `caller`) is about to reset the gradients."""
         kept = self.after.pop(id(opt), None)
-        if not kept or self.reported:
+        before = self.largest.pop(id(opt), None)
+        if not kept or before is None or self.reported:
             return None
-        written = [(g, n) for ref, v, n in kept if (g := ref()) is not None and g._version != v]
-        if not written:
-            return None
+        idx, grads = [], []
+        for i, (ref, v, _) in enumerate(kept):
+            if (g := ref()) is not None and g._version != v:
+                idx.append(i)
+                grads.append(g)
+        if not idx or self.clipped():
+            return None  # (a clip_grad_norm_ the order watch saw: its finding, with the clip's line)
         with torch.no_grad():
-            largest = float(torch.stack([g.detach().abs().amax().float().cpu() for g, _ in written]).max())
-        if largest == 0:
-            return None  # zeroed by hand: a reset, not a change
+            now = _stack([_largest(g) for g in grads])
+            was = before[idx] if before.device == now.device else before[idx].to(now.device)
+            read = torch.stack([now.max(), (now != was).sum().float()]).cpu().tolist()  # (one read)
+        largest, changed = read
+        if largest == 0 or changed == 0:
+            return None  # zeroed by hand (a reset), or a write that changed no value (a clip that did not act)
         if not self.steps:
-            self.written, self.tracked, self.names = len(written), len(kept), [n for _, n in written]
+            self.written, self.tracked, self.names = int(changed), len(kept), [kept[i][2] for i in idx][:4]
+            start = find_frame(in_user_file, caller) if caller is not None else None
+            self.frame = user_frame_of(start) if start is not None else None
         self.steps.append(self.session.step)
         if len(self.steps) < MIN_STEPS:
             return None
         self.reported = True
         self.after.clear()
+        self.largest.clear()
         norm = self.session.health.last("grad_norm") if "grad_norm" in self.session.health.names() else None
         return finding("grad_write_discarded", category=Category.GRADIENT, stage=Stage.BACKWARD, step=self.steps[0],
-                       op="zero_grad", written=self.written, tracked=self.tracked, first=self.steps[0],
-                       steps=len(self.steps), examples=", ".join(self.names[:2]),
+                       op="zero_grad", frame=self.frame, written=self.written, tracked=self.tracked,
+                       first=self.steps[0], steps=len(self.steps), examples=", ".join(self.names[:2]),
                        evidence={"gradients_written_after_step": self.written, "gradients_followed": self.tracked,
                                  "written_examples": self.names[:4], "steps_seen_like_this": self.steps[:8],
-                                 "grad_norm_last_step": num(norm) if norm is not None else None,
-                                 "harm": "the writes changed gradients that optimizer.step() had already applied; "
-                                         "zero_grad() then discarded them, so the gradients the optimizer used were "
-                                         "never changed by them"})
+                                 "grad_norm_last_step": num(norm) if norm is not None else None})
+
+
+def _stack(values: list[torch.Tensor]) -> torch.Tensor:
+    """Scalars from several devices (a model split across devices) in one tensor, on the first's."""
+    device = values[0].device
+    return torch.stack([v if v.device == device else v.to(device) for v in values])
+
+
+def _largest(g: torch.Tensor | None) -> torch.Tensor:
+    """The largest |value| of a gradient, as a float32 scalar on its device (no read)."""
+    if g is None:
+        return torch.tensor(float("nan"))
+    return g.detach().abs().amax().float()
 
 
 def patch_zero_grad(session: Any, writes: GradWrites, add: Any) -> None:
@@ -98,7 +134,7 @@ def patch_zero_grad(session: Any, writes: GradWrites, add: Any) -> None:
         if kind != "optimizer" or not writes.after or writes.reported:
             return
         try:
-            add(writes.zero_grad(obj))
+            add(writes.zero_grad(obj, caller))
         except Exception:
             writes.reported = True  # (asks nothing more of this run)
             raise

@@ -385,7 +385,10 @@ class Analysis:
             # Made outside any model and held by no optimizer: unusual, not wrong (issue 11).
             inside = rec is not None and rec.module is not None
             grows = not inside and self._grad_grows(lid)
-            severity = Severity.ERROR if inside else (Severity.WARNING if grows else Severity.INFO)
+            # A .grad that piles up while nothing reads, zeroes or applies it changes no number of the
+            # run, and a constant made with requires_grad=True looks the same as a forgotten weight:
+            # unusual, not harm (fixed mixture weights or scales passed to a distribution as such leaves).
+            severity = Severity.ERROR if inside else Severity.INFO
             out.append(make_finding("gradient.leaf_not_registered", severity,
                                     Stage.FORWARD, variant="" if inside else ("grows" if grows else "outside"),
                                     module=rec.module if rec is not None else None,

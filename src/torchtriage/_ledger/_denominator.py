@@ -49,15 +49,18 @@ class Denominators:
         self.ledger = ledger
         self.counts: dict[int, list[int]] = {}  # id(iterator) -> [batches, samples, world]
         self.sizes: dict[int, list[int]] = {}  # id(iterator) -> the pass's batch sizes (the first MAX_SIZES)
+        self.loaders: dict[int, Any] = {}  # id(iterator) -> the loader it iterates
         self.found: dict[tuple[str, int], Any] = {}
 
     def on_begin(self, it: Any, loader: Any) -> None:
         self.counts[id(it)] = [0, 0, _shards(loader)]
         self.sizes[id(it)] = []
+        self.loaders[id(it)] = loader
 
     def on_reset(self, it: Any, loader: Any) -> None:
         self.counts[id(it)] = [0, 0, _shards(loader)]
         self.sizes[id(it)] = []
+        self.loaders[id(it)] = loader
 
     def on_batch(self, it: Any, indices: Any, data: Any) -> None:
         c = self.counts.get(id(it))
@@ -77,12 +80,16 @@ class Denominators:
     def on_stop(self, it: Any) -> None:
         c = self.counts.pop(id(it), None)
         sizes = self.sizes.pop(id(it), [])
+        loader = self.loaders.pop(id(it), None)
         if c is None or not c[0]:
             return
         f = user_stack_frame(1)
         if f is None:
             return
-        for div, text, value in divisions(f):
+        mine = (loader, getattr(loader, "dataset", None))
+        for div, text, value, of in divisions(f):
+            if of is not None and _loaderish(of) and not any(of is m for m in mine):
+                continue  # another loader's count: that pass's mean (one loop over a train and a val phase)
             self.judge(f, div, text, value, c[0], c[1], c[2])
         if len(sizes) == c[0]:
             for line, _, fields in batch_ratio_means(f, sizes):
@@ -130,9 +137,18 @@ def _shards(loader: Any) -> int:
     return int(getattr(sampler, "num_replicas", 1) or 1) if isinstance(sampler, DistributedSampler) else 1
 
 
-def divisions(f: types.FrameType) -> list[tuple[ast.AST, str, int]]:
+def _loaderish(obj: Any) -> bool:
+    """A DataLoader or a Dataset: the count of a pass over it."""
+    from torch.utils.data import DataLoader, Dataset
+
+    return isinstance(obj, (DataLoader, Dataset))
+
+
+def divisions(f: types.FrameType) -> list[tuple[ast.AST, str, int, Any]]:
     """The divisions of an accumulated sum by a count that are tied to the loop `f` runs now:
-    (node, the denominator's source, its value now)."""
+    (node, the denominator's source, its value now, the object whose `len()` it is or None). A
+    loop whose iterable changes (``for batch in loaders[phase]``) runs one pass per phase: a sum
+    divided by another phase's loader is judged at that loader's pass."""
     tree, _ = _tree(f.f_code.co_filename)
     if tree is None:
         return []
@@ -145,7 +161,7 @@ def divisions(f: types.FrameType) -> list[tuple[ast.AST, str, int]]:
     if loop is None:
         return []
     summed, counted = _accumulated(loop)
-    out: list[tuple[ast.AST, str, int]] = []
+    out: list[tuple[ast.AST, str, int, Any]] = []
     for node in ast.walk(loop):  # inside: a quotient added into a sum
         for q in _added_quotients(node):
             out += _valued(q.right, q, f, counted)
@@ -210,22 +226,24 @@ def _added_quotients(node: ast.AST) -> list[ast.BinOp]:
     return []
 
 
-def _valued(expr: ast.expr, node: ast.AST, f: types.FrameType, counted: set[str]) -> list[tuple[ast.AST, str, int]]:
+def _valued(expr: ast.expr, node: ast.AST, f: types.FrameType,
+            counted: set[str]) -> list[tuple[ast.AST, str, int, Any]]:
     root = expr.args[0] if _is_len(expr) else expr  # type: ignore[attr-defined]
     base = root
     while isinstance(base, ast.Attribute):
         base = base.value
     if not isinstance(base, ast.Name) or base.id in counted:
         return []  # not a name's count, or the loop's own count (trusted)
+    of = None
     try:
         value = _resolve(root, f)
         if _is_len(expr):
-            value = len(value)
+            of, value = value, len(value)
     except Exception:
         return []
     if isinstance(value, bool) or not isinstance(value, int):
         return []
-    return [(node, ast.unparse(expr), int(value))]
+    return [(node, ast.unparse(expr), int(value), of)]
 
 
 def _is_len(expr: ast.expr) -> bool:

@@ -84,7 +84,9 @@ class UpdateWatch:
         self.looks: dict[int, int] = {}  # id(optimizer) -> judged steps whose gradients were sampled
         self.backwards = 0  # judged backwards
         self.frame: UserFrame | None = None  # the line of the first judged backward
-        self.gradless: dict[int, set[int]] = {}  # id(optimizer) -> its tensors without a .grad at every look
+        # id(optimizer) -> {id: shape} of its tensors without a .grad at every look
+        self.gradless: dict[int, dict[int, tuple[int, ...]]] = {}
+        self.held: dict[int, int] = {}  # id(optimizer) -> how many tensors requiring grad it holds
         self.names: dict[int, str] = {}  # id(optimizer) -> its class name
         # id(optimizer) -> [judged steps in a row without any gradient, since, a held tensor, class, count]
         self.streaks: dict[int, list[Any]] = {}
@@ -124,9 +126,12 @@ class UpdateWatch:
         self.looks[id(opt)] = seen + 1
         self.names[id(opt)] = type(opt).__name__
         index = self.session.param_index
-        none = {id(p) for g in opt.param_groups for p in g["params"]
-                if isinstance(p, torch.Tensor) and p.requires_grad and p.grad is None}
-        self.gradless[id(opt)] = none if not seen else self.gradless.get(id(opt), set()) & none
+        trainable = [p for g in opt.param_groups for p in g["params"]
+                     if isinstance(p, torch.Tensor) and p.requires_grad]
+        none = {id(p): tuple(p.shape) for p in trainable if p.grad is None}
+        self.held[id(opt)] = len(trainable)
+        self.gradless[id(opt)] = none if not seen else {
+            k: v for k, v in self.gradless.get(id(opt), {}).items() if k in none}
         with torch.no_grad():
             for group in opt.param_groups:
                 for p in group["params"]:
@@ -261,14 +266,22 @@ class UpdateWatch:
             if steps < MIN_STEPS or (isinstance(t.lr, (int, float)) and t.lr == 0):
                 return None
             return "held"
-        if t.info.label and self._copy() is not None:
+        if t.info.label and self._copy(t) is not None:
             return "copy"
         return None
 
-    def _copy(self) -> int | None:
-        """An optimizer that stepped holding tensors that had no gradient at any of its looks."""
+    def _copy(self, t: _Track) -> int | None:
+        """An optimizer that stepped holding tensors that had no gradient at any of its looks, most
+        of what it holds (a stale model: the parameters before they were replaced) or one shaped
+        like `t`'s parameter (the copy of it that was stepped instead). An optimizer whose model
+        has an unused layer (a boosting stage's first learner, whose input norm never runs) steps a
+        few tensors without a gradient too; they are no copy of the parameters of a later stage
+        that no optimizer holds any more."""
+        p = t.ref()
+        shape = tuple(p.shape) if p is not None else None
         for oid, none in self.gradless.items():
-            if none and self.steps.get(oid, 0) >= MIN_STEPS:
+            if (none and self.steps.get(oid, 0) >= MIN_STEPS
+                    and (2 * len(none) >= self.held.get(oid, 0) or shape in none.values())):
                 return oid
         return None
 
@@ -276,7 +289,7 @@ class UpdateWatch:
         sess = self.session
         t, _, _, w = items[0]
         info = t.info
-        oid = t.opt if variant != "copy" else self._copy()
+        oid = t.opt if variant != "copy" else self._copy(t)
         opt_name = t.opt_name if variant != "copy" else self.names.get(oid or 0, "optimizer")
         lr = t.lr
         names = [it[0].info.qualname for it in items]

@@ -7,7 +7,10 @@ backward time grow with the step. The loss tensors themselves are not kept, so t
 check (`GraphKeeper`) does not see it.
 
 The evidence is the graph itself. Autograd numbers its nodes as they are made
-(`grad_fn._sequence_nr()`, per thread). Per backward call site (the user's line), `GraphCarry`
+(`grad_fn._sequence_nr()`, per thread). Per backward call site (the user's line and the user's
+lines that called it: a helper such as `manual_backward(loss)` called for a discriminator's loss,
+then for the main loss of the same forward, is two sites, whose second call reaches the shared
+forward made before the first's roots within one iteration), `GraphCarry`
 keeps the largest number among the roots at its previous call: a node reachable from this call's
 roots whose number is at most that one was made before the previous backward of this line, in
 an earlier iteration. One step reaching a fixed old graph (an embedding computed once before the
@@ -23,6 +26,7 @@ warm-up steps only.
 from __future__ import annotations
 
 import dataclasses
+import types
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,9 +34,10 @@ import torch
 from torch.utils import _pytree as pytree
 
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
-from .._frames import carried_name
+from .._frames import carried_name, in_user_file
 
 MAX_NODES = 100_000
+CALL_PATH_DEPTH = 4  # user frames that make a backward's call site
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +47,16 @@ class Carried:
     old_nodes: tuple[int, int]  # old nodes reached at the previous call and at this one
     frame: Any  # where the old graph entered this step (a model call or an op), or None
     name: str | None  # the carried variable, when that line reads and rebinds one
+
+
+def call_path(frame: types.FrameType | None, depth: int = CALL_PATH_DEPTH) -> tuple[tuple[str, int], ...] | None:
+    """(file, line) of the innermost user frame `frame` and of the user frames that called it."""
+    out: list[tuple[str, int]] = []
+    while frame is not None and len(out) < depth:
+        if in_user_file(frame):
+            out.append((frame.f_code.co_filename, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(out) or None
 
 
 def _seq(node: Any) -> int | None:

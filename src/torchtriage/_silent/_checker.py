@@ -32,10 +32,10 @@ import torch.nn as nn
 from .. import _cadence, _deferred
 from .._checker import Checker, LossCall
 from .._findings import Category, Finding, Severity, Stage
-from .._frames import user_frame_from_stack
+from .._frames import user_frame_from_stack, user_stack_frame
 from .._modestack import own_modes_off
 from ._averaged import AveragedCopies
-from ._carried import GraphCarry, carried_finding
+from ._carried import GraphCarry, call_path, carried_finding
 from ._common import finding, first_tensor, fmt, is_index_tensor, shape
 from ._divisor import division_plans
 from ._exp_site import locate_in_forward, storage_of
@@ -435,7 +435,7 @@ class SilentChecker(Checker):
             self._loss_frame = self._loss_frame or frame
             if self._warm():
                 snap = self.session.snapshot
-                grown = self.carry.backward(roots, (frame.file, frame.line) if frame else None,
+                grown = self.carry.backward(roots, call_path(user_stack_frame(2)) if frame else None,
                                             snap.record if snap is not None else None)
                 if grown is not None:
                     self._add(carried_finding(grown, frame, self._step))
