@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import torch
 
+from .._distributed._shards import local_shards
 from .._findings import Category, Finding, Stage
 from .._frames import UserFrame, find_frame, in_user_file, user_frame_of
 from .._zerograd import on_zero_grad
@@ -124,7 +125,10 @@ def _largest(g: torch.Tensor | None) -> torch.Tensor:
     """The largest |value| of a gradient, as a float32 scalar on its device (no read)."""
     if g is None:
         return torch.tensor(float("nan"))
-    return g.detach().abs().amax().float()
+    (local,) = local_shards([g.detach()])  # (a `fully_shard` DTensor: its rank's shard, maybe empty)
+    if local.numel() == 0:
+        return torch.zeros((), device=local.device)
+    return local.abs().amax().float()
 
 
 def patch_zero_grad(session: Any, writes: GradWrites, add: Any) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from .._distributed._shards import local_shards
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import user_frame_from_stack
 
@@ -47,7 +48,8 @@ class _Origin:
 
 
 def _slice(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().reshape(-1)[:SLICE]
+    (local,) = local_shards([t.detach()])  # (a `fully_shard` DTensor: its rank's shard)
+    return local.reshape(-1)[:SLICE]
 
 
 class Origins:
