@@ -42,6 +42,7 @@ from torch.utils import _pytree as pytree
 from .._catalogue import msg
 from .._findings import Finding, Severity
 from .._frames import UserFrame
+from .._replayable import replayable
 from ._common import finding, num
 
 MOVE = 0.01
@@ -168,9 +169,8 @@ def replay(region: Any, c: Compare, flipped: torch.Tensor) -> tuple[torch.Tensor
         leaves = pytree.tree_leaves((args, kwargs))
         if not any(isinstance(x, torch.Tensor) and id(x) in env for x in leaves):
             continue
-        name = getattr(func, "__name__", "")
-        if name.endswith("_") and not name.endswith("__") or name.startswith("__i") or name == "__setitem__":
-            return last
+        if not replayable(func):
+            return last  # (in place, or a collective)
         a2, k2 = pytree.tree_map(lambda x: env.get(id(x), x) if isinstance(x, torch.Tensor) else x, (args, kwargs))
         with region.session.paused():
             new = func(*a2, **k2)

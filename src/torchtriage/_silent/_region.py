@@ -28,6 +28,7 @@ from torch.utils import _pytree as pytree
 from .._checker import LOSS_FUNCTIONS
 from .._frames import _HERE, UserFrame
 from .._modestack import push_mode, remove_mode
+from .._replayable import replayable
 from ._exp_site import EXP_FUNCS, storage_of
 from ._shapes import outer_sample_broadcast
 
@@ -55,11 +56,6 @@ def _op_name(func: Any) -> str:
     name = getattr(func, "__name__", str(func))
     return {"__sub__": "sub", "__rsub__": "rsub", "__add__": "add", "__radd__": "add", "__mul__": "mul",
             "__rmul__": "mul", "__truediv__": "div", "__rtruediv__": "div"}.get(name, name)
-
-
-def _in_place(func: Any) -> bool:
-    name = getattr(func, "__name__", "")
-    return name.endswith("_") and not name.endswith("__") or name.startswith("__i")
 
 
 def outer_broadcast_suspect(index: int, func: Any, a: Any, b: Any, out: Any,
@@ -131,8 +127,8 @@ class LossRegion:
             leaves = pytree.tree_leaves((op.args, op.kwargs))
             if not any(isinstance(x, torch.Tensor) and id(x) in env for x in leaves):
                 continue
-            if _in_place(op.func):
-                return None  # an in-place op would touch the user's tensors
+            if not replayable(op.func):
+                return None  # an in-place op would touch the user's tensors; a collective would wait
             a2, k2 = pytree.tree_map(lambda x: env.get(id(x), x) if isinstance(x, torch.Tensor) else x,
                                      (op.args, op.kwargs))
             new = op.func(*a2, **k2)
