@@ -32,7 +32,7 @@ from .._finding import from_catalogue
 from .._frames import user_frame_of, user_stack_frame
 from .._loaderstream import as_rows
 from .._loaderstream import tensors as batch_tensors
-from ._batchmeans import _following, batch_ratio_means, finding_of
+from ._batchmeans import _following, _resolve, batch_ratio_means, finding_of
 from ._lines import _tree
 
 if TYPE_CHECKING:
@@ -249,22 +249,6 @@ def _valued(expr: ast.expr, node: ast.AST, f: types.FrameType,
 def _is_len(expr: ast.expr) -> bool:
     return (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "len"
             and len(expr.args) == 1 and not expr.keywords)
-
-
-_MISSING = object()
-
-
-def _resolve(expr: ast.expr, f: types.FrameType) -> Any:
-    if isinstance(expr, ast.Name):
-        value = f.f_locals.get(expr.id, _MISSING)
-        if value is _MISSING:
-            value = f.f_globals.get(expr.id, _MISSING)
-        if value is _MISSING:
-            raise LookupError(expr.id)
-        return value
-    if isinstance(expr, ast.Attribute):
-        return getattr(_resolve(expr.value, f), expr.attr)
-    raise LookupError("not a name")
 
 
 def judge(ledger: DataLedger) -> list[Any]:
