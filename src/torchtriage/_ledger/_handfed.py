@@ -231,9 +231,17 @@ def judge(hf: HandFed, loaders: list[Loader]) -> Any:
     return judge_streams(hf)
 
 
+def _named_held_out(name: str) -> bool:
+    low = name.lower()
+    return "train" not in low and _HELD.search(low) is not None
+
+
 def _judge_model(ev: Side, tr: Side | None, token: int, loaders: list[Loader]) -> Any:
     own = list(tr.chunks) if tr is not None and tr.shape == ev.shape else []
-    trainers = [e for e in loaders if e.trains and token in e.models and e.row_shape == ev.shape and not e.ragged]
+    # (a loader the user named held-out, zipped with the training one so its batches are present at a
+    # training forward, is no source of training rows for the evaluation it feeds)
+    trainers = [e for e in loaders if e.trains and token in e.models and e.row_shape == ev.shape and not e.ragged
+                and not _named_held_out(e.name)]
     train_chunks = list(own)
     for e in trainers:
         k = _keys(e)
