@@ -210,8 +210,10 @@ class Rebuilds:
         if rose:
             said.append(f"the mean loss of the {w} step(s) after a rebuild was above that of the {w} before it "
                         f"at {rises} of {judged} rebuilds")
-        if harm:
-            ev["harm"] = "; ".join(said)
+        if rose:  # measured harm: the loss rose across the rebuilds (the update jump alone is an effect: the
+            ev["harm"] = "; ".join(said)  # harm gate then keeps it a warning only if the run did not learn)
+        elif said:
+            ev["effect"] = "; ".join(said)
         return finding("optimizer_state_reset", category=Category.OTHER, stage=Stage.OPTIMIZER,
                        severity=Severity.WARNING if harm else Severity.INFO, step=lin.rebuilds[0][0],
                        module=lin.kind, op=lin.kind, frame=lin.frame, optimizer=lin.kind,

@@ -300,8 +300,8 @@ def _judge_windows(ev: Side, tr: Side | None) -> Any:
     over windows: each fold's model is evaluated once, on a tensor its line names held out)."""
     if tr is None or not ev.slices or not tr.slices or tr.shape != ev.shape:
         return None
-    if not (ev.held_named or ev.named or any(ev.repeats)):
-        return None  # (a stream of new rows, an agent's states: no evaluation set)
+    if not (ev.held_named or ev.named):
+        return None  # (a stream of new rows, an agent's states, the training data measured again: no evaluation set)
     e = Loader("evaluation forwards", ev.frame, None, 0, 0, "", False)
     t = Loader("training forwards", tr.frame, None, 0, 0, "", False)
     e.slices, t.slices = ev.slices, tr.slices
