@@ -14,6 +14,7 @@ import scipy.sparse as sp
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from sklearn.metrics import roc_auc_score
 
 
 # ---- minimal stand-ins for the dgl calls used by the tutorial ----
@@ -80,45 +81,6 @@ def make_citation_graph(num_nodes=700, num_classes=7, num_words=400, seed=0):
     return g
 
 
-np.random.seed(0)
-torch.manual_seed(0)
-torch.set_num_threads(1)
-
-g = make_citation_graph()
-
-# Split edge set for training and testing
-u, v = g.edges()
-
-eids = np.arange(g.num_edges())
-eids = np.random.permutation(eids)
-test_size = int(len(eids) * 0.1)
-train_size = g.num_edges() - test_size
-test_pos_u, test_pos_v = u[eids[:test_size]], v[eids[:test_size]]
-train_pos_u, train_pos_v = u[eids[test_size:]], v[eids[test_size:]]
-
-# Find all negative edges and split them for training and testing
-adj = sp.coo_matrix((np.ones(len(u)), (u.numpy(), v.numpy())))
-adj_neg = 1 - adj.todense() - np.eye(g.num_nodes())
-neg_u, neg_v = np.where(adj_neg != 0)
-
-neg_eids = np.random.choice(len(neg_u), g.num_edges())
-test_neg_u, test_neg_v = (
-    neg_u[neg_eids[:test_size]],
-    neg_v[neg_eids[:test_size]],
-)
-train_neg_u, train_neg_v = (
-    neg_u[neg_eids[test_size:]],
-    neg_v[neg_eids[test_size:]],
-)
-
-train_g = remove_edges(g, eids[:test_size])
-
-train_pairs = set(zip(train_g.u.tolist(), train_g.v.tolist()))
-reversed_in_train = sum((b, a) in train_pairs for a, b in zip(test_pos_u.tolist(), test_pos_v.tolist()))
-print("test positives {} , of which the reverse edge is in the training graph: {}".format(
-    test_size, reversed_in_train))
-
-
 class GraphSAGE(nn.Module):
     def __init__(self, in_feats, h_feats):
         super(GraphSAGE, self).__init__()
@@ -132,22 +94,11 @@ class GraphSAGE(nn.Module):
         return h
 
 
-train_pos_g = graph((train_pos_u, train_pos_v), num_nodes=g.num_nodes())
-train_neg_g = graph((train_neg_u, train_neg_v), num_nodes=g.num_nodes())
-
-test_pos_g = graph((test_pos_u, test_pos_v), num_nodes=g.num_nodes())
-test_neg_g = graph((test_neg_u, test_neg_v), num_nodes=g.num_nodes())
-
-
 class DotPredictor(nn.Module):
     def forward(self, g, h):
         src, dst = g.edges()
         # u_dot_v: dot product between the source and destination node features
         return (h[src] * h[dst]).sum(dim=1)
-
-
-model = GraphSAGE(train_g.ndata["feat"].shape[1], 16)
-pred = DotPredictor()
 
 
 def compute_loss(pos_score, neg_score):
@@ -166,30 +117,80 @@ def compute_auc(pos_score, neg_score):
     return roc_auc_score(labels, scores)
 
 
-optimizer = torch.optim.Adam(
-    itertools.chain(model.parameters(), pred.parameters()), lr=0.01
-)
+def main():
+    np.random.seed(0)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
 
-from sklearn.metrics import roc_auc_score  # noqa: E402
+    g = make_citation_graph()
 
-for e in range(100):
-    # forward
-    h = model(train_g, train_g.ndata["feat"])
-    pos_score = pred(train_pos_g, h)
-    neg_score = pred(train_neg_g, h)
-    loss = compute_loss(pos_score, neg_score)
+    # Split edge set for training and testing
+    u, v = g.edges()
 
-    # backward
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
+    eids = np.arange(g.num_edges())
+    eids = np.random.permutation(eids)
+    test_size = int(len(eids) * 0.1)
+    train_size = g.num_edges() - test_size
+    test_pos_u, test_pos_v = u[eids[:test_size]], v[eids[:test_size]]
+    train_pos_u, train_pos_v = u[eids[test_size:]], v[eids[test_size:]]
 
-    if e % 20 == 0 or e == 99:
-        with torch.no_grad():
-            train_auc = compute_auc(pos_score, neg_score)
-        print("In epoch {}, loss: {:.4f} train AUC {:.4f}".format(e, loss.item(), train_auc))
+    # Find all negative edges and split them for training and testing
+    adj = sp.coo_matrix((np.ones(len(u)), (u.numpy(), v.numpy())))
+    adj_neg = 1 - adj.todense() - np.eye(g.num_nodes())
+    neg_u, neg_v = np.where(adj_neg != 0)
 
-with torch.no_grad():
-    pos_score = pred(test_pos_g, h)
-    neg_score = pred(test_neg_g, h)
-    print("AUC", round(compute_auc(pos_score, neg_score), 4))
+    neg_eids = np.random.choice(len(neg_u), g.num_edges())
+    test_neg_u, test_neg_v = (
+        neg_u[neg_eids[:test_size]],
+        neg_v[neg_eids[:test_size]],
+    )
+    train_neg_u, train_neg_v = (
+        neg_u[neg_eids[test_size:]],
+        neg_v[neg_eids[test_size:]],
+    )
+
+    train_g = remove_edges(g, eids[:test_size])
+
+    train_pairs = set(zip(train_g.u.tolist(), train_g.v.tolist()))
+    reversed_in_train = sum((b, a) in train_pairs for a, b in zip(test_pos_u.tolist(), test_pos_v.tolist()))
+    print("test positives {} , of which the reverse edge is in the training graph: {}".format(
+        test_size, reversed_in_train))
+
+    train_pos_g = graph((train_pos_u, train_pos_v), num_nodes=g.num_nodes())
+    train_neg_g = graph((train_neg_u, train_neg_v), num_nodes=g.num_nodes())
+
+    test_pos_g = graph((test_pos_u, test_pos_v), num_nodes=g.num_nodes())
+    test_neg_g = graph((test_neg_u, test_neg_v), num_nodes=g.num_nodes())
+
+    model = GraphSAGE(train_g.ndata["feat"].shape[1], 16)
+    pred = DotPredictor()
+
+    optimizer = torch.optim.Adam(
+        itertools.chain(model.parameters(), pred.parameters()), lr=0.01
+    )
+
+    for e in range(100):
+        # forward
+        h = model(train_g, train_g.ndata["feat"])
+        pos_score = pred(train_pos_g, h)
+        neg_score = pred(train_neg_g, h)
+        loss = compute_loss(pos_score, neg_score)
+
+        # backward
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+        if e % 20 == 0 or e == 99:
+            with torch.no_grad():
+                train_auc = compute_auc(pos_score, neg_score)
+            print("In epoch {}, loss: {:.4f} train AUC {:.4f}".format(e, loss.item(), train_auc))
+
+    with torch.no_grad():
+        pos_score = pred(test_pos_g, h)
+        neg_score = pred(test_neg_g, h)
+        print("AUC", round(compute_auc(pos_score, neg_score), 4))
+
+
+if __name__ == "__main__":
+    main()
