@@ -1,7 +1,7 @@
 # Source: rahulvigneswaran/Lottery-Ticket-Hypothesis-in-Pytorch, main.py (main, train, test, make_mask, weight_init), archs/cifar10/fc1.py, commit 34a8c9678406a1c7dd0fec4c9f0d25d017be55fb
 # Report: https://github.com/rahulvigneswaran/Lottery-Ticket-Hypothesis-in-Pytorch/issues/9
-# Lottery-ticket experiments: one transform is built before the dataset switch and used for
-# every dataset; here the first (unpruned) level of a CIFAR-10 fc1 run. CIFAR-10 is replaced by
+# Lottery-ticket experiments (main.py with --dataset cifar10 --arch_type fc1), here the first,
+# unpruned level of the iterative pruning run. CIFAR-10 is replaced by
 # synthetic 32x32 colour images (uint8, HWC, like the torchvision dataset), torchvision's
 # ToTensor/Normalize/Compose are written out, pruning levels and plotting are dropped.
 import argparse

@@ -1,7 +1,7 @@
 # Source: YehLi/xmodaler, xmodaler/engine/defaults.py (DefaultTrainer), xmodaler/engine/train_loop.py (TrainerBase), xmodaler/engine/hooks.py (LRScheduler, PeriodicCheckpointer), xmodaler/lr_scheduler/noam_lr.py, commit 0f2e7f00bf5d9c97ef2b5f11ea94526acd3f871b
 # Report: https://github.com/YehLi/xmodaler/issues/15
 # X-modaler's detectron2-style trainer: hooks step a per-iteration Noam scheduler and save
-# periodic checkpoints holding the model, the iteration and the optimizer; a second run
+# periodic checkpoints of the trainer state; a second run
 # resumes from the last checkpoint. The COCO caption features are replaced by synthetic
 # region features whose caption tokens are a function of the features, the Transformer
 # captioner by a small attention-pooled GRU decoder.
