@@ -2,7 +2,7 @@
 # Report: https://github.com/InternLM/xtuner/pull/262
 # xtuner's train entry point translates the MMEngine config (optim_wrapper.clip_grad.max_norm) into
 # the DeepSpeed strategy's gradient_clipping, and the DeepSpeed engine clips the global gradient norm
-# to that value whenever it is > 0. The config below sets clip_grad max_norm=0. The LLM and
+# to that value whenever it is > 0. The LLM and
 # the DeepSpeed engine are replaced by a small next-token model on synthetic token sequences and a
 # minimal engine that applies gradient_clipping the way DeepSpeed does (SGD, token-summed loss).
 import numpy as np

@@ -1,5 +1,5 @@
 # Report: https://github.com/pytorch/pytorch/issues/26338
-# A tabular classifier (a small MLP with functional dropout in forward) trained by a Trainer class
+# A tabular classifier (a small MLP with dropout) trained by a Trainer class
 # that evaluates after every epoch under model.eval() and torch.no_grad(), keeps the weights of the
 # best validation epoch and reports test accuracy at the end. Synthetic data: 3 classes from a
 # noisy nonlinear rule over 20 numeric features (a stand-in for a customer-segment table).
