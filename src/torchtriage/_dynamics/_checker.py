@@ -73,6 +73,7 @@ class DynamicsChecker(Checker):
         self.sched.install()
         self.order = StepOrder(session)
         self.order.install()
+        self.order.defer = self.flags.add
         self.writes = GradWrites(session, clipped=self._clipped_since_backward)
         self.closures = ClosureEvaluations(session)
         self.rebuilds = Rebuilds(session)
@@ -416,6 +417,7 @@ class DynamicsChecker(Checker):
         self._consume(None)
         for f in self.sched.end_findings():
             self._add(f)
+        self._add(self.order.partial.finding())  # (a warning carries its measured harm: not held)
         for missed in self.norm_decay.values():
             try:
                 self._add(missed.finding())  # (a warning carries its measured harm: not held)

@@ -1,0 +1,19 @@
+"""English: what one optimizer step is made of (micro-batches, batches, averaged copies)."""
+
+MESSAGES = {
+    "dynamics.clip_partial_accumulation":
+        "clip_grad_norm_ runs between the backward() calls of one optimizer step ({clips} clip(s) on partial sums "
+        "of {backwards} accumulated micro-batches): each partial sum is rescaled before the next micro-batch is "
+        "added, so the first micro-batch enters the update at {weight}× the weight of the last",
+    "dynamics.clip_partial_accumulation.cause":
+        "with gradient accumulation .grad holds a partial sum until the last micro-batch's backward; clipping it "
+        "there (a clip after every backward, or one not guarded by accelerator.sync_gradients) shrinks the earlier "
+        "micro-batches' gradients, and the step applies neither the sum nor its clipped version",
+    "dynamics.clip_partial_accumulation.cause.quiet":
+        "with gradient accumulation .grad holds a partial sum until the last micro-batch's backward; clipping it "
+        "there rescales the earlier micro-batches whenever the partial norm exceeds max_norm (it did not, in the "
+        "steps measured)",
+    "dynamics.clip_partial_accumulation.next":
+        "clip once per optimizer step, after the last micro-batch's backward: `if accelerator.sync_gradients:` "
+        "(accelerate) or `if (i + 1) % accumulation_steps == 0:` around clip_grad_norm_ and optimizer.step()",
+}

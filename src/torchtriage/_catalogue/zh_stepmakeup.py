@@ -1,0 +1,16 @@
+"""中文：一次优化器步由什么组成（微批次、批次、平均副本）。"""
+
+MESSAGES = {
+    "dynamics.clip_partial_accumulation":
+        "clip_grad_norm_ 在同一优化器步的多次 backward() 之间运行（在 {backwards} 个累积微批次的部分和上裁剪了 {clips} 次）："
+        "每个部分和在加入下一个微批次之前就被缩放，因此第一个微批次进入更新时的权重只有最后一个的 {weight} 倍",
+    "dynamics.clip_partial_accumulation.cause":
+        "梯度累积时，直到最后一个微批次的 backward 之前 .grad 都只是部分和；在此时裁剪（每次 backward 后都裁剪，"
+        "或未用 accelerator.sync_gradients 判断）会缩小前面微批次的梯度，优化器步应用的既不是总和，也不是总和裁剪后的结果",
+    "dynamics.clip_partial_accumulation.cause.quiet":
+        "梯度累积时，直到最后一个微批次的 backward 之前 .grad 都只是部分和；在此时裁剪，只要部分和的范数超过 max_norm "
+        "就会缩放前面的微批次（在测量的步中尚未发生）",
+    "dynamics.clip_partial_accumulation.next":
+        "每个优化器步只在最后一个微批次的 backward 之后裁剪一次：用 `if accelerator.sync_gradients:`（accelerate）"
+        "或 `if (i + 1) % accumulation_steps == 0:` 包住 clip_grad_norm_ 和 optimizer.step()",
+}
