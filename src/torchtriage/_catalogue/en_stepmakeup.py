@@ -16,4 +16,14 @@ MESSAGES = {
     "dynamics.clip_partial_accumulation.next":
         "clip once per optimizer step, after the last micro-batch's backward: `if accelerator.sync_gradients:` "
         "(accelerate) or `if (i + 1) % accumulation_steps == 0:` around clip_grad_norm_ and optimizer.step()",
+    "ledger.after_loop.message":
+        "the batch loop over {loader} only loads its batches: in {passes} passes no forward, backward or step ran while "
+        "the loop delivered {batches} batches, then {steps} optimizer step(s) ran on the last batch alone; {lost} of "
+        "{samples} samples loaded ({share}) never reached a step",
+    "ledger.after_loop.cause":
+        "the forward, backward and optimizer.step() sit after the batch loop ({loop}), not inside it (an indentation "
+        "slip): the loop variable keeps the last batch, and every other batch is fetched and thrown away",
+    "ledger.after_loop.next":
+        "indent the forward, loss.backward() and optimizer.step() (and zero_grad) into the batch loop; keep a "
+        "per-epoch scheduler.step() in the epoch loop",
 }

@@ -13,4 +13,14 @@ MESSAGES = {
     "dynamics.clip_partial_accumulation.next":
         "每个优化器步只在最后一个微批次的 backward 之后裁剪一次：用 `if accelerator.sync_gradients:`（accelerate）"
         "或 `if (i + 1) % accumulation_steps == 0:` 包住 clip_grad_norm_ 和 optimizer.step()",
+    "ledger.after_loop.message":
+        "遍历 {loader} 的批次循环只加载批次：在 {passes} 轮遍历中，循环交付了 {batches} 个批次，期间没有运行任何前向、"
+        "反向或优化器步，随后只在最后一个批次上运行了 {steps} 次优化器步；加载的 {samples} 个样本中有 {lost} 个（{share}）"
+        "从未进入任何一步",
+    "ledger.after_loop.cause":
+        "前向、反向和 optimizer.step() 位于批次循环（{loop}）之后而不是之内（缩进错误）：循环变量保留了最后一个批次，"
+        "其余批次都被读取后丢弃",
+    "ledger.after_loop.next":
+        "把前向、loss.backward() 和 optimizer.step()（以及 zero_grad）缩进到批次循环内；按轮次的 scheduler.step() "
+        "留在轮次循环中",
 }
