@@ -26,4 +26,14 @@ MESSAGES = {
     "ledger.after_loop.next":
         "indent the forward, loss.backward() and optimizer.step() (and zero_grad) into the batch loop; keep a "
         "per-epoch scheduler.step() in the epoch loop",
+    "silent.ema_updated_between_steps":
+        "the averaged copy {copy} is updated more often than the optimizer steps: {update}() ran {calls} times for "
+        "{steps} optimizer steps ({per} per step); {idle} of the calls came with no optimizer step since the previous one",
+    "silent.ema_updated_between_steps.cause":
+        "the update sits in the micro-batch loop (after `with accelerator.accumulate(...)`, or beside a step taken "
+        "every k backward calls) rather than after the optimizer step: it blends toward parameters that have not moved, "
+        "and every count it keeps in calls (step counter, decay warm-up, update_every, update_after_step) runs ahead",
+    "silent.ema_updated_between_steps.next":
+        "update the copy only when the optimizer stepped: `if accelerator.sync_gradients:` (accelerate) or inside "
+        "the `if (i + 1) % accumulation_steps == 0:` block that calls optimizer.step()",
 }

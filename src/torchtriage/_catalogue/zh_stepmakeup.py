@@ -23,4 +23,14 @@ MESSAGES = {
     "ledger.after_loop.next":
         "把前向、loss.backward() 和 optimizer.step()（以及 zero_grad）缩进到批次循环内；按轮次的 scheduler.step() "
         "留在轮次循环中",
+    "silent.ema_updated_between_steps":
+        "平均副本 {copy} 的更新次数多于优化器步数：{update}() 在 {steps} 个优化器步中运行了 {calls} 次（每步 {per} 次）；"
+        "其中 {idle} 次调用与上一次调用之间没有任何优化器步",
+    "silent.ema_updated_between_steps.cause":
+        "更新位于微批次循环中（在 `with accelerator.accumulate(...)` 之后，或与每 k 次 backward 才执行一次的优化器步并列），"
+        "而不是在优化器步之后：它向尚未变化的参数做混合，并且它按调用次数记录的一切（步计数、衰减预热、update_every、"
+        "update_after_step）都会提前",
+    "silent.ema_updated_between_steps.next":
+        "只在优化器实际执行了一步时更新副本：`if accelerator.sync_gradients:`（accelerate），或放在调用 optimizer.step() 的 "
+        "`if (i + 1) % accumulation_steps == 0:` 块中",
 }

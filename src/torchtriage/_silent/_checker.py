@@ -731,6 +731,14 @@ class SilentChecker(Checker):
                               module=worst.holder, holder=worst.holder, param=worst.name, coeff=f"{coeff:.3g}",
                               decay=f"{1 - coeff:.3g}", horizon=f"{1 / coeff:.1f}", rel=f"{rel:.2%}",
                               updates=len(late), first=ev["first_step_measured"]))
+        calls = self.averaged.calls.verdict()
+        if calls is not None:
+            frame = calls.pop("frame")
+            self._add(finding("ema_updated_between_steps", severity=Severity.WARNING, stage=Stage.OPTIMIZER,
+                              frame=frame, module=calls["copy"], op=calls["update"], evidence=calls,
+                              update=calls["update"], copy=calls["copy"], calls=calls["calls"],
+                              steps=calls["optimizer_steps"], per=f"{calls['calls_per_step']:.2g}",
+                              idle=calls["calls_without_a_step_since_the_last"]))
         by_update: dict[Any, list[dict[str, Any]]] = {}  # one finding per update line: a copy's norm layers
         for st in self.averaged.stale:
             fr = st["pair"].frame
