@@ -78,11 +78,8 @@ class AfterLoop:
     # ------------------------------------------------------------------ loader stream
     def on_begin(self, it: Any, loader: Any) -> None:
         self._close()
-        made = self.ledger.follower.made.get(loader)
-        from ._lines import assigned_name
-
         try:
-            self.names[it] = (assigned_name(made.source) if made else None) or type(loader).__name__
+            self.names[it] = type(loader).__name__
         except TypeError:
             pass
 
@@ -95,7 +92,9 @@ class AfterLoop:
         now = self.counters()
         tensors = batch_tensors(data)
         if p is None:
-            p = _Pass(self.names.get(it, "DataLoader"), user_frame_from_stack(1), now)
+            followed = self.ledger.follower.passes.get(it)  # (the ledger's name for this loader)
+            name = followed.loader.name if followed is not None else self.names.get(it, "DataLoader")
+            p = _Pass(name, user_frame_from_stack(1), now)
             try:
                 self.passes[it] = p
             except TypeError:
@@ -154,7 +153,8 @@ class AfterLoop:
             "loop_at": f"{first['frame'].file}:{first['frame'].line}" if first["frame"] else "?",
             "harm": f"{loaded - stepped} of {loaded} samples loaded ({share:.1%}) never reached a backward or a step",
         }
-        fields = {"loader": first["loader"], "passes": len(self.found), "batches": first["batches"], "steps": first["steps"],
+        fields = {"loader": first["loader"], "passes": len(self.found), "batches": first["batches"],
+                  "steps": first["steps"],
                   "lost": loaded - stepped, "samples": loaded, "share": f"{100 * share:.1f}%",
                   "loop": first["frame"].source.strip() if first["frame"] else "the batch loop"}
         sev = "warning" if share >= 0.5 else "info"
@@ -168,7 +168,8 @@ class AfterLoop:
         forwards, backwards, steps = (x - y for x, y in zip(self.counters(), a.mark))
         if backwards < 1 or steps < 1 or backwards >= len(a.p.sizes):
             return  # collected batches trained one by one afterwards, or nothing trained
-        self.found.append({"loader": a.p.loader, "batches": len(a.p.sizes), "samples": sum(a.p.sizes), "last_batch": a.p.sizes[-1],
+        self.found.append({"loader": a.p.loader, "batches": len(a.p.sizes), "samples": sum(a.p.sizes),
+                           "last_batch": a.p.sizes[-1],
                            "stepped_samples": a.p.sizes[-1], "steps": steps, "backwards": backwards,
                            "frame": a.p.frame, "step_frame": a.step_frame})
 

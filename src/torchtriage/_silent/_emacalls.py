@@ -17,9 +17,9 @@ it on that object is counted with the optimizer steps since the previous call (a
 optimizer step post-hook, removed at the end) and whether the call wrote the copy (its version
 counter). An update written inline in the loop is not followed.
 
-`silent.ema_updated_between_steps` at the end: at least `MIN_CALLS` calls, at least half of them
-with no optimizer step since the previous one, and some call wrote the copy; the calls per
-optimizer step are the harm (a warning).
+`silent.ema_updated_between_steps` at the end: at least `MIN_CALLS` calls, `MIN_PER_STEP` or more
+per optimizer step, `IDLE_SHARE` of them or more with no optimizer step since the previous one,
+and some call changed the updater's state; the calls per optimizer step are the harm (a warning).
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from torch.optim import optimizer as _optim_mod
 from .._frames import UserFrame, is_our_file, user_frame_of
 
 MIN_CALLS = 8
+MIN_PER_STEP = 1.5  # calls per optimizer step (two micro-batches per step: 2)
+IDLE_SHARE = 0.4  # calls with no step since the previous one (k micro-batches: (k - 1) / k)
 
 
 @dataclass
@@ -158,10 +160,12 @@ class UpdateCalls:
 
     def verdict(self) -> dict[str, Any] | None:
         fol = self.followed
-        if fol is None or fol.calls < MIN_CALLS or fol.writes == 0 or 2 * fol.idle < fol.calls:
+        if fol is None or fol.calls < MIN_CALLS or fol.writes == 0:
             return None
         steps = max(fol.steps, 1)
         per = fol.calls / steps
+        if per < MIN_PER_STEP or fol.idle < IDLE_SHARE * fol.calls:
+            return None
         return {"update": fol.name, "frame": fol.frame, "copy": fol.holder, "calls": fol.calls,
                 "optimizer_steps": fol.steps, "calls_per_step": round(per, 2),
                 "calls_without_a_step_since_the_last": fol.idle, "calls_that_changed_its_state": fol.writes,
