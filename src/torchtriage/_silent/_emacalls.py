@@ -134,14 +134,14 @@ class UpdateCalls:
             out = original(*args, **kwargs)
             if mine:
                 try:
-                    calls._count(fol, _state(fol.shadow(), obj) != before)
+                    calls.count(fol, _state(fol.shadow(), obj) != before)
                 except Exception as e:  # our bug: the user's update went through
                     calls.session.internal_error("silent.ema_calls", e)
             return out
 
         return wrapped
 
-    def _count(self, fol: _Followed, wrote: bool) -> None:
+    def count(self, fol: _Followed, wrote: bool) -> None:
         n = self.optimizer_steps
         idle = n == fol.last_steps
         fol.calls += 1
@@ -179,7 +179,7 @@ def _state(shadow: torch.Tensor | None, obj: Any) -> tuple[Any, ...]:
     updater's own buffers' (a step counter) and its numeric attributes (`self.num_updates`)."""
     out: list[Any] = [shadow._version if shadow is not None else None]
     if isinstance(obj, nn.Module):
-        out += [b._version for b in obj._buffers.values() if isinstance(b, torch.Tensor)]
+        out += [b._version for b in obj.buffers(recurse=False)]
     d = getattr(obj, "__dict__", None) if obj is not None else None
     if isinstance(d, dict):
         out += [v for v in list(d.values())[:64] if type(v) in (int, float, bool)]
