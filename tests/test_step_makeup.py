@@ -379,3 +379,40 @@ def test_ema_updated_once_per_step_or_every_k_steps_is_quiet():
     with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
         micro_batches(model, opt, x, y, 4, lambda: None, after_step)
     assert found(s.report, "silent.ema_updated_between_steps") == []
+
+
+def test_inline_ema_written_in_the_micro_batch_loop():
+    model = mlp(10)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    teacher = copy.deepcopy(model)
+    x, y = regression(512, 10)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for i in range(0, 512, 8):
+            (F.mse_loss(model(x[i:i + 8]), y[i:i + 8]) / 4).backward()
+            if (i // 8) % 4 == 3:
+                opt.step()
+                opt.zero_grad()
+            with torch.no_grad():
+                for t, p in zip(teacher.parameters(), model.parameters()):
+                    t.mul_(0.99).add_(p, alpha=0.01)  # <- inline
+    [f] = found(s.report, "silent.ema_updated_between_steps")
+    assert (f.severity, f.line, f.op) == (Severity.WARNING, line("inline"), "inline")
+    ev = f.evidence
+    assert 3.5 <= ev["calls_per_step"] <= 4.5 and ev["calls_without_a_step_since_the_last"] >= 0.7 * ev["calls"]
+
+
+def test_inline_ema_after_each_step_is_quiet():
+    model = mlp(10)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    teacher = copy.deepcopy(model)
+    x, y = regression(512, 10)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for i in range(0, 512, 8):
+            (F.mse_loss(model(x[i:i + 8]), y[i:i + 8]) / 4).backward()
+            if (i // 8) % 4 == 3:
+                opt.step()
+                opt.zero_grad()
+                with torch.no_grad():
+                    for t, p in zip(teacher.parameters(), model.parameters()):
+                        t.mul_(0.99).add_(p, alpha=0.01)
+    assert found(s.report, "silent.ema_updated_between_steps") == []

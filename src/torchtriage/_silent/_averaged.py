@@ -50,7 +50,7 @@ from .. import _cadence
 from .._frames import UserFrame, is_our_file, user_frame_from_stack, user_stack_frame
 from .._modestack import push_mode, remove_mode
 from .._transparent import our_hook
-from ._emacalls import UpdateCalls
+from ._emacalls import InlineWrites, UpdateCalls
 
 MAX_ELEMENTS = 1 << 22  # elements of copies tracked (each kept twice more between two readings)
 MAX_DEPTH = 6  # links walked from a frame's locals to a copy (loop -> ema -> shadow list -> tensor)
@@ -134,6 +134,7 @@ class AveragedCopies:
         self.stale: list[dict[str, Any]] = []
         self.where: dict[int, str] = {}  # id of a module or tensor -> the path it was reached by
         self.calls = UpdateCalls(session)  # the update's calls against the optimizer steps (`_emacalls`)
+        self.inline = InlineWrites()  # the copy's writes between backward calls (`_emacalls`)
 
     # ------------------------------------------------------------------ discovery
     def first_step(self) -> None:
@@ -212,6 +213,7 @@ class AveragedCopies:
                 holder = self._module_path(owner[0]) + "." + owner[1]
             pair = Pair(weakref.ref(t), weakref.ref(p), names.name(p) or "?", holder)
             self.pairs.append(pair)
+            self.inline.follow(t, holder)
             if owner is not None and id(p) in owners:
                 src = owners[id(p)][0]
                 if type(src) is type(owner[0]) and src is not owner[0]:
@@ -309,6 +311,14 @@ class AveragedCopies:
             push_mode(self.mode)
         elif self.mode is not None:
             self.drop_mode()
+
+    def mark(self, step: bool) -> None:
+        """A backward call (or, `step`, an optimizer step) of a step the check takes part in."""
+        if self.pairs:
+            self.inline.mark(step)
+
+    def gap(self) -> None:
+        self.inline.gap()
 
     def drop_mode(self) -> None:
         if self.mode is not None:

@@ -186,6 +186,57 @@ def _state(shadow: torch.Tensor | None, obj: Any) -> tuple[Any, ...]:
     return tuple(out)
 
 
+class InlineWrites:
+    """The copy's writes between the marks of the steps the silent check takes part in (each
+    backward call, each optimizer step), read from its version counter: a write with no optimizer
+    step since the copy's previous write averaged a source that had not moved. For an update the
+    loop writes inline (no call to follow); writes through `.data` do not move the counter."""
+
+    def __init__(self) -> None:
+        self.shadow: weakref.ref[torch.Tensor] | None = None
+        self.frame: UserFrame | None = None
+        self.holder = ""
+        self.last: int | None = None
+        self.stepped = True  # an optimizer step since the copy's last write
+        self.writes = 0
+        self.idle = 0
+        self.steps = 0
+
+    def follow(self, shadow: torch.Tensor, holder: str) -> None:
+        if self.shadow is None:
+            self.shadow, self.holder = weakref.ref(shadow), holder
+
+    def gap(self) -> None:
+        """The steps' continuity broke (a step the check sat out): start again."""
+        self.last = None
+
+    def mark(self, step: bool) -> None:
+        t = self.shadow() if self.shadow is not None else None
+        if t is None:
+            return
+        v = t._version
+        if self.last is not None and v != self.last:
+            self.writes += 1
+            self.idle += not self.stepped
+            self.stepped = False
+        self.last = v
+        if step:
+            self.stepped = True
+            self.steps += 1
+
+    def verdict(self, frame: UserFrame | None) -> dict[str, Any] | None:
+        if frame is None or self.writes < MIN_CALLS or self.idle < IDLE_SHARE * self.writes:
+            return None
+        per = self.writes / max(self.steps, 1)
+        if per < MIN_PER_STEP:
+            return None
+        return {"update": "inline", "frame": frame, "copy": self.holder, "calls": self.writes,
+                "optimizer_steps": self.steps, "calls_per_step": round(per, 2),
+                "calls_without_a_step_since_the_last": self.idle, "measured": "the steps the check sampled",
+                "harm": f"the copy {self.holder} was written {self.writes} times over {self.steps} optimizer steps "
+                        f"({per:.2f} per step), {self.idle} times with no step since its previous write"}
+
+
 class _Globals:
     """A module's globals dict seen as an object, for `Session.patch` (set / restore an item)."""
 
