@@ -208,13 +208,13 @@ def test_step_dedented_out_of_the_batch_loop():
 
 
 def local_train(model, loader, opt, epochs):
-    """A federated client's local update (function style, dict batches)."""
+    """A federated client's local update (function style, dict batches, the input reshaped)."""
     model.train()
     for _ in range(epochs):
         for batch in loader:
-            inputs, labels = batch["x"], batch["y"]
+            inputs, labels = batch["x"].view(-1, 2, 4), batch["y"]
         opt.zero_grad()
-        F.nll_loss(F.log_softmax(model(inputs), 1), labels).backward()
+        F.nll_loss(F.log_softmax(model(inputs.flatten(1)), 1), labels).backward()
         opt.step()  # <- client
     return model
 
@@ -244,6 +244,37 @@ def test_federated_clients_stepping_once_per_local_epoch():
     ev = f.evidence
     assert ev["passes"] == 12 and ev["samples_loaded"] == 2 * 2 * (40 + 60 + 80)
     assert ev["samples_that_reached_a_step"] == 2 * 2 * (8 + 4 + 8)  # the last batches of 40, 60, 80
+
+
+class EpochTrainer:
+    """A trainer class: a scheduler per epoch, the step dedented with it."""
+
+    def __init__(self, model, loader):
+        self.model, self.loader = model, loader
+        self.opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        self.sched = torch.optim.lr_scheduler.ExponentialLR(self.opt, 0.9)
+
+    def train_epoch(self):
+        self.model.train()
+        for _step, (x, y) in enumerate(self.loader):
+            x, y = x.to("cpu"), y.to("cpu")
+        self.opt.zero_grad()
+        loss = F.cross_entropy(self.model(x), y)
+        loss.backward()
+        self.opt.step()  # <- trainer
+        self.sched.step()
+
+
+def test_trainer_class_epoch_with_the_step_after_its_loop():
+    model = classifier(3)
+    trainer = EpochTrainer(model, DataLoader(classification(128, 3), batch_size=32, shuffle=True))
+    with torchtriage.watch(model, trainer.opt, on_anomaly="record", report=False) as s:
+        for _ in range(4):
+            trainer.train_epoch()
+    [f] = found(s.report, "data.coverage_lost")
+    assert (f.severity, f.line) == (Severity.WARNING, line("trainer"))
+    ev = f.evidence
+    assert (ev["passes"], ev["samples_loaded"], ev["samples_that_reached_a_step"]) == (4, 512, 128)
 
 
 def test_correct_loop_and_batches_collected_then_trained_are_quiet():

@@ -175,13 +175,13 @@ class AfterLoop:
 
 
 def _same(x: torch.Tensor, t: torch.Tensor) -> bool:
-    """`x` is the batch tensor `t`, or a copy of it (`.to(device)`, `.float()` of the same values)."""
+    """`x` is the batch tensor `t`, or a copy or view of it (`.to(device)`, `.float()`, `.view(n, -1)`)."""
     if x is t:
         return True
-    if x.shape != t.shape or x.numel() == 0:
+    if x.numel() != t.numel() or x.numel() == 0:
         return False
     try:
-        with torch.no_grad():
-            return bool(torch.equal(x.detach().to(t.device, t.dtype), t))
+        with torch.no_grad():  # (a view of it, `data.view(-1, 784)`, counts too)
+            return bool(torch.equal(x.detach().reshape(-1).to(t.device, t.dtype), t.reshape(-1)))
     except Exception:  # (incomparable kinds: not the batch)
         return False
