@@ -174,6 +174,32 @@ def test_gan_clipping_each_optimizer_before_its_own_step_is_quiet():
     assert found(s.report, "dynamics.clip_partial_accumulation") == []
 
 
+def test_dp_sgd_clipping_each_micro_batch_gradient_is_quiet():
+    """DP-SGD: each micro-batch's gradient is clipped alone, summed in a buffer, the grads reset
+    (by zero_grad, or in place) before the next micro-batch's backward."""
+    model = mlp(11)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    x, y = regression(256, 11)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for i in range(0, 256, 32):
+            acc = [torch.zeros_like(p) for p in model.parameters()]
+            for j in range(i, i + 32, 4):
+                if j % 8:
+                    opt.zero_grad(set_to_none=False)
+                else:
+                    for p in model.parameters():
+                        if p.grad is not None:
+                            p.grad.zero_()
+                F.mse_loss(model(x[j:j + 4]), y[j:j + 4]).backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+                for a, p in zip(acc, model.parameters()):
+                    a.add_(p.grad)
+            for a, p in zip(acc, model.parameters()):
+                p.grad = a / 8 + 0.01 * torch.randn_like(a)
+            opt.step()
+    assert found(s.report, "dynamics.clip_partial_accumulation") == []
+
+
 # ---------------------------------------------------------------- data.coverage_lost (after_loop)
 def classification(n: int, seed: int) -> TensorDataset:
     g = torch.Generator().manual_seed(seed)

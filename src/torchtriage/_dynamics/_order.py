@@ -125,6 +125,7 @@ class StepOrder:
         if self.in_step:
             self.closure = True  # several evaluations per step are the optimizer's, not accumulation
         site = _site(4)
+        self.partial.backward()
         if self.backwards and scalar and self.frame is None:
             self.frame = user_frame_from_stack(4)
         self.backwards.append((self.forward_since_backward and scalar, node, site))

@@ -44,6 +44,7 @@ class _Clip:
     frame: UserFrame | None
     probes: list[tuple[weakref.ref[torch.Tensor], int, int]]  # (param, id(grad), grad._version) after the clip
     added: bool | None = None  # a later backward changed those gradients
+    through: bool = False  # a backward began with those gradients as the clip left them
 
 
 @dataclass
@@ -60,7 +61,17 @@ class PartialClips:
         self.clips = []
 
     def before_clip(self) -> None:
-        self._settle()
+        self.settle()
+
+    def backward(self) -> None:
+        """A backward call begins: the last clip's gradients, if something else wrote them since
+        (a reset, `p.grad.zero_()` in DP-SGD's per-sample loop), were no partial sum."""
+        if self.clips and self.clips[-1].added is None and not self.clips[-1].through:
+            c = self.clips[-1]
+            if _changed(c):
+                c.added = False
+            else:
+                c.through = True
 
     def clipped(self, at: int, params: list[Any], norm: Any, max_norm: float | None,
                 frame: UserFrame | None) -> None:
@@ -71,21 +82,16 @@ class PartialClips:
                 probes.append((weakref.ref(p), id(g), g._version))
         self.clips.append(_Clip(at, norm, max_norm, frame, probes))
 
-    def _settle(self) -> None:
-        """The last clip's gradients: changed since it ran?"""
+    def settle(self) -> None:
+        """The last clip's gradients: did a backward add to them? (At the next clip, the step, or a
+        `zero_grad`, before it runs.)"""
         if self.clips and self.clips[-1].added is None:
             c = self.clips[-1]
-            changed = False
-            for ref, gid, version in c.probes:
-                p = ref()
-                g = getattr(p, "grad", None) if p is not None else None
-                if g is None or id(g) != gid or g._version != version:
-                    changed = changed or g is not None
-            c.added = changed
+            c.added = c.through and _changed(c)
 
     def step(self, step: int, backwards: int, defer: Any) -> None:
         """At an optimizer step of a tracked step: queue the partial clips' norms for the read."""
-        self._settle()
+        self.settle()
         partial = [c for c in self.clips if 0 < c.at < backwards and c.added]
         self.clips = []
         if not partial or any(not isinstance(c.norm, torch.Tensor) or c.norm.numel() != 1 for c in partial):
@@ -133,3 +139,13 @@ class PartialClips:
                        weight=f"{low:.3g}", max_norm=self.max_norm,
                        cause="dynamics.clip_partial_accumulation.cause" + ("" if harmful else ".quiet"),
                        evidence=evidence)
+
+
+def _changed(c: _Clip) -> bool:
+    """A probed gradient is another tensor now, or was written in place, since the clip."""
+    for ref, gid, version in c.probes:
+        p = ref()
+        g = getattr(p, "grad", None) if p is not None else None
+        if g is not None and (id(g) != gid or g._version != version):
+            return True
+    return False
