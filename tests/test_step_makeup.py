@@ -128,6 +128,21 @@ def test_function_loop_clipping_through_a_helper():
     assert f.evidence["clips_between_backwards_per_step"] == 1
 
 
+def test_partial_clip_that_never_bites_is_an_info():
+    model = mlp(2)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+    x, y = regression(160, 2)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for i in range(0, 160, 10):
+            F.mse_loss(model(x[i:i + 10]), y[i:i + 10]).div(2).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1e6)
+            if i % 20:
+                opt.step()
+                opt.zero_grad()
+    [f] = found(s.report, "dynamics.clip_partial_accumulation")
+    assert f.severity == Severity.INFO and f.evidence["micro_batch_weights"] == [1.0, 1.0] and "harm" not in f.evidence
+
+
 def test_clipping_once_after_the_last_micro_batch_is_quiet():
     model = mlp(2)
     opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
