@@ -29,6 +29,7 @@ from .._frames import optimizer_frame, user_frame_from_stack
 from .._nonfinite._sentinel import foreach_norm
 from .._silent._common import first_tensor, is_index_tensor
 from .._silent._node_site import node_site
+from .._zerograd import on_zero_grad
 from ._causal import probe, shift_share, token_ids
 from ._closure import ClosureEvaluations
 from ._common import finding, num
@@ -73,6 +74,8 @@ class DynamicsChecker(Checker):
         self.sched.install()
         self.order = StepOrder(session)
         self.order.install()
+        self.order.defer = self.flags.add
+        on_zero_grad(session, "dynamics.partial_clips", lambda obj, kind, caller: self.order.partial.settle())
         self.writes = GradWrites(session, clipped=self._clipped_since_backward)
         self.closures = ClosureEvaluations(session)
         self.rebuilds = Rebuilds(session)
@@ -416,6 +419,7 @@ class DynamicsChecker(Checker):
         self._consume(None)
         for f in self.sched.end_findings():
             self._add(f)
+        self._add(self.order.partial.finding())  # (a warning carries its measured harm: not held)
         for missed in self.norm_decay.values():
             try:
                 self._add(missed.finding())  # (a warning carries its measured harm: not held)

@@ -33,6 +33,7 @@ from .._errors import TriageInternalWarning
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack, user_stack_frame, user_stacklevel
 from ._common import finding
+from ._partial import PartialClips
 
 ADAPTIVE = ("Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "SparseAdam", "Adafactor")
 _SCALED = ("DivBackward", "MulBackward", "SumBackward")
@@ -54,12 +55,15 @@ class StepOrder:
         self.closure = False  # a closure-driven optimizer (LBFGS) runs forward + backward inside step()
         self.reported: set[str] = set()
         self.tracking = True  # this step is watched (`_cadence.sampled`)
+        self.partial = PartialClips()  # clips between two backward calls of one step (`_partial`)
+        self.defer: Any = None  # the dynamics check's deferred read (`DeferredFlags.add`)
 
     def track(self, on: bool) -> None:
         """Whether the next step is watched; a step left out leaves nothing behind."""
         if on and not self.tracking:
             self.backwards, self.clip, self.frame = [], None, None
             self.forward_since_backward = False
+            self.partial.reset()
         self.tracking = on
 
     def install(self) -> None:
@@ -75,15 +79,28 @@ class StepOrder:
         @functools.wraps(original)
         def wrapped(*args: Any, **kwargs: Any) -> Any:  # (named like the other pass-through wrappers)
             __tracebackhide__ = True
+            params: list[Any] | None = None
+            max_norm: Any = None
             if not order.broken:
                 try:
+                    if order.tracking:
+                        args, kwargs, params = _parameters(args, kwargs)
                     max_norm = args[1] if len(args) > 1 else kwargs.get("max_norm")
-                    order.clipped(float(max_norm) if isinstance(max_norm, (int, float)) else None)
+                    max_norm = float(max_norm) if isinstance(max_norm, (int, float)) else None
+                    order.clipped(max_norm)
                 except Exception as e:
                     order.broken = True
                     warnings.warn(msg("internal.warning", where="dynamics.clip", error=f"{type(e).__name__}: {e}"),
                                   TriageInternalWarning, stacklevel=user_stacklevel())
-            return original(*args, **kwargs)
+            out = original(*args, **kwargs)
+            if params is not None and not order.broken and order.clip is not None:
+                try:
+                    order.partial.clipped(order.clip[0], params, out, max_norm, order.clip[3])
+                except Exception as e:
+                    order.broken = True
+                    warnings.warn(msg("internal.warning", where="dynamics.clip", error=f"{type(e).__name__}: {e}"),
+                                  TriageInternalWarning, stacklevel=user_stacklevel())
+            return out
 
         return wrapped
 
@@ -93,6 +110,7 @@ class StepOrder:
         if not self.tracking:
             return
         after_step = not self.backwards and self.session.stage is Stage.PARAMETER
+        self.partial.before_clip()
         self.clip = (len(self.backwards), after_step, max_norm, user_frame_from_stack(3))
 
     def root_forward(self) -> None:
@@ -107,6 +125,7 @@ class StepOrder:
         if self.in_step:
             self.closure = True  # several evaluations per step are the optimizer's, not accumulation
         site = _site(4)
+        self.partial.backward()
         if self.backwards and scalar and self.frame is None:
             self.frame = user_frame_from_stack(4)
         self.backwards.append((self.forward_since_backward and scalar, node, site))
@@ -128,6 +147,8 @@ class StepOrder:
                                        evidence={"max_norm": max_norm,
                                                  "backward_calls_after_clip": len(self.backwards) - at,
                                                  "steps_seen_like_this": 2}))
+        if self.defer is not None and not self.closure:
+            self.partial.step(step, len(self.backwards), self.defer)
         bw = self.backwards
         if (not self.closure and len(bw) >= 2 and all(own for own, _, _ in bw) and len({site for _, _, site in bw}) == 1
                 and self.frame is not None and not any(node.startswith(_SCALED) for _, node, _ in bw)):
@@ -146,6 +167,22 @@ class StepOrder:
         self.clip = None
         self.frame = None
         return out
+
+
+def _parameters(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any], list[Any]]:
+    """The clip's parameters as a list (a generator, `model.parameters()`, is listed once and the
+    list handed on in its place: the same tensors, the same order)."""
+    given = args[0] if args else kwargs.get("parameters")
+    if isinstance(given, torch.Tensor):
+        return args, kwargs, [given]
+    if isinstance(given, (list, tuple)):
+        return args, kwargs, list(given)
+    if given is None:
+        return args, kwargs, []
+    listed = list(given)
+    if args:
+        return (listed, *args[1:]), kwargs, listed
+    return args, {**kwargs, "parameters": listed}, listed
 
 
 def _site(skip: int) -> tuple[Any, ...]:

@@ -21,6 +21,7 @@ import torch.nn as nn
 
 from .._checker import Checker, LossCall
 from .._loaderstream import stream
+from ._afterloop import AfterLoop
 from ._denominator import Denominators
 from ._encoding import Encodings
 from ._encoding import judge as judge_encodings
@@ -78,6 +79,8 @@ class DataLedger(Checker):
         self.repeatable = Repeatable(self)  # evaluation inputs that change from pass to pass
         stream(session).listen("ledger.repeatable", self.repeatable)
         self.denominators = Denominators(self)  # a mean's denominator against the pass's counts
+        self.afterloop = AfterLoop(self)  # a step after the batch loop, on its last batch
+        stream(session).listen("ledger.afterloop", self.afterloop)
         self.unbackwarded = Unbackwarded(self)  # training forwards whose graph never reaches a backward
         self.heldlabels = HeldLabels(self)  # held-out labels in a loss that is trained on
         self.heldgrads = HeldGrads(self, session)  # an evaluation pass's gradients applied by a training step
@@ -116,6 +119,7 @@ class DataLedger(Checker):
             self.evalshards.on_forward(model, args, kwargs)
         self.heldlabels.on_inputs(args, kwargs)
         self.unbackwarded.on_forward(model, args, kwargs, output)
+        self.afterloop.on_forward(model, args, kwargs)
 
     def on_loss(self, call: LossCall) -> None:
         self.unbackwarded.on_loss(call)
@@ -124,6 +128,7 @@ class DataLedger(Checker):
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         self.heldlabels.on_step(optimizer)
         self.heldgrads.on_step(optimizer)
+        self.afterloop.on_step()
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         self.evalsync.training()
@@ -218,6 +223,8 @@ class DataLedger(Checker):
                 for f in judge_scaling(self.loaders) or judge_stored(self.loaders):
                     self.session.add(f)
             for f in self.heldgrads.end():
+                self.session.add(f)
+            for f in self.afterloop.end():
                 self.session.add(f)
             if not any(f.code == "data.coverage_lost" for f in self.session.findings):
                 for f in self.unbackwarded.end():  # (the loader's coverage already said it)

@@ -47,9 +47,10 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
 from .. import _cadence
-from .._frames import UserFrame, is_our_file, user_frame_from_stack
+from .._frames import UserFrame, is_our_file, user_frame_from_stack, user_stack_frame
 from .._modestack import push_mode, remove_mode
 from .._transparent import our_hook
+from ._emacalls import InlineWrites, UpdateCalls
 
 MAX_ELEMENTS = 1 << 22  # elements of copies tracked (each kept twice more between two readings)
 MAX_DEPTH = 6  # links walked from a frame's locals to a copy (loop -> ema -> shadow list -> tensor)
@@ -94,9 +95,10 @@ class BufferPair:
 class _UpdateLines(TorchFunctionMode):
     """Pass-through: the user's line of the first in-place op on each tracked copy."""
 
-    def __init__(self, pointers: dict[int, list[Pair]]) -> None:
+    def __init__(self, pointers: dict[int, list[Pair]], calls: UpdateCalls | None = None) -> None:
         super().__init__()
         self.pointers = pointers
+        self.calls = calls
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         __tracebackhide__ = True
@@ -110,6 +112,9 @@ class _UpdateLines(TorchFunctionMode):
                     if isinstance(t, torch.Tensor):
                         for pair in self.pointers.pop(t.data_ptr(), ()):
                             pair.frame = pair.frame or user_frame_from_stack(1)
+                            if self.calls is not None and not self.calls.tried:
+                                shadow = pair.shadow()
+                                self.calls.first_write(t if shadow is None else shadow, pair.holder)
         except Exception:  # our bookkeeping never breaks the user's op
             self.pointers = {}
         return out
@@ -128,12 +133,15 @@ class AveragedCopies:
         self.hooks: list[Any] = []
         self.stale: list[dict[str, Any]] = []
         self.where: dict[int, str] = {}  # id of a module or tensor -> the path it was reached by
+        self.calls = UpdateCalls(session)  # the update's calls against the optimizer steps (`_emacalls`)
+        self.inline = InlineWrites()  # the copy's writes between backward calls (`_emacalls`)
 
     # ------------------------------------------------------------------ discovery
     def first_step(self) -> None:
         if self.scanned:
             return
         self.scanned = True
+        self.calls.note_loop(user_stack_frame(1))
         trainable: dict[int, torch.Tensor] = {}
         excluded: set[int] = set()
         for opt in self.session.optimizers:
@@ -205,6 +213,7 @@ class AveragedCopies:
                 holder = self._module_path(owner[0]) + "." + owner[1]
             pair = Pair(weakref.ref(t), weakref.ref(p), names.name(p) or "?", holder)
             self.pairs.append(pair)
+            self.inline.follow(t, holder)
             if owner is not None and id(p) in owners:
                 src = owners[id(p)][0]
                 if type(src) is type(owner[0]) and src is not owner[0]:
@@ -298,10 +307,18 @@ class AveragedCopies:
             for pair, (s, _) in zip(self.pairs, live):
                 if s is not None:
                     pointers.setdefault(s.data_ptr(), []).append(pair)
-            self.mode = _UpdateLines(pointers)
+            self.mode = _UpdateLines(pointers, self.calls)
             push_mode(self.mode)
         elif self.mode is not None:
             self.drop_mode()
+
+    def mark(self, step: bool) -> None:
+        """A backward call (or, `step`, an optimizer step) of a step the check takes part in."""
+        if self.pairs:
+            self.inline.mark(step)
+
+    def gap(self) -> None:
+        self.inline.gap()
 
     def drop_mode(self) -> None:
         if self.mode is not None:
@@ -338,6 +355,7 @@ class AveragedCopies:
 
     def close(self) -> None:
         self.drop_mode()
+        self.calls.close()
         for h in self.hooks:
             h.remove()
         self.hooks.clear()

@@ -203,6 +203,7 @@ class SilentChecker(Checker):
     def on_step_begin(self, step: int) -> None:
         if step != self._last_step + 1:
             self.zero = ZeroGradWatch()  # its samples are of a step before the gap
+            self._averaged("gap")
         self._last_step = step
         self._in_root = 0
         self._drop_mask_follow()
@@ -409,6 +410,8 @@ class SilentChecker(Checker):
 
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
         self._drop_mask_follow()
+        if self.averaged.pairs:
+            self._averaged("mark", False)
         self._backward_in_step = True
         if self._train_in_eval:
             if self.sampling is not None:
@@ -573,6 +576,8 @@ class SilentChecker(Checker):
     def on_optimizer_step_pre(self, optimizer: torch.optim.Optimizer) -> None:
         if not self.averaged.scanned:
             self._averaged("first_step")
+        if self.averaged.pairs:
+            self._averaged("mark", True)
         stale = self.zero.stepping(optimizer)
         if stale is not None:
             p, sample = stale
@@ -731,6 +736,16 @@ class SilentChecker(Checker):
                               module=worst.holder, holder=worst.holder, param=worst.name, coeff=f"{coeff:.3g}",
                               decay=f"{1 - coeff:.3g}", horizon=f"{1 / coeff:.1f}", rel=f"{rel:.2%}",
                               updates=len(late), first=ev["first_step_measured"]))
+        calls = self.averaged.calls.verdict()
+        if calls is None and self.averaged.calls.followed is None and self.averaged.pairs:
+            calls = self.averaged.inline.verdict(self.averaged.pairs[0].frame)
+        if calls is not None:
+            frame = calls.pop("frame")
+            self._add(finding("ema_updated_between_steps", severity=Severity.WARNING, stage=Stage.OPTIMIZER,
+                              frame=frame, module=calls["copy"], op=calls["update"], evidence=calls,
+                              update=calls["update"], copy=calls["copy"], calls=calls["calls"],
+                              steps=calls["optimizer_steps"], per=f"{calls['calls_per_step']:.2g}",
+                              idle=calls["calls_without_a_step_since_the_last"]))
         by_update: dict[Any, list[dict[str, Any]]] = {}  # one finding per update line: a copy's norm layers
         for st in self.averaged.stale:
             fr = st["pair"].frame
