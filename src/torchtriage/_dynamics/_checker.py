@@ -37,6 +37,7 @@ from ._evalcode import MetricRegion, dim_finding, node_checks
 from ._gradwrites import GradWrites, patch_zero_grad
 from ._harm import HarmGate
 from ._layers import Sample, Vanishing, _local, grad_params, layer_kind, layer_names, per_layer, update_ratio
+from ._mixwatch import MixWatch
 from ._normdecay import MissedScales, missed_norm_scales
 from ._order import StepOrder
 from ._phases import Phases
@@ -76,6 +77,7 @@ class DynamicsChecker(Checker):
         self.writes = GradWrites(session, clipped=self._clipped_since_backward)
         self.closures = ClosureEvaluations(session)
         self.rebuilds = Rebuilds(session)
+        self.mix = MixWatch(session)  # samples of a batch that mix in the forward (`_mixwatch`)
         patch_zero_grad(session, self.writes, self._add_write)
         self.loss_growth, self.grad_growth = Growth(), Growth()
         self.phases = Phases()
@@ -159,6 +161,8 @@ class DynamicsChecker(Checker):
         if self.open_calls and self.open_calls[-1] is model:
             self.open_calls.pop()
         warm = self.session.step < self.warmup
+        if warm:
+            self.mix.called(model, args, kwargs, lambda: user_frame_from_stack(4))
         if not warm and self.region is None and (self.eval_regions >= self.eval_passes or (
                 torch.is_grad_enabled() and not torch.is_inference_mode_enabled())):
             return  # the common case after the first steps: nothing to watch here
@@ -203,6 +207,7 @@ class DynamicsChecker(Checker):
                 self.ignore_seen.add(ignore)
         if self._step >= self.warmup:
             return
+        self.mix.loss(call, self.open_calls[-1] if self.open_calls else None)
         inp, tgt, kw = call.input, call.target, call.kwargs
         if not isinstance(inp, torch.Tensor) or not isinstance(tgt, torch.Tensor):
             return
@@ -402,6 +407,17 @@ class DynamicsChecker(Checker):
                 self.flags.resolve()
         if self.probe_pending is not None:
             self._run_probe()
+        if step < self.warmup:
+            self._mix_findings(lambda: self.mix.step_end(step, self.warmup))
+
+    def _mix_findings(self, run: Any) -> None:
+        try:
+            found = run()
+        except Exception as e:  # our bug: the report goes on
+            self.session.internal_error("dynamics.batchmix", e)
+            return
+        for f in found:
+            self.session.add(f)  # (measured on the run's own batch: not held)
 
     def on_exception(self, exc: BaseException) -> None:
         self.open_calls.clear()  # a forward that raised never returns
@@ -427,6 +443,7 @@ class DynamicsChecker(Checker):
         health = self.session.health
         self._add(grad_scale_restarts(health.points("grad_norm"), health.points("lr"), self.first_steps))
         self._run_probe()
+        self._mix_findings(self.mix.run)
         for f in self.harm.release():
             self.session.add(f)
 

@@ -1,0 +1,92 @@
+"""When to run the probe of samples that mix across a batch (`_silent/_batchmix.py`): once per
+watched root model, on a training step of the warm-up whose batch size is known.
+
+The batch size is the DataLoader's count of sampler indices for the batch the step trains on
+(a listener of `_loaderstream`), else the sample axis of the step's loss call (`cross_entropy`'s
+N, CTC's N). The call probed is the root call that produced the loss: the call open when the loss
+is computed inside forward, else the last root call that returned. The probe runs at the step's
+end (the user's step is over; a few forwards under no_grad), or at the session's end.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .._checker import LossCall
+from .._findings import Finding
+from .._frames import UserFrame
+from .._loaderstream import as_rows, stream
+from .._silent._batchmix import loss_batch, probe_mixing
+
+
+class MixWatch:
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.loader_n: int | None = None  # samples of the batch the loader gave last
+        self.done: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+        self.last: tuple[Any, ...] | None = None  # (model, args, kwargs, frame) of the last root call
+        self.inner: dict[int, tuple[int, str]] = {}  # id(model) -> batch size of a loss inside its call
+        self.pending: list[tuple[Any, ...]] = []
+        self.active = True
+        stream(session).listen("dynamics.batchmix", self)
+
+    def on_batch(self, it: Any, indices: Any, data: Any) -> None:  # a DataLoader batch (`_loaderstream`)
+        if not self.active:
+            return
+        rows = as_rows(indices) if isinstance(indices, (list, tuple, torch.Tensor)) else None
+        self.loader_n = len(rows) if rows is not None else None
+
+    def called(self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], frame: Any) -> None:
+        """A root call returned in a warm-up step (`frame()` gives the user's line of the call)."""
+        if model in self.done:
+            return
+        self.last = (model, args, dict(kwargs), frame())
+        inner = self.inner.pop(id(model), None)
+        if inner is not None:
+            self._queue(self.last, *inner)
+
+    def loss(self, call: LossCall, open_model: nn.Module | None) -> None:
+        """A loss call of a warm-up step, computed with gradients (a training loss)."""
+        if not torch.is_grad_enabled():
+            return
+        if self.loader_n is not None:
+            n, source = self.loader_n, "loader"
+        else:
+            found = loss_batch(call.name, call.input, call.args)
+            if found is None:
+                return
+            n, source = found, "loss"
+        if open_model is not None:
+            if open_model not in self.done:
+                self.inner.setdefault(id(open_model), (n, source))
+        elif self.last is not None and self.last[0] not in self.done:
+            self._queue(self.last, n, source)
+
+    def _queue(self, call: tuple[Any, ...], n: int, source: str) -> None:
+        model, args, kwargs, frame = call
+        self.done.add(model)
+        self.pending.append((weakref.ref(model), args, kwargs, frame, n, source, self.session.step))
+
+    def step_end(self, step: int, warmup: int) -> list[Finding]:
+        self.last = None
+        self.inner.clear()
+        self.loader_n = None
+        if step + 1 >= warmup:
+            self.active = False
+        return self.run()
+
+    def run(self) -> list[Finding]:
+        found: list[Finding] = []
+        pending, self.pending = self.pending, []
+        for ref, args, kwargs, frame, n, source, step in pending:
+            model = ref()
+            if model is None:
+                continue
+            f = probe_mixing(model, args, kwargs, n, source, frame if isinstance(frame, UserFrame) else None)
+            if f is not None:
+                found.append(f.replace(step=step))
+        return found

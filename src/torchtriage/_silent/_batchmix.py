@@ -1,0 +1,263 @@
+"""Samples of a batch that mix in the forward pass (`silent.samples_mixed`).
+
+The invariant: a supervised model's output for sample i depends on sample i only (in eval mode:
+BatchNorm's batch statistics aside). A layout bug that raises nothing breaks it: an RNN / LSTM /
+GRU or attention built with `batch_first` not matching the tensor it gets (it recurs or attends
+over the samples of the batch), a `view` / `reshape` where a `permute` was meant, a softmax or a
+normalisation over the batch axis.
+
+The probe calls the model twice on the step's batch, in eval mode under no_grad, with the same
+RNG state before each call: as it was, then with sample 0 replaced by a copy of sample 1 in
+every per-sample argument (a valid input whatever the data: images, token ids, masks, lengths).
+The outputs of samples 1.. must not change (rounding aside). The batch size is known, not
+guessed: the DataLoader's count of sampler indices for the batch, else the sample axis of the
+loss call (`cross_entropy`'s N, CTC's N). The batch axis of an argument or output is its one
+axis of that size; the probe does nothing when an argument has two (a pair matrix, an adjacency)
+or an integer argument has none (`edge_index`: the samples are linked by the data), or when no
+output has one (a CLIP similarity matrix B x B is left out). When the batch size came from the
+loss and another axis of the input keeps its slices independent (a time-major (T, B, F) model
+whose loss reads (T, ...) first), the model is not judged.
+
+The model, its buffers and module attributes, its train/eval modes and the RNG streams are left
+as they were: the run's numbers do not change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
+
+from .._findings import Finding, Severity, Stage
+from .._frames import UserFrame
+from ._common import finding
+from ._mixsite import MixSite, batch_axis, locate_mix, tolerance
+
+MIN_BATCH = 3  # sample 0 replaced by sample 1: at least one untouched sample besides the source
+
+
+def loss_batch(name: str, inp: Any, args: tuple[Any, ...]) -> int | None:
+    """The number of samples of a loss call whose API names its sample axis: `cross_entropy`,
+    `nll_loss`, the margin losses (input (N, C, ...): N), `ctc_loss` (log_probs (T, N, C): N)."""
+    if not isinstance(inp, torch.Tensor):
+        return None
+    if name in ("cross_entropy", "nll_loss", "multi_margin_loss", "multilabel_margin_loss",
+                "multilabel_soft_margin_loss") and inp.dim() >= 2:
+        return int(inp.shape[0])
+    if name == "ctc_loss" and inp.dim() == 3:
+        return int(inp.shape[1])
+    return None
+
+
+@contextlib.contextmanager
+def _held(model: nn.Module, device: torch.device) -> Iterator[Any]:
+    """Eval mode, no_grad, the session paused; afterwards every module's mode, attributes,
+    buffers and parameters entries, and the RNG streams as they were. Yields `rewind()`, which
+    puts the RNG back to its state at entry (before each call: a sampling layer draws the same)."""
+    from .._session import current_session
+
+    modules = list(model.modules())
+    attrs = [(m, dict(m.__dict__), dict(m.named_buffers(recurse=False)), dict(m.named_parameters(recurse=False)))
+             for m in modules]
+    buffers = {id(b): (b, b.detach().clone()) for m in modules for b in m.buffers(recurse=False)}
+    cpu_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+    def rewind() -> None:
+        torch.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state(cuda_rng, device)
+
+    sess = current_session()
+    try:
+        model.eval()
+        with torch.no_grad(), (sess.paused() if sess is not None else contextlib.nullcontext()):
+            yield rewind
+    finally:
+        with torch.no_grad():
+            for m, inst, bufs, params in attrs:
+                for key in [k for k in m.__dict__ if k not in inst]:
+                    del m.__dict__[key]
+                m.__dict__.update(inst)
+                for name, t in (*bufs.items(), *params.items()):
+                    if getattr(m, name, None) is not t:  # (a forward that reassigned one)
+                        setattr(m, name, t)
+            for b, saved in buffers.values():
+                if not torch.equal(b, saved):
+                    b.copy_(saved)
+        rewind()
+
+
+def _layout(args: tuple[Any, ...], kwargs: dict[str, Any], n: int) -> tuple[list[Any], Any, dict[int, int]] | None:
+    """The call's leaves, their tree, and the batch axis of each per-sample tensor leaf; None
+    when the call's data links its samples (a tensor with two axes of size n, an integer tensor
+    with none) or holds no per-sample tensor."""
+    leaves, spec = tree_flatten((args, kwargs))
+    axes: dict[int, int] = {}
+    for i, t in enumerate(leaves):
+        if not isinstance(t, torch.Tensor) or t.dim() == 0:
+            continue
+        count = sum(1 for s in t.shape if s == n)
+        if count > 1:
+            return None
+        if count == 1:
+            axes[i] = list(t.shape).index(n)
+        elif not (t.is_floating_point() or t.is_complex()) and t.numel() > 1:
+            return None
+    if not any(leaves[i].dim() >= 2 for i in axes):
+        return None
+    return leaves, spec, axes
+
+
+def _replaced(leaves: list[Any], axes: dict[int, int], src: int) -> list[Any]:
+    out = list(leaves)
+    for i, axis in axes.items():
+        t = leaves[i].clone()
+        t.select(axis, 0).copy_(leaves[i].select(axis, src))
+        out[i] = t
+    return out
+
+
+def _outputs(out: Any, n: int) -> list[tuple[torch.Tensor, int]]:
+    found = []
+    for t in tree_leaves(out):
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 1:
+            axis = batch_axis(t, n)
+            if axis is not None:
+                found.append((t, axis))
+    return found
+
+
+def _compare(a: list[tuple[torch.Tensor, int]], b: Any, n: int) -> tuple[int, float, float, float]:
+    """(other samples changed, largest change there, change of sample 0, output scale)."""
+    moved = torch.zeros(n - 1, dtype=torch.bool)
+    worst = own = scale = 0.0
+    bs = _outputs(b, n)
+    if len(bs) != len(a):
+        return 0, 0.0, 0.0, 0.0
+    for (ta, axis), (tb, axis_b) in zip(a, bs):
+        if ta.shape != tb.shape or axis != axis_b:
+            return 0, 0.0, 0.0, 0.0
+        diff = (ta.float() - tb.float()).abs().movedim(axis, 0).reshape(n, -1)
+        if not diff.shape[1]:
+            continue
+        per = diff.amax(dim=1).cpu()
+        moved |= per[1:] > tolerance(ta)
+        worst = max(worst, float(per[1:].max()))
+        own = max(own, float(per[0]))
+        scale = max(scale, float(ta.detach().abs().max()))
+    return int(moved.sum()), worst, own, scale
+
+
+def _independent_along(call: Any, leaves: list[Any], spec: Any, axes: dict[int, int], n: int) -> bool:
+    """Another axis of the main per-sample input keeps its slices independent (the model's own
+    batch axis, when the loss's N was another axis: a time-major model)."""
+    main = next((i for i in axes if leaves[i].is_floating_point() and leaves[i].dim() >= 2),
+                next(i for i in axes if leaves[i].dim() >= 2))
+    t = leaves[main]
+    for axis, m in enumerate(t.shape):
+        if m == n or m < MIN_BATCH or list(t.shape).count(m) != 1:
+            continue
+        a = _outputs(call(leaves, spec), m)
+        if not a:
+            continue
+        swapped = list(leaves)
+        p = t.clone()
+        p.select(axis, 0).copy_(t.select(axis, 1))
+        swapped[main] = p
+        try:
+            changed, _, _, _ = _compare(a, call(swapped, spec), m)
+        except Exception:  # another layout the model refuses: not its batch axis
+            continue
+        if changed == 0:
+            return True
+    return False
+
+
+def probe_mixing(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], n: int, source: str,
+                 frame: UserFrame | None) -> Finding | None:
+    """The probe: None when the other samples' outputs stayed the same (or the call cannot be
+    judged), else a `silent.samples_mixed` finding at the first op where they mixed."""
+    if n < MIN_BATCH or _uses_batch_statistics(model):
+        return None
+    lay = _layout(args, kwargs, n)
+    if lay is None:
+        return None
+    leaves, spec, axes = lay
+    src = next((s for s in (1, n - 1) if any(
+        not torch.equal(leaves[i].select(axes[i], 0), leaves[i].select(axes[i], s)) for i in axes)), None)
+    if src is None:
+        return None  # samples 0, 1 and the last are the same: nothing to perturb
+    device = next(leaves[i].device for i in axes)
+
+    with _held(model, device) as rewind:
+        def call(values: list[Any], tree: Any) -> Any:
+            rewind()
+            a, kw = tree_unflatten(values, tree)
+            return model(*a, **kw)
+
+        try:
+            first = _outputs(call(leaves, spec), n)
+            if not first:
+                return None
+            changed, worst, own, scale = _compare(first, call(_replaced(leaves, axes, src), spec), n)
+            if changed == 0:
+                return None
+            if source == "loss" and _independent_along(call, leaves, spec, axes, n):
+                return None
+            swapped = _replaced(leaves, axes, src)
+            site = locate_mix(lambda k: call(swapped if k else leaves, spec), model, n,
+                              [swapped[i] for i in axes])
+        except Exception:  # a model that cannot be called this way (or our bug): not judged
+            return None
+    if site is not None and _batch_statistics(site):
+        return None  # a norm layer that uses the batch's statistics in eval mode, by its design
+    return _finding(site, frame, changed, n, worst, own, scale, source, type(model).__name__)
+
+
+def _uses_batch_statistics(model: nn.Module) -> bool:
+    """A batch norm without running statistics normalises with the batch's in eval mode too:
+    its samples mix by the model's design."""
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) and (not m.track_running_stats or m.running_mean is None)
+               for m in model.modules())
+
+
+def _batch_statistics(site: MixSite) -> bool:
+    layer = site.layer
+    if isinstance(layer, nn.modules.batchnorm._BatchNorm):
+        return True
+    return site.op in ("batch_norm", "native_batch_norm")
+
+
+def _finding(site: MixSite | None, frame: UserFrame | None, changed: int, n: int, worst: float, own: float,
+             scale: float, source: str, model: str) -> Finding:
+    ev: dict[str, Any] = {
+        "batch_size": n,
+        "batch_size_from": "DataLoader sampler indices" if source == "loader" else "the loss's sample axis",
+        "perturbed": "sample 0 replaced by another sample of the batch",
+        "other_samples_changed": f"{changed}/{n - 1}", "max_change_other_samples": float(f"{worst:.4g}"),
+        "change_of_sample_0": float(f"{own:.4g}"), "output_scale": float(f"{scale:.4g}")}
+    module, op, where = "", model, frame
+    if site is not None:
+        module = site.module or ""
+        op = site.op
+        ev["mixes_at"] = f"{site.op} ({module or '<root>'})"
+        if site.shape:
+            ev["input_there"] = list(site.shape)
+            ev["batch_axis_there"] = site.axis
+        if site.layer is not None and hasattr(site.layer, "batch_first"):
+            ev["batch_first"] = bool(site.layer.batch_first)
+        if site.frame is not None:
+            where = site.frame
+    # A warning when most of the other samples' outputs depend on sample 0 (what the loss of the
+    # step reads of them); a few (a routing or capacity effect) are an info.
+    severity = Severity.WARNING if 2 * changed >= n - 1 else Severity.INFO
+    variant = None if site is None else "site" if site.shape else "at"
+    layout = f"{list(site.shape)}, batch axis {site.axis}" if site is not None and site.shape else ""
+    return finding("samples_mixed", severity=severity, stage=Stage.FORWARD, frame=where, module=module, op=op,
+                   variant=variant, changed=changed, others=n - 1,
+                   at=ev.get("mixes_at", model), layout=layout, evidence=ev)
