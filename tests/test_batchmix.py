@@ -105,8 +105,8 @@ def test_the_probe_ran_on_the_look_alikes(monkeypatch):
     from torchtriage._dynamics import _mixwatch
 
     ran = []
-    real = _mixwatch.probe_mixing
-    monkeypatch.setattr(_mixwatch, "probe_mixing", lambda *a: ran.append(a[3:5]) or real(*a))
+    real = _mixwatch.start_probe
+    monkeypatch.setattr(_mixwatch, "start_probe", lambda *a: ran.append(a[3:5]) or real(*a))
     _watch(z.loop_time_major_tagger)
     _watch(z.loop_seq_first_transformer)
     _watch(z.loop_batchnorm_cnn, False)

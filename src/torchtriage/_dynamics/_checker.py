@@ -77,7 +77,7 @@ class DynamicsChecker(Checker):
         self.writes = GradWrites(session, clipped=self._clipped_since_backward)
         self.closures = ClosureEvaluations(session)
         self.rebuilds = Rebuilds(session)
-        self.mix = MixWatch(session)  # samples of a batch that mix in the forward (`_mixwatch`)
+        self.mix = MixWatch(session, self.flags.add)  # samples of a batch that mix in the forward (`_mixwatch`)
         patch_zero_grad(session, self.writes, self._add_write)
         self.loss_growth, self.grad_growth = Growth(), Growth()
         self.phases = Phases()
@@ -407,7 +407,7 @@ class DynamicsChecker(Checker):
                 self.flags.resolve()
         if self.probe_pending is not None:
             self._run_probe()
-        if step < self.warmup:
+        if step < self.warmup or self.mix.busy:
             self._mix_findings(lambda: self.mix.step_end(step, self.warmup))
 
     def _mix_findings(self, run: Any) -> None:
@@ -427,6 +427,7 @@ class DynamicsChecker(Checker):
         if self.region is not None:  # inside one of our own calls: cannot happen at close, be safe
             self.region.inside = 0
             self._leave_region()
+        self._mix_findings(self.mix.flush)  # (their numbers ride the last read)
         self.flags.resolve()
         _deferred.leave(self.session, self.flags)
         self._consume(None)
@@ -443,7 +444,7 @@ class DynamicsChecker(Checker):
         health = self.session.health
         self._add(grad_scale_restarts(health.points("grad_norm"), health.points("lr"), self.first_steps))
         self._run_probe()
-        self._mix_findings(self.mix.run)
+        self._mix_findings(self.mix.judge)
         for f in self.harm.release():
             self.session.add(f)
 

@@ -4,8 +4,10 @@ watched root model, on a training step of the warm-up whose batch size is known.
 The batch size is the DataLoader's count of sampler indices for the batch the step trains on
 (a listener of `_loaderstream`), else the sample axis of the step's loss call (`cross_entropy`'s
 N, CTC's N). The call probed is the root call that produced the loss: the call open when the loss
-is computed inside forward, else the last root call that returned. The probe runs at the step's
-end (the user's step is over; a few forwards under no_grad), or at the session's end.
+is computed inside forward, else the last root call that returned. The probe's two calls run at
+the step's end (the user's step is over; two forwards under no_grad) and their numbers ride the
+next step's read (`defer`); only when the other samples changed does the probe go on (reads of
+its own, once: the finding's path).
 """
 
 from __future__ import annotations
@@ -20,17 +22,19 @@ from .._checker import LossCall
 from .._findings import Finding
 from .._frames import UserFrame
 from .._loaderstream import as_rows, stream
-from .._silent._batchmix import loss_batch, probe_mixing
+from .._silent._batchmix import Probe, finish_probe, loss_batch, start_probe
 
 
 class MixWatch:
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, defer: Any) -> None:
         self.session = session
+        self.defer = defer  # defer(values, done): device numbers read with the step's read
         self.loader_n: int | None = None  # samples of the batch the loader gave last
         self.done: weakref.WeakSet[nn.Module] = weakref.WeakSet()
         self.last: tuple[Any, ...] | None = None  # (model, args, kwargs, frame) of the last root call
         self.inner: dict[int, tuple[int, str]] = {}  # id(model) -> batch size of a loss inside its call
         self.pending: list[tuple[Any, ...]] = []
+        self.read: list[tuple[Probe, list[float]]] = []  # probes whose numbers were read
         self.active = True
         stream(session).listen("dynamics.batchmix", self)
 
@@ -72,21 +76,43 @@ class MixWatch:
         self.pending.append((weakref.ref(model), args, kwargs, frame, n, source, self.session.step))
 
     def step_end(self, step: int, warmup: int) -> list[Finding]:
+        """The probes read at this step's read are judged; the calls queued in this step start."""
         self.last = None
         self.inner.clear()
         self.loader_n = None
         if step + 1 >= warmup:
             self.active = False
-        return self.run()
+        found = self.judge()
+        self.flush()
+        return found
 
-    def run(self) -> list[Finding]:
-        found: list[Finding] = []
+    @property
+    def busy(self) -> bool:
+        return bool(self.pending or self.read)
+
+    def flush(self) -> list[Finding]:
+        """At the session's end: the calls still queued start, their numbers read by the last read."""
+        for probe in self.start():
+            self.defer(probe.numbers, lambda v, p=probe: self.read.append((p, v)))
+        return []
+
+    def start(self) -> list[Probe]:
+        probes = []
         pending, self.pending = self.pending, []
         for ref, args, kwargs, frame, n, source, step in pending:
             model = ref()
-            if model is None:
-                continue
-            f = probe_mixing(model, args, kwargs, n, source, frame if isinstance(frame, UserFrame) else None)
+            if model is not None:
+                probe = start_probe(model, args, kwargs, n, source, frame if isinstance(frame, UserFrame) else None)
+                if probe is not None:
+                    probe.step = step
+                    probes.append(probe)
+        return probes
+
+    def judge(self) -> list[Finding]:
+        found: list[Finding] = []
+        read, self.read = self.read, []
+        for probe, values in read:
+            f = finish_probe(probe, values)
             if f is not None:
-                found.append(f.replace(step=step))
+                found.append(f.replace(step=probe.step))
         return found

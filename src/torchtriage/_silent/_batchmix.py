@@ -25,6 +25,8 @@ as they were: the run's numbers do not change.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,7 +37,7 @@ from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
 from .._findings import Finding, Severity, Stage
 from .._frames import UserFrame
 from ._common import finding
-from ._mixsite import MixSite, batch_axis, locate_mix, tolerance
+from ._mixsite import MixSite, batch_axis, locate_mix
 
 MIN_BATCH = 3  # sample 0 replaced by sample 1: at least one untouched sample besides the source
 
@@ -63,7 +65,7 @@ def _held(model: nn.Module, device: torch.device) -> Iterator[Any]:
     modules = list(model.modules())
     attrs = [(m, dict(m.__dict__), dict(m.named_buffers(recurse=False)), dict(m.named_parameters(recurse=False)))
              for m in modules]
-    buffers = {id(b): (b, b.detach().clone()) for m in modules for b in m.buffers(recurse=False)}
+    buffers = {id(b): (b, b._version, b.detach().clone()) for m in modules for b in m.buffers(recurse=False)}
     cpu_rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
 
@@ -86,8 +88,8 @@ def _held(model: nn.Module, device: torch.device) -> Iterator[Any]:
                 for name, t in (*bufs.items(), *params.items()):
                     if getattr(m, name, None) is not t:  # (a forward that reassigned one)
                         setattr(m, name, t)
-            for b, saved in buffers.values():
-                if not torch.equal(b, saved):
+            for b, version, saved in buffers.values():
+                if b._version != version:  # written in place by a forward (no read: its version counter)
                     b.copy_(saved)
         rewind()
 
@@ -113,11 +115,13 @@ def _layout(args: tuple[Any, ...], kwargs: dict[str, Any], n: int) -> tuple[list
     return leaves, spec, axes
 
 
-def _replaced(leaves: list[Any], axes: dict[int, int], src: int) -> list[Any]:
+def _replaced(leaves: list[Any], axes: dict[int, int]) -> list[Any]:
+    """Sample 0 of every per-sample tensor replaced by sample 1 (a valid input whatever the data;
+    when samples 0 and 1 are equal nothing changes, and nothing is found)."""
     out = list(leaves)
     for i, axis in axes.items():
         t = leaves[i].clone()
-        t.select(axis, 0).copy_(leaves[i].select(axis, src))
+        t.select(axis, 0).copy_(leaves[i].select(axis, 1))
         out[i] = t
     return out
 
@@ -132,25 +136,31 @@ def _outputs(out: Any, n: int) -> list[tuple[torch.Tensor, int]]:
     return found
 
 
-def _compare(a: list[tuple[torch.Tensor, int]], b: Any, n: int) -> tuple[int, float, float, float]:
-    """(other samples changed, largest change there, change of sample 0, output scale)."""
-    moved = torch.zeros(n - 1, dtype=torch.bool)
-    worst = own = scale = 0.0
+def _numbers(a: list[tuple[torch.Tensor, int]], b: Any, n: int) -> list[torch.Tensor] | None:
+    """Device numbers [other samples changed, largest change there, change of sample 0, output
+    scale] (no read); None when the two calls' outputs do not line up."""
     bs = _outputs(b, n)
-    if len(bs) != len(a):
-        return 0, 0.0, 0.0, 0.0
-    for (ta, axis), (tb, axis_b) in zip(a, bs):
-        if ta.shape != tb.shape or axis != axis_b:
-            return 0, 0.0, 0.0, 0.0
-        diff = (ta.float() - tb.float()).abs().movedim(axis, 0).reshape(n, -1)
-        if not diff.shape[1]:
+    if len(bs) != len(a) or any(ta.shape != tb.shape or x != y for (ta, x), (tb, y) in zip(a, bs)):
+        return None
+    moved = worst = own = scale = None
+    for (ta, axis), (tb, _) in zip(a, bs):
+        if not ta.numel():
             continue
-        per = diff.amax(dim=1).cpu()
-        moved |= per[1:] > tolerance(ta)
-        worst = max(worst, float(per[1:].max()))
-        own = max(own, float(per[0]))
-        scale = max(scale, float(ta.detach().abs().max()))
-    return int(moved.sum()), worst, own, scale
+        per = (ta.float() - tb.float()).abs().movedim(axis, 0).reshape(n, -1).amax(dim=1)
+        top = ta.detach().abs().max().float()
+        m = per[1:] > 32.0 * torch.finfo(ta.dtype).eps * top.clamp_min(1e-3)  # rounding at the output's scale
+        moved = m if moved is None else moved | m
+        worst = per[1:].max() if worst is None else torch.maximum(worst, per[1:].max())
+        own = per[0] if own is None else torch.maximum(own, per[0])
+        scale = top if scale is None else torch.maximum(scale, top)
+    if moved is None or worst is None or own is None or scale is None:
+        return None
+    return [moved.sum().float(), worst, own, scale]
+
+
+def _changed(a: list[tuple[torch.Tensor, int]], b: Any, n: int) -> int:
+    nums = _numbers(a, b, n)
+    return int(nums[0]) if nums is not None else 0
 
 
 def _independent_along(call: Any, leaves: list[Any], spec: Any, axes: dict[int, int], n: int) -> bool:
@@ -170,53 +180,88 @@ def _independent_along(call: Any, leaves: list[Any], spec: Any, axes: dict[int, 
         p.select(axis, 0).copy_(t.select(axis, 1))
         swapped[main] = p
         try:
-            changed, _, _, _ = _compare(a, call(swapped, spec), m)
+            if _changed(a, call(swapped, spec), m) == 0:
+                return True
         except Exception:  # another layout the model refuses: not its batch axis
             continue
-        if changed == 0:
-            return True
     return False
 
 
-def probe_mixing(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], n: int, source: str,
-                 frame: UserFrame | None) -> Finding | None:
-    """The probe: None when the other samples' outputs stayed the same (or the call cannot be
-    judged), else a `silent.samples_mixed` finding at the first op where they mixed."""
+@dataclasses.dataclass
+class Probe:
+    """A probe's first half: the two calls made, the numbers on the device, waiting for a read."""
+
+    model: weakref.ref[nn.Module]
+    leaves: list[Any]
+    spec: Any
+    axes: dict[int, int]
+    n: int
+    source: str  # "loader" or "loss": where the batch size came from
+    frame: UserFrame | None  # the user's call of the model
+    numbers: list[torch.Tensor]
+    step: int = 0  # the step whose batch was probed
+
+
+def _calls(model: nn.Module, device: torch.device) -> Any:
+    @contextlib.contextmanager
+    def held() -> Iterator[Any]:
+        with _held(model, device) as rewind:
+            def call(values: list[Any], tree: Any) -> Any:
+                rewind()
+                a, kw = tree_unflatten(values, tree)
+                return model(*a, **kw)
+            yield call
+    return held()
+
+
+def start_probe(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], n: int, source: str,
+                frame: UserFrame | None) -> Probe | None:
+    """Call the model on the batch, then with sample 0 replaced by sample 1 (no read: the numbers
+    stay on the device, to ride the step's read); None when the call cannot be judged."""
     if n < MIN_BATCH or _uses_batch_statistics(model):
         return None
     lay = _layout(args, kwargs, n)
     if lay is None:
         return None
     leaves, spec, axes = lay
-    src = next((s for s in (1, n - 1) if any(
-        not torch.equal(leaves[i].select(axes[i], 0), leaves[i].select(axes[i], s)) for i in axes)), None)
-    if src is None:
-        return None  # samples 0, 1 and the last are the same: nothing to perturb
-    device = next(leaves[i].device for i in axes)
-
-    with _held(model, device) as rewind:
-        def call(values: list[Any], tree: Any) -> Any:
-            rewind()
-            a, kw = tree_unflatten(values, tree)
-            return model(*a, **kw)
-
+    with _calls(model, next(leaves[i].device for i in axes)) as call:
         try:
             first = _outputs(call(leaves, spec), n)
-            if not first:
+            numbers = _numbers(first, call(_replaced(leaves, axes), spec), n) if first else None
+        except Exception:  # a model that cannot be called this way: not judged
+            return None
+    if numbers is None:
+        return None
+    return Probe(weakref.ref(model), leaves, spec, axes, n, source, frame, numbers)
+
+
+def finish_probe(probe: Probe, values: list[float]) -> Finding | None:
+    """The numbers read: None when the other samples' outputs stayed the same, else (after a
+    check that no other axis is the model's batch axis, and a run that locates where the
+    samples mix: reads of its own, on this path only) a `silent.samples_mixed` finding."""
+    changed, worst, own, scale = int(values[0]), *values[1:]
+    model = probe.model()
+    if changed == 0 or model is None:
+        return None
+    leaves, spec, axes, n = probe.leaves, probe.spec, probe.axes, probe.n
+    with _calls(model, next(leaves[i].device for i in axes)) as call:
+        try:
+            if probe.source == "loss" and _independent_along(call, leaves, spec, axes, n):
                 return None
-            changed, worst, own, scale = _compare(first, call(_replaced(leaves, axes, src), spec), n)
-            if changed == 0:
-                return None
-            if source == "loss" and _independent_along(call, leaves, spec, axes, n):
-                return None
-            swapped = _replaced(leaves, axes, src)
-            site = locate_mix(lambda k: call(swapped if k else leaves, spec), model, n,
-                              [swapped[i] for i in axes])
-        except Exception:  # a model that cannot be called this way (or our bug): not judged
+            swapped = _replaced(leaves, axes)
+            site = locate_mix(lambda k: call(swapped if k else leaves, spec), model, n, [swapped[i] for i in axes])
+        except Exception:  # the model changed since (or our bug): not judged
             return None
     if site is not None and _batch_statistics(site):
         return None  # a norm layer that uses the batch's statistics in eval mode, by its design
-    return _finding(site, frame, changed, n, worst, own, scale, source, type(model).__name__)
+    return _finding(site, probe.frame, changed, n, worst, own, scale, probe.source, type(model).__name__)
+
+
+def probe_mixing(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], n: int, source: str,
+                 frame: UserFrame | None) -> Finding | None:
+    """Both halves at once (tests, a session's end)."""
+    probe = start_probe(model, args, kwargs, n, source, frame)
+    return finish_probe(probe, torch.stack(probe.numbers).tolist()) if probe is not None else None
 
 
 def _uses_batch_statistics(model: nn.Module) -> bool:

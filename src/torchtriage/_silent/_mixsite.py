@@ -133,6 +133,12 @@ class _MixSpy(TorchFunctionMode):
         axis = batch_axis(t, self.n)
         return None if axis is None else others(t, axis)
 
+    def given(self, tensors: list[Any]) -> None:
+        """The call's own tensors: judged unchanged on their other samples (only sample 0 was replaced)."""
+        for t in tensors:
+            if self._part(t) is not None:
+                self.same[id(t)] = weakref.ref(t)
+
     def _see(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
         outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
         parts = [self._part(t) for t in outs]
@@ -205,9 +211,7 @@ def locate_mix(run: Callable[[int], Any], names: nn.Module, n: int, given: list[
         if first.stopped:
             return None
         second = _MixSpy(n, calls, first.kept)
-        for t in given:
-            if second._part(t) is not None:
-                second.same[id(t)] = weakref.ref(t)
+        second.given(given)
         with second:
             run(1)
     return second.site or second.fallback
