@@ -100,6 +100,13 @@ def test_correct_look_alikes_are_quiet(make, args):
     assert not _mixed(s.report), [f.message for f in _mixed(s.report)]
 
 
+def test_support_set_of_a_few_shot_episode_is_context_not_a_warning():
+    # 25 support and 25 query samples: both carry the loss's N; the queries alone mix nothing
+    s, _ = _watch(z.loop_protonet)
+    f = _one(s.report)
+    assert f.severity == Severity.INFO and f.evidence["only_through_input"] == 1
+
+
 def test_the_probe_ran_on_the_look_alikes(monkeypatch):
     # quiet because the probe judged them, not because it never ran
     from torchtriage._dynamics import _mixwatch

@@ -330,3 +330,35 @@ def loop_stateful(bug: bool):
             losses.append(loss.item())
         return losses
     return model, opt, train
+
+
+class ProtoNet(nn.Module):
+    """A few-shot episode: class prototypes are the means of the support embeddings, each query
+    scored against them (the support samples are every query's context, by design)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 16))
+
+    def forward(self, support, query, ways: int = 5):
+        protos = self.embed(support).view(ways, -1, 16).mean(dim=1)
+        return -torch.cdist(self.embed(query), protos)
+
+
+def loop_protonet():
+    torch.manual_seed(10)
+    centers = torch.randn(5, 12) * 2
+    model = ProtoNet()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def train():
+        for _ in range(4):
+            # 5 ways x 5 shots, 5 queries per way: 25 support and 25 query samples
+            support = (centers[:, None] + torch.randn(5, 5, 12)).reshape(25, 12)
+            query = (centers[:, None] + torch.randn(5, 5, 12)).reshape(25, 12)
+            labels = torch.arange(5).repeat_interleave(5)
+            loss = F.cross_entropy(model(support, query), labels)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model, opt, train

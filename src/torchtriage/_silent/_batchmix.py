@@ -214,6 +214,21 @@ def _calls(model: nn.Module, device: torch.device) -> Any:
     return held()
 
 
+def _context_input(call: Any, leaves: list[Any], spec: Any, axes: dict[int, int], n: int) -> int | None:
+    """With two or more per-sample float inputs (image and question; support and query sets of
+    a few-shot episode), each replaced alone: the position of the first that mixes nothing when
+    replaced alone (the other's samples, a support set, are then its context by design), else
+    None (each mixes: the model mixes)."""
+    floats = [i for i in axes if leaves[i].is_floating_point() and leaves[i].dim() >= 2]
+    if len(floats) < 2:
+        return None
+    a = _outputs(call(leaves, spec), n)
+    for i in floats:
+        if _changed(a, call(_replaced(leaves, {i: axes[i]}), spec), n) == 0:
+            return floats.index(i)
+    return None
+
+
 def start_probe(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], n: int, source: str,
                 frame: UserFrame | None) -> Probe | None:
     """Call the model on the batch, then with sample 0 replaced by sample 1 (no read: the numbers
@@ -248,13 +263,17 @@ def finish_probe(probe: Probe, values: list[float]) -> Finding | None:
         try:
             if probe.source == "loss" and _independent_along(call, leaves, spec, axes, n):
                 return None
+            context = _context_input(call, leaves, spec, axes, n)
             swapped = _replaced(leaves, axes)
             site = locate_mix(lambda k: call(swapped if k else leaves, spec), model, n, [swapped[i] for i in axes])
         except Exception:  # the model changed since (or our bug): not judged
             return None
     if site is not None and _batch_statistics(site):
         return None  # a norm layer that uses the batch's statistics in eval mode, by its design
-    return _finding(site, probe.frame, changed, n, worst, own, scale, probe.source, type(model).__name__)
+    f = _finding(site, probe.frame, changed, n, worst, own, scale, probe.source, type(model).__name__)
+    if context is not None:  # the samples of one input are another's context (a support set): an info
+        f = f.replace(severity=Severity.INFO, evidence={**f.evidence, "only_through_input": context})
+    return f
 
 
 def probe_mixing(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], n: int, source: str,
