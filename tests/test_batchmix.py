@@ -117,7 +117,8 @@ def test_the_probe_ran_on_the_look_alikes(monkeypatch):
     _watch(z.loop_time_major_tagger)
     _watch(z.loop_seq_first_transformer)
     _watch(z.loop_batchnorm_cnn, False)
-    assert ran == [(8, "loss"), (8, "loss"), (8, "loader")]
+    _watch(z.loop_momentum_queue)
+    assert ran == [(8, "loss"), (8, "loss"), (8, "loader"), (6, "loader")]
 
 
 # ---------------------------------------------------------------------------- the run's numbers
@@ -138,3 +139,15 @@ def test_numbers_attributes_buffers_and_rng_unchanged(bug):
     assert all(torch.equal(a, b) for a, b in zip(after[1], model2.parameters()))
     assert torch.equal(model2.calls, after[2]) and torch.equal(model2.last_h, after[3])
     assert len(_mixed(s.report)) == int(bug)
+
+
+def test_momentum_encoder_updated_inside_forward_is_quiet_and_unchanged():
+    model, _, train = z.loop_momentum_queue()
+    plain = train()
+    after = [t.detach().clone() for t in (*model.parameters(), *model.buffers())]
+    model2, opt2, train2 = z.loop_momentum_queue()
+    with torchtriage.watch(model2, opt2, on_anomaly="record", report=False) as s:
+        watched = train2()
+    assert watched == plain
+    assert all(torch.equal(a, b) for a, b in zip(after, (*model2.parameters(), *model2.buffers())))
+    assert not _mixed(s.report)

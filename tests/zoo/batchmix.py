@@ -362,3 +362,45 @@ def loop_protonet():
             loss.backward()
             opt.step()
     return model, opt, train
+
+
+class MomentumQueue(nn.Module):
+    """MoCo-style: the key encoder is updated through `.data` inside forward and the keys are
+    enqueued into a buffer; the probe's calls must neither see each other's updates nor keep them."""
+
+    def __init__(self, k: int = 24) -> None:
+        super().__init__()
+        self.q_enc, self.k_enc = nn.Linear(10, 8), nn.Linear(10, 8)
+        self.k_enc.load_state_dict(self.q_enc.state_dict())
+        self.register_buffer("queue", F.normalize(torch.randn(8, k), dim=0))
+        self.register_buffer("ptr", torch.zeros(1, dtype=torch.long))
+
+    def forward(self, a, b):
+        for pq, pk in zip(self.q_enc.parameters(), self.k_enc.parameters()):
+            pk.data = pk.data * 0.9 + pq.data * 0.1
+        q, k = F.normalize(self.q_enc(a), dim=1), F.normalize(self.k_enc(b), dim=1).detach()
+        logits = torch.cat([(q * k).sum(1, keepdim=True), q @ self.queue.clone()], dim=1) / 0.1
+        p = int(self.ptr)
+        self.queue[:, p:p + len(k)] = k.t()
+        self.ptr[0] = (p + len(k)) % self.queue.shape[1]
+        return logits
+
+
+def loop_momentum_queue():
+    torch.manual_seed(11)
+    x = torch.randn(48, 10)
+    loader = DataLoader(TensorDataset(x), batch_size=6, shuffle=True)
+    model = MomentumQueue()
+    opt = torch.optim.SGD(model.q_enc.parameters(), lr=0.05)
+    losses = []
+
+    def train():
+        for (xb,) in loader:
+            logits = model(xb + 0.1 * torch.randn_like(xb), xb + 0.1 * torch.randn_like(xb))
+            loss = F.cross_entropy(logits, torch.zeros(len(xb), dtype=torch.long))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+    return model, opt, train

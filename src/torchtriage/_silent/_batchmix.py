@@ -55,42 +55,61 @@ def loss_batch(name: str, inp: Any, args: tuple[Any, ...]) -> int | None:
     return None
 
 
+PARAM_COPY_MOST = 1 << 26  # parameter elements copied to restore values written through `.data`
+
+
 @contextlib.contextmanager
 def _held(model: nn.Module, device: torch.device) -> Iterator[Any]:
-    """Eval mode, no_grad, the session paused; afterwards every module's mode, attributes,
-    buffers and parameters entries, and the RNG streams as they were. Yields `rewind()`, which
-    puts the RNG back to its state at entry (before each call: a sampling layer draws the same)."""
+    """Eval mode, no_grad, the session paused. Yields `rewind()`, called before each of the
+    probe's calls and at the end: every module's attributes (`self.hidden = ...`), buffers
+    (written in place: found by their version counters) and parameters (reassigned through
+    `.data`, or written through it in place, as a momentum encoder updated inside forward: values
+    copied back through `.data`, which leaves their version counters alone, for models up to
+    PARAM_COPY_MOST elements) as they were, and the RNG streams (a sampling layer draws the same
+    in each call)."""
     from .._session import current_session
 
     modules = list(model.modules())
     attrs = [(m, dict(m.__dict__), dict(m.named_buffers(recurse=False)), dict(m.named_parameters(recurse=False)))
              for m in modules]
-    buffers = {id(b): (b, b._version, b.detach().clone()) for m in modules for b in m.buffers(recurse=False)}
+    buffers = {id(b): [b, b._version, b.detach().clone()] for m in modules for b in m.buffers(recurse=False)}
+    params = list({id(p): p for p in model.parameters()}.values())
+    small = sum(p.numel() for p in params) <= PARAM_COPY_MOST
+    datas = [(p, p.data, p.detach().clone() if small else None) for p in params]
     cpu_rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
 
     def rewind() -> None:
+        with torch.no_grad():
+            for m, inst, bufs, named in attrs:
+                for key in [k for k in m.__dict__ if k not in inst]:
+                    del m.__dict__[key]
+                m.__dict__.update(inst)
+                for name, t in (*bufs.items(), *named.items()):
+                    if getattr(m, name, None) is not t:  # (a forward that reassigned one)
+                        setattr(m, name, t)
+            for kept in buffers.values():
+                b, version, saved = kept
+                if b._version != version:  # written in place by a forward (no read: its version counter)
+                    b.copy_(saved)
+                    kept[1] = b._version
+            for p, data, saved in datas:
+                if p.data.data_ptr() != data.data_ptr():
+                    p.data = data
+                if saved is not None:
+                    p.data.copy_(saved)
         torch.set_rng_state(cpu_rng)
         if cuda_rng is not None:
             torch.cuda.set_rng_state(cuda_rng, device)
 
     sess = current_session()
     try:
-        model.eval()
         with torch.no_grad(), (sess.paused() if sess is not None else contextlib.nullcontext()):
-            yield rewind
+            def before_call() -> None:
+                rewind()
+                model.eval()  # (the attributes put back hold the modes as they were)
+            yield before_call
     finally:
-        with torch.no_grad():
-            for m, inst, bufs, params in attrs:
-                for key in [k for k in m.__dict__ if k not in inst]:
-                    del m.__dict__[key]
-                m.__dict__.update(inst)
-                for name, t in (*bufs.items(), *params.items()):
-                    if getattr(m, name, None) is not t:  # (a forward that reassigned one)
-                        setattr(m, name, t)
-            for b, version, saved in buffers.values():
-                if b._version != version:  # written in place by a forward (no read: its version counter)
-                    b.copy_(saved)
         rewind()
 
 
@@ -233,7 +252,8 @@ def start_probe(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                 frame: UserFrame | None) -> Probe | None:
     """Call the model on the batch, then with sample 0 replaced by sample 1 (no read: the numbers
     stay on the device, to ride the step's read); None when the call cannot be judged."""
-    if n < MIN_BATCH or _uses_batch_statistics(model):
+    model = _local_module(model)
+    if model is None or n < MIN_BATCH or _uses_batch_statistics(model):
         return None
     lay = _layout(args, kwargs, n)
     if lay is None:
@@ -281,6 +301,20 @@ def probe_mixing(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     """Both halves at once (tests, a session's end)."""
     probe = start_probe(model, args, kwargs, n, source, frame)
     return finish_probe(probe, torch.stack(probe.numbers).tolist()) if probe is not None else None
+
+
+def _local_module(model: nn.Module) -> nn.Module | None:
+    """The module to call on this process alone: a DataParallel / DistributedDataParallel wrapper's
+    own module (its forward would scatter or broadcast); None for a sharded model (FSDP, DTensor
+    parameters: its forward gathers across ranks)."""
+    if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+        model = model.module
+    for m in model.modules():
+        if any(c.__name__ in ("FullyShardedDataParallel", "FSDPModule") for c in type(m).__mro__):
+            return None
+    if any(type(p).__name__ == "DTensor" or type(p.data).__name__ == "DTensor" for p in model.parameters()):
+        return None
+    return model
 
 
 def _uses_batch_statistics(model: nn.Module) -> bool:
