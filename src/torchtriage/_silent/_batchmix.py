@@ -72,7 +72,8 @@ def _held(model: nn.Module, device: torch.device) -> Iterator[Any]:
     modules = list(model.modules())
     attrs = [(m, dict(m.__dict__), dict(m.named_buffers(recurse=False)), dict(m.named_parameters(recurse=False)))
              for m in modules]
-    buffers = {id(b): [b, b._version, b.detach().clone()] for m in modules for b in m.buffers(recurse=False)}
+    buffers = {id(b): (b, b.detach().clone()) for m in modules for b in m.buffers(recurse=False)}
+    versions = {key: b._version for key, (b, _) in buffers.items()}
     params = list({id(p): p for p in model.parameters()}.values())
     small = sum(p.numel() for p in params) <= PARAM_COPY_MOST
     datas = [(p, p.data, p.detach().clone() if small else None) for p in params]
@@ -88,11 +89,10 @@ def _held(model: nn.Module, device: torch.device) -> Iterator[Any]:
                 for name, t in (*bufs.items(), *named.items()):
                     if getattr(m, name, None) is not t:  # (a forward that reassigned one)
                         setattr(m, name, t)
-            for kept in buffers.values():
-                b, version, saved = kept
-                if b._version != version:  # written in place by a forward (no read: its version counter)
+            for key, (b, saved) in buffers.items():
+                if b._version != versions[key]:  # written in place by a forward (no read: its version counter)
                     b.copy_(saved)
-                    kept[1] = b._version
+                    versions[key] = b._version
             for p, data, saved in datas:
                 if p.data.data_ptr() != data.data_ptr():
                     p.data = data
@@ -252,9 +252,10 @@ def start_probe(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                 frame: UserFrame | None) -> Probe | None:
     """Call the model on the batch, then with sample 0 replaced by sample 1 (no read: the numbers
     stay on the device, to ride the step's read); None when the call cannot be judged."""
-    model = _local_module(model)
-    if model is None or n < MIN_BATCH or _uses_batch_statistics(model):
+    local = _local_module(model)
+    if local is None or n < MIN_BATCH or _uses_batch_statistics(local):
         return None
+    model = local
     lay = _layout(args, kwargs, n)
     if lay is None:
         return None
