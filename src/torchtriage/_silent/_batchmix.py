@@ -89,10 +89,10 @@ def _held(model: nn.Module, device: torch.device) -> Iterator[Any]:
                 for name, t in (*bufs.items(), *named.items()):
                     if getattr(m, name, None) is not t:  # (a forward that reassigned one)
                         setattr(m, name, t)
-            for key, (b, saved) in buffers.items():
-                if b._version != versions[key]:  # written in place by a forward (no read: its version counter)
-                    b.copy_(saved)
-                    versions[key] = b._version
+            for bid, (buf, kept) in buffers.items():
+                if buf._version != versions[bid]:  # written in place by a forward (no read: its version counter)
+                    buf.copy_(kept)
+                    versions[bid] = buf._version
             for p, data, saved in datas:
                 if p.data.data_ptr() != data.data_ptr():
                     p.data = data
