@@ -94,6 +94,8 @@ def test_fixed_twins_are_quiet(make):
     (z.loop_batchnorm_cnn, (False,)),  # BatchNorm without running statistics: the batch's, by design
     (z.loop_two_tower, ()),  # CLIP-style B x B logits: an output with two batch axes is not compared
     (z.loop_full_batch_gnn, ()),  # nodes linked by edge_index: not independent samples
+    (z.loop_gan_minibatch_std, ()),  # a critic's minibatch-stddev feature, trained on all-ones targets
+    (z.loop_momentum_queue, ()),  # (its targets are all 0: no per-sample prediction)
 ])
 def test_correct_look_alikes_are_quiet(make, args):
     s, _ = _watch(make, *args)

@@ -404,3 +404,41 @@ def loop_momentum_queue():
             losses.append(loss.item())
         return losses
     return model, opt, train
+
+
+class MinibatchStdCritic(nn.Module):
+    """A GAN discriminator with a minibatch-stddev feature (the batch's spread, by design)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(16, 32), nn.LeakyReLU(0.2))
+        self.out = nn.Linear(33, 1)
+
+    def forward(self, x):
+        h = self.body(x)
+        spread = h.std(dim=0).mean().expand(len(h), 1)
+        return self.out(torch.cat([h, spread], dim=1))
+
+
+def loop_gan_minibatch_std():
+    torch.manual_seed(12)
+    real = torch.randn(64, 16) * 0.5 + 1
+    loader = DataLoader(TensorDataset(real), batch_size=8, shuffle=True)
+    g = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 16))
+    d = MinibatchStdCritic()
+    opt_g, opt_d = torch.optim.Adam(g.parameters(), lr=1e-3), torch.optim.Adam(d.parameters(), lr=1e-3)
+
+    def train():
+        for (xb,) in loader:
+            fake = g(torch.randn(len(xb), 4))
+            ones, zeros = torch.ones(len(xb), 1), torch.zeros(len(xb), 1)
+            loss_d = (F.binary_cross_entropy_with_logits(d(xb), ones)
+                      + F.binary_cross_entropy_with_logits(d(fake.detach()), zeros))
+            opt_d.zero_grad()
+            loss_d.backward()
+            opt_d.step()
+            loss_g = F.binary_cross_entropy_with_logits(d(fake), ones)
+            opt_g.zero_grad()
+            loss_g.backward()
+            opt_g.step()
+    return [g, d], [opt_g, opt_d], train

@@ -32,7 +32,7 @@ class MixWatch:
         self.loader_n: int | None = None  # samples of the batch the loader gave last
         self.done: weakref.WeakSet[nn.Module] = weakref.WeakSet()
         self.last: tuple[Any, ...] | None = None  # (model, args, kwargs, frame) of the last root call
-        self.inner: dict[int, tuple[int, str]] = {}  # id(model) -> batch size of a loss inside its call
+        self.inner: dict[int, tuple[int, str, torch.Tensor]] = {}  # id(model) -> batch size of a loss inside its call
         self.pending: list[tuple[Any, ...]] = []
         self.read: list[tuple[Probe, list[float]]] = []  # probes whose numbers were read
         self.active = True
@@ -54,8 +54,11 @@ class MixWatch:
             self._queue(self.last, *inner)
 
     def loss(self, call: LossCall, open_model: nn.Module | None) -> None:
-        """A loss call of a warm-up step, computed with gradients (a training loss)."""
-        if not torch.is_grad_enabled():
+        """A loss call of a warm-up step, computed with gradients (a training loss) against targets
+        that differ between samples (a GAN discriminator's all-ones target, a contrastive
+        loss's all-zeros one: no per-sample prediction to keep apart; read with the probe's numbers)."""
+        target = call.target
+        if not torch.is_grad_enabled() or not isinstance(target, torch.Tensor) or target.numel() < 2:
             return
         if self.loader_n is not None:
             n, source = self.loader_n, "loader"
@@ -64,16 +67,19 @@ class MixWatch:
             if found is None:
                 return
             n, source = found, "loss"
+        with torch.no_grad():
+            flat = target.detach().reshape(-1)
+            varies = (flat != flat[0]).any()
         if open_model is not None:
             if open_model not in self.done:
-                self.inner.setdefault(id(open_model), (n, source))
+                self.inner.setdefault(id(open_model), (n, source, varies))
         elif self.last is not None and self.last[0] not in self.done:
-            self._queue(self.last, n, source)
+            self._queue(self.last, n, source, varies)
 
-    def _queue(self, call: tuple[Any, ...], n: int, source: str) -> None:
+    def _queue(self, call: tuple[Any, ...], n: int, source: str, varies: torch.Tensor) -> None:
         model, args, kwargs, frame = call
         self.done.add(model)
-        self.pending.append((weakref.ref(model), args, kwargs, frame, n, source, self.session.step))
+        self.pending.append((weakref.ref(model), args, kwargs, frame, n, source, self.session.step, varies))
 
     def step_end(self, step: int, warmup: int) -> list[Finding]:
         """The probes read at this step's read are judged; the calls queued in this step start."""
@@ -92,27 +98,29 @@ class MixWatch:
 
     def flush(self) -> list[Finding]:
         """At the session's end: the calls still queued start, their numbers read by the last read."""
-        for probe in self.start():
-            self.defer(probe.numbers, lambda v, p=probe: self.read.append((p, v)))
+        for probe, varies in self.start():
+            self.defer([*probe.numbers, varies], lambda v, p=probe: self.read.append((p, v)))
         return []
 
-    def start(self) -> list[Probe]:
+    def start(self) -> list[tuple[Probe, torch.Tensor]]:
         probes = []
         pending, self.pending = self.pending, []
-        for ref, args, kwargs, frame, n, source, step in pending:
+        for ref, args, kwargs, frame, n, source, step, varies in pending:
             model = ref()
             if model is not None:
                 probe = start_probe(model, args, kwargs, n, source, frame if isinstance(frame, UserFrame) else None)
                 if probe is not None:
                     probe.step = step
-                    probes.append(probe)
+                    probes.append((probe, varies))
         return probes
 
     def judge(self) -> list[Finding]:
         found: list[Finding] = []
         read, self.read = self.read, []
         for probe, values in read:
-            f = finish_probe(probe, values)
+            if not values[-1]:
+                continue  # the targets of the loss are the same for every sample
+            f = finish_probe(probe, values[:-1])
             if f is not None:
                 found.append(f.replace(step=probe.step))
         return found
