@@ -24,6 +24,8 @@ from .._frames import UserFrame
 from .._loaderstream import as_rows, stream
 from .._silent._batchmix import Probe, finish_probe, loss_batch, start_probe
 
+SAME_FAULT = frozenset({"silent.softmax_over_batch"})
+
 
 class MixWatch:
     def __init__(self, session: Any, defer: Any) -> None:
@@ -121,6 +123,9 @@ class MixWatch:
             if not values[-1]:
                 continue  # the targets of the loss are the same for every sample
             f = finish_probe(probe, values[:-1])
+            if f is not None and any(g.code in SAME_FAULT and (g.file, g.line) == (f.file, f.line)
+                                     for g in self.session.findings):
+                continue  # that line's softmax over the batch axis is already reported, by its own name
             if f is not None:
                 found.append(f.replace(step=probe.step))
         return found
