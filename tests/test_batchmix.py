@@ -153,3 +153,18 @@ def test_momentum_encoder_updated_inside_forward_is_quiet_and_unchanged():
     assert watched == plain
     assert all(torch.equal(a, b) for a, b in zip(after, (*model2.parameters(), *model2.buffers())))
     assert not _mixed(s.report)
+
+
+def test_a_loss_axis_that_is_not_the_models_batch_axis_is_not_judged():
+    # A time-major GRU fed (T=7, B=5, F): told the batch has 7 samples (a loss reading (T, ...)
+    # first), the probe sees the "samples" mix; but axis 1 keeps its slices apart: not judged.
+    from torchtriage._silent._batchmix import probe_mixing
+
+    torch.manual_seed(0)
+    gru = torch.nn.GRU(3, 4)
+    x = torch.randn(7, 5, 3)
+    assert probe_mixing(gru, (x,), {}, 7, "loss", None) is None
+    f = probe_mixing(gru, (x,), {}, 7, "loader", None)  # a loader's count is the batch, by construction
+    assert f is not None
+    assert (f.code, f.op, f.evidence["other_samples_changed"]) == ("silent.samples_mixed", "gru", "6/6")
+    assert probe_mixing(gru, (x,), {}, 5, "loss", None) is None  # the real batch axis: independent
