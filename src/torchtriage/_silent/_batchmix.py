@@ -305,9 +305,12 @@ def probe_mixing(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
 
 
 def _local_module(model: nn.Module) -> nn.Module | None:
-    """The module to call on this process alone: a DataParallel / DistributedDataParallel wrapper's
+    """The module to call on this process alone, eagerly: a DataParallel / DistributedDataParallel wrapper's
     own module (its forward would scatter or broadcast); None for a sharded model (FSDP, DTensor
     parameters: its forward gathers across ranks)."""
+    orig = getattr(model, "_orig_mod", None)  # a torch.compile'd module: its eager self (no recompile)
+    if isinstance(orig, nn.Module):
+        model = orig
     if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
         model = model.module
     for m in model.modules():
