@@ -5,6 +5,7 @@ worker in its own session, so the workers are found through /proc and ended by p
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -13,6 +14,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,6 +52,19 @@ def torchrun(args: list[str], *, cwd: Path, nproc: int = 2, timeout: float = 120
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--monitor-interval", "0.2", *args]
     return launched(cmd, cwd=cwd, timeout=timeout, env=env)
+
+
+def triaged(script: Path, *args: str, cwd: Path, timeout: float = 150.0) -> dict[str, Any]:
+    """`torchtriage run --json` of `script ARGS` under torchrun (2 ranks): the JSON report, after
+    checking the run ended cleanly (exit 0, no internal warning, no run directory left behind)."""
+    out = cwd / "report.json"
+    res = torchrun(["-m", "torchtriage", "run", "--json", str(out), str(script), *args],
+                   cwd=cwd, timeout=timeout, env={"TORCHTRIAGE_RUN_DIR": str(cwd / "run")})
+    assert not list(cwd.glob("run*/*")), "the run directory is left behind"
+    assert res.returncode == 0, res.stderr
+    assert "TriageInternalWarning" not in res.stderr
+    report: dict[str, Any] = json.loads(out.read_text())
+    return report
 
 
 def accelerate_launch(args: list[str], *, cwd: Path, nproc: int = 2, timeout: float = 120.0,

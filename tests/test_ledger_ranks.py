@@ -4,13 +4,12 @@ time, no process or run directory left behind; the correct twins stay quiet."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from _torchrun import torchrun
+from _torchrun import triaged
 
 ZOO = Path(__file__).resolve().parent / "zoo" / "step_ranks"
 
@@ -26,13 +25,7 @@ def line_of(script: str, marker: str) -> int:
 
 
 def run(tmp_path, script, mode):
-    out = tmp_path / "report.json"
-    res = torchrun(["-m", "torchtriage", "run", "--json", str(out), str(ZOO / script), mode],
-                   cwd=tmp_path, timeout=150, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
-    assert not list(tmp_path.glob("run*/*")), "the run directory is left behind"
-    assert res.returncode == 0, res.stderr
-    assert "TriageInternalWarning" not in res.stderr
-    report = json.loads(out.read_text())
+    report = triaged(ZOO / script, mode, cwd=tmp_path)
     assert "step_ranks" not in report["meta"]
     return [f for f in report["findings"] if f["code"] in OURS]
 

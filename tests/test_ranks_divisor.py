@@ -4,13 +4,12 @@ the loss scaled by the world size, and a hand-summed sync without DDP, stay quie
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from _torchrun import torchrun
+from _torchrun import triaged
 
 ZOO = Path(__file__).resolve().parent / "zoo" / "step_ranks"
 SCRIPT = "global_divisor.py"
@@ -25,13 +24,7 @@ def line_of(marker: str) -> int:
 
 
 def run(tmp_path, mode):
-    out = tmp_path / "report.json"
-    res = torchrun(["-m", "torchtriage", "run", "--json", str(out), str(ZOO / SCRIPT), mode],
-                   cwd=tmp_path, timeout=150, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
-    assert not list(tmp_path.glob("run*/*")), "the run directory is left behind"
-    assert res.returncode == 0, res.stderr
-    assert "TriageInternalWarning" not in res.stderr
-    report = json.loads(out.read_text())
+    report = triaged(ZOO / SCRIPT, mode, cwd=tmp_path)
     return [f for f in report["findings"] if f["code"] in ("distributed.loss_global_divisor",
                                                            "distributed.grad_summed", "distributed.replicas_drift")]
 

@@ -3,13 +3,12 @@ under torchrun; one reduction per metric, and AVG / MAX reduced again, raise no 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from _torchrun import torchrun
+from _torchrun import triaged
 
 ZOO = Path(__file__).resolve().parent / "zoo" / "evalsync"
 SCRIPT = "metric_reduced_twice.py"
@@ -19,12 +18,8 @@ pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torc
 
 
 def run(tmp_path, mode):
-    out = tmp_path / "report.json"
-    res = torchrun(["-m", "torchtriage", "run", "--json", str(out), str(ZOO / SCRIPT), mode],
-                   cwd=tmp_path, timeout=150, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
-    assert res.returncode == 0, res.stderr
-    assert "TriageInternalWarning" not in res.stderr
-    return json.loads(out.read_text())["findings"]
+    report = triaged(ZOO / SCRIPT, mode, cwd=tmp_path)
+    return report["findings"]
 
 
 def test_one_metric_reduced_three_times(tmp_path):
@@ -48,12 +43,8 @@ HAND = "hand_sharded_eval.py"
 
 
 def run_hand(tmp_path, mode):
-    out = tmp_path / "report.json"
-    res = torchrun(["-m", "torchtriage", "run", "--json", str(out), str(ZOO / HAND), mode],
-                   cwd=tmp_path, timeout=150, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
-    assert res.returncode == 0, res.stderr
-    assert "TriageInternalWarning" not in res.stderr
-    return json.loads(out.read_text())["findings"]
+    report = triaged(ZOO / HAND, mode, cwd=tmp_path)
+    return report["findings"]
 
 
 def test_an_evaluation_set_cut_by_hand_and_reported_by_rank_0(tmp_path):

@@ -5,13 +5,12 @@ periodic averaging and a hand-written averaged sync stay quiet. Two gloo ranks u
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from _torchrun import torchrun
+from _torchrun import triaged
 
 ZOO = Path(__file__).resolve().parent / "zoo" / "step_ranks"
 SCRIPT = "replicas_unsynced.py"
@@ -28,13 +27,7 @@ def line_of(marker: str) -> int:
 
 
 def run(tmp_path, mode):
-    out = tmp_path / "report.json"
-    res = torchrun(["-m", "torchtriage", "run", "--json", str(out), str(ZOO / SCRIPT), mode],
-                   cwd=tmp_path, timeout=150, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
-    assert not list(tmp_path.glob("run*/*")), "the run directory is left behind"
-    assert res.returncode == 0, res.stderr
-    assert "TriageInternalWarning" not in res.stderr
-    report = json.loads(out.read_text())
+    report = triaged(ZOO / SCRIPT, mode, cwd=tmp_path)
     return [f for f in report["findings"] if f["code"] in OURS]
 
 

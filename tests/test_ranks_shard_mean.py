@@ -4,13 +4,12 @@ each epoch) raises no alarm."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from _torchrun import torchrun
+from _torchrun import triaged
 
 ZOO = Path(__file__).resolve().parent / "zoo" / "evalsync"
 SCRIPT = "shard_mean.py"
@@ -20,12 +19,8 @@ pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torc
 
 
 def run(tmp_path, mode):
-    out = tmp_path / "report.json"
-    res = torchrun(["-m", "torchtriage", "run", "--json", str(out), str(ZOO / SCRIPT), mode],
-                   cwd=tmp_path, timeout=150, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
-    assert res.returncode == 0, res.stderr
-    assert "TriageInternalWarning" not in res.stderr
-    return json.loads(out.read_text())["findings"]
+    report = triaged(ZOO / SCRIPT, mode, cwd=tmp_path)
+    return report["findings"]
 
 
 def test_a_shard_divided_by_the_whole_set(tmp_path):

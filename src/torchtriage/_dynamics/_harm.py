@@ -20,7 +20,10 @@ student: `_phases`), "the loss at the end" is that training's last losses, not a
 
 A gradient spike or growth is judged by whether the loss got worse after it (rose by more than
 the same margin, or stopped being finite), since many correct runs have losses that do not fall
-(RL critics, GANs). Findings whose harm is their own definition (the loss growing
+(RL critics, GANs). With losses before it, a spike is a warning when it threw the loss up at
+once (the 10 losses from its step above the 10 before it) and the run's last 10 losses are still
+above that level; a loss that drifts up long after a spike (an RL critic whose bootstrapped
+targets grow) is no cost of that spike. Findings whose harm is their own definition (the loss growing
 geometrically, updates too small to move the loss) are not held, nor are findings whose evidence
 carries a measured `harm` (the lr schedule the run followed against the declared one: a cosine
 that climbed back up, scheduler changes that never reached the optimizer, a schedule that
@@ -61,6 +64,7 @@ class HarmGate:
         # did (`_phases`): a later model's losses are no measure of an earlier one's trouble
         self.end_of = end_of or (lambda step: None)
         self.held: list[tuple[Finding, list[float]]] = []
+        self.before: dict[int, list[float]] = {}  # a held finding's losses just before its step
 
     def loss(self, step: int, value: float) -> None:
         """One finite loss of the run (already read by the step's read)."""
@@ -78,13 +82,16 @@ class HarmGate:
     def hold(self, f: Finding) -> None:
         """Hold `f`; the losses from its step on are taken now, while they are still kept."""
         start = 0 if f.step is None or f.code in _WHOLE_RUN else f.step
-        self.held.append((f, [v for s, v in self._points() if s >= start][:LAST]))
+        points = self._points()
+        self.held.append((f, [v for s, v in points if s >= start][:LAST]))
+        self.before[id(f)] = [v for s, v in points if s < start][-LAST:]
 
     def release(self) -> list[Finding]:
         """The held findings, each with its verdict and the loss numbers behind it."""
         out, held = [], self.held
         self.held = []
         points = self._points()
+        before_of, self.before = self.before, {}
         run_after = _level([v for _, v in points[-LAST:]])
         for f, window in held:
             end = self.end_of(f.step) if f.code not in _WHOLE_RUN else None
@@ -100,10 +107,22 @@ class HarmGate:
             if f.code in _WORSE_ONLY:
                 learned = (before is not None and after is not None and math.isfinite(after)
                            and after - before <= margin)
+                prior, prior_spread = _level(before_of.get(id(f), []))
+                evidence_before = None
+                if prior is not None and before is not None and after is not None and math.isfinite(after):
+                    # a spike harms at once and for good: the losses right after it above those right
+                    # before it, and the run's last losses still above them. A loss that drifts up
+                    # long after (an RL critic's targets growing) is no cost of the spike.
+                    jump = before - prior > max(0.02 * abs(prior), prior_spread + before_spread)
+                    kept = after - prior > max(0.02 * abs(prior), prior_spread + after_spread)
+                    learned = not (jump and kept)
+                    evidence_before = num(prior)
             else:
                 learned = (before is not None and after is not None and math.isfinite(after)
                            and before - after > margin)
             evidence = dict(f.evidence)
+            if f.code in _WORSE_ONLY and evidence_before is not None:
+                evidence["loss_before_finding"] = evidence_before
             evidence["loss_at_finding"] = num(before)
             evidence["loss_at_end"] = num(after)
             evidence["run_kept_learning"] = learned

@@ -169,6 +169,10 @@ class CutTracer(TorchFunctionMode):
             self._record("leaf_created", f"torch.{name}", None, produced=out)
             return
         if not torch.is_grad_enabled():
+            if not _holds_tensor(out) or (isinstance(out, torch.Tensor) and out.requires_grad):
+                # a query (`is_contiguous`, `size`) gives no tensor to cut; an op in place on a
+                # leaf (an init's `fill_`, a hand-written update) gives the leaf back: nothing is cut
+                return
             srcs = [t for t in _tensors(args, kwargs) if t.requires_grad]
             if srcs:
                 kind = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
@@ -214,6 +218,12 @@ def module_being_called(name_of: Callable[[Any], str | None]) -> str | None:
                 return name
         f = f.f_back
     return None
+
+
+def _holds_tensor(out: Any) -> bool:
+    if isinstance(out, torch.Tensor):
+        return True
+    return isinstance(out, (list, tuple)) and any(isinstance(o, torch.Tensor) for o in out)
 
 
 def _leaves(src: Any) -> set[int]:

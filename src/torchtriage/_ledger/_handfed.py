@@ -32,7 +32,6 @@ Unbatched samples (a 1-D float input) are rows of their own inside a loop over d
 from __future__ import annotations
 
 import hashlib
-import re
 import types
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -47,6 +46,7 @@ from .._loaderstream import stream
 from .._loaderstream import tensors as batch_tensors
 from ._epochs import MAX_KEYS, Loader
 from ._heldlabels import data_loop, held_loop_frame
+from ._heldnames import SPLIT_OR_EVAL
 from ._streams import K as window_tokens
 from ._streams import host_rows as _host
 from ._streams import judge as judge_streams
@@ -61,9 +61,7 @@ SPLIT_SHARE = 0.01
 MIN_ROWS = 8  # rows of an evaluation forward (an agent acting on one state is no evaluation set)
 MIN_OVERLAP = 8
 MAX_SLICE_ROWS = 1 << 16  # rows per side whose slices are also digested (windows of a series)
-# A held-out name is a word of its own, bounded by anything but a letter (`X_val`, `val_loader`,
-# `test2`, `evaluate`): `value`, `interval`, `device`, `latest` name nothing held out.
-_HELD = re.compile(r"(?<![a-z])(?:val|valid|validation|test|testing|dev|eval|evaluate|evaluation|holdout)(?![a-z])")
+_HELD = SPLIT_OR_EVAL
 
 
 def _ptr(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], int]:

@@ -19,7 +19,6 @@ per pass); at a step after such a pass, one identity test per parameter.
 from __future__ import annotations
 
 import dataclasses
-import re
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -27,13 +26,14 @@ import torch
 
 from .._frames import UserFrame, user_frame_from_stack
 from .._zerograd import on_zero_grad
+from ._heldnames import SPLIT_OR_EVAL
 from ._make import finding
 
 if TYPE_CHECKING:
     from ._checker import DataLedger
     from ._epochs import Epoch, Loader
 
-_HELD = re.compile(r"(?<![a-z])(?:val|valid|validation|test|testing|dev|holdout|heldout|eval)(?![a-z])")
+_HELD = SPLIT_OR_EVAL
 _TRAIN = ("train", "support")  # a train+val loader, a few-shot task's support set
 
 

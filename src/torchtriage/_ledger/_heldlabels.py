@@ -37,6 +37,7 @@ import torch
 
 from .._frames import UserFrame, in_user_file, released_locals, user_frame_of, user_frame_of_line, user_stack_frame
 from .._reach import when_reached
+from ._heldnames import SPLIT
 from ._lines import _tree
 from ._make import finding
 
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 EXAMINED = 3  # calls examined per loss line
 FRAMES = 3  # user frames searched for the held-out loop
 MIN_ROWS = 16  # a full-batch loss over fewer rows is no node table
-_HELD = re.compile(r"(?<![a-z])(?:val|valid|validation|test|testing|dev|holdout|heldout)(?![a-z])")
+_HELD = SPLIT
 _MASK = re.compile(r"(?<![a-z])(?:val|valid|validation|test|dev|holdout)_?"
                    r"(?:mask|idx|index|indices|ids|nodes)(?![a-z])")
 _MASK_ATTRS = ("test_mask", "val_mask", "valid_mask", "test_idx", "val_idx")

@@ -15,7 +15,6 @@ with a sliding window and split after a shuffle).
 from __future__ import annotations
 
 import ast
-import re
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +23,7 @@ import torch
 
 from .._frames import UserFrame, released_locals, user_frame_of_line, user_stack_frame
 from ._epochs import Loader
+from ._heldnames import SPLIT
 from ._lines import _tree
 from ._windows import slice_keys
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 MAX_SAMPLES = 512
 MAX_DATASETS = 8
-_HELD = re.compile(r"(?<![a-z])(?:val|valid|validation|test|testing|dev|holdout|heldout)(?![a-z])")
+_HELD = SPLIT
 
 
 class Unloaded:

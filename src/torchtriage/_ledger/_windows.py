@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ._epochs import Loader
 
 MIN_SAMPLES = 8
+MIN_POSITIONS = 3  # a window of fewer steps shares "most" of them through one slice
 SHARE = 0.5  # most windows: a split in time shares only the lookback at its border (legitimate context)
 
 
@@ -57,13 +58,13 @@ def by_windows(e: Loader, t: Loader) -> dict[str, Any] | None:
             continue
         rows = torch.cat([k.to(ev[0].device) for k in ev]).cpu().numpy()  # the one read, at the end
         train = torch.cat([k.to(tr[0].device) for k in tr]).cpu().numpy()
-        if rows.shape[1] < 2:
-            continue
+        if rows.shape[1] < MIN_POSITIONS:
+            continue  # (2 positions, e.g. a value and a calendar channel: one periodic slice is "half")
         live = rows != 0
         hit = np.isin(rows, np.unique(train[train != 0])) & live
         per_live, per_hit = live.sum(1), hit.sum(1)
         judged = per_live > 0
-        overlaps = judged & (2 * per_hit >= per_live)
+        overlaps = judged & (2 * per_hit >= per_live) & (per_hit >= 2)
         count, n = int(overlaps.sum()), int(judged.sum())
         if count < MIN_SAMPLES or count < SHARE * n:
             continue

@@ -194,11 +194,40 @@ def axis_plans(mats: list[Any], skip: set[int]) -> list[tuple[Any, Plan]]:
             if c >= r.dim() or c == dim or r.shape[c] < 2 or r.shape[dim] < 2:
                 continue
             done.add(id(soft))
-            found.append((soft, _plan(r, dim, c, mm.name())))
+            found.append((soft, _plan(r, dim, c, mm.name(), learned=weights_only(soft))))
     return found
 
 
-def _plan(r: torch.Tensor, dim: int, c: int, consumer: str) -> Plan:
+_SCALAR_SIDE = ("MulBackward", "DivBackward")  # a None edge whose operand is saved as `_saved_other`
+
+
+def weights_only(node: Any, limit: int = 256) -> bool:
+    """Whether the graph above `node` holds parameters only: every path ends at a leaf that
+    requires grad, and every input that does not require grad is provably a scalar (saved as a
+    0-d or 1-element `_saved_other`). A softmax of learned weights alone (an adaptive adjacency
+    `softmax(relu(E1 @ E2))`) is a parameterisation of one matrix shared by every sample: the
+    optimizer fits whichever axis it normalizes. Attention scores computed from the data are not."""
+    seen: set[int] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if len(seen) > limit:
+            return False
+        edges = [f for f, _ in n.next_functions]
+        if None in edges:
+            other = _saved(n, "_saved_other") if n.name().startswith(_SCALAR_SIDE) else None
+            if not (isinstance(other, torch.Tensor) and other.numel() <= 1):
+                return False
+        if not edges and not hasattr(n, "variable"):
+            return False  # a leaf of another kind
+        todo.extend(f for f in edges if f is not None)
+    return True
+
+
+def _plan(r: torch.Tensor, dim: int, c: int, consumer: str, learned: bool = False) -> Plan:
     sums = r.detach().float().sum(c)
     rshape = tuple(r.shape)
 
@@ -206,13 +235,16 @@ def _plan(r: torch.Tensor, dim: int, c: int, consumer: str) -> Plan:
         lo, hi = v
         if abs(lo - 1) <= _TOL and abs(hi - 1) <= _TOL:
             return None
-        return dict(name="softmax_not_contracted_axis", severity=Severity.WARNING, stage=Stage.FORWARD,
+        # (learned weights alone: unusual, not wrong; the optimizer fits either axis)
+        return dict(name="softmax_not_contracted_axis", severity=Severity.INFO if learned else Severity.WARNING,
+                    stage=Stage.FORWARD,
                     category=Category.SHAPE, op="softmax", dim=dim, contracted=c, shape=rshape,
                     lo=f"{lo:.3g}", hi=f"{hi:.3g}",
                     evidence={"shape": rshape, "normalized_dim": dim, "contracted_dim": c,
                               "consumer": consumer.replace("Backward0", "").lower(),
                               "weights_sum_over_contracted_min": round(lo, 6),
-                              "weights_sum_over_contracted_max": round(hi, 6)})
+                              "weights_sum_over_contracted_max": round(hi, 6),
+                              "inputs": "parameters only" if learned else "computed from the data"})
 
     return Plan([sums.amin(), sums.amax()], judge)
 
