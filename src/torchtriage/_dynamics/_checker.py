@@ -38,6 +38,7 @@ from ._evalcode import MetricRegion, dim_finding, node_checks
 from ._gradwrites import GradWrites, patch_zero_grad
 from ._harm import HarmGate
 from ._layers import Sample, Vanishing, _local, grad_params, layer_kind, layer_names, per_layer, update_ratio
+from ._mixwatch import MixWatch
 from ._normdecay import MissedScales, missed_norm_scales
 from ._order import StepOrder
 from ._phases import Phases
@@ -79,6 +80,7 @@ class DynamicsChecker(Checker):
         self.writes = GradWrites(session, clipped=self._clipped_since_backward)
         self.closures = ClosureEvaluations(session)
         self.rebuilds = Rebuilds(session)
+        self.mix = MixWatch(session, self.flags.add)  # samples of a batch that mix in the forward (`_mixwatch`)
         patch_zero_grad(session, self.writes, self._add_write)
         self.loss_growth, self.grad_growth = Growth(), Growth()
         self.phases = Phases()
@@ -162,6 +164,8 @@ class DynamicsChecker(Checker):
         if self.open_calls and self.open_calls[-1] is model:
             self.open_calls.pop()
         warm = self.session.step < self.warmup
+        if warm:
+            self.mix.called(model, args, kwargs, lambda: user_frame_from_stack(4))
         if not warm and self.region is None and (self.eval_regions >= self.eval_passes or (
                 torch.is_grad_enabled() and not torch.is_inference_mode_enabled())):
             return  # the common case after the first steps: nothing to watch here
@@ -206,6 +210,7 @@ class DynamicsChecker(Checker):
                 self.ignore_seen.add(ignore)
         if self._step >= self.warmup:
             return
+        self.mix.loss(call, self.open_calls[-1] if self.open_calls else None)
         inp, tgt, kw = call.input, call.target, call.kwargs
         if not isinstance(inp, torch.Tensor) or not isinstance(tgt, torch.Tensor):
             return
@@ -405,6 +410,17 @@ class DynamicsChecker(Checker):
                 self.flags.resolve()
         if self.probe_pending is not None:
             self._run_probe()
+        if step < self.warmup or self.mix.busy:
+            self._mix_findings(lambda: self.mix.step_end(step, self.warmup))
+
+    def _mix_findings(self, run: Any) -> None:
+        try:
+            found = run()
+        except Exception as e:  # our bug: the report goes on
+            self.session.internal_error("dynamics.batchmix", e)
+            return
+        for f in found:
+            self.session.add(f)  # (measured on the run's own batch: not held)
 
     def on_exception(self, exc: BaseException) -> None:
         self.open_calls.clear()  # a forward that raised never returns
@@ -414,6 +430,7 @@ class DynamicsChecker(Checker):
         if self.region is not None:  # inside one of our own calls: cannot happen at close, be safe
             self.region.inside = 0
             self._leave_region()
+        self._mix_findings(self.mix.flush)  # (their numbers ride the last read)
         self.flags.resolve()
         _deferred.leave(self.session, self.flags)
         self._consume(None)
@@ -431,6 +448,7 @@ class DynamicsChecker(Checker):
         health = self.session.health
         self._add(grad_scale_restarts(health.points("grad_norm"), health.points("lr"), self.first_steps))
         self._run_probe()
+        self._mix_findings(self.mix.judge)
         for f in self.harm.release():
             self.session.add(f)
 
