@@ -37,6 +37,7 @@ from .._modestack import own_modes_off
 from ._averaged import AveragedCopies
 from ._carried import GraphCarry, call_path, carried_finding
 from ._common import finding, first_tensor, fmt, is_index_tensor, shape
+from ._batchtwice import batch_of, twice_plans
 from ._divisor import division_plans
 from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
@@ -441,6 +442,7 @@ class SilentChecker(Checker):
                     self._add(carried_finding(grown, frame, self._step))
         if self._warm() and (snap := self.session.snapshot) is not None:
             self._division_plans(snap.record.ops, root)
+            self._batch_twice(snap, root)
             self._softmax_checks(root, snap)
         exp_sites = list(self.region.exp_sites) if self.region is not None else []
         if self.region is not None:
@@ -458,6 +460,15 @@ class SilentChecker(Checker):
         self._divisions_seen = {id(op) for op in ops}
         for plan, frame in division_plans(ops, root, judged):
             self._queue([plan], frame=frame, op="div")
+
+    def _batch_twice(self, snap: Any, root: torch.Tensor) -> None:
+        """A term of this loss divided by the batch size once too often (`_batchtwice`), one
+        finding per line."""
+        for plan, frame in twice_plans(snap.record.ops, root, batch_of(snap.record.calls)):
+            key = ("batch_twice", frame)
+            if key not in self._reported:
+                self._reported.add(key)
+                self._queue([plan], frame=frame, op="div")
 
     def _softmax_checks(self, root: torch.Tensor, snap: Any) -> None:
         """Softmax nodes of this loss's graph over a size-1 axis, or over another axis than the
