@@ -1,0 +1,183 @@
+"""Session 12 (met): the weight each loss term has (`_silent/_batchtwice.py`) and the numbers a run
+reports (`_ledger/_metricstate.py`). Each bug is a script written as users write it, run under a
+discovering session (what `torchtriage run` does), with its exact finding; each look-alike is
+quiet."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from test_ledger import alarms, run_script
+
+
+def _run(tmp_path, source, checks=None):
+    return run_script("prog.py", tmp_path, checks=checks, source=textwrap.dedent(source))
+
+
+def _line(source: str, tag: str = "# HERE") -> int:
+    return next(i for i, line in enumerate(textwrap.dedent(source).splitlines(), 1) if line.rstrip().endswith(tag))
+
+
+def _codes(report, code):
+    return [f for f in report.findings if f.code == code]
+
+
+# ---------------------------------------------------------------- a loss term divided by the batch twice
+# (1) a plain loop: a multi-head regression whose auxiliary head's term is scaled per sample and
+#     divided by the batch again after the sum
+TWICE_PLAIN = """
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    body, head, aux = nn.Linear(8, 16), nn.Linear(16, 3), nn.Linear(16, 1)
+    params = [*body.parameters(), *head.parameters(), *aux.parameters()]
+    opt = torch.optim.Adam(params, lr=1e-3)
+    for it in range(6):
+        x, y, s = torch.randn(24, 8), torch.randn(24, 3), torch.randn(24, 1)
+        h = torch.relu(body(x))
+        bsz = x.shape[0]
+        main = torch.abs(head(h) - y).sum() / bsz
+        side = torch.abs(aux(h) - s) * 0.5 / bsz  # FIRST
+        loss = main + side.sum() / bsz  # HERE
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+# (2) a function-based trainer: a built-in loss (a mean already) divided by the batch size
+TWICE_FUNCTIONAL = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def compute_loss(model, batch):
+        images, labels, boxes = batch
+        logits, pred_boxes = model(images)
+        cls = F.cross_entropy(logits, labels)
+        reg = F.smooth_l1_loss(pred_boxes, boxes)  # FIRST
+        return cls + reg / images.size(0)  # HERE
+
+    class Detector(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.trunk = nn.Sequential(nn.Flatten(), nn.Linear(48, 32), nn.ReLU())
+            self.cls, self.box = nn.Linear(32, 5), nn.Linear(32, 4)
+
+        def forward(self, x):
+            h = self.trunk(x)
+            return self.cls(h), self.box(h)
+
+    def train(model, loader, epochs=2):
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        for _ in range(epochs):
+            for batch in loader:
+                loss = compute_loss(model, batch)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(64, 3, 4, 4), torch.randint(0, 5, (64,)), torch.randn(64, 4))
+    train(Detector(), DataLoader(data, batch_size=16))
+"""
+
+# (3) a class trainer: a per-sample weight of 1/B multiplied in, then the term averaged
+TWICE_CLASS = """
+    import torch
+    import torch.nn as nn
+
+    class Trainer:
+        def __init__(self, model, lr=0.01):
+            self.model = model
+            self.opt = torch.optim.SGD(model.parameters(), lr=lr)
+            self.mse = nn.MSELoss(reduction="none")
+
+        def losses(self, x, y, z):
+            recon, code = self.model(x)
+            w = 1.0 / x.shape[0]
+            rec = self.mse(recon, y).sum(dim=1) * w  # FIRST
+            reg = (code ** 2).sum(dim=1)
+            return {"rec": rec.mean(), "reg": 0.01 * reg.mean()}  # HERE
+
+        def step(self, x, y, z):
+            terms = self.losses(x, y, z)
+            total = sum(terms.values())
+            self.opt.zero_grad()
+            total.backward()
+            self.opt.step()
+
+    class AE(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc, self.dec = nn.Linear(10, 4), nn.Linear(4, 10)
+
+        def forward(self, x):
+            c = self.enc(x)
+            return self.dec(c), c
+
+    torch.manual_seed(0)
+    t = Trainer(AE())
+    for _ in range(5):
+        x = torch.randn(20, 10)
+        t.step(x, x, None)
+"""
+
+
+@pytest.mark.parametrize("src,batch,lines", [
+    (TWICE_PLAIN, 24, None), (TWICE_FUNCTIONAL, 16, None), (TWICE_CLASS, 20, None)],
+    ids=["plain_loop", "functional_builtin_mean", "class_trainer_weight"])
+def test_a_loss_term_divided_by_the_batch_size_twice(tmp_path, src, batch, lines):
+    report, _ = _run(tmp_path, src)
+    [f] = _codes(report, "silent.loss_term_divided_twice")
+    assert (f.severity.value, f.category.value, f.line, f.step) == ("warning", "silent", _line(src), 0)
+    ev = f.evidence
+    assert ev["batch_size"] == batch and ev["divisions_by_batch"] == 2 and ev["batch_dims_reduced"] == 1
+    assert ev["division_lines"] == sorted({_line(src, "# FIRST"), _line(src)})
+    assert ev["term_weight_factor"] == pytest.approx(1 / batch)
+    assert ev["term_value_divided_once"] == pytest.approx(ev["term_value"] * batch)
+    assert f.message.startswith(f"a loss term is divided by the batch size ({batch}) 2 times while it is reduced "
+                                f"over the batch 1 time(s) (lines {', '.join(map(str, ev['division_lines']))}): "
+                                f"it enters the loss with 1/{batch} of the weight the code gives it")
+    assert [a[0] for a in alarms(report)] == ["silent.loss_term_divided_twice"]
+
+
+QUIET = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    B = 8
+    for it in range(5):
+        x, y = torch.randn(B, 8), torch.randint(0, 8, (B,))
+        out = model(x)
+        LOSS
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+_QUIET = {
+    "sum_divided_once": "loss = torch.abs(out).sum() / x.size(0)",
+    "scaled_then_summed": "loss = (torch.abs(out) / B).sum()",
+    "mean_only": "loss = F.cross_entropy(out, y) + 0.1 * out.pow(2).mean()",
+    "sum_reduction_divided_once": "loss = F.cross_entropy(out, y, reduction='sum') / B",
+    "kl_batchmean": "loss = F.kl_div(F.log_softmax(out, -1), F.softmax(torch.randn(B, 8), -1), reduction='batchmean')",
+    "pairwise_sum_over_b_squared": "loss = torch.abs(out @ out.t()).sum() / B / B",
+    "temperature_equal_to_batch": "loss = F.cross_entropy(out / B, y)",
+    "accumulation_divisor": "loss = F.mse_loss(out, torch.zeros_like(out)) / 4",
+    "vae_sum_over_batch": ("loss = (F.mse_loss(out, x, reduction='sum') "
+                           "- 0.5 * torch.sum(1 + out - out.pow(2) - out.exp())) / B"),
+    "tokens_summed_then_per_sequence": "loss = F.cross_entropy(out.repeat(3, 1), y.repeat(3), reduction='sum') / B",
+}
+
+
+@pytest.mark.parametrize("loss", list(_QUIET.values()), ids=list(_QUIET))
+def test_terms_normalized_once_are_quiet(tmp_path, loss):
+    report, _ = _run(tmp_path, QUIET.replace("LOSS", loss))
+    assert _codes(report, "silent.loss_term_divided_twice") == []
