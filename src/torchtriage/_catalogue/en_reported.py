@@ -5,3 +5,9 @@ MESSAGES = {
     "silent.loss_term_divided_twice.cause": "the term is already a mean over the batch (a `mean`, a loss's default reduction, or a sum divided by the batch size) and is divided by the batch size again: its gradient into every shared parameter is that many times too small, and the weight written next to it no longer means what it says.",
     "silent.loss_term_divided_twice.next": "Divide the term by the batch size once, like the other terms (drop the extra `/ batch_size`, or sum instead of averaging before dividing).",
 }
+MESSAGES.update({
+    "silent.metric_never_reset": "metric {metric} is computed {computes} times and never reset: its compute #{k} reports {value} over all {updates} updates ({samples} samples) so far, while over the {group} updates ({group_samples} samples) since the previous compute it is {own}",
+    "silent.metric_never_reset.counts": "metric {metric} is computed {computes} times and never reset: its compute #{k} covers all {updates} updates ({samples} samples) so far, not only the {group} updates ({group_samples} samples) since the previous compute",
+    "silent.metric_never_reset.cause": "a stateful metric keeps adding every update into its state until reset() is called: computed at each epoch's end without a reset, epoch k's figure is the metric over epochs 0..k. It lags behind the model and flattens its progress, and early stopping or checkpoint selection on it follows a stale average.",
+    "silent.metric_never_reset.next": "Call metric.reset() right after compute() at the end of each epoch (or before each epoch's first update); keep a separate metric object for a figure meant to cover the whole run.",
+})

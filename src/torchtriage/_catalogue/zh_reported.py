@@ -5,3 +5,9 @@ MESSAGES = {
     "silent.loss_term_divided_twice.cause": "该项已经是批上的均值（`mean`、损失函数默认的归约，或除以批大小的求和），又被批大小除了一次：它流向每个共享参数的梯度小了同样的倍数，写在它旁边的权重也不再是它字面的意思。",
     "silent.loss_term_divided_twice.next": "像其他项一样只除以一次批大小（去掉多余的 `/ batch_size`，或在相除之前求和而不是取均值）。",
 }
+MESSAGES.update({
+    "silent.metric_never_reset": "指标 {metric} 计算了 {computes} 次却从未重置：第 {k} 次 compute 报告的 {value} 覆盖了迄今全部 {updates} 次更新（{samples} 个样本），而只算上次 compute 之后的 {group} 次更新（{group_samples} 个样本）时它是 {own}",
+    "silent.metric_never_reset.counts": "指标 {metric} 计算了 {computes} 次却从未重置：第 {k} 次 compute 覆盖了迄今全部 {updates} 次更新（{samples} 个样本），而不只是上次 compute 之后的 {group} 次更新（{group_samples} 个样本）",
+    "silent.metric_never_reset.cause": "有状态的指标会把每次更新累加进状态，直到调用 reset()：在每个 epoch 结束时计算却不重置，第 k 个 epoch 的数值就是第 0..k 个 epoch 合起来的指标。它落后于模型、抹平了进步，据此做的早停或检查点选择跟随的是过时的平均值。",
+    "silent.metric_never_reset.next": "在每个 epoch 结束 compute() 之后立即调用 metric.reset()（或在每个 epoch 第一次更新之前）；要覆盖整个训练过程的数值请用另一个指标对象。",
+})

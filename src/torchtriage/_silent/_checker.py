@@ -39,6 +39,7 @@ from ._carried import GraphCarry, call_path, carried_finding
 from ._common import finding, first_tensor, fmt, is_index_tensor, shape
 from ._batchtwice import batch_of, twice_plans
 from ._divisor import division_plans
+from ._metricstate import MetricStates
 from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
 from ._intscale import int_scale_plans
@@ -78,6 +79,7 @@ class SilentChecker(Checker):
         self.carry = GraphCarry()  # graphs that grow across steps through a carried state
         self.zero = ZeroGradWatch()
         self.averaged = AveragedCopies(session)
+        self.metric_states = MetricStates(session)
         self.pads = PadAttention(session)
         self.sides = SideCalls(session, self._side_call)
         self.region: LossRegion | None = None
@@ -772,6 +774,9 @@ class SilentChecker(Checker):
             f.inside = 0
         self._drop_mask_follow()
         self._add_averaged()
+        self.metric_states.close()
+        for f in self.metric_states.findings(self._step):
+            self._add(f)
         self._leave_region()
         if self._losses:
             self._queue_collapse()
