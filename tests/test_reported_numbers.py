@@ -181,3 +181,201 @@ _QUIET = {
 def test_terms_normalized_once_are_quiet(tmp_path, loss):
     report, _ = _run(tmp_path, QUIET.replace("LOSS", loss))
     assert _codes(report, "silent.loss_term_divided_twice") == []
+
+
+# ---------------------------------------------------------------- a stateful metric never reset
+# (1) a plain loop: accuracy updated per batch, computed at each epoch's end
+RESET_PLAIN = """
+    import torch
+    import torch.nn as nn
+    import torchmetrics
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    x = torch.randn(192, 6)
+    y = (x[:, 0] + x[:, 1] > 0).long()
+    loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
+    model = nn.Linear(6, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    acc = torchmetrics.Accuracy(task="multiclass", num_classes=2)
+    for epoch in range(4):
+        for xb, yb in loader:
+            out = model(xb)
+            loss = nn.functional.cross_entropy(out, yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            acc.update(out.argmax(1), yb)
+        print(epoch, float(acc.compute()))  # HERE
+        RESET
+"""
+
+# (2) a function-based trainer: the metric called on each batch (forward), F1 over an evaluation
+RESET_FUNCTIONAL = """
+    import torch
+    import torch.nn as nn
+    from torchmetrics.classification import MulticlassF1Score
+
+    def evaluate(model, batches, f1):
+        model.eval()
+        with torch.no_grad():
+            for xb, yb in batches:
+                f1(model(xb).argmax(1), yb)
+        model.train()
+        return f1.compute().item()  # HERE
+
+    def fit(model, train, val, epochs):
+        opt = torch.optim.Adam(model.parameters(), lr=0.05)
+        f1 = MulticlassF1Score(num_classes=3, average="macro")
+        history = []
+        for _ in range(epochs):
+            for xb, yb in train:
+                loss = nn.functional.cross_entropy(model(xb), yb)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            history.append(evaluate(model, val, f1))
+            RESET
+        return history
+
+    torch.manual_seed(1)
+    def make(n):
+        x = torch.randn(n, 5)
+        return [(x[i:i + 20], x[i:i + 20, :3].argmax(1)) for i in range(0, n, 20)]
+    print(fit(nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.Linear(16, 3)), make(200), make(100), 5))
+"""
+
+# (3) a class trainer with Lightning-like epoch hooks: a regression error in a MetricCollection
+RESET_CLASS = """
+    import torch
+    import torch.nn as nn
+    from torchmetrics import MeanAbsoluteError, MetricCollection
+
+    class Regressor:
+        def __init__(self):
+            self.net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+            self.opt = torch.optim.SGD(self.net.parameters(), lr=0.05)
+            self.metrics = MetricCollection({"mae": MeanAbsoluteError()})
+
+        def training_step(self, x, y):
+            pred = self.net(x).squeeze(1)
+            loss = nn.functional.mse_loss(pred, y)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            self.metrics.update(pred.detach(), y)
+
+        def on_train_epoch_end(self):
+            logs = {k: v.item() for k, v in self.metrics.compute().items()}  # HERE
+            RESET
+            return logs
+
+    torch.manual_seed(2)
+    x = torch.randn(240, 4)
+    y = x @ torch.tensor([1.0, -2.0, 0.5, 0.0])
+    r = Regressor()
+    for epoch in range(5):
+        for i in range(0, 240, 24):
+            r.training_step(x[i:i + 24], y[i:i + 24])
+        print(r.on_train_epoch_end())
+"""
+
+
+def _reset(src, reset=""):
+    return src.replace("RESET", reset or "pass")
+
+
+@pytest.mark.parametrize("src,metric,computes,group", [
+    (RESET_PLAIN, "MulticlassAccuracy", 4, 6), (RESET_FUNCTIONAL, "MulticlassF1Score", 5, 5),
+    (RESET_CLASS, "MeanAbsoluteError", 5, 10)], ids=["plain_loop", "functional_forward", "class_collection"])
+def test_a_metric_computed_each_epoch_and_never_reset(tmp_path, src, metric, computes, group):
+    src = _reset(src)
+    report, _ = _run(tmp_path, src)
+    [f] = _codes(report, "silent.metric_never_reset")
+    assert (f.severity.value, f.category.value, f.line) == ("warning", "silent", _line(src))
+    ev = f.evidence
+    assert (ev["metric"], ev["computes"], ev["resets"]) == (metric, computes, 0)
+    assert ev["updates_since_previous_compute"] == group and ev["updates_in_last_compute"] == computes * group
+    k = f.message.split("compute #")[1].split(" ")[0]
+    i = int(k) - 1
+    reported, own = ev["reported_values"], ev["values_over_each_group"]
+    assert len(reported) == len(own) == computes and reported[0] == own[0]
+    assert abs(reported[i] - own[i]) >= 0.01 * abs(own[i])
+    assert f.message.startswith(f"metric {metric} is computed {computes} times and never reset: its compute #{k} "
+                                f"reports {reported[i]:.4g} over all {(i + 1) * group} updates")
+
+
+@pytest.mark.parametrize("src,reset", [
+    (RESET_PLAIN, "acc.reset()"), (RESET_FUNCTIONAL, "f1.reset()"), (RESET_CLASS, "self.metrics.reset()")],
+    ids=["plain_loop", "functional_forward", "class_collection"])
+def test_a_metric_reset_each_epoch_is_quiet(tmp_path, src, reset):
+    report, _ = _run(tmp_path, _reset(src, reset))
+    assert _codes(report, "silent.metric_never_reset") == []
+
+
+RUNNING = """
+    import torch
+    import torch.nn as nn
+    import torchmetrics
+
+    torch.manual_seed(0)
+    model = nn.Linear(6, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    VARIANT
+"""
+_RUNNING = {
+    # a running figure shown every few batches, reset at the epoch's end
+    "running_reset_at_epoch_end": """
+    acc = torchmetrics.Accuracy(task="multiclass", num_classes=2)
+    for epoch in range(3):
+        for i in range(8):
+            xb = torch.randn(16, 6); yb = (xb[:, 0] > 0).long()
+            out = model(xb); loss = nn.functional.cross_entropy(out, yb)
+            opt.zero_grad(); loss.backward(); opt.step()
+            acc(out, yb)
+            if i % 2 == 1:
+                print("running acc", acc.compute().item())
+        acc.reset()
+""",
+    # a fresh metric object each epoch
+    "new_metric_each_epoch": """
+    for epoch in range(3):
+        acc = torchmetrics.Accuracy(task="multiclass", num_classes=2)
+        for i in range(8):
+            xb = torch.randn(16, 6); yb = (xb[:, 0] > 0).long()
+            out = model(xb); loss = nn.functional.cross_entropy(out, yb)
+            opt.zero_grad(); loss.backward(); opt.step()
+            acc.update(out, yb)
+        print(acc.compute().item())
+""",
+    # reset before the epoch's first update
+    "reset_at_epoch_start": """
+    acc = torchmetrics.Accuracy(task="multiclass", num_classes=2)
+    for epoch in range(3):
+        acc.reset()
+        for i in range(8):
+            xb = torch.randn(16, 6); yb = (xb[:, 0] > 0).long()
+            out = model(xb); loss = nn.functional.cross_entropy(out, yb)
+            opt.zero_grad(); loss.backward(); opt.step()
+            acc.update(out, yb)
+        print(acc.compute().item())
+""",
+    # computed once, at the end of the run: a figure over the whole run, asked for as such
+    "computed_once": """
+    acc = torchmetrics.Accuracy(task="multiclass", num_classes=2)
+    for epoch in range(3):
+        for i in range(8):
+            xb = torch.randn(16, 6); yb = (xb[:, 0] > 0).long()
+            out = model(xb); loss = nn.functional.cross_entropy(out, yb)
+            opt.zero_grad(); loss.backward(); opt.step()
+            acc.update(out, yb)
+    print(acc.compute().item(), acc.compute().item())
+""",
+}
+
+
+@pytest.mark.parametrize("variant", list(_RUNNING.values()), ids=list(_RUNNING))
+def test_metrics_reset_or_computed_once_are_quiet(tmp_path, variant):
+    src = RUNNING.replace("    VARIANT\n", textwrap.indent(textwrap.dedent(variant), "    "))
+    report, _ = _run(tmp_path, src)
+    assert _codes(report, "silent.metric_never_reset") == []

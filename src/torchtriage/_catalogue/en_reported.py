@@ -11,3 +11,8 @@ MESSAGES.update({
     "silent.metric_never_reset.cause": "a stateful metric keeps adding every update into its state until reset() is called: computed at each epoch's end without a reset, epoch k's figure is the metric over epochs 0..k. It lags behind the model and flattens its progress, and early stopping or checkpoint selection on it follows a stale average.",
     "silent.metric_never_reset.next": "Call metric.reset() right after compute() at the end of each epoch (or before each epoch's first update); keep a separate metric object for a figure meant to cover the whole run.",
 })
+MESSAGES.update({
+    "batchmetrics.message": "{metric} is scored per batch and added into {target} at line {line}: the mean of its {batches} batch scores is {by_batch}, while over the pass's {samples} samples it is {over}",
+    "batchmetrics.cause": "precision, recall, F1, AUC are not means over samples: the average of per-batch scores depends on how the batches are composed (a batch without a positive scores that class 0), and even accuracy weighs a small last batch like a full one. The epoch figure, and any model selection or early stopping on it, is not the metric of the epoch.",
+    "batchmetrics.next": "Collect the pass's targets and predictions (or a confusion matrix) and compute the metric once over all of them at the pass's end.",
+})

@@ -11,3 +11,8 @@ MESSAGES.update({
     "silent.metric_never_reset.cause": "有状态的指标会把每次更新累加进状态，直到调用 reset()：在每个 epoch 结束时计算却不重置，第 k 个 epoch 的数值就是第 0..k 个 epoch 合起来的指标。它落后于模型、抹平了进步，据此做的早停或检查点选择跟随的是过时的平均值。",
     "silent.metric_never_reset.next": "在每个 epoch 结束 compute() 之后立即调用 metric.reset()（或在每个 epoch 第一次更新之前）；要覆盖整个训练过程的数值请用另一个指标对象。",
 })
+MESSAGES.update({
+    "batchmetrics.message": "{metric} 按 batch 计分，并在第 {line} 行累加进 {target}：{batches} 个 batch 分数的均值为 {by_batch}，而在这一遍的 {samples} 个样本上它是 {over}",
+    "batchmetrics.cause": "精确率、召回率、F1、AUC 不是样本上的均值：逐 batch 分数的平均取决于 batch 的组成（没有正例的 batch 在该类上得 0），即使是准确率也让较小的最后一个 batch 与完整 batch 权重相同。每个 epoch 的数值以及据此做的模型选择或早停，都不是该 epoch 真正的指标。",
+    "batchmetrics.next": "收集这一遍的全部目标和预测（或混淆矩阵），在这一遍结束时对它们一次性计算指标。",
+})
