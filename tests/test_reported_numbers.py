@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
+import numpy as np
 import pytest
 
 from test_ledger import alarms, run_script
@@ -379,3 +380,178 @@ def test_metrics_reset_or_computed_once_are_quiet(tmp_path, variant):
     src = RUNNING.replace("    VARIANT\n", textwrap.indent(textwrap.dedent(variant), "    "))
     report, _ = _run(tmp_path, src)
     assert _codes(report, "silent.metric_never_reset") == []
+
+
+# ---------------------------------------------------------------- metrics scored per batch and added up
+# (1) a plain loop: a rare positive class, F1 per validation batch appended and averaged
+BATCHF1_PLAIN = """
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    from sklearn.metrics import f1_score
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    x = torch.randn(320, 4)
+    y = (x[:, 0] > 1.0).long()
+    train = DataLoader(TensorDataset(x[:240], y[:240]), batch_size=16, shuffle=True)
+    val = DataLoader(TensorDataset(x[240:], y[240:]), batch_size=16)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    for epoch in range(4):
+        for xb, yb in train:
+            loss = nn.functional.cross_entropy(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        scores = []
+        with torch.no_grad():
+            for xb, yb in val:
+                scores.append(f1_score(yb.numpy(), model(xb).argmax(1).numpy(), zero_division=0))  # HERE
+        print(epoch, "val f1", np.mean(scores))
+"""
+
+# (2) a function-based evaluation: ROC AUC per batch summed and divided by the number of batches
+BATCHAUC_FUNCTIONAL = """
+    import torch
+    import torch.nn as nn
+    from sklearn import metrics
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def evaluate(model, loader):
+        total = 0.0
+        with torch.no_grad():
+            for xb, yb in loader:
+                p = torch.sigmoid(model(xb)).squeeze(1)
+                total += metrics.roc_auc_score(yb.numpy(), p.numpy())  # HERE
+        return total / len(loader)
+
+    def main():
+        torch.manual_seed(3)
+        x = torch.randn(400, 3)
+        y = ((x[:, 0] + 0.5 * torch.randn(400)) > 0).float()
+        order = torch.argsort(x[:, 1])  # batches sorted by a feature: each holds both classes
+        val = DataLoader(TensorDataset(x[order], y[order]), batch_size=40)
+        model = nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(3):
+            for i in range(0, 400, 50):
+                loss = nn.functional.binary_cross_entropy_with_logits(model(x[i:i + 50]).squeeze(1), y[i:i + 50])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            print(epoch, evaluate(model, val))
+
+    main()
+"""
+
+# (3) a class-based tracker: per-class recall of each batch added into an array
+BATCHRECALL_CLASS = """
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    from sklearn.metrics import recall_score
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Tracker:
+        def __init__(self, n):
+            self.recall = np.zeros(n)
+            self.n = 0
+
+        def add(self, target, pred):
+            r = recall_score(target, pred, labels=[0, 1, 2], average=None, zero_division=0)
+            self.recall += r  # HERE
+            self.n += 1
+
+        def result(self):
+            return self.recall / self.n
+
+    torch.manual_seed(5)
+    x = torch.randn(300, 6)
+    y = torch.where(x[:, 0] > 1.2, 2, (x[:, 1] > 0).long())
+    loader = DataLoader(TensorDataset(x, y), batch_size=25, shuffle=True)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    opt = torch.optim.Adam(model.parameters(), lr=0.02)
+    for epoch in range(3):
+        tr = Tracker(3)
+        for xb, yb in loader:
+            out = model(xb)
+            loss = nn.functional.cross_entropy(out, yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            tr.add(yb.numpy(), out.argmax(1).numpy())
+        print(epoch, tr.result())
+"""
+
+
+@pytest.mark.parametrize("src,metric,batches,samples", [
+    (BATCHF1_PLAIN, "f1_score", 5, 80), (BATCHAUC_FUNCTIONAL, "roc_auc_score", 10, 400),
+    (BATCHRECALL_CLASS, "recall_score", 12, 300)], ids=["plain_append_mean", "functional_auc_sum", "class_per_class"])
+def test_a_metric_scored_per_batch_and_added_up(tmp_path, src, metric, batches, samples):
+    report, _ = _run(tmp_path, src)
+    [f] = _codes(report, "silent.metric_averaged_over_batches")
+    assert (f.severity.value, f.category.value, f.line) == ("warning", "silent", _line(src))
+    ev = f.evidence
+    assert (ev["metric"], ev["batches"], ev["samples"], ev["accumulated_at_line"]) == (
+        metric, batches, samples, _line(src))
+    b, o = np.asarray(ev["mean_of_batches"]), np.asarray(ev["over_the_pass"])
+    i = ev.get("class", 0)
+    assert abs(b.reshape(-1)[i] - o.reshape(-1)[i]) >= 0.01 * abs(o.reshape(-1)[i])
+    assert f.message.startswith(f"{metric}" + (f" (class {i})" if "class" in ev else "") + " is scored per batch")
+
+
+BATCH_QUIET = """
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    from sklearn.metrics import accuracy_score, f1_score
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    x = torch.randn(320, 4)
+    y = (x[:, 0] > 1.0).long()
+    train = DataLoader(TensorDataset(x[:240], y[:240]), batch_size=16, shuffle=True)
+    val = DataLoader(TensorDataset(x[240:], y[240:]), batch_size=16)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    for epoch in range(3):
+        for xb, yb in train:
+            loss = nn.functional.cross_entropy(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        VARIANT
+"""
+_BATCH_QUIET = {
+    # the pass's predictions collected, the metric computed once
+    "collected_then_scored": """
+        ts, ps = [], []
+        with torch.no_grad():
+            for xb, yb in val:
+                ts.append(yb.numpy()); ps.append(model(xb).argmax(1).numpy())
+        print(f1_score(np.concatenate(ts), np.concatenate(ps), zero_division=0))
+""",
+    # accuracy per batch over batches of one size: the mean of the batches is the mean of the rows
+    "accuracy_equal_batches": """
+        acc = 0.0
+        with torch.no_grad():
+            for xb, yb in val:
+                acc += accuracy_score(yb.numpy(), model(xb).argmax(1).numpy())
+        print(acc / len(val))
+""",
+    # a per-batch score logged as it is, never added up
+    "per_batch_logged": """
+        with torch.no_grad():
+            for i, (xb, yb) in enumerate(val):
+                s = f1_score(yb.numpy(), model(xb).argmax(1).numpy(), zero_division=0)
+                print("batch", i, s)
+""",
+}
+
+
+@pytest.mark.parametrize("variant", list(_BATCH_QUIET.values()), ids=list(_BATCH_QUIET))
+def test_metrics_scored_over_the_pass_are_quiet(tmp_path, variant):
+    src = BATCH_QUIET.replace("        VARIANT\n", textwrap.indent(textwrap.dedent(variant), "        "))
+    report, _ = _run(tmp_path, src)
+    assert _codes(report, "silent.metric_averaged_over_batches") == []
