@@ -16,3 +16,8 @@ MESSAGES.update({
     "batchmetrics.cause": "precision, recall, F1, AUC are not means over samples: the average of per-batch scores depends on how the batches are composed (a batch without a positive scores that class 0), and even accuracy weighs a small last batch like a full one. The epoch figure, and any model selection or early stopping on it, is not the metric of the epoch.",
     "batchmetrics.next": "Collect the pass's targets and predictions (or a confusion matrix) and compute the metric once over all of them at the pass's end.",
 })
+MESSAGES.update({
+    "units.message": "{total} sums {what} but is divided by {denom}, which counts {counts}{extra}: the reported mean is {factor} times the mean of what was summed (mean batch size {batch})",
+    "units.cause": "a running mean is right only when the sum and the count count the same things: batch means over the number of batches, or per-batch sums (loss times the batch size, a reduction='sum' loss) over the number of samples. Mixing them scales the figure by the batch size, and a further count of another loader scales it again; comparisons with the validation loss, or between runs with different batch sizes, are off by that factor.",
+    "units.next": "Sum loss.item() * batch_size and divide by the number of samples (or sum the batch means and divide by the number of batches); drop factors that count another loader.",
+})

@@ -16,3 +16,8 @@ MESSAGES.update({
     "batchmetrics.cause": "精确率、召回率、F1、AUC 不是样本上的均值：逐 batch 分数的平均取决于 batch 的组成（没有正例的 batch 在该类上得 0），即使是准确率也让较小的最后一个 batch 与完整 batch 权重相同。每个 epoch 的数值以及据此做的模型选择或早停，都不是该 epoch 真正的指标。",
     "batchmetrics.next": "收集这一遍的全部目标和预测（或混淆矩阵），在这一遍结束时对它们一次性计算指标。",
 })
+MESSAGES.update({
+    "units.message": "{total} 累加的是 {what}，却除以 {denom}（它计数的是 {counts}）{extra}：报告的均值是被累加值均值的 {factor} 倍（平均批大小 {batch}）",
+    "units.cause": "滑动均值只有在累加和计数统计同一种东西时才正确：批均值除以批数，或逐批求和（损失乘以批大小，或 reduction='sum' 的损失）除以样本数。混用会让数值按批大小缩放，再乘以另一个加载器的长度还会再缩放一次；与验证损失的比较、不同批大小运行之间的比较都会偏差这个倍数。",
+    "units.next": "累加 loss.item() * batch_size 并除以样本数（或累加批均值并除以批数）；去掉计数另一个加载器的因子。",
+})

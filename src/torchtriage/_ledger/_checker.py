@@ -22,6 +22,7 @@ import torch.nn as nn
 from .._checker import Checker, LossCall
 from .._loaderstream import stream
 from ._denominator import Denominators
+from ._units import LossUnits
 from ._encoding import Encodings
 from ._encoding import judge as judge_encodings
 from ._epochs import Epoch, Loader
@@ -77,6 +78,7 @@ class DataLedger(Checker):
         stream(session).listen("ledger.workers", self.workers)
         self.repeatable = Repeatable(self)  # evaluation inputs that change from pass to pass
         stream(session).listen("ledger.repeatable", self.repeatable)
+        self.loss_units = LossUnits()  # the reduction of each loss output (a batch mean or a batch sum)
         self.denominators = Denominators(self)  # a mean's denominator against the pass's counts
         self.unbackwarded = Unbackwarded(self)  # training forwards whose graph never reaches a backward
         self.heldlabels = HeldLabels(self)  # held-out labels in a loss that is trained on
@@ -118,6 +120,7 @@ class DataLedger(Checker):
         self.unbackwarded.on_forward(model, args, kwargs, output)
 
     def on_loss(self, call: LossCall) -> None:
+        self.loss_units.on_loss(call)
         self.unbackwarded.on_loss(call)
         self.heldlabels.on_loss(call)
 

@@ -35,6 +35,7 @@ from .._loaderstream import tensors as batch_tensors
 from ._batchmetrics import BatchMetrics
 from ._batchmeans import _following, _resolve, batch_ratio_means, finding_of
 from ._lines import _tree
+from ._units import frames_of, unit_findings
 
 if TYPE_CHECKING:
     from ._checker import DataLedger
@@ -106,6 +107,12 @@ class Denominators:
             if of is not None and _loaderish(of) and not any(of is m for m in mine):
                 continue  # another loader's count: that pass's mean (one loop over a train and a val phase)
             self.judge(f, div, text, value, c[0], c[1], c[2])
+        units = getattr(self.ledger, "loss_units", None)
+        if units is not None:
+            for g in frames_of(f):
+                for found in unit_findings(g, units, c[0], c[1], loader,
+                                           getattr(getattr(self.ledger, "session", None), "step", None)):
+                    self.found.setdefault((found.file, found.line), found)
         if len(sizes) == c[0]:
             for line, _, fields in batch_ratio_means(f, sizes):
                 found = finding_of(f, line, fields, getattr(getattr(self.ledger, "session", None), "step", None))
