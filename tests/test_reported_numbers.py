@@ -555,3 +555,159 @@ def test_metrics_scored_over_the_pass_are_quiet(tmp_path, variant):
     src = BATCH_QUIET.replace("        VARIANT\n", textwrap.indent(textwrap.dedent(variant), "        "))
     report, _ = _run(tmp_path, src)
     assert _codes(report, "silent.metric_averaged_over_batches") == []
+
+
+# ---------------------------------------------------------------- a running mean in mixed units
+# (1) a plain loop: batch means summed, divided by the dataset's size
+UNITS_PLAIN = """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    x = torch.randn(256, 5)
+    y = x.sum(1, keepdim=True)
+    train_loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
+    model = nn.Linear(5, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    criterion = nn.MSELoss()
+    for epoch in range(3):
+        epoch_loss = 0.0
+        for xb, yb in train_loader:
+            loss = criterion(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            epoch_loss += loss.item()
+        print(epoch, epoch_loss / len(train_loader.dataset))  # HERE
+"""
+
+# (2) a function-based epoch: the loop counts samples itself
+UNITS_FUNCTIONAL = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def train_epoch(model, loader, opt):
+        total, seen = 0.0, 0
+        for images, labels in loader:
+            logits = model(images)
+            loss = F.cross_entropy(logits, labels)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.detach()
+            seen += len(labels)
+        return float(total / seen)  # HERE
+
+    torch.manual_seed(1)
+    data = TensorDataset(torch.randn(200, 8), torch.randint(0, 4, (200,)))
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(2):
+        print(train_epoch(model, DataLoader(data, batch_size=20, shuffle=True), opt))
+"""
+
+# (3) a class trainer: a sum-reduced loss averaged over the steps
+UNITS_CLASS = """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Trainer:
+        def __init__(self, model):
+            self.model = model
+            self.crit = nn.L1Loss(reduction="sum")
+            self.opt = torch.optim.SGD(model.parameters(), lr=0.001)
+
+        def fit_epoch(self, loader):
+            running, steps = 0.0, 0
+            for x, y in loader:
+                loss = self.crit(self.model(x), y)
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+                running += loss.item()
+                steps += 1
+            return running / steps  # HERE
+
+    torch.manual_seed(2)
+    x = torch.randn(160, 3)
+    t = Trainer(nn.Linear(3, 2))
+    for epoch in range(2):
+        print(t.fit_epoch(DataLoader(TensorDataset(x, x[:, :2] * 2), batch_size=16)))
+"""
+
+# (4) iterations drawn from a generator over the loader; the figure also multiplied by another loader's length
+UNITS_GENERATOR = """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def batches(loader, n):
+        i = 0
+        while True:
+            for b in loader:
+                if i >= n:
+                    return
+                yield b
+                i += 1
+
+    torch.manual_seed(3)
+    train = DataLoader(TensorDataset(torch.randn(300, 4), torch.randint(0, 2, (300,))), batch_size=25, shuffle=True)
+    val = DataLoader(TensorDataset(torch.randn(100, 4), torch.randint(0, 2, (100,))), batch_size=25)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    run, n = 0.0, 0
+    for it, (x, y) in enumerate(batches(train, 30)):
+        loss = loss_fn(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        n += y.size(0)
+        run += loss.item()
+        if (it + 1) % 10 == 0:
+            print("train_loss", run / n * len(val))  # HERE
+            run, n = 0.0, 0
+"""
+
+
+@pytest.mark.parametrize("src,total,denom,counts,factor", [
+    (UNITS_PLAIN, "epoch_loss", "len(train_loader.dataset)", "samples", 1 / 32),
+    (UNITS_FUNCTIONAL, "total", "seen", "samples", 1 / 20),
+    (UNITS_CLASS, "running", "steps", "batches", 16.0),
+    (UNITS_GENERATOR, "run", "n", "samples", 4 / 25)], ids=["plain_dataset_len", "functional_loop_count",
+                                                            "class_sum_over_steps", "generator_other_loader"])
+def test_a_running_mean_in_mixed_units(tmp_path, src, total, denom, counts, factor):
+    report, _ = _run(tmp_path, src)
+    [f] = _codes(report, "silent.reported_mean_units")
+    assert (f.severity.value, f.category.value, f.line) == ("warning", "silent", _line(src))
+    ev = f.evidence
+    assert (ev["sum"], ev["denominator"], ev["denominator_counts"]) == (total, denom, counts)
+    assert ev["factor"] == pytest.approx(factor, rel=1e-4)
+    assert f.message.startswith(f"{total} sums ")
+    assert f"the reported mean is {factor:.3g} times the mean of what was summed" in f.message
+
+
+_UNITS_QUIET = {
+    "means_over_batches": ("epoch_loss += loss.item()", "epoch_loss / len(train_loader)"),
+    "sums_over_samples": ("epoch_loss += loss.item() * xb.size(0)", "epoch_loss / len(train_loader.dataset)"),
+    "sums_with_a_size_name": ("bs = xb.shape[0]; epoch_loss += loss.item() * bs", "epoch_loss / len(train_loader.dataset)"),
+}
+
+
+@pytest.mark.parametrize("add,div", list(_UNITS_QUIET.values()), ids=list(_UNITS_QUIET))
+def test_running_means_in_one_unit_are_quiet(tmp_path, add, div):
+    src = UNITS_PLAIN.replace("epoch_loss += loss.item()", add).replace(
+        "epoch_loss / len(train_loader.dataset)", div)
+    report, _ = _run(tmp_path, src)
+    assert _codes(report, "silent.reported_mean_units") == []
+    assert _codes(report, "data.mean_denominator") == []
+
+
+def test_a_sum_reduced_loss_over_the_samples_is_quiet(tmp_path):
+    src = UNITS_CLASS.replace("steps += 1", "steps += x.size(0)")
+    report, _ = _run(tmp_path, src)
+    assert _codes(report, "silent.reported_mean_units") == []
