@@ -694,7 +694,8 @@ def test_a_running_mean_in_mixed_units(tmp_path, src, total, denom, counts, fact
 _UNITS_QUIET = {
     "means_over_batches": ("epoch_loss += loss.item()", "epoch_loss / len(train_loader)"),
     "sums_over_samples": ("epoch_loss += loss.item() * xb.size(0)", "epoch_loss / len(train_loader.dataset)"),
-    "sums_with_a_size_name": ("bs = xb.shape[0]; epoch_loss += loss.item() * bs", "epoch_loss / len(train_loader.dataset)"),
+    "sums_with_a_size_name": ("bs = xb.shape[0]; epoch_loss += loss.item() * bs",
+                              "epoch_loss / len(train_loader.dataset)"),
 }
 
 

@@ -137,7 +137,7 @@ class BatchMetrics:
         sites: dict[tuple[str, int, str], list[_Call]] = {}
         for c in mine:
             sites.setdefault((c.file, c.line, c.name), []).append(c)
-        for (file, line, _), calls in sites.items():
+        for calls in sites.values():
             if len(calls) != batches:
                 continue
             self.depth += 1
@@ -270,7 +270,7 @@ def _accumulated(call: _Call) -> list[tuple[int | None, str, int]]:
             continue
         index = _use(value, site, names)
         if index is not False:
-            out.append((index, target, n.lineno))  # type: ignore[arg-type]
+            out.append((None if index is None else int(index), target, getattr(n, "lineno", call.line)))
     return out
 
 

@@ -22,7 +22,6 @@ import torch.nn as nn
 from .._checker import Checker, LossCall
 from .._loaderstream import stream
 from ._denominator import Denominators
-from ._units import LossUnits
 from ._encoding import Encodings
 from ._encoding import judge as judge_encodings
 from ._epochs import Epoch, Loader
@@ -42,6 +41,7 @@ from ._repeatable import judge as judge_repeatable
 from ._scaling import judge as judge_scaling
 from ._scaling import judge_stored
 from ._unbackwarded import Unbackwarded
+from ._units import LossUnits
 from ._weights import SamplerLines
 from ._workers import Workers
 from ._workers import judge as judge_workers

@@ -32,8 +32,8 @@ from .._finding import from_catalogue
 from .._frames import user_frame_of, user_stack_frame
 from .._loaderstream import as_rows
 from .._loaderstream import tensors as batch_tensors
-from ._batchmetrics import BatchMetrics
 from ._batchmeans import _following, _resolve, batch_ratio_means, finding_of
+from ._batchmetrics import BatchMetrics
 from ._lines import _tree
 from ._units import frames_of, unit_findings
 
@@ -58,7 +58,8 @@ class Denominators:
         try:
             self.metrics = BatchMetrics(ledger.session)  # per-batch metric scores added up over a pass
         except Exception as e:
-            ledger.session.internal_error("data_ledger.batch_metrics", e)
+            if ledger.session is not None:
+                ledger.session.internal_error("data_ledger.batch_metrics", e)
 
     def on_begin(self, it: Any, loader: Any) -> None:
         self.counts[id(it)] = [0, 0, _shards(loader)]

@@ -168,13 +168,7 @@ def unit_findings(f: types.FrameType, units: LossUnits, batches: int, samples: i
         denom_unit, denom_text = _denominator_unit(node.right, f, counts, mine)
         if denom_unit is None:
             continue
-        found = None
-        for addend in sums[num.id]:
-            unit = _addend_unit(addend, f, units, assigned, sizes)
-            if unit is None:
-                continue
-            found = unit
-            break
+        found = next((u for a in sums[num.id] if (u := _addend_unit(a, f, units, assigned, sizes)) is not None), None)
         if found is None:
             continue
         unit, loss_name = found
@@ -225,7 +219,7 @@ def _multiplier(parent: Any, node: ast.AST, f: types.FrameType, mine: tuple[Any,
         return 1.0, ""
     if not isinstance(of, (DataLoader, Dataset)) or any(of is m for m in mine):
         return 1.0, ""
-    return float(len(of)), ast.unparse(other)
+    return float(len(of)), ast.unparse(other)  # type: ignore[arg-type]
 
 
 def _finding(f: types.FrameType, node: ast.AST, total: str, loss: str, unit: str, denom: str, denom_unit: str,

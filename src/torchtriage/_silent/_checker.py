@@ -35,16 +35,16 @@ from .._findings import Category, Finding, Severity, Stage
 from .._frames import user_frame_from_stack, user_stack_frame
 from .._modestack import own_modes_off
 from ._averaged import AveragedCopies
+from ._batchtwice import batch_of, twice_plans
 from ._carried import GraphCarry, call_path, carried_finding
 from ._common import finding, first_tensor, fmt, is_index_tensor, shape
-from ._batchtwice import batch_of, twice_plans
 from ._divisor import division_plans
-from ._metricstate import MetricStates
 from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
 from ._intscale import int_scale_plans
 from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules, trainable_stochastic_modules
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
+from ._metricstate import MetricStates
 from ._node_site import INPUT_VERDICTS, input_module
 from ._overflow import exp_nodes, overflow_verdict
 from ._pad_mask import PadAttention
@@ -775,8 +775,8 @@ class SilentChecker(Checker):
         self._drop_mask_follow()
         self._add_averaged()
         self.metric_states.close()
-        for f in self.metric_states.findings(self._step):
-            self._add(f)
+        for stale in self.metric_states.findings(self._step):
+            self._add(stale)
         self._leave_region()
         if self._losses:
             self._queue_collapse()
