@@ -174,6 +174,7 @@ _QUIET = {
     "accumulation_divisor": "loss = F.mse_loss(out, torch.zeros_like(out)) / 4",
     "vae_sum_over_batch": ("loss = (F.mse_loss(out, x, reduction='sum') "
                            "- 0.5 * torch.sum(1 + out - out.pow(2) - out.exp())) / B"),
+    "single_term_mean_divided_again": "loss = F.cross_entropy(out, y, ignore_index=255); loss /= out.size(0)",
     "tokens_summed_then_per_sequence": "loss = F.cross_entropy(out.repeat(3, 1), y.repeat(3), reduction='sum') / B",
 }
 

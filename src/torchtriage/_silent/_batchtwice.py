@@ -38,17 +38,20 @@ _LINEAR = frozenset({"add", "__add__", "__radd__", "add_", "__iadd__", "sub", "_
                      "unsqueeze", "select", "index_select", "masked_select", "stack", "cat", "concat", "clone",
                      "contiguous", "to", "float", "double", "transpose", "permute", "t", "expand", "expand_as",
                      "view_as", "reshape_as", "narrow", "gather", "sum_to_size"}) | _MUL | _DIV
+_JOIN = frozenset({"add", "__add__", "__radd__", "add_", "__iadd__", "sub", "__sub__", "__rsub__", "sub_",
+                   "__isub__", "stack", "cat", "concat"})  # ops that put terms together
 _LOSSES = frozenset({"l1_loss", "mse_loss", "smooth_l1_loss", "huber_loss", "cross_entropy", "nll_loss",
                      "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "soft_margin_loss",
                      "poisson_nll_loss", "gaussian_nll_loss", "multilabel_soft_margin_loss"})
 
 
 class _State:
-    __slots__ = ("divs", "reduced", "frames", "explicit", "term")
+    __slots__ = ("divs", "reduced", "frames", "explicit", "term", "mixed")
 
     def __init__(self, divs: int = 0, reduced: int = 0, frames: tuple[Any, ...] = (), explicit: int = 0,
-                 term: Any = None) -> None:
+                 term: Any = None, mixed: bool = False) -> None:
         self.divs, self.reduced, self.frames, self.explicit, self.term = divs, reduced, frames, explicit, term
+        self.mixed = mixed  # added to a batch-reduced term normalized once: its weight is relative
 
     @property
     def excess(self) -> int:
@@ -115,7 +118,8 @@ def _transfer(op: Any, name: str, states: dict[int, _State], batch: int) -> _Sta
         if not n:
             return base
         mean = n if name in _MEAN else 0
-        return _State(s.divs + mean, s.reduced + n, s.frames + ((op.frame,) if mean else ()), s.explicit, s.term)
+        return _State(s.divs + mean, s.reduced + n, s.frames + ((op.frame,) if mean else ()), s.explicit, s.term,
+                      s.mixed)
     if name in _DIV or name in _MUL:
         other = args[1] if len(args) > 1 else op.kwargs.get("other")
         c = _number(other)
@@ -123,11 +127,14 @@ def _transfer(op: Any, name: str, states: dict[int, _State], batch: int) -> _Sta
             s = base or _State()
             scale = c if name in _DIV else 1.0 / c
             if abs(scale - batch) < 1e-6:
-                return _State(s.divs + 1, s.reduced, s.frames + (op.frame,), s.explicit + 1, s.term)
+                return _State(s.divs + 1, s.reduced, s.frames + (op.frame,), s.explicit + 1, s.term, s.mixed)
             if abs(scale * batch - 1) < 1e-6:
-                return _State(s.divs - 1, s.reduced, s.frames, s.explicit, s.term)
+                return _State(s.divs - 1, s.reduced, s.frames, s.explicit, s.term, s.mixed)
         return base
     if name in _LINEAR:
+        if name in _JOIN and base is not None and base.excess > 0 and not base.mixed and any(
+                s.reduced > 0 and s.excess <= 0 for s in ins):
+            return _State(base.divs, base.reduced, base.frames, base.explicit, base.term, True)
         return base
     return None  # a nonlinear op: a scale before it is no term's weight
 
@@ -149,13 +156,13 @@ def twice_plans(ops: list[Any], root: torch.Tensor, batch: int) -> list[tuple[Pl
                 states.pop(id(t), None)
             continue
         if s.excess > 0 and s.reduced > 0 and s.term is None and s.explicit > 0 and outs:
-            s = _State(s.divs, s.reduced, s.frames, s.explicit, outs[0])  # the term, as it is first over-divided
+            s = _State(s.divs, s.reduced, s.frames, s.explicit, outs[0], s.mixed)  # the term, first over-divided
         for t in outs:
             states[id(t)] = s
     s = states.get(id(root))
-    if s is None or s.excess <= 0 or s.reduced <= 0 or s.explicit <= 0 or not isinstance(s.term, torch.Tensor) \
-            or s.term.numel() != 1:
-        return []
+    if s is None or s.excess <= 0 or s.reduced <= 0 or s.explicit <= 0 or not s.mixed \
+            or not isinstance(s.term, torch.Tensor) or s.term.numel() != 1:
+        return []  # (a loss that is one term divided twice is only rescaled: the learning rate absorbs it)
     frames = [f for f in s.frames if f is not None]
     if not frames:
         return []
