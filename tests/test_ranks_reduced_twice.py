@@ -60,3 +60,30 @@ def test_an_evaluation_set_cut_by_hand_and_reported_by_rank_0(tmp_path):
 def test_the_whole_set_on_every_rank_or_reduced_parts_are_quiet(tmp_path, mode):
     found = run_hand(tmp_path, mode)
     assert [f["code"] for f in found if f["code"] == "distributed.eval_not_reduced"] == []
+
+
+STREAM = "hand_sharded_stream.py"
+
+
+def run_stream(tmp_path, mode):
+    out = tmp_path / "report.json"
+    res = torchrun(["-m", "torchtriage", "run", "--json", str(out), str(ZOO / STREAM), mode],
+                   cwd=tmp_path, timeout=150, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
+    assert res.returncode == 0, res.stderr
+    assert "TriageInternalWarning" not in res.stderr
+    return json.loads(out.read_text())["findings"]
+
+
+def test_a_stream_cut_by_hand_whose_windows_shift_between_evaluations(tmp_path):
+    """Session 12: the evaluation windows start elsewhere at each pass (an iterator keeping its
+    offset): the rows they hold are the same set, so the parts are still one set cut by rank."""
+    lines = (ZOO / STREAM).read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if text.rstrip().endswith("# HERE"))
+    [f] = [f for f in run_stream(tmp_path, "bug") if f["code"] == "distributed.eval_not_reduced"]
+    assert (f["severity"], f["line"], f["category"]) == ("warning", line, "distributed")
+    assert f["evidence"]["world_size"] == 2 and f["evidence"]["share_rank0"] == 0.5
+
+
+def test_a_stream_cut_by_hand_and_reduced_is_quiet(tmp_path):
+    found = run_stream(tmp_path, "reduced")
+    assert [f["code"] for f in found if f["code"] == "distributed.eval_not_reduced"] == []

@@ -42,6 +42,7 @@ from ._repeatable import judge as judge_repeatable
 from ._scaling import judge as judge_scaling
 from ._scaling import judge_stored
 from ._unbackwarded import Unbackwarded
+from ._units import LossUnits
 from ._weights import SamplerLines
 from ._workers import Workers
 from ._workers import judge as judge_workers
@@ -78,6 +79,7 @@ class DataLedger(Checker):
         stream(session).listen("ledger.workers", self.workers)
         self.repeatable = Repeatable(self)  # evaluation inputs that change from pass to pass
         stream(session).listen("ledger.repeatable", self.repeatable)
+        self.loss_units = LossUnits()  # the reduction of each loss output (a batch mean or a batch sum)
         self.denominators = Denominators(self)  # a mean's denominator against the pass's counts
         self.afterloop = AfterLoop(self)  # a step after the batch loop, on its last batch
         stream(session).listen("ledger.afterloop", self.afterloop)
@@ -122,6 +124,7 @@ class DataLedger(Checker):
         self.afterloop.on_forward(model, args, kwargs)
 
     def on_loss(self, call: LossCall) -> None:
+        self.loss_units.on_loss(call)
         self.unbackwarded.on_loss(call)
         self.heldlabels.on_loss(call)
 

@@ -33,7 +33,9 @@ from .._frames import user_frame_of, user_stack_frame
 from .._loaderstream import as_rows
 from .._loaderstream import tensors as batch_tensors
 from ._batchmeans import _following, _resolve, batch_ratio_means, finding_of
+from ._batchmetrics import BatchMetrics
 from ._lines import _tree
+from ._units import frames_of, unit_findings
 
 if TYPE_CHECKING:
     from ._checker import DataLedger
@@ -51,14 +53,25 @@ class Denominators:
         self.sizes: dict[int, list[int]] = {}  # id(iterator) -> the pass's batch sizes (the first MAX_SIZES)
         self.loaders: dict[int, Any] = {}  # id(iterator) -> the loader it iterates
         self.found: dict[tuple[str, int], Any] = {}
+        self.marks: dict[int, int] = {}  # id(iterator) -> the last scikit-learn metric call before its pass
+        self.metrics: BatchMetrics | None = None
+        try:
+            self.metrics = BatchMetrics(ledger.session)  # per-batch metric scores added up over a pass
+        except Exception as e:
+            if ledger.session is not None:
+                ledger.session.internal_error("data_ledger.batch_metrics", e)
 
     def on_begin(self, it: Any, loader: Any) -> None:
         self.counts[id(it)] = [0, 0, _shards(loader)]
+        if self.metrics is not None:
+            self.marks[id(it)] = self.metrics.mark()
         self.sizes[id(it)] = []
         self.loaders[id(it)] = loader
 
     def on_reset(self, it: Any, loader: Any) -> None:
         self.counts[id(it)] = [0, 0, _shards(loader)]
+        if self.metrics is not None:
+            self.marks[id(it)] = self.metrics.mark()
         self.sizes[id(it)] = []
         self.loaders[id(it)] = loader
 
@@ -81,8 +94,12 @@ class Denominators:
         c = self.counts.pop(id(it), None)
         sizes = self.sizes.pop(id(it), [])
         loader = self.loaders.pop(id(it), None)
+        mark = self.marks.pop(id(it), None)
         if c is None or not c[0]:
             return
+        if self.metrics is not None and mark is not None and len(sizes) == c[0]:
+            self.metrics.guarded(self.metrics.on_pass, mark, sizes,
+                                 getattr(getattr(self.ledger, "session", None), "step", None))
         f = user_stack_frame(1)
         if f is None:
             return
@@ -91,6 +108,12 @@ class Denominators:
             if of is not None and _loaderish(of) and not any(of is m for m in mine):
                 continue  # another loader's count: that pass's mean (one loop over a train and a val phase)
             self.judge(f, div, text, value, c[0], c[1], c[2])
+        units = getattr(self.ledger, "loss_units", None)
+        if units is not None:
+            for g in frames_of(f):
+                for found in unit_findings(g, units, c[0], c[1], loader,
+                                           getattr(getattr(self.ledger, "session", None), "step", None)):
+                    self.found.setdefault((found.file, found.line), found)
         if len(sizes) == c[0]:
             for line, _, fields in batch_ratio_means(f, sizes):
                 found = finding_of(f, line, fields, getattr(getattr(self.ledger, "session", None), "step", None))
@@ -126,7 +149,8 @@ class Denominators:
                                          stage="data", source_line=True)
 
     def end(self) -> list[Any]:
-        return list(self.found.values())
+        metrics = self.metrics.end() if self.metrics is not None else []
+        return list(self.found.values()) + metrics
 
 
 def _shards(loader: Any) -> int:

@@ -32,7 +32,10 @@ from .._loaderstream import tensors as batch_tensors
 from ._evalsync import REDUCING
 
 MAX_FORWARDS = 4096  # forwards digested per phase
+MAX_ROWS = 65_536  # input rows digested per phase
 MAX_LINES = 16  # forward lines followed
+SAME = 0.5  # two phases sharing this share of their rows evaluate one set (windows that shift between passes)
+APART = 0.02  # ranks sharing at most this share of their rows evaluate parts of one set
 META = "ledger_evalshards"
 
 
@@ -42,6 +45,7 @@ class _Phase:
         self.counts = counts
         self.keys: list[torch.Tensor] = []
         self.forwards = 0
+        self.rows = 0
         self.reduced: bool | None = None
 
 
@@ -83,9 +87,10 @@ class EvalShards:
                 return
             p = self.phase = _Phase(frame, self._reducing(tracker))
         p.forwards += 1
-        if len(p.keys) < MAX_FORWARDS:
+        if len(p.keys) < MAX_FORWARDS and p.rows < MAX_ROWS:
             with torch.no_grad():
-                p.keys.append(dense_keys(x.detach().reshape(1, -1)))
+                p.keys.append(dense_keys(x.detach().reshape(x.shape[0], -1)))  # one digest per input row
+            p.rows += int(x.shape[0])
 
     def training(self) -> None:
         """A training forward or a backward: the open phase ends."""
@@ -112,10 +117,17 @@ class EvalShards:
             sets = [sorted(set(torch.cat(p.keys).tolist())) for p in phases]
             first = phases[0]
             mine[f"{file}:{line}"] = {
-                "keys": sets[0], "repeated": len(sets) >= 2 and sets[0] == sets[1], "forwards": first.forwards,
+                "keys": sets[0], "repeated": len(sets) >= 2 and _shared(sets[0], sets[1]) >= SAME,
+                "forwards": first.forwards,
                 "reduced": bool(first.reduced), "file": file, "line": line,
                 "function": first.frame.function if first.frame is not None else ""}
         self.session.meta[META] = {"world_size": info.world_size, "lines": mine}
+
+
+def _shared(a: Any, b: Any) -> float:
+    """The share of the smaller of two sets of row digests that the other holds too."""
+    a, b = set(a), set(b)
+    return len(a & b) / max(1, min(len(a), len(b)))
 
 
 def compare(records: dict[int, dict[str, Any]]) -> list[Any]:
@@ -129,7 +141,7 @@ def compare(records: dict[int, dict[str, Any]]) -> list[Any]:
         if any(p is None or not p["repeated"] or len(p["keys"]) < 2 for p in parts) or a["reduced"]:
             continue
         sets = [set(p["keys"]) for p in parts]
-        if any(sets[i] & sets[j] for i in range(len(sets)) for j in range(i + 1, len(sets))):
+        if any(_shared(sets[i], sets[j]) > APART for i in range(len(sets)) for j in range(i + 1, len(sets))):
             continue  # the ranks evaluate (some of) the same inputs: not one set cut in parts
         total = sum(p["forwards"] for p in parts)
         share = a["forwards"] / total

@@ -35,6 +35,7 @@ from .._findings import Category, Finding, Severity, Stage
 from .._frames import user_frame_from_stack, user_stack_frame
 from .._modestack import own_modes_off
 from ._averaged import AveragedCopies
+from ._batchtwice import batch_of, twice_plans
 from ._carried import GraphCarry, call_path, carried_finding
 from ._common import finding, first_tensor, fmt, is_index_tensor, shape
 from ._divisor import division_plans
@@ -43,6 +44,7 @@ from ._flags import DeferredFlags
 from ._intscale import int_scale_plans
 from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules, trainable_stochastic_modules
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
+from ._metricstate import MetricStates
 from ._node_site import INPUT_VERDICTS, input_module
 from ._overflow import exp_nodes, overflow_verdict
 from ._pad_mask import PadAttention
@@ -77,6 +79,7 @@ class SilentChecker(Checker):
         self.carry = GraphCarry()  # graphs that grow across steps through a carried state
         self.zero = ZeroGradWatch()
         self.averaged = AveragedCopies(session)
+        self.metric_states = MetricStates(session)
         self.pads = PadAttention(session)
         self.sides = SideCalls(session, self._side_call)
         self.region: LossRegion | None = None
@@ -444,6 +447,7 @@ class SilentChecker(Checker):
                     self._add(carried_finding(grown, frame, self._step))
         if self._warm() and (snap := self.session.snapshot) is not None:
             self._division_plans(snap.record.ops, root)
+            self._batch_twice(snap, root)
             self._softmax_checks(root, snap)
         exp_sites = list(self.region.exp_sites) if self.region is not None else []
         if self.region is not None:
@@ -461,6 +465,15 @@ class SilentChecker(Checker):
         self._divisions_seen = {id(op) for op in ops}
         for plan, frame in division_plans(ops, root, judged):
             self._queue([plan], frame=frame, op="div")
+
+    def _batch_twice(self, snap: Any, root: torch.Tensor) -> None:
+        """A term of this loss divided by the batch size once too often (`_batchtwice`), one
+        finding per line."""
+        for plan, frame in twice_plans(snap.record.ops, root, batch_of(snap.record.calls)):
+            key = ("batch_twice", frame)
+            if key not in self._reported:
+                self._reported.add(key)
+                self._queue([plan], frame=frame, op="div")
 
     def _softmax_checks(self, root: torch.Tensor, snap: Any) -> None:
         """Softmax nodes of this loss's graph over a size-1 axis, or over another axis than the
@@ -776,6 +789,9 @@ class SilentChecker(Checker):
             f.inside = 0
         self._drop_mask_follow()
         self._add_averaged()
+        self.metric_states.close()
+        for stale in self.metric_states.findings(self._step):
+            self._add(stale)
         self._leave_region()
         if self._losses:
             self._queue_collapse()
