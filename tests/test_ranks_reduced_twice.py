@@ -66,12 +66,7 @@ STREAM = "hand_sharded_stream.py"
 
 
 def run_stream(tmp_path, mode):
-    out = tmp_path / "report.json"
-    res = torchrun(["-m", "torchtriage", "run", "--json", str(out), str(ZOO / STREAM), mode],
-                   cwd=tmp_path, timeout=150, env={"TORCHTRIAGE_RUN_DIR": str(tmp_path / "run")})
-    assert res.returncode == 0, res.stderr
-    assert "TriageInternalWarning" not in res.stderr
-    return json.loads(out.read_text())["findings"]
+    return triaged(ZOO / STREAM, mode, cwd=tmp_path)["findings"]
 
 
 def test_a_stream_cut_by_hand_whose_windows_shift_between_evaluations(tmp_path):
