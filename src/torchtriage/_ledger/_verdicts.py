@@ -55,7 +55,10 @@ def conclude(ledger: DataLedger) -> None:
                 session.add(f)
     already = any(f.code == "data.heldout_trained" for f in session.findings)
     if not already:
-        for f in splits(ledger.loaders, ledger.follower):
+        from ._roles import judge as roles
+
+        found = roles(ledger, ledger.follower.samplers)  # the held-out loader given the training rows
+        for f in found or splits(ledger.loaders, ledger.follower):
             session.add(f)
     from ._groups import verdicts
 
@@ -282,6 +285,8 @@ def _by_windows(e: Loader, t: Loader, key: str = "window_split") -> Any:
                 "example": found["example"], "matched": "overlapping windows", "axis": found["axis"],
                 "positions": found["positions"], "slices_shared": found["slices_shared"],
                 "repeat_rate_across_evaluation": found["repeat_rate_across_evaluation"]}
+    if found.get("run", 1) > 1:
+        evidence["consecutive_slices"] = found["run"]
     if key != "window_split":
         evidence["iterated_by_a_loader"] = False
     return finding("split_overlap", key, "error", e.made or e.frame, fields, evidence,
