@@ -84,8 +84,7 @@ for epoch in range(2):
 
 
 def test_the_same_tail_left_out_of_every_evaluation_pass(tmp_path):
-    for source, loader, n, lost, rows in ((CONFIG_BUILDER, "return", 90, 26, [64, 89]),
-                                          (FUNCTION_TRAINER, "test", 120, 20, [600, 619])):
+    for source, n, lost, rows in ((CONFIG_BUILDER, 90, 26, [64, 89]), (FUNCTION_TRAINER, 120, 20, [600, 619])):
         report, _ = _run(tmp_path, source)
         [f] = _data(report)
         assert (f.code, f.severity.value, f.line) == ("data.eval_lost", "warning", _line(source))
@@ -227,3 +226,82 @@ for epoch in range(2):
 def test_pretraining_and_fine_tuning_on_the_training_rows_is_quiet(tmp_path):
     report, _ = _run(tmp_path, SAME_ROWS_LOOKALIKES)
     assert _data(report) == []
+
+
+# ---------------------------------------------------------------- context windows of one item on both sides
+CROPS_SPLIT_BY_ROW = """
+import torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset, random_split
+
+torch.manual_seed(0)
+vocab = torch.randn(3000, 16)                      # one vector per word
+docs = [torch.randint(0, 3000, (14,)) for _ in range(120)]
+labels = torch.randint(0, 3, (120,))
+
+class Crops(Dataset):                              # every document as 4 crops with other context words
+    def __init__(self):
+        self.items = []
+        for d, y in zip(docs, labels):
+            for k in range(4):
+                left = torch.randint(0, 3000, (k,))
+                right = torch.randint(0, 3000, (6 - k,))
+                self.items.append((vocab[torch.cat([left, d, right])], y))
+    def __len__(self):
+        return len(self.items)
+    def __getitem__(self, i):
+        return self.items[i]
+
+train_set, val_set = random_split(Crops(), [400, 80],  # HERE
+                                  generator=torch.Generator().manual_seed(0))
+train_loader = DataLoader(train_set, batch_size=40, shuffle=True)
+val_loader = DataLoader(val_set, batch_size=40)
+model = nn.Sequential(nn.Flatten(), nn.Linear(20 * 16, 3))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+for epoch in range(2):
+    for x, y in train_loader:
+        opt.zero_grad(); F.cross_entropy(model(x), y).backward(); opt.step()
+    with torch.no_grad():
+        acc = sum((model(x).argmax(1) == y).sum().item() for x, y in val_loader)
+"""
+
+
+def test_context_windows_of_one_item_split_by_row(tmp_path):
+    report, _ = _run(tmp_path, CROPS_SPLIT_BY_ROW)
+    [f] = _data(report)
+    assert (f.code, f.severity.value) == ("data.split_overlap", "error")
+    ev = f.evidence
+    assert (ev["matched"], ev["consecutive_slices"], ev["evaluation_samples"]) == ("overlapping windows", 4, 80)
+    assert ev["count"] >= 70
+
+
+CROPS_SPLIT_BY_ITEM = CROPS_SPLIT_BY_ROW.replace(
+    "train_set, val_set = random_split(Crops(), [400, 80],  # HERE\n"
+    "                                  generator=torch.Generator().manual_seed(0))",
+    "ds = Crops()\n"
+    "train_set, val_set = torch.utils.data.Subset(ds, range(400)), torch.utils.data.Subset(ds, range(400, 480))")
+
+SMALL_ALPHABET = """
+import torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+codebook = torch.randn(6, 8)                       # independent sequences over a small alphabet
+x = codebook[torch.randint(0, 6, (600, 24))]
+y = torch.randint(0, 2, (600,))
+train_loader = DataLoader(TensorDataset(x[:500], y[:500]), batch_size=50, shuffle=True)
+val_loader = DataLoader(TensorDataset(x[500:], y[500:]), batch_size=50)
+model = nn.Sequential(nn.Flatten(), nn.Linear(24 * 8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for xb, yb in train_loader:
+        opt.zero_grad(); F.cross_entropy(model(xb), yb).backward(); opt.step()
+    with torch.no_grad():
+        acc = sum((model(xb).argmax(1) == yb).sum().item() for xb, yb in val_loader)
+"""
+
+
+def test_items_kept_whole_and_a_small_alphabet_are_quiet(tmp_path):
+    assert "Subset(ds, range(400, 480))" in CROPS_SPLIT_BY_ITEM
+    for source in (CROPS_SPLIT_BY_ITEM, SMALL_ALPHABET):
+        report, _ = _run(tmp_path, source)
+        assert _data(report) == [], [f.message for f in _data(report)]
