@@ -118,9 +118,17 @@ def _indices(sampler: Any) -> np.ndarray | None:
     return arr.astype(np.int64)
 
 
-def judge(ledger: DataLedger, samplers: Samplers | None) -> list[Any]:
-    from ._verdicts import role
+_ROLES = (("validation", ("val", "dev")), ("test", ("test", "holdout")))
 
+
+def role(entry: Loader) -> str | None:
+    """The role the user's variable name gives an evaluation loader (`val_loader`, `test_dl`)."""
+    name = entry.name.lower()
+    found = [r for r, words in _ROLES if any(w in name for w in words)]
+    return found[0] if len(found) == 1 else None
+
+
+def judge(ledger: DataLedger, samplers: Samplers | None) -> list[Any]:
     loaders = [e for e in ledger.loaders if e.seen is not None and e.n and e.root_token]
     out: list[Any] = []
     for b in loaders:
@@ -132,11 +140,11 @@ def judge(ledger: DataLedger, samplers: Samplers | None) -> list[Any]:
             if a.models and b.models and not a.models & b.models:
                 continue  # another model (k-fold: each fold's model on its own fold)
             rows = b.seen
-            if not rows.any() or not np.array_equal(rows, a.trained_on):
+            if rows is None or not rows.any() or not np.array_equal(rows, a.trained_on):
                 continue
             loaded = np.zeros(b.n, dtype=bool)
             for e in loaders:
-                if e.root_token == b.root_token and e.n == b.n:
+                if e.root_token == b.root_token and e.n == b.n and e.seen is not None:
                     loaded |= e.seen
             never = np.flatnonzero(~loaded)
             if never.size < MIN_UNLOADED or never.size < SHARE * b.n:

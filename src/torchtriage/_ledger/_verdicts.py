@@ -30,6 +30,7 @@ from ._epochwrap import class_line
 from ._lines import skips
 from ._make import finding
 from ._make import label as _label
+from ._roles import role
 from ._windows import by_windows
 
 if TYPE_CHECKING:
@@ -162,16 +163,6 @@ def _order_wrapped(entry: Loader) -> Any:
 
 def _named_for_training(entry: Loader) -> bool:
     return "train" in entry.name.lower()
-
-
-_ROLES = (("validation", ("val", "dev")), ("test", ("test", "holdout")))
-
-
-def role(entry: Loader) -> str | None:
-    """The role the user's variable name gives an evaluation loader (`val_loader`, `test_dl`)."""
-    name = entry.name.lower()
-    found = [r for r, words in _ROLES if any(w in name for w in words)]
-    return found[0] if len(found) == 1 else None
 
 
 def splits(loaders: list[Loader], follower: Any = None) -> list[Any]:
