@@ -305,3 +305,35 @@ def test_items_kept_whole_and_a_small_alphabet_are_quiet(tmp_path):
     for source in (CROPS_SPLIT_BY_ITEM, SMALL_ALPHABET):
         report, _ = _run(tmp_path, source)
         assert _data(report) == [], [f.message for f in _data(report)]
+
+
+SAMPLERS_IN_A_FUNCTION = """
+import torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, SubsetRandomSampler, TensorDataset
+
+def get_loaders(data, portion):
+    split = int(portion * len(data))
+    first, second = SubsetRandomSampler(list(range(split))), SubsetRandomSampler(list(range(split, len(data))))
+    weights = DataLoader(data, batch_size=32, sampler=first)
+    arch = DataLoader(data, batch_size=32, sampler=first)  # HERE
+    return weights, arch
+
+torch.manual_seed(0)
+weights, arch = get_loaders(TensorDataset(torch.randn(320, 6), torch.randint(0, 2, (320,))), 0.75)
+body, gate = nn.Linear(6, 2), nn.Parameter(torch.zeros(2))
+o1, o2 = torch.optim.SGD(body.parameters(), lr=0.1), torch.optim.Adam([gate], lr=1e-2)
+for epoch in range(2):
+    for x, y in weights:
+        o1.zero_grad(); F.cross_entropy(body(x) + gate, y).backward(); o1.step()
+    for x, y in arch:
+        o2.zero_grad(); F.cross_entropy(body(x) + gate, y).backward(); o2.step()
+"""
+
+
+def test_the_held_out_sampler_built_in_a_function_and_never_used(tmp_path):
+    report, _ = _run(tmp_path, SAMPLERS_IN_A_FUNCTION)
+    [f] = _data(report)
+    assert (f.code, f.severity.value, f.line) == ("data.heldout_unloaded", "error", _line(SAMPLERS_IN_A_FUNCTION))
+    ev = f.evidence
+    assert (ev["loader"], ev["training_loader"], ev["rows_delivered"], ev["never_loaded"]) == ("arch", "weights", 240, 80)
+    assert (ev["held_out_by"], ev["unused_sampler"], ev["unused_sampler_rows"]) == ("unused sampler", "second", 80)

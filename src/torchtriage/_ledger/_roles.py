@@ -48,6 +48,8 @@ class IndexSampler:
     frame: UserFrame | None
     indices: np.ndarray
     ref: Any  # a weak reference to the sampler (None: not weakly referenceable)
+    ident: int = 0  # its id while alive
+    gone_unused: bool = False  # it was freed before any loader was made with it (a loader would hold it)
 
 
 class Samplers:
@@ -80,12 +82,20 @@ class Samplers:
             indices = _indices(value)
             if indices is None:
                 continue
+            entry = IndexSampler(name, _assigned(f, name), indices, None, id(value))
             try:
-                ref = weakref.ref(value)
+                entry.ref = weakref.ref(value, self._freed(entry))
             except TypeError:
-                ref = None
-            self.found.append(IndexSampler(name, _assigned(f, name), indices, ref))
+                entry.ref = None
+            self.found.append(entry)
             known.add(id(value))
+
+    def _freed(self, entry: IndexSampler) -> Any:
+        def freed(_: Any) -> None:
+            # A loader given the sampler holds it: freed while unused, no loader ever had it.
+            entry.gone_unused = entry.ident not in self.used
+
+        return freed
 
     def unused(self) -> list[IndexSampler]:
         out = []
@@ -93,8 +103,8 @@ class Samplers:
             obj = s.ref() if s.ref is not None else None
             if obj is not None and id(obj) in self.used:
                 continue
-            if obj is None and s.ref is not None:
-                continue  # gone: its id may have been reused, nothing to say
+            if obj is None and s.ref is not None and not s.gone_unused:
+                continue  # freed after a loader used it
             out.append(s)
         return out
 
