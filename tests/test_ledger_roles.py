@@ -335,5 +335,6 @@ def test_the_held_out_sampler_built_in_a_function_and_never_used(tmp_path):
     [f] = _data(report)
     assert (f.code, f.severity.value, f.line) == ("data.heldout_unloaded", "error", _line(SAMPLERS_IN_A_FUNCTION))
     ev = f.evidence
-    assert (ev["loader"], ev["training_loader"], ev["rows_delivered"], ev["never_loaded"]) == ("arch", "weights", 240, 80)
+    assert (ev["loader"], ev["training_loader"], ev["rows_delivered"], ev["never_loaded"]) == \
+        ("arch", "weights", 240, 80)
     assert (ev["held_out_by"], ev["unused_sampler"], ev["unused_sampler_rows"]) == ("unused sampler", "second", 80)
