@@ -97,7 +97,7 @@ class Windows(torch.utils.data.Dataset):
 
 def get_data(flag):
     ds = Windows(*{"train": (0, 900), "val": (876, 1150), "test": (1126, 1400)}[flag])
-    return DataLoader(ds, batch_size=32, shuffle=flag != "test", drop_last=True)  # HERE
+    return DataLoader(ds, batch_size=32, shuffle=flag != "test", drop_last=flag != "test")  # HERE
 
 train_loader, vali_loader, test_loader = get_data("train"), get_data("val"), get_data("test")
 model = nn.Sequential(nn.Flatten(), nn.Linear(96, 24))

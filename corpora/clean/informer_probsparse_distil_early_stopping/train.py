@@ -666,7 +666,7 @@ class Exp_Informer(object):
     def _get_data(self, flag):
         args = self.args
         if flag == 'test':
-            shuffle_flag = False; drop_last = True; batch_size = args.batch_size
+            shuffle_flag = False; drop_last = False; batch_size = args.batch_size
         else:
             shuffle_flag = True; drop_last = True; batch_size = args.batch_size
         data_set = Dataset_Synthetic_hour(flag=flag, size=[args.seq_len, args.label_len, args.pred_len])

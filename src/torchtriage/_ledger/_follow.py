@@ -32,6 +32,7 @@ from ._epochwrap import inner_epochs, outer_epoch
 from ._groups import columns, from_batch, from_indices
 from ._lines import assigned_name, loop_name
 from ._passes import dataset_size, promised
+from ._roles import Samplers
 from ._scaling import stored, summarize
 from ._unloaded import Unloaded
 from ._windows import slice_keys
@@ -66,6 +67,7 @@ class Follower:
         self.tails: list[tuple[Loader, Epoch]] = []
         self.last: Loader | None = None  # the loader that yielded the latest batch (the next forward's)
         self.unloaded = Unloaded(self)
+        self.samplers = Samplers()
 
     def install(self) -> None:
         stream(self.session).listen("ledger.loader", self)
@@ -87,6 +89,7 @@ class Follower:
         if frame is not None:
             self.made[loader] = frame
             self.unloaded.on_made(loader)  # held-out datasets beside it, which no loader may iterate
+            self.samplers.on_made(loader)  # index samplers beside it, which no loader may be given
 
     def on_reset(self, it: Any, loader: Any) -> None:
         old = self.passes.pop(it, None)
@@ -98,6 +101,7 @@ class Follower:
         if not entry.epochs:  # its first pass: the samples it holds in memory, summarized (`_scaling.py`)
             entry.moments = summarize(root, n, to_root)
             entry.stored = stored(root, n, to_root)
+            entry.first["members"] = to_root  # its rows in the root (None: all of them)
         if entry.epochs and not entry.epochs[-1].closed:
             self.ledger.close(entry, entry.epochs[-1])  # the loader's next pass: the last one ended
         sampler = _sampler(loader)

@@ -79,3 +79,22 @@ def _skips(file: str, line: int) -> tuple[Skip, ...]:
     for stmt in loop.body:
         visit(ast.Module(body=[stmt], type_ignores=[]), None)
     return tuple(out)
+
+
+def keyword_line(file: str, line: int, keyword: str) -> int | None:
+    """The line of `keyword=` in the call that begins on `line` (`drop_last=True` several lines
+    into a `DataLoader(...)` call), or None."""
+    return _keyword_line(file, line, keyword)
+
+
+@functools.lru_cache(maxsize=256)
+def _keyword_line(file: str, line: int, keyword: str) -> int | None:
+    tree, _ = _tree(file)
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            for kw in node.keywords:
+                if kw.arg == keyword:
+                    return kw.value.lineno
+    return None

@@ -119,8 +119,70 @@ def conclude(ledger: DataLedger) -> list[Any]:
                          p["promised"] if lost else distinct, delivered, distinct, dup, lost, example, None)
             passes, never = _passes_and_never(entry, p["promised"])
             f.evidence["passes"], f.evidence["never_evaluated"] = passes, never
+            if f.code == "data.eval_lost" and f.severity.value == "info" and _fixed_hole(entry, ledger, lost, never,
+                                                                                      passes):
+                f = _as_fixed_hole(f, entry)
             out.append(f)
-    return out
+    # (one line may build several loaders: the worst finding is the one kept under its key)
+    return sorted(out, key=lambda f: ("error", "warning", "info").index(f.severity.value))
+
+
+def _fixed_hole(entry: Loader, ledger: DataLedger, lost: int, never: int | None, passes: int) -> bool:
+    """The same samples missing from every pass of a held-out loader (a sampler that does not
+    shuffle: the tail in the dataset's order), at least `MATERIAL` of the split: the metric is
+    computed on a set chosen by position, not on the split it names."""
+    if never is None or never != lost or never < 2 or never < MATERIAL * max(entry.n, 1):
+        return False
+    if passes < 2 and any(s["shuffled"] for s in entry.summaries):
+        return False  # one pass of a shuffled loader: a random remainder, inside the noise
+    if _named_for_training(entry) or entry.seen is None:
+        return False
+    rows = never_rows(entry)
+    if rows is None or rows.size != never or int(rows[-1] - rows[0]) + 1 != rows.size:
+        return False  # scattered rows (the end of a random_split's permutation): a random remainder
+    for t in ledger.loaders:  # a pass over rows that are trained on: a training metric, on purpose
+        if t.trains and t.root_token == entry.root_token and t.trained_on is not None \
+                and t.trained_on.shape == entry.seen.shape and bool((t.trained_on & entry.seen).any()):
+            return False
+    return True
+
+
+def never_rows(entry: Loader) -> np.ndarray | None:
+    """The root rows of the loader's dataset that no pass delivered, sorted (None: unknown)."""
+    if entry.seen is None:
+        return None
+    members = entry.first.get("members")
+    if members is None:
+        return np.flatnonzero(~entry.seen) if entry.whole else None
+    members = np.unique(members[(members >= 0) & (members < entry.seen.size)])
+    return members[~entry.seen[members]]
+
+
+def _as_fixed_hole(f: Any, entry: Loader) -> Any:
+    from .._frames import user_frame_of_line
+    from ._lines import keyword_line
+
+    evidence = dict(f.evidence)
+    evidence.pop("source_line", None)  # (the line is the keyword's, read below)
+    rows = never_rows(entry)
+    if rows is not None and rows.size:
+        evidence["never_evaluated_rows"] = [int(rows[0]), int(rows[-1])]
+    frame = entry.made or entry.frame
+    line = keyword_line(frame.file, frame.line, "drop_last") if frame is not None else None
+    fields = {k: evidence.get(k) for k in ("samples", "lost", "passes")}
+    fields.update(loader=f"'{entry.name}'", where=entry.where(), kept=evidence["delivered"],
+                  share=f"{100 * evidence['lost'] / max(evidence['samples'], 1):.1f}%",
+                  rows=_rows(evidence.get("never_evaluated_rows")))
+    if line is not None and frame is not None and line != frame.line:
+        frame = user_frame_of_line(frame.file, line, frame.function)
+    evidence["same_samples_every_pass"] = True
+    return finding("eval_lost", "eval_lost_fixed", "warning", frame, fields, evidence)
+
+
+def _rows(rows: list[int] | None) -> str:
+    if not rows:
+        return "?"
+    return f"{rows[0]}..{rows[1]}" if rows[0] != rows[1] else str(rows[0])
 
 
 def _named_for_training(entry: Loader) -> bool:

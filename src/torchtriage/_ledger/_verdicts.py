@@ -30,6 +30,7 @@ from ._epochwrap import class_line
 from ._lines import skips
 from ._make import finding
 from ._make import label as _label
+from ._roles import role
 from ._windows import by_windows
 
 if TYPE_CHECKING:
@@ -55,7 +56,10 @@ def conclude(ledger: DataLedger) -> None:
                 session.add(f)
     already = any(f.code == "data.heldout_trained" for f in session.findings)
     if not already:
-        for f in splits(ledger.loaders, ledger.follower):
+        from ._roles import judge as roles
+
+        found = roles(ledger, ledger.follower.samplers)  # the held-out loader given the training rows
+        for f in found or splits(ledger.loaders, ledger.follower):
             session.add(f)
     from ._groups import verdicts
 
@@ -159,16 +163,6 @@ def _order_wrapped(entry: Loader) -> Any:
 
 def _named_for_training(entry: Loader) -> bool:
     return "train" in entry.name.lower()
-
-
-_ROLES = (("validation", ("val", "dev")), ("test", ("test", "holdout")))
-
-
-def role(entry: Loader) -> str | None:
-    """The role the user's variable name gives an evaluation loader (`val_loader`, `test_dl`)."""
-    name = entry.name.lower()
-    found = [r for r, words in _ROLES if any(w in name for w in words)]
-    return found[0] if len(found) == 1 else None
 
 
 def splits(loaders: list[Loader], follower: Any = None) -> list[Any]:
@@ -282,6 +276,8 @@ def _by_windows(e: Loader, t: Loader, key: str = "window_split") -> Any:
                 "example": found["example"], "matched": "overlapping windows", "axis": found["axis"],
                 "positions": found["positions"], "slices_shared": found["slices_shared"],
                 "repeat_rate_across_evaluation": found["repeat_rate_across_evaluation"]}
+    if found.get("run", 1) > 1:
+        evidence["consecutive_slices"] = found["run"]
     if key != "window_split":
         evidence["iterated_by_a_loader"] = False
     return finding("split_overlap", key, "error", e.made or e.frame, fields, evidence,

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 MIN_SAMPLES = 8
 MIN_POSITIONS = 3  # a window of fewer steps shares "most" of them through one slice
+RUN = 4  # consecutive slices compared when single slices recur by themselves (a vocabulary of vectors)
 SHARE = 0.5  # most windows: a split in time shares only the lookback at its border (legitimate context)
 
 
@@ -58,22 +59,50 @@ def by_windows(e: Loader, t: Loader) -> dict[str, Any] | None:
             continue
         rows = torch.cat([k.to(ev[0].device) for k in ev]).cpu().numpy()  # the one read, at the end
         train = torch.cat([k.to(tr[0].device) for k in tr]).cpu().numpy()
-        if rows.shape[1] < MIN_POSITIONS:
-            continue  # (2 positions, e.g. a value and a calendar channel: one periodic slice is "half")
-        live = rows != 0
-        hit = np.isin(rows, np.unique(train[train != 0])) & live
-        per_live, per_hit = live.sum(1), hit.sum(1)
-        judged = per_live > 0
-        overlaps = judged & (2 * per_hit >= per_live) & (per_hit >= 2)
-        count, n = int(overlaps.sum()), int(judged.sum())
-        if count < MIN_SAMPLES or count < SHARE * n:
-            continue
-        # constant slices get ids of their own: no chance repeats between them
-        own = np.where(live, rows, -1 - np.arange(rows.size, dtype=rows.dtype).reshape(rows.shape))
-        chance = cross_chance([own])
-        if count < 3 * chance * n:
-            continue
-        return {"count": count, "n": n, "example": int(np.flatnonzero(overlaps)[0]), "axis": axis,
-                "positions": int(rows.shape[1]), "slices_shared": round(float(hit.sum()) / max(int(live.sum()), 1), 4),
-                "repeat_rate_across_evaluation": round(chance, 4)}
+        for run in (1, RUN):
+            found = _overlap(rows, train, run)
+            if found is not None:
+                return {**found, "axis": axis, "run": run}
     return None
+
+
+def runs(keys: np.ndarray, run: int) -> np.ndarray:
+    """`(rows, positions - run + 1)` digests of `run` consecutive slice digests (0 when one of
+    them is constant): a stretch of several positions, where one position's vector is a token of
+    a vocabulary (a gene's, a word's embedding) that recurs by itself."""
+    if run == 1:
+        return keys
+    width = keys.shape[1] - run + 1
+    out = np.zeros((keys.shape[0], width), dtype=np.uint64)
+    dead = np.zeros((keys.shape[0], width), dtype=bool)
+    with np.errstate(over="ignore"):
+        for j in range(run):
+            part = keys[:, j:j + width]
+            out = out * np.uint64(0x100000001B3) ^ part.astype(np.uint64)
+            dead |= part == 0
+    out = out.view(np.int64)
+    out[dead] = 0
+    out[(out == 0) & ~dead] = 1
+    return out
+
+
+def _overlap(rows: np.ndarray, train: np.ndarray, run: int) -> dict[str, Any] | None:
+    if rows.shape[1] < max(MIN_POSITIONS, run + 1):
+        return None  # (2 positions, e.g. a value and a calendar channel: one periodic slice is "half")
+    rows, train = runs(rows, run), runs(train, run)
+    live = rows != 0
+    hit = np.isin(rows, np.unique(train[train != 0])) & live
+    per_live, per_hit = live.sum(1), hit.sum(1)
+    judged = per_live > 0
+    overlaps = judged & (2 * per_hit >= per_live) & (per_hit >= 2)
+    count, n = int(overlaps.sum()), int(judged.sum())
+    if count < MIN_SAMPLES or count < SHARE * n:
+        return None
+    # constant slices get ids of their own: no chance repeats between them
+    own = np.where(live, rows, -1 - np.arange(rows.size, dtype=rows.dtype).reshape(rows.shape))
+    chance = cross_chance([own])
+    if count < 3 * chance * n:
+        return None
+    return {"count": count, "n": n, "example": int(np.flatnonzero(overlaps)[0]),
+            "positions": int(rows.shape[1]), "slices_shared": round(float(hit.sum()) / max(int(live.sum()), 1), 4),
+            "repeat_rate_across_evaluation": round(chance, 4)}
