@@ -31,6 +31,7 @@ from ._moves import FrozenMoves
 from ._origins import Origins
 from ._ranks import RankWatch
 from ._selfload import Snapshots
+from ._sinks import GradSinks
 from ._stale import StaleSteps
 from ._terms import Event, Flow, skeleton, terms_of
 from ._updates import UpdateWatch
@@ -65,6 +66,8 @@ class LedgerChecker(Checker):
         self.discards: DiscardWatch | None = None
         self._previous: list[Event] = []
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
+        self.sinks: GradSinks | None = None
+        self._walked = False
 
     def on_start(self, session: Any) -> None:
         self.session = session
@@ -82,6 +85,7 @@ class LedgerChecker(Checker):
         self.ranks = RankWatch(session)
         self.evalrandom = EvalRandomWatch(session)
         self.discards = DiscardWatch(session)
+        self.sinks = GradSinks(session)
         patch_zero_grad(session, self.discards)
         snapshots = Snapshots(session)
         snapshots.install()
@@ -149,6 +153,8 @@ class LedgerChecker(Checker):
             self.ranks.backward(roots)
         if self.discards is not None:
             self.discards.backward_begin()
+        if self.sinks is not None:
+            self._walked = self.sinks.backward(roots) is not None
         snap = self.session.snapshot
         record = snap.record if snap is not None else None
         if record is None or not record.taped:
@@ -171,6 +177,9 @@ class LedgerChecker(Checker):
         self._report(self.ledger.backward_end())
         if self.updates is not None:
             self.updates.backward_end()
+        if self.sinks is not None and self._walked:
+            self._walked = False
+            self.sinks.backward_end()
         if self.stale is not None:
             self.stale.backward_end(roots)
         if self.discards is not None and self.session is not None:
@@ -207,6 +216,8 @@ class LedgerChecker(Checker):
             self.flags.post(optimizer)
         if self.updates is not None:
             self.updates.stepped(optimizer)
+        if self.sinks is not None:
+            self.sinks.stepped()
 
     def _offered(self, optimizer: torch.optim.Optimizer) -> None:
         if self.ledger is not None:
@@ -229,6 +240,10 @@ class LedgerChecker(Checker):
                 # that they did not move is its consequence, not a second cause
                 if f.code == "gradient.not_moved" and f.parameter in explained:
                     continue
+                self.session.add(f)
+        if self.sinks is not None and self.session is not None:
+            explained = _explained_parameters(self.session.findings)
+            for f in self.sinks.end(explained):
                 self.session.add(f)
         if self.ranks is not None and self.session is not None:
             for f in self.ranks.end():

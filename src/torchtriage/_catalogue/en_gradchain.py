@@ -1,0 +1,23 @@
+"""English: what every parameter must satisfy in the gradient chain (session 12)."""
+
+MESSAGES = {
+    # _ledger_step/_sinks.py: parameters reached by the loss that no optimizer holds
+    "ledger.sink":
+        "{count} parameter(s) of {module} ({first}, ...) receive a gradient at every step but are not in any "
+        "optimizer: they never moved in the run, and their .grad keeps accumulating ({g0} -> {g1})",
+    "ledger.sink.cause":
+        "the module was built outside the model the optimizer was built from (a loss or head kept by the "
+        "trainer), so optimizer.step() never updates it and zero_grad() never clears it: the model is trained "
+        "through a fixed random projection, and the {reached} judged backwards reached it on the trained path",
+    "ledger.sink.next":
+        "pass {module}'s parameters to the optimizer (or build the optimizer from a ModuleList of the model and "
+        "this module); if it should stay fixed, set requires_grad_(False) on it",
+    "ledger.sink_quiet":
+        "{count} parameter(s) of {module} ({first}, ...) receive a gradient at each backward but no optimizer "
+        "holds them and they never moved (module in {mode}() mode)",
+    "ledger.sink_quiet.cause":
+        "a fixed network (a pretrained feature extractor, a target network) whose requires_grad was left on: "
+        "its gradient is computed and kept for nothing",
+    "ledger.sink_quiet.next":
+        "call requires_grad_(False) on {module} if it is fixed; add it to the optimizer if it should learn",
+}

@@ -1,0 +1,20 @@
+"""中文：梯度链上每个参数必须满足的条件（第 12 轮）。"""
+
+MESSAGES = {
+    "ledger.sink":
+        "{module} 的 {count} 个参数（{first} 等）每一步都收到梯度，却不在任何优化器中：整个运行中它们从未变化，"
+        "其 .grad 不断累积（{g0} -> {g1}）",
+    "ledger.sink.cause":
+        "该模块建在构造优化器所用的模型之外（由训练器持有的损失或头部），optimizer.step() 从不更新它，"
+        "zero_grad() 也从不清零它：模型是通过一个固定的随机投影在训练；{reached} 次被检查的反向传播都在训练路径上到达了它",
+    "ledger.sink.next":
+        "把 {module} 的参数交给优化器（或用模型和该模块组成的 ModuleList 构造优化器）；若它应保持固定，"
+        "对它调用 requires_grad_(False)",
+    "ledger.sink_quiet":
+        "{module} 的 {count} 个参数（{first} 等）在每次反向传播中都收到梯度，但没有优化器持有它们，且从未变化"
+        "（模块处于 {mode}() 模式）",
+    "ledger.sink_quiet.cause":
+        "一个固定的网络（预训练的特征提取器、目标网络）没有关闭 requires_grad：它的梯度被白白计算并保留",
+    "ledger.sink_quiet.next":
+        "若 {module} 是固定的，对它调用 requires_grad_(False)；若它应当学习，把它加入优化器",
+}
