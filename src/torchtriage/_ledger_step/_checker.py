@@ -31,6 +31,7 @@ from ._moves import FrozenMoves
 from ._origins import Origins
 from ._ranks import RankWatch
 from ._selfload import Snapshots
+from ._plainweights import PlainWeights
 from ._sinks import GradSinks
 from ._stale import StaleSteps
 from ._terms import Event, Flow, skeleton, terms_of
@@ -67,6 +68,7 @@ class LedgerChecker(Checker):
         self._previous: list[Event] = []
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
         self.sinks: GradSinks | None = None
+        self.plain: PlainWeights | None = None
         self._walked = False
 
     def on_start(self, session: Any) -> None:
@@ -86,6 +88,7 @@ class LedgerChecker(Checker):
         self.evalrandom = EvalRandomWatch(session)
         self.discards = DiscardWatch(session)
         self.sinks = GradSinks(session)
+        self.plain = PlainWeights(session)
         patch_zero_grad(session, self.discards)
         snapshots = Snapshots(session)
         snapshots.install()
@@ -154,7 +157,10 @@ class LedgerChecker(Checker):
         if self.discards is not None:
             self.discards.backward_begin()
         if self.sinks is not None:
-            self._walked = self.sinks.backward(roots) is not None
+            nodes = self.sinks.backward(roots)
+            self._walked = nodes is not None
+            if nodes is not None and self.plain is not None:
+                self.plain.nodes(nodes)
         snap = self.session.snapshot
         record = snap.record if snap is not None else None
         if record is None or not record.taped:
@@ -244,6 +250,9 @@ class LedgerChecker(Checker):
         if self.sinks is not None and self.session is not None:
             explained = _explained_parameters(self.session.findings)
             for f in self.sinks.end(explained):
+                self.session.add(f)
+        if self.plain is not None and self.session is not None:
+            for f in self.plain.end():
                 self.session.add(f)
         if self.ranks is not None and self.session is not None:
             for f in self.ranks.end():

@@ -45,7 +45,7 @@ from .._frames import UserFrame, is_our_file, user_frame_from_stack
 from .._gradients._graph import grad_fn_of
 
 WALKS = 6  # judged backwards walked per set of optimizers
-MIN_REACHED = 3  # judged backwards that reached a parameter before it is judged
+MIN_REACHED = 2  # judged backwards that reached a parameter before it is judged (a sampled pair)
 MIN_STEPS = 3  # optimizer steps in the run before anything is judged
 SAMPLE = 32
 MAX_NODES = 100_000
