@@ -248,7 +248,7 @@ class LedgerChecker(Checker):
                     continue
                 self.session.add(f)
         if self.sinks is not None and self.session is not None:
-            explained = _explained_parameters(self.session.findings)
+            explained = _explained_parameters(self.session.findings, quiet_too=True)
             for f in self.sinks.end(explained):
                 self.session.add(f)
         if self.plain is not None and self.session is not None:
@@ -298,11 +298,12 @@ class LedgerChecker(Checker):
                                     step=t.step, op=t.op))
 
 
-def _explained_parameters(findings: Any) -> set[str]:
-    """Parameters that a loud optimizer-membership finding already names."""
+def _explained_parameters(findings: Any, quiet_too: bool = False) -> set[str]:
+    """Parameters that a loud optimizer-membership finding already names (or a quiet one too)."""
     out: set[str] = set()
     for f in findings:
-        if f.code not in ("gradient.optimizer_stale", "gradient.not_in_optimizer") or f.severity is Severity.INFO:
+        if f.code not in ("gradient.optimizer_stale", "gradient.not_in_optimizer") \
+                or (f.severity is Severity.INFO and not quiet_too):
             continue
         if f.parameter:
             out.add(f.parameter)
