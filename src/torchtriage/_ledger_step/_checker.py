@@ -29,9 +29,9 @@ from ._loads import LoadWatch
 from ._moduleflag import ModuleFlag
 from ._moves import FrozenMoves
 from ._origins import Origins
+from ._plainweights import PlainWeights
 from ._ranks import RankWatch
 from ._selfload import Snapshots
-from ._plainweights import PlainWeights
 from ._sinks import GradSinks
 from ._stale import StaleSteps
 from ._terms import Event, Flow, skeleton, terms_of

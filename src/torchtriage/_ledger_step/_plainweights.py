@@ -140,8 +140,8 @@ class PlainWeights:
         out = []
         groups: dict[tuple[str, str, float, bool], list[tuple[_Plain, list[float]]]] = {}
         for (p, _), k in zip(rows, range(0, len(flat), 4)):
-            lo, hi, same, mean = flat[k:k + 4]
-            gate = bool(same) and lo == hi and lo in (0.0, 1.0) and "Mul" in p.ops
+            lo, hi, unchanged, mean = flat[k:k + 4]
+            gate = bool(unchanged) and lo == hi and lo in (0.0, 1.0) and "Mul" in p.ops
             cls = type(p.module()).__name__ if p.module() is not None else "Module"
             groups.setdefault((cls, p.attr if not gate else "", lo if gate else -1.0, gate), []).append(
                 (p, [lo, hi, mean]))
