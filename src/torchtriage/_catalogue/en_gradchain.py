@@ -21,3 +21,17 @@ MESSAGES = {
     "ledger.sink_quiet.next":
         "call requires_grad_(False) on {module} if it is fixed; add it to the optimizer if it should learn",
 }
+MESSAGES.update({
+    # _ledger_step/_baseline.py: REINFORCE with a baseline that is not detached
+    "ledger.baseline":
+        "the policy loss multiplies a log-probability ({log}) by a difference that requires grad: its gradient "
+        "reaches {count} parameter(s) of the baseline ({first}, ...; {values} values) that the log-probability "
+        "does not depend on",
+    "ledger.baseline.cause":
+        "in a policy-gradient term the advantage (reward - baseline) is a constant weight; not detached, the "
+        "policy loss also trains the critic by log p * d baseline, which drags its estimate away from the reward "
+        "(the critic is then trained by both terms, and its baseline is useless)",
+    "ledger.baseline.next":
+        "detach the baseline in the policy term: ((reward - value.detach()) * log_prob), as "
+        "tf.stop_gradient does; train the critic by its own regression term only",
+})

@@ -18,3 +18,14 @@ MESSAGES = {
     "ledger.sink_quiet.next":
         "若 {module} 是固定的，对它调用 requires_grad_(False)；若它应当学习，把它加入优化器",
 }
+MESSAGES.update({
+    "ledger.baseline":
+        "策略损失把对数概率（{log}）乘以一个需要梯度的差值：它的梯度到达了基线的 {count} 个参数（{first} 等；"
+        "{values} 个值），而对数概率并不依赖这些参数",
+    "ledger.baseline.cause":
+        "在策略梯度项中，优势（reward - baseline）是常数权重；若未 detach，策略损失还会通过 log p * d baseline "
+        "训练评论家，使其估计偏离奖励（评论家被两项同时训练，基线失去作用）",
+    "ledger.baseline.next":
+        "在策略项中对基线 detach：((reward - value.detach()) * log_prob)，相当于 tf.stop_gradient；"
+        "评论家只由它自己的回归项训练",
+})

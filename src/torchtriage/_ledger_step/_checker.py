@@ -20,6 +20,7 @@ from .._checker import Checker
 from .._findings import Category, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
 from ._amp import ScaledGradWatch
+from ._baseline import BaselineWatch
 from ._discarded import DiscardWatch, patch_zero_grad
 from ._dropout import EvalDropoutWatch
 from ._evalrandom import EvalRandomWatch
@@ -69,6 +70,7 @@ class LedgerChecker(Checker):
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
         self.sinks: GradSinks | None = None
         self.plain: PlainWeights | None = None
+        self.baseline: BaselineWatch | None = None
         self._walked = False
 
     def on_start(self, session: Any) -> None:
@@ -89,6 +91,7 @@ class LedgerChecker(Checker):
         self.discards = DiscardWatch(session)
         self.sinks = GradSinks(session)
         self.plain = PlainWeights(session)
+        self.baseline = BaselineWatch(session)
         patch_zero_grad(session, self.discards)
         snapshots = Snapshots(session)
         snapshots.install()
@@ -161,6 +164,8 @@ class LedgerChecker(Checker):
             self._walked = nodes is not None
             if nodes is not None and self.plain is not None:
                 self.plain.nodes(nodes)
+            if nodes is not None and self.baseline is not None:
+                self.baseline.nodes(nodes)
         snap = self.session.snapshot
         record = snap.record if snap is not None else None
         if record is None or not record.taped:
@@ -253,6 +258,9 @@ class LedgerChecker(Checker):
                 self.session.add(f)
         if self.plain is not None and self.session is not None:
             for f in self.plain.end():
+                self.session.add(f)
+        if self.baseline is not None and self.session is not None:
+            for f in self.baseline.end():
                 self.session.add(f)
         if self.ranks is not None and self.session is not None:
             for f in self.ranks.end():
