@@ -35,3 +35,15 @@ MESSAGES.update({
         "detach the baseline in the policy term: ((reward - value.detach()) * log_prob), as "
         "tf.stop_gradient does; train the critic by its own regression term only",
 })
+MESSAGES.update({
+    # _ledger_step/_unfreeze.py
+    "ledger.unfreeze":
+        "{count} parameter(s) of {model} ({values} values) required grad when the optimizer was built and are "
+        "frozen at the end: {method} sets requires_grad only on parameters that already require it, so it can "
+        "never unfreeze them",
+    "ledger.unfreeze.cause":
+        "under `if p.requires_grad: p.requires_grad = flag`, a call with flag=True skips every frozen parameter: "
+        "the phase meant to fine-tune them trains the rest only",
+    "ledger.unfreeze.next":
+        "drop the guard: `p.requires_grad = flag` for every parameter (or model.requires_grad_(flag))",
+})

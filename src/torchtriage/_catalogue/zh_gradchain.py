@@ -29,3 +29,12 @@ MESSAGES.update({
         "在策略项中对基线 detach：((reward - value.detach()) * log_prob)，相当于 tf.stop_gradient；"
         "评论家只由它自己的回归项训练",
 })
+MESSAGES.update({
+    "ledger.unfreeze":
+        "{model} 的 {count} 个参数（{values} 个值）在构造优化器时需要梯度，结束时却被冻结：{method} 只对已经需要梯度的参数"
+        "设置 requires_grad，因此永远无法解冻它们",
+    "ledger.unfreeze.cause":
+        "在 `if p.requires_grad: p.requires_grad = flag` 下，flag=True 的调用会跳过所有被冻结的参数：本应微调它们的阶段只训练了其余部分",
+    "ledger.unfreeze.next":
+        "去掉这个条件：对每个参数执行 `p.requires_grad = flag`（或 model.requires_grad_(flag)）",
+})

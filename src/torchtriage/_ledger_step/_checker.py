@@ -36,6 +36,7 @@ from ._selfload import Snapshots
 from ._sinks import GradSinks
 from ._stale import StaleSteps
 from ._terms import Event, Flow, skeleton, terms_of
+from ._unfreeze import UnfreezeWatch
 from ._updates import UpdateWatch
 
 
@@ -71,6 +72,7 @@ class LedgerChecker(Checker):
         self.sinks: GradSinks | None = None
         self.plain: PlainWeights | None = None
         self.baseline: BaselineWatch | None = None
+        self.unfreeze: UnfreezeWatch | None = None
         self._walked = False
 
     def on_start(self, session: Any) -> None:
@@ -92,6 +94,9 @@ class LedgerChecker(Checker):
         self.sinks = GradSinks(session)
         self.plain = PlainWeights(session)
         self.baseline = BaselineWatch(session)
+        self.unfreeze = UnfreezeWatch(session)
+        for opt in session.optimizers:
+            self.unfreeze.optimizer(opt)
         patch_zero_grad(session, self.discards)
         snapshots = Snapshots(session)
         snapshots.install()
@@ -101,8 +106,12 @@ class LedgerChecker(Checker):
     def on_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         if self.origins is not None:
             self.origins.built(optimizer)
+        if self.unfreeze is not None:
+            self.unfreeze.optimizer(optimizer)
 
     def on_model(self, model: torch.nn.Module, label: str) -> None:
+        if self.unfreeze is not None:
+            self.unfreeze.model(model)
         if self.ranks is not None:
             self.ranks.model(model, label)
 
@@ -261,6 +270,9 @@ class LedgerChecker(Checker):
                 self.session.add(f)
         if self.baseline is not None and self.session is not None:
             for f in self.baseline.end():
+                self.session.add(f)
+        if self.unfreeze is not None and self.session is not None and self.updates is not None:
+            for f in self.unfreeze.end(self.updates.steps):
                 self.session.add(f)
         if self.ranks is not None and self.session is not None:
             for f in self.ranks.end():
