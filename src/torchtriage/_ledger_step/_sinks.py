@@ -195,7 +195,7 @@ class GradSinks:
         the stack (the trainer's `distillation_loss.D_loss_fn`), breadth-first, bounded."""
         wanted = {id(p): s for s in fresh if (p := s.ref()) is not None}
         k = 0
-        for module, path in _modules_on_stack():
+        for module, path in modules_on_stack():
             if not wanted:
                 break
             for mname, sub in module.named_modules():
@@ -288,7 +288,7 @@ _LEAVES = (str, bytes, int, float, bool, complex, type(None), types.ModuleType, 
            types.BuiltinFunctionType, types.MethodType, type, torch.Tensor)
 
 
-def _modules_on_stack() -> list[tuple[nn.Module, str]]:
+def modules_on_stack() -> list[tuple[nn.Module, str]]:
     """Modules reachable from the locals of the user's frames on the stack, with their path."""
     level: list[tuple[Any, str]] = []
     f: Any = sys._getframe(1)

@@ -34,6 +34,7 @@ import torch.nn as nn
 
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import UserFrame
+from ._sinks import modules_on_stack
 
 MIN_STEPS = 3
 
@@ -91,8 +92,16 @@ class UnfreezeWatch:
                     self.session.patch(klass, name, _counting(fn, entry))
 
     def optimizer(self, opt: torch.optim.Optimizer) -> None:
+        if id(opt) in self.built:
+            return
         for m in self.session.models:
             self.model(m)
+        # the models the optimizer was built from, before a run discovers them at their first call
+        # (a freeze called between the optimizer and the first forward is counted too)
+        held = {id(p) for g in opt.param_groups for p in g["params"]}
+        for m, _ in modules_on_stack():
+            if any(id(p) in held for p in m.parameters()):
+                self.model(m)
         if id(opt) in self.built:
             return
         trainable = [weakref.ref(p) for g in opt.param_groups for p in g["params"]
@@ -101,8 +110,8 @@ class UnfreezeWatch:
 
     def end(self, steps: dict[int, int]) -> list[Finding]:
         frozen: dict[int, torch.Tensor] = {}
-        for oid, (oref, refs) in self.built.items():
-            if oref() is None or steps.get(oid, 0) < MIN_STEPS:
+        for oid, (_, refs) in self.built.items():
+            if steps.get(oid, 0) < MIN_STEPS:  # (the optimizer itself may be freed by now)
                 continue
             for r in refs:
                 p = r()
