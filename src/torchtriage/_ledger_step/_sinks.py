@@ -240,8 +240,8 @@ class GradSinks:
             mod = s.module() if s.module is not None else None
             # a parameter of a watched model whose other parameters an optimizer holds, left out by
             # selection (LoRA's base weight, requires_grad left on), is deliberate: info
-            inside = info is not None and bool(info.label) and any(
-                id(m) == info.root and any(id(q) in held for q in m.parameters()) for m in self.session.models)
+            owner = self.session.owner(mod) if mod is not None else None
+            inside = owner is not None and any(id(q) in held for q in owner.parameters())
             loud = (mod is None or mod.training) and s.on_path > 0 and not inside
             groups.setdefault((s.module_name.rpartition(".")[0] if "." in s.module_name else s.module_name,
                                loud), []).append((s, [g0, g1, norm]))
