@@ -97,6 +97,8 @@ class SessionHooks(HookOwner):
         self._global_module_hooks = False
         self._per_module = False
         self._modes_aside: dict[int, list[Any]] = {}  # optimizer id -> our modes off during its step
+        # optimizer id -> its steps since the clock's last one (a later phase's optimizer takes over)
+        self._steps_without_clock: dict[int, int] = {}
 
     def _install(self) -> None:
         needs = lambda event: any(overrides(c, event) for c in self.checkers)  # noqa: E731
@@ -364,6 +366,17 @@ class SessionHooks(HookOwner):
             return None
         if self._clock is None or (optimizer not in self._stepped_once and _replaces(self._clock(), optimizer)):
             self._clock = weakref.ref(optimizer)
+        elif self._clock() is optimizer:
+            self._steps_without_clock.clear()
+        else:
+            # A later phase (a student trained after its teacher, whose optimizer is still alive but
+            # never steps again): this optimizer stepped HANDOFF times while the clock did not, far
+            # more than a GAN's critic steps per generator step; it takes over, so the phase's
+            # steps are steps again. The step it ends closes now.
+            n = self._steps_without_clock[id(optimizer)] = self._steps_without_clock.get(id(optimizer), 0) + 1
+            if n >= HANDOFF:
+                self._clock = weakref.ref(optimizer)
+                self._steps_without_clock.clear()
         self._stepped_once.add(optimizer)
         self._pending_end = False
         self._begin_step_if_needed()
@@ -417,6 +430,9 @@ class SessionHooks(HookOwner):
         if clock is optimizer:
             self._end_step()
             self._maybe_narrow_module_hooks()
+
+
+HANDOFF = 16  # steps of another optimizer without one of the clock's: it becomes the clock
 
 
 def _replaces(clock: torch.optim.Optimizer | None, optimizer: torch.optim.Optimizer) -> bool:

@@ -20,6 +20,7 @@ from .._checker import Checker
 from .._findings import Category, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
 from ._amp import ScaledGradWatch
+from ._baseline import BaselineWatch
 from ._discarded import DiscardWatch, patch_zero_grad
 from ._dropout import EvalDropoutWatch
 from ._evalrandom import EvalRandomWatch
@@ -29,10 +30,13 @@ from ._loads import LoadWatch
 from ._moduleflag import ModuleFlag
 from ._moves import FrozenMoves
 from ._origins import Origins
+from ._plainweights import PlainWeights
 from ._ranks import RankWatch
 from ._selfload import Snapshots
+from ._sinks import GradSinks
 from ._stale import StaleSteps
 from ._terms import Event, Flow, skeleton, terms_of
+from ._unfreeze import UnfreezeWatch
 from ._updates import UpdateWatch
 
 
@@ -65,6 +69,11 @@ class LedgerChecker(Checker):
         self.discards: DiscardWatch | None = None
         self._previous: list[Event] = []
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
+        self.sinks: GradSinks | None = None
+        self.plain: PlainWeights | None = None
+        self.baseline: BaselineWatch | None = None
+        self.unfreeze: UnfreezeWatch | None = None
+        self._walked = False
 
     def on_start(self, session: Any) -> None:
         self.session = session
@@ -82,6 +91,12 @@ class LedgerChecker(Checker):
         self.ranks = RankWatch(session)
         self.evalrandom = EvalRandomWatch(session)
         self.discards = DiscardWatch(session)
+        self.sinks = GradSinks(session)
+        self.plain = PlainWeights(session)
+        self.baseline = BaselineWatch(session)
+        self.unfreeze = UnfreezeWatch(session)
+        for opt in session.optimizers:
+            self.unfreeze.optimizer(opt)
         patch_zero_grad(session, self.discards)
         snapshots = Snapshots(session)
         snapshots.install()
@@ -91,8 +106,12 @@ class LedgerChecker(Checker):
     def on_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         if self.origins is not None:
             self.origins.built(optimizer)
+        if self.unfreeze is not None:
+            self.unfreeze.optimizer(optimizer)
 
     def on_model(self, model: torch.nn.Module, label: str) -> None:
+        if self.unfreeze is not None:
+            self.unfreeze.model(model)
         if self.ranks is not None:
             self.ranks.model(model, label)
 
@@ -149,6 +168,13 @@ class LedgerChecker(Checker):
             self.ranks.backward(roots)
         if self.discards is not None:
             self.discards.backward_begin()
+        if self.sinks is not None:
+            nodes = self.sinks.backward(roots)
+            self._walked = nodes is not None
+            if nodes is not None and self.plain is not None:
+                self.plain.nodes(nodes)
+            if nodes is not None and self.baseline is not None:
+                self.baseline.nodes(nodes)
         snap = self.session.snapshot
         record = snap.record if snap is not None else None
         if record is None or not record.taped:
@@ -171,6 +197,9 @@ class LedgerChecker(Checker):
         self._report(self.ledger.backward_end())
         if self.updates is not None:
             self.updates.backward_end()
+        if self.sinks is not None and self._walked:
+            self._walked = False
+            self.sinks.backward_end()
         if self.stale is not None:
             self.stale.backward_end(roots)
         if self.discards is not None and self.session is not None:
@@ -207,6 +236,8 @@ class LedgerChecker(Checker):
             self.flags.post(optimizer)
         if self.updates is not None:
             self.updates.stepped(optimizer)
+        if self.sinks is not None:
+            self.sinks.stepped()
 
     def _offered(self, optimizer: torch.optim.Optimizer) -> None:
         if self.ledger is not None:
@@ -229,6 +260,19 @@ class LedgerChecker(Checker):
                 # that they did not move is its consequence, not a second cause
                 if f.code == "gradient.not_moved" and f.parameter in explained:
                     continue
+                self.session.add(f)
+        if self.sinks is not None and self.session is not None:
+            explained = _explained_parameters(self.session.findings, quiet_too=True)
+            for f in self.sinks.end(explained):
+                self.session.add(f)
+        if self.plain is not None and self.session is not None:
+            for f in self.plain.end():
+                self.session.add(f)
+        if self.baseline is not None and self.session is not None:
+            for f in self.baseline.end():
+                self.session.add(f)
+        if self.unfreeze is not None and self.session is not None and self.updates is not None:
+            for f in self.unfreeze.end(self.updates.steps):
                 self.session.add(f)
         if self.ranks is not None and self.session is not None:
             for f in self.ranks.end():
@@ -274,11 +318,12 @@ class LedgerChecker(Checker):
                                     step=t.step, op=t.op))
 
 
-def _explained_parameters(findings: Any) -> set[str]:
-    """Parameters that a loud optimizer-membership finding already names."""
+def _explained_parameters(findings: Any, quiet_too: bool = False) -> set[str]:
+    """Parameters that a loud optimizer-membership finding already names (or a quiet one too)."""
     out: set[str] = set()
     for f in findings:
-        if f.code not in ("gradient.optimizer_stale", "gradient.not_in_optimizer") or f.severity is Severity.INFO:
+        if f.code not in ("gradient.optimizer_stale", "gradient.not_in_optimizer") \
+                or (f.severity is Severity.INFO and not quiet_too):
             continue
         if f.parameter:
             out.add(f.parameter)
