@@ -174,3 +174,32 @@ def test_a_target_network_fed_with_data_in_train_mode_is_info_at_most():
             loss.backward()
             opt.step()
     assert not sinks(s.report, Severity.WARNING)
+
+
+class _LoRA(nn.Module):
+    def __init__(self, fan_in, fan_out, rank=2):
+        super().__init__()
+        self.lora_A = nn.Parameter(torch.randn(rank, fan_in) * 0.1)
+        self.lora_B = nn.Parameter(torch.zeros(fan_out, rank))
+
+    def forward(self, w):
+        return w + self.lora_B @ self.lora_A
+
+
+def _adapt(model, data):
+    """The optimizer lives in this call only: gone when the session ends."""
+    params = [p for n, p in model.named_parameters() if "lora_" in n]
+    fit(model, torch.optim.AdamW(params, lr=1e-2), data)
+
+
+def test_a_lora_base_weight_left_out_beside_its_adapters_is_info_after_its_optimizer_is_gone():
+    from torch.nn.utils import parametrize
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 3))
+    for layer in (model[0], model[2]):
+        parametrize.register_parametrization(layer, "weight", _LoRA(layer.in_features, layer.out_features))
+    data = [(torch.randn(12, 10), torch.randint(0, 3, (12,))) for _ in range(8)]
+    with torchtriage.watch(model, on_anomaly="record", report=False) as s:
+        _adapt(model, data)
+    assert not sinks(s.report, Severity.WARNING), str(s.report)

@@ -138,6 +138,7 @@ class GradSinks:
         self.walks: dict[tuple[int, ...], int] = {}
         self.steps = 0  # optimizer steps heard (judged ones)
         self.last_nodes: list[Any] = []  # the last walk's nodes (for the plain-weight watch)
+        self.held_seen: set[int] = set()  # parameters an optimizer held at a walk (it may be gone at the end)
 
     def stepped(self) -> None:
         self.steps += 1
@@ -151,6 +152,7 @@ class GradSinks:
             return None
         self.walks[key] = self.walks.get(key, 0) + 1
         held = {id(p) for o in opts for g in o.param_groups for p in g["params"]}
+        self.held_seen |= held
         order, trained, parents = walk(roots, held)
         frame: UserFrame | None = None
         fresh: list[_Sink] = []
@@ -238,10 +240,11 @@ class GradSinks:
                     or (info is not None and info.qualname in explained):
                 continue
             mod = s.module() if s.module is not None else None
-            # a parameter of a watched model whose other parameters an optimizer holds, left out by
-            # selection (LoRA's base weight, requires_grad left on), is deliberate: info
-            owner = self.session.owner(mod) if mod is not None else None
-            inside = owner is not None and any(id(q) in held for q in owner.parameters())
+            # a parameter whose own module's other parameters an optimizer holds (held now or at a
+            # walk: the optimizer may be gone), left out by selection (LoRA's base weight beside its
+            # adapters, requires_grad left on), is deliberate: info. A layer appended to a model
+            # after its optimizer was built holds nothing an optimizer holds: loud.
+            inside = mod is not None and any(id(q) in held or id(q) in self.held_seen for q in mod.parameters())
             loud = (mod is None or mod.training) and s.on_path > 0 and not inside
             groups.setdefault((s.module_name.rpartition(".")[0] if "." in s.module_name else s.module_name,
                                loud), []).append((s, [g0, g1, norm]))
