@@ -128,6 +128,16 @@ def _spike(step):
                    severity=Severity.WARNING, step=step)
 
 
+def test_a_spike_after_a_loss_near_zero_that_then_falls_is_info():
+    gate = HarmGate()
+    for i in range(300):  # a DQN's TD loss: ~0 before rewards arrive, up with them, then falling
+        gate.loss(i, 1e-4 if i < 100 else 0.05 - 0.0001 * (i - 100))
+        if i == 100:
+            gate.hold(_spike(100))
+    [f] = gate.release()
+    assert f.severity is Severity.INFO
+
+
 def test_a_spike_then_a_slow_rise_of_the_loss_is_info():
     gate = HarmGate()
     for i in range(300):  # an RL critic's loss: flat, then growing with its targets long after
@@ -142,7 +152,7 @@ def test_a_spike_then_a_slow_rise_of_the_loss_is_info():
 def test_a_spike_that_throws_the_loss_up_at_once_is_a_warning():
     gate = HarmGate()
     for i in range(200):
-        gate.loss(i, 0.2 + 0.001 * (i % 3) if i < 100 else 3.0 + 0.001 * (i % 3))
+        gate.loss(i, 0.2 + 0.001 * (i % 3) if i < 100 else 3.0 + 0.02 * (i - 100))  # up at once, and on up
         if i == 100:
             gate.hold(_spike(100))
     [f] = gate.release()

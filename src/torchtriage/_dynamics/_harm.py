@@ -20,9 +20,9 @@ student: `_phases`), "the loss at the end" is that training's last losses, not a
 
 A gradient spike or growth is judged by whether the loss got worse after it (rose by more than
 the same margin, or stopped being finite), since many correct runs have losses that do not fall
-(RL critics, GANs). With losses before it, a spike is a warning when it threw the loss up at
-once (the 10 losses from its step above the 10 before it) and the run's last 10 losses are still
-above that level; a loss that drifts up long after a spike (an RL critic whose bootstrapped
+(RL critics, GANs). With losses before it, a spike is a warning only when, besides, it threw the
+loss up at once (the 10 losses from its step above the 10 before it) and the run's last 10 losses
+are still above that level; a loss that drifts up long after a spike (an RL critic whose bootstrapped
 targets grow) is no cost of that spike. Findings whose harm is their own definition (the loss growing
 geometrically, updates too small to move the loss) are not held, nor are findings whose evidence
 carries a measured `harm` (the lr schedule the run followed against the declared one: a cosine
@@ -115,7 +115,7 @@ class HarmGate:
                     # long after (an RL critic's targets growing) is no cost of the spike.
                     jump = before - prior > max(0.02 * abs(prior), prior_spread + before_spread)
                     kept = after - prior > max(0.02 * abs(prior), prior_spread + after_spread)
-                    learned = not (jump and kept)
+                    learned = learned or not (jump and kept)  # both: worse after it, and thrown up at it
                     evidence_before = num(prior)
             else:
                 learned = (before is not None and after is not None and math.isfinite(after)

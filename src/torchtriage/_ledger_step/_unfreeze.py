@@ -34,7 +34,6 @@ import torch.nn as nn
 
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import UserFrame
-from ._sinks import modules_on_stack
 
 MIN_STEPS = 3
 
@@ -96,14 +95,8 @@ class UnfreezeWatch:
             return
         for m in self.session.models:
             self.model(m)
-        # the models the optimizer was built from, before a run discovers them at their first call
-        # (a freeze called between the optimizer and the first forward is counted too)
-        held = {id(p) for g in opt.param_groups for p in g["params"]}
-        for m, _ in modules_on_stack():
-            if any(id(p) in held for p in m.parameters()):
-                self.model(m)
-        if id(opt) in self.built:
-            return
+        # (no walk of the user's frames' locals here: reading a long-lived frame's f_locals keeps a
+        # snapshot of its variables alive, the optimizer a loop just replaced among them)
         trainable = [weakref.ref(p) for g in opt.param_groups for p in g["params"]
                      if isinstance(p, torch.Tensor) and p.requires_grad]
         self.built[id(opt)] = (weakref.ref(opt), trainable)
