@@ -84,6 +84,7 @@ class SessionHooks(HookOwner):
         self._patches = Patches()
         self._depth = 0  # module calls in progress
         self._busy = 0  # > 0: a replay or probe runs, hooks ignore it
+        self._in_event = 0  # > 0: a check's event handler runs (its ops are ours, not the user's)
         self._in_backward = 0
         self._in_loss = 0
         # Module hooks: global ones (every module call of every model goes through PyTorch's
@@ -144,7 +145,8 @@ class SessionHooks(HookOwner):
 
     def _hook_root(self, model: nn.Module) -> None:
         """Hook one watched root (root-only mode): its calls keep the step, stage and batch."""
-        if not self._installed or self._global_module_hooks or id(model) in self._root_hooked:
+        if not self._installed or self._global_module_hooks or id(model) in self._root_hooked \
+                or isinstance(model, torch.jit.ScriptModule):  # (takes no Python hooks: its calls go unseen)
             return
         self._root_hooked.add(id(model))
         self._module_handles.append(model.register_forward_pre_hook(RootHook(self, "_fwd_pre")))

@@ -320,6 +320,12 @@ class Session(SessionHooks):
         """True while the session's hooks ignore the code that runs (a replay, a probe)."""
         return bool(self._busy)
 
+    @property
+    def in_event(self) -> bool:
+        """True while a check's event handler runs: an op seen then is the checks' own, never the
+        user's (a mode one check pushed in its handler sees the next checks' arithmetic)."""
+        return bool(self._in_event)
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Run code (a replay, a probe) without the session's hooks reacting to it."""
@@ -508,17 +514,21 @@ class Session(SessionHooks):
 
     def _emit_to(self, listeners: list[tuple[Checker, Any]], event: str, args: tuple[Any, ...]) -> None:
         broken = self._broken
-        for c, method in listeners:
-            if broken and c.name in broken:
-                continue
-            if c.session is None:
-                c.session = self
-            try:
-                method(*args)
-            except POLICY_ERRORS:
-                raise
-            except Exception as e:  # our bug must never kill the user's training
-                self._internal_error(f"{c.name}.{event}", e)
+        self._in_event += 1
+        try:
+            for c, method in listeners:
+                if broken and c.name in broken:
+                    continue
+                if c.session is None:
+                    c.session = self
+                try:
+                    method(*args)
+                except POLICY_ERRORS:
+                    raise
+                except Exception as e:  # our bug must never kill the user's training
+                    self._internal_error(f"{c.name}.{event}", e)
+        finally:
+            self._in_event -= 1
 
     def _internal_error(self, where: str, e: BaseException) -> None:
         if where.split(".")[0] in self._broken:

@@ -160,7 +160,8 @@ class GradSinks:
             for node in order:
                 var = getattr(node, "variable", None)
                 if not isinstance(var, nn.Parameter) or id(var) in held or not var.requires_grad \
-                        or not var.is_floating_point() or not var.numel() or var.layout is not torch.strided:
+                        or not var.is_floating_point() or not var.numel() or var.layout is not torch.strided \
+                        or not var.untyped_storage().nbytes():  # (FSDP's views: storage freed until the all-gather)
                     continue
                 s = self.sinks.get(id(var))
                 if s is None or s.ref() is not var:

@@ -341,7 +341,8 @@ class SilentChecker(Checker):
             except Exception as e:
                 self.session.internal_error("silent.loss_mask_on_inputs", e)
 
-        self._mask_follow = MaskFollow(out, found)
+        session = self.session
+        self._mask_follow = MaskFollow(out, found, lambda: session.busy or session.in_event)
         self._mask_follow.enter()
 
     def _drop_mask_follow(self) -> None:
