@@ -17,7 +17,6 @@ import torch.nn as nn
 import torch.distributions as D
 
 import math
-import os
 from types import SimpleNamespace
 
 # --------------------

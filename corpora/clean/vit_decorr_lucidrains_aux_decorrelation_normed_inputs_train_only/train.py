@@ -443,7 +443,6 @@ def main():
     acc0 = heldout_accuracy(vit, test_images, test_labels)
     print(f'held-out accuracy before training: {acc0:.3f}')
     step = 0
-    first_losses = []
     for _ in range(EPOCHS):
         for images, labels in dataloader:
 
