@@ -78,7 +78,8 @@ class LedgerChecker(Checker):
     def on_start(self, session: Any) -> None:
         self.session = session
         self.ledger = StepLedger(session)
-        self.amp = ScaledGradWatch(session, self._offered)
+        self.discards = DiscardWatch(session)
+        self.amp = ScaledGradWatch(session, self._offered, self.discards)
         self.amp.install()
         self.dropout = EvalDropoutWatch(session)
         self.dropout.install()
@@ -90,7 +91,6 @@ class LedgerChecker(Checker):
         self.updates = UpdateWatch(session)
         self.ranks = RankWatch(session)
         self.evalrandom = EvalRandomWatch(session)
-        self.discards = DiscardWatch(session)
         self.sinks = GradSinks(session)
         self.plain = PlainWeights(session)
         self.baseline = BaselineWatch(session)
