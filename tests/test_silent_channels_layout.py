@@ -49,7 +49,7 @@ class Classifier(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, h, w, c = x.shape
-        x = x.view(n, c, h, w) if self.layout == "view" else x.permute(0, 3, 1, 2)
+        x = x.view(n, c, h, w) if self.layout == "view" else x.permute(0, 3, 1, 2)  # <- view bug
         return self.head(self.features(x).flatten(1))
 
 
@@ -78,7 +78,7 @@ def test_view_of_hwc_images_in_a_classifier_forward():
     assert f.message.startswith("the input of features.0 [8, 3, 16, 16] is channels-last data reshaped into "
                                 "3 channels: read back as [8, 16, 16, 3] it is far smoother")
     assert "permute(0, 3, 1, 2)" in f.next_check
-    assert f.line is not None and f.file.endswith("test_silent_channels_layout.py")
+    assert f.line == line("view bug") and f.file.endswith("test_silent_channels_layout.py")
 
 
 def test_uint8_frames_reshaped_in_a_function_trainer_rgba():

@@ -24,6 +24,7 @@ Cost: a forward pre-hook on those convolutions until each has been judged on `CA
 
 from __future__ import annotations
 
+import ast
 import sys
 import weakref
 from typing import Any
@@ -130,23 +131,52 @@ class ChannelLayoutWatch:
                     "ratio": round(last / given, 4), "samples_measured": min(int(x.shape[0]), SAMPLES)}
         self.session.add(finding(
             "channels_last_reshaped", severity=Severity.WARNING, stage=Stage.FORWARD,
-            frame=self._frame(model), module=name, op="reshape", step=self.session.step, evidence=evidence,
+            frame=self._frame(model, x), module=name, op="reshape", step=self.session.step, evidence=evidence,
             conv=name, shape=list(x.shape), c=int(x.shape[1]), last_shape=[int(x.shape[0]), *spatial, int(x.shape[1])],
             given=f"{given:.3f}", last=f"{last:.3f}", perm=_perm(x.dim())))
 
     @staticmethod
-    def _frame(model: nn.Module | None) -> UserFrame | None:
-        """The root model's own forward (where its inputs are laid out), else the innermost user line."""
+    def _frame(model: nn.Module | None, x: torch.Tensor) -> UserFrame | None:
+        """The line of the root model's forward that made the tensor the convolution got (the
+        last assignment of the local holding it), else the line running there, else the
+        innermost user line."""
         if model is not None:
             f = find_frame(lambda f: in_user_file(f) and f.f_locals.get("self") is model, sys._getframe(2), depth=64)
             if f is not None:
-                return user_frame_of(f)
+                name = next((k for k, v in f.f_locals.items() if v is x), None)
+                made = _assigned(f.f_code.co_filename, f.f_code.co_firstlineno, f.f_lineno, name) if name else None
+                return user_frame_of(f, made)
         return user_frame_from_stack(3)
 
     def close(self) -> None:
         for h in self._handles.values():
             h.remove()
         self._handles.clear()
+
+
+_trees: dict[str, ast.Module | None] = {}
+
+
+def _assigned(path: str, first: int, now: int, name: str) -> int | None:
+    """The last line before `now`, in the function starting at `first`, that assigns `name`."""
+    if path not in _trees:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                _trees[path] = ast.parse(fh.read(), path)
+        except (OSError, SyntaxError, ValueError):
+            _trees[path] = None
+    tree = _trees[path]
+    if tree is None:
+        return None
+    fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and n.lineno <= first <= (n.body[0].lineno if n.body else n.lineno)
+               and n.lineno <= now <= (n.end_lineno or n.lineno)), None)
+    if fn is None:
+        return None
+    lines = [n.lineno for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+             and n.lineno < now and any(isinstance(t, ast.Name) and t.id == name
+                                        for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+    return max(lines, default=None)
 
 
 def _perm(dim: int) -> str:
