@@ -109,6 +109,96 @@ def test_correct_accumulation_and_plain_steps_are_quiet():
     assert discarded(s.report) == []
 
 
+def test_accumulation_that_clips_every_micro_batch_is_still_found():
+    # the passes were measured by clip_grad_norm_, but the dropped ones are not the large ones
+    model, (x, y) = mlp(), data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for i in range(16):
+            opt.zero_grad()  # <- reset D
+            F.mse_loss(model(x[(i % 8) * 8:(i % 8 + 1) * 8]), y[(i % 8) * 8:(i % 8 + 1) * 8]).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if i % 2 == 1:
+                opt.step()
+    [f] = discarded(s.report)
+    assert (f.line, f.evidence["applied"], f.evidence["discarded"]) == (line("reset D"), 8, 8)
+
+
+def _spiky(n: int = 48, every: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = data(n)
+    y[::every] *= 60.0  # a few mislabelled batches with huge targets
+    return x, y
+
+
+def test_norm_gate_that_skips_large_gradients_is_quiet_plain_loop():
+    model, (x, y) = mlp(), _spiky()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    skipped = 0
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for i in range(24):
+            loss = F.mse_loss(model(x[i * 2:(i + 1) * 2]), y[i * 2:(i + 1) * 2])
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+            if norm.item() > 20.0:
+                skipped += 1
+            else:
+                opt.step()
+            opt.zero_grad(set_to_none=True)
+    assert skipped >= 5
+    assert discarded(s.report) == []
+
+
+def test_norm_gate_under_a_grad_scaler_in_a_trainer_class_is_quiet():
+    class Trainer:
+        def __init__(self) -> None:
+            self.model, self.data = mlp(1), _spiky(every=4)
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-2, momentum=0.9)
+            self.scaler = torch.amp.GradScaler("cpu")
+            self.skipped = 0
+
+        def train_step(self, i: int) -> None:
+            x, y = self.data
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.mse_loss(self.model(x[i * 2:(i + 1) * 2]).float(), y[i * 2:(i + 1) * 2])
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.opt)
+            norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0))
+            if norm < 25.0 and norm == norm:
+                self.scaler.step(self.opt)
+            else:
+                self.skipped += 1
+            self.scaler.update()
+            self.opt.zero_grad()
+
+    t = Trainer()
+    with torchtriage.watch(t.model, t.opt, on_anomaly="record", report=False) as s:
+        for i in range(24):
+            t.train_step(i)
+    assert t.skipped >= 5
+    assert discarded(s.report) == []
+
+
+def test_norm_gate_in_a_function_trainer_with_a_nonfinite_guard_is_quiet():
+    def fit(model: nn.Module, opt: torch.optim.Optimizer, batches: list, limit: float) -> int:
+        dropped = 0
+        for xb, yb in batches:
+            opt.zero_grad()
+            F.mse_loss(model(xb), yb).backward()
+            total = torch.nn.utils.clip_grad_norm_(list(model.parameters()), 0.5)
+            if not torch.isfinite(total) or total > limit:
+                dropped += 1
+                continue
+            opt.step()
+        return dropped
+
+    model, (x, y) = mlp(2), _spiky(every=3)
+    batches = [(x[i:i + 2], y[i:i + 2]) for i in range(0, 48, 2)]
+    opt = torch.optim.RMSprop(model.parameters(), lr=1e-3)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        assert fit(model, opt, batches, 10.0) >= 5
+    assert discarded(s.report) == []
+
+
 def test_gan_generator_pass_that_fills_the_discriminators_grads_is_quiet():
     torch.manual_seed(0)
     g, d = nn.Linear(4, 8), nn.Sequential(nn.Linear(8, 1))

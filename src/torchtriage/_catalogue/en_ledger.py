@@ -1,6 +1,10 @@
 """English: the step ledger (issue 26): loss terms, scaled gradients, dropout in evaluation."""
 
 MESSAGES = {
+    "ledger.best_checkpoint_regressed": "{file} is written only on some evaluations, as a best checkpoint, but {bad} of its {writes} writes replaced a better {metric} with a worse one (first at step {step}: {value} after {before}; {direction} is better): it ends holding {final} while {best} was written before, so the model loaded as the best is not the best seen",
+    "ledger.best_checkpoint_regressed.restored": "{file} is written only on some evaluations, as a best checkpoint, but {bad} of its {writes} writes replaced a better {metric} with a worse one (first at step {step}: {value} after {before}; {direction} is better); a later write put the best value back",
+    "ledger.best_checkpoint_regressed.cause": "a best-model file must only be overwritten by a better value of the tracked metric; here the comparison let worse values through: the best value not restored when resuming from a checkpoint (reset to {{}} / None / inf), an early stopper's delta with the wrong sign (score < best - delta), or a comparison in the wrong direction",
+    "ledger.best_checkpoint_regressed.next": "print the value compared and the best so far at each save; store the best metric in every checkpoint and restore it when resuming; for a score count an epoch as better only when score > best + delta (for a loss: loss < best - delta)",
     "ledger.term_detached.reach":
         "the loss term {term} is computed from {model}'s output but reaches none of {model}'s parameters: "
         "its gradient went to {reach} only and was never applied, while {model} was stepped with the other "

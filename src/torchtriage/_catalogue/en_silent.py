@@ -1,6 +1,9 @@
 """English: silent bugs (computations that run and are wrong) and the `lab` command."""
 
 MESSAGES = {
+    "silent.channels_last_reshaped": "the input of {conv} {shape} is channels-last data reshaped into {c} channels: read back as {last_shape} it is far smoother (neighbour roughness {last} instead of {given}), so each 'channel' plane is a strip of the data with its channels interleaved",
+    "silent.channels_last_reshaped.cause": "a (N, H, W, C) tensor was turned into (N, C, H, W) with reshape/view, which keeps the element order, instead of permute, which moves the channel axis: nothing raises because the element count matches, and the model trains on scrambled pictures",
+    "silent.channels_last_reshaped.next": "move the channel axis with x.{perm} (then .contiguous() or .reshape if needed) before any reshape that merges other axes; check by plotting x[0] as an image",
     "silent.loss_broadcast": "prediction {pred} and target {target} broadcast to {result} in {op}: every prediction is compared with every target",
     "silent.loss_broadcast.cause": "the two shapes differ by a trailing axis of size 1, so broadcasting builds an outer product instead of pairing sample i with target i",
     "silent.loss_broadcast.next": "make both shapes equal on the sample axis (e.g. prediction.squeeze(-1) or target.unsqueeze(-1)); avoid a bare squeeze() that also drops a batch axis of size 1",

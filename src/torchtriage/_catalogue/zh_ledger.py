@@ -1,6 +1,10 @@
 """中文：步骤账本（issue 26）：损失项、缩放后的梯度、评估时的 dropout。"""
 
 MESSAGES = {
+    "ledger.best_checkpoint_regressed": "{file} 只在部分评估后写入，作为最佳检查点，但它的 {writes} 次写入中有 {bad} 次用更差的 {metric} 覆盖了更好的（首次在第 {step} 步：{before} 之后写入 {value}；{direction} 更好）：最终保存的是 {final}，而此前写入过 {best}，按“最佳”加载的模型并不是见过的最佳模型",
+    "ledger.best_checkpoint_regressed.restored": "{file} 只在部分评估后写入，作为最佳检查点，但它的 {writes} 次写入中有 {bad} 次用更差的 {metric} 覆盖了更好的（首次在第 {step} 步：{before} 之后写入 {value}；{direction} 更好）；之后的写入又放回了最佳值",
+    "ledger.best_checkpoint_regressed.cause": "最佳模型文件只应被所跟踪指标的更好值覆盖；这里的比较放过了更差的值：从检查点恢复时没有恢复最佳值（被重置为 {{}} / None / inf），早停的 delta 符号写反（score < best - delta），或比较方向写反",
+    "ledger.best_checkpoint_regressed.next": "在每次保存时打印比较的值和目前的最佳值；把最佳指标存进每个检查点并在恢复时读回；对得分，只有 score > best + delta 才算更好（对损失：loss < best - delta）",
     "ledger.term_detached.reach":
         "损失项 {term} 由 {model} 的输出计算而来，却到达不了 {model} 的任何参数：它的梯度只流向 {reach}，"
         "且从未被应用；而 {model} 只用其他损失项更新（{others}）",

@@ -1,6 +1,9 @@
 """中文：静默错误（能运行但结果错误的计算）与 `lab` 命令。"""
 
 MESSAGES = {
+    "silent.channels_last_reshaped": "{conv} 的输入 {shape} 是被 reshape 成 {c} 个通道的通道在后（channels-last）数据：按 {last_shape} 读回时平滑得多（相邻差异粗糙度 {last}，而不是 {given}），每个“通道”平面其实是一条各通道交错排列的数据带",
+    "silent.channels_last_reshaped.cause": "把 (N, H, W, C) 张量变成 (N, C, H, W) 时用了保持元素顺序的 reshape/view，而不是移动通道轴的 permute：元素个数相同所以不报错，模型在被打乱的图像上训练",
+    "silent.channels_last_reshaped.next": "先用 x.{perm} 移动通道轴（需要时再 .contiguous() 或 .reshape），再做合并其他轴的 reshape；可把 x[0] 画成图像检查",
     "silent.loss_broadcast": "预测 {pred} 与目标 {target} 在 {op} 中广播成 {result}：每个预测都和每个目标相比",
     "silent.loss_broadcast.cause": "两个形状相差一个长度为 1 的末尾轴，广播构成了外积，而不是把样本 i 与目标 i 配对",
     "silent.loss_broadcast.next": "在样本轴上统一形状（如 prediction.squeeze(-1) 或 target.unsqueeze(-1)）；不要直接用 squeeze()，以免批量为 1 时把批量轴也挤掉",

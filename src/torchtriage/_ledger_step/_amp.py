@@ -29,9 +29,10 @@ from .._frames import user_frame_from_stack
 
 
 class ScaledGradWatch:
-    def __init__(self, session: Any, on_offer: Any) -> None:
+    def __init__(self, session: Any, on_offer: Any, on_clip: Any = None) -> None:
         self.session = session
         self.on_offer = on_offer  # ledger: a scaler.step offers the optimizer a step
+        self.on_clip = on_clip  # (params, result) of a clip while it wants them (discard watch)
         self._outputs: list[tuple[weakref.ref[torch.Tensor], weakref.ref[Any]]] = []
         self.scaled: dict[int, Any] = {}  # id(scaler) -> scaler with a scaled backward since its step
         self.unscaled: set[tuple[int, int]] = set()  # (scaler, optimizer) unscaled since
@@ -94,14 +95,22 @@ class ScaledGradWatch:
         @functools.wraps(original)
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
-            suspect = None
-            if watch.scaled and not watch.reported and not watch.session.busy:
+            suspect, items = None, None
+            busy = watch.session.busy
+            clip = watch.on_clip if watch.on_clip is not None and not busy and watch.on_clip.wanted() else None
+            if (watch.scaled and not watch.reported and not busy) or clip is not None:
                 try:
                     args, kwargs, items = _replayable(args, kwargs)
-                    suspect = watch._suspect(items)
+                    if watch.scaled and not watch.reported and not busy:
+                        suspect = watch._suspect(items)
                 except Exception as e:
                     watch.session.internal_error("ledger.amp", e)
             result = original(*args, **kwargs)
+            if clip is not None and items is not None:
+                try:
+                    clip.clipped(items, result)
+                except Exception as e:
+                    watch.session.internal_error("ledger.discarded", e)
             if suspect is not None:
                 try:
                     watch._report(name, suspect, args, kwargs, result)

@@ -21,6 +21,7 @@ from .._findings import Category, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
 from ._amp import ScaledGradWatch
 from ._baseline import BaselineWatch
+from ._bestsave import BestSaves
 from ._discarded import DiscardWatch, patch_zero_grad
 from ._dropout import EvalDropoutWatch
 from ._evalrandom import EvalRandomWatch
@@ -67,6 +68,7 @@ class LedgerChecker(Checker):
         self.evalrandom: EvalRandomWatch | None = None
         self._eval_only = False  # awake only for a step that began with an evaluation forward
         self.discards: DiscardWatch | None = None
+        self.best_saves: BestSaves | None = None
         self._previous: list[Event] = []
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
         self.sinks: GradSinks | None = None
@@ -78,7 +80,8 @@ class LedgerChecker(Checker):
     def on_start(self, session: Any) -> None:
         self.session = session
         self.ledger = StepLedger(session)
-        self.amp = ScaledGradWatch(session, self._offered)
+        self.discards = DiscardWatch(session)
+        self.amp = ScaledGradWatch(session, self._offered, self.discards)
         self.amp.install()
         self.dropout = EvalDropoutWatch(session)
         self.dropout.install()
@@ -90,7 +93,6 @@ class LedgerChecker(Checker):
         self.updates = UpdateWatch(session)
         self.ranks = RankWatch(session)
         self.evalrandom = EvalRandomWatch(session)
-        self.discards = DiscardWatch(session)
         self.sinks = GradSinks(session)
         self.plain = PlainWeights(session)
         self.baseline = BaselineWatch(session)
@@ -98,6 +100,8 @@ class LedgerChecker(Checker):
         for opt in session.optimizers:
             self.unfreeze.optimizer(opt)
         patch_zero_grad(session, self.discards)
+        self.best_saves = BestSaves(session)
+        self.best_saves.install()
         snapshots = Snapshots(session)
         snapshots.install()
         self.origins = Origins(session)
@@ -252,6 +256,9 @@ class LedgerChecker(Checker):
             self._report(self.ledger.end())
         if self.discards is not None and self.session is not None:
             for f in self.discards.end():
+                self.session.add(f)
+        if self.best_saves is not None and self.session is not None:
+            for f in self.best_saves.end():
                 self.session.add(f)
         if self.updates is not None and self.session is not None:
             explained = _explained_parameters(self.session.findings)

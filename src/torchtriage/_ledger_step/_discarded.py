@@ -20,6 +20,11 @@ saliency map, a gradient read for logging, SAM's first pass) has no such evidenc
 quiet, and so does a GAN's generator pass, which also fills the discriminator's `.grad` that the
 next discriminator step resets: the generator's own parameters applied it. At least two
 discarded passes, a fifth of that line's passes or more (a rare skipped batch is a choice).
+A norm gate is a choice too: when the user's `clip_grad_norm_` measured every pass of the line
+and every discarded pass's norm is above every applied one's (the loop skips the step when the
+norm exceeds a limit, or is not finite), the gradients were read and rejected, not lost; an
+accumulation loop that clips each micro-batch mixes the two and is still found. The norms are
+the clip's own result tensors, read once, when the line is judged at the end.
 
 Cost, on judged steps only: per backward, a version/identity read of at most `_SAMPLE`
 parameters per optimizer before and after it; per `zero_grad` while a pass is pending, one set
@@ -43,6 +48,7 @@ _SAMPLE = 32  # parameters followed per optimizer (strided over its groups)
 _MAX_AGE = 3  # steps a pass is followed before it is left undecided
 MIN_DISCARDED = 2
 MIN_SHARE = 0.2
+_NORMS = 256  # norms kept per line and outcome
 
 
 @dataclasses.dataclass
@@ -54,6 +60,7 @@ class Pass:
     frame: UserFrame | None
     params: dict[int, tuple[weakref.ref[torch.Tensor], int, int]]  # id -> (ref, id(grad), param version)
     reset: UserFrame | None = None
+    norm: torch.Tensor | None = None  # the user's clip_grad_norm_ result over this pass's gradient
 
 
 @dataclasses.dataclass
@@ -67,6 +74,21 @@ class Site:
     first_discard: int | None = None
     resets: dict[str, UserFrame] = dataclasses.field(default_factory=dict)
     optimizers: set[str] = dataclasses.field(default_factory=set)
+    norms: dict[str, list[torch.Tensor | None]] = dataclasses.field(
+        default_factory=lambda: {"applied": [], "discarded": []})
+
+    def note(self, kind: str, ps: Pass) -> None:
+        if len(self.norms[kind]) < _NORMS:
+            self.norms[kind].append(ps.norm)
+
+    def gated(self) -> bool:
+        """Every discarded pass's measured norm above every applied one's: a norm gate."""
+        applied, discarded = self.norms["applied"], self.norms["discarded"]
+        if not applied or not discarded or any(n is None for n in applied + discarded):
+            return False
+        values = torch.stack([n.detach().float().reshape(()) for n in applied + discarded]).cpu()  # type: ignore[union-attr]
+        values = values.nan_to_num(nan=float("inf"))
+        return bool(values[len(applied):].min() > values[:len(applied)].max())
 
 
 def _at(frame: UserFrame | None) -> str:
@@ -131,6 +153,7 @@ class DiscardWatch:
         self.pending.remove(ps)
         site = self.sites[ps.site]
         site.discarded += 1
+        site.note("discarded", ps)
         if site.first_discard is None:
             site.first_discard = ps.step
         if ps.reset is not None:
@@ -202,8 +225,21 @@ class DiscardWatch:
                     self.pending.remove(ps)
                     site = self.sites[ps.site]
                     site.applied += 1
+                    site.note("applied", ps)
                     site.optimizers.add(type(opt).__name__)
                     break
+
+    def wanted(self) -> bool:
+        return bool(self.pending)
+
+    def clipped(self, params: list[Any], result: Any) -> None:
+        """The user's clip over `params` returned `result` (a norm tensor for clip_grad_norm_)."""
+        if not isinstance(result, torch.Tensor) or result.numel() != 1:
+            return
+        ids = {id(p) for p in params}
+        for ps in self.pending:
+            if ps.norm is None and any(pid in ids for pid in ps.params):
+                ps.norm = result
 
     def step_entered(self) -> None:
         self._in_step += 1
@@ -218,6 +254,8 @@ class DiscardWatch:
         for site in self.sites.values():
             total = site.applied + site.discarded
             if not site.applied or site.discarded < MIN_DISCARDED or site.discarded < MIN_SHARE * total:
+                continue
+            if site.gated():
                 continue
             reset = next(iter(site.resets.values()), None)
             frame = reset or site.frame

@@ -6,6 +6,7 @@
     _sequence     label shift, PAD in the loss, causal and padding probes
     _loop         training-loop mistakes: zero_grad, kept graphs, train/eval, collapse
     _overflow     exp close to the dtype's limit: check_exp_overflow
+    _channels     channels-last data reshaped (not permuted) into a convolution's channels
     _checker      SilentChecker, the session-side glue
     _plans/_flags deferred numbers, read once per step
 """

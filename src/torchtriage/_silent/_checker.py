@@ -37,6 +37,7 @@ from .._modestack import own_modes_off
 from ._averaged import AveragedCopies
 from ._batchtwice import batch_of, twice_plans
 from ._carried import GraphCarry, call_path, carried_finding
+from ._channels import ChannelLayoutWatch
 from ._common import finding, first_tensor, fmt, is_index_tensor, shape
 from ._divisor import division_plans
 from ._exp_site import locate_in_forward, storage_of
@@ -82,6 +83,7 @@ class SilentChecker(Checker):
         self.metric_states = MetricStates(session)
         self.pads = PadAttention(session)
         self.sides = SideCalls(session, self._side_call)
+        self.layouts = ChannelLayoutWatch(session)
         self.region: LossRegion | None = None
         self._rebuilt: set[Any] = set()  # loss lines whose targets a whole-input model reconstructs
         self.sampling: TrainModeOutputs | None = None
@@ -186,6 +188,11 @@ class SilentChecker(Checker):
     def on_model(self, model: nn.Module, label: str) -> None:
         if self._stochastic_of(model):
             self.sides.watch(model)
+        try:
+            self.layouts.watch(model)
+        except Exception as e:
+            self.layouts.close()
+            self.session.internal_error("silent.channels_last_reshaped", e)
         try:
             self.pads.watch(model)
         except Exception as e:
@@ -785,6 +792,7 @@ class SilentChecker(Checker):
     def on_end(self) -> None:
         self.pads.close()
         self.sides.close()
+        self.layouts.close()
         self._drop_mask_follow()
         for f in self._mask_leaving:  # at close no op of ours is running: take them off
             f.inside = 0

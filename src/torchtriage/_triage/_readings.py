@@ -57,6 +57,13 @@ def _arguments(m: re.Match[str], ctx: Any) -> Fields:
     return None
 
 
+def _scaler_order(m: re.Match[str], ctx: Any) -> Fields:
+    """unscale_() after step() without update() in between: the same state machine, read the other way."""
+    if m.group("after"):
+        return "numerical.grad_scaler_order", {"op": "unscale_", "previous": "step"}
+    return "numerical.grad_scaler_order", {"previous": m.group("op")}
+
+
 READINGS: tuple[Rule, ...] = (
     # shape: sizes asked of an op that the input cannot give
     Rule("shape.checkpoint_size", Category.SHAPE,
@@ -76,6 +83,11 @@ READINGS: tuple[Rule, ...] = (
             r"[^,]*, but found|invalid (?P<rate>\w+) rate|Expected p_in >= 0 && p_in <= 1")),
     Rule("numerical.grad_norm_nonfinite", Category.NUMERICAL,
          _r(r"The total norm of order (?P<order>\S+) for gradients from `parameters` is non-finite")),
+    # GradScaler keeps one state per optimizer that only update() resets: unscale_ / step twice
+    # between two update() calls (a branch that skips step() and update() together) is refused.
+    Rule("numerical.grad_scaler_order", Category.NUMERICAL,
+         _r(r"(?P<op>unscale_|step)\(\) has already been called (?:on this optimizer )?since the last update\(\)|"
+            r"(?P<after>unscale_)\(\) is being called after step\(\)"), refine=_scaler_order),
     Rule("numerical.anomaly", Category.NUMERICAL,
          _r(r"Function '(?P<node>\w+)' returned nan values in its (?P<index>\d+)\w* output")),
     # gradient

@@ -1,0 +1,184 @@
+"""Channels-last data given to a convolution through reshape / view instead of permute (session 13).
+
+A convolution reads its input as (batch, channels, *spatial). Images (and multichannel series)
+often arrive channels-last: (batch, H, W, C). `x.permute(0, 3, 1, 2)` moves the channel axis;
+`x.reshape(n, C, H, W)` / `x.view(...)` keeps the element order and re-reads it: each
+"channel" plane is then a strip of the image with R, G, B interleaved along its rows. Nothing
+raises (the element count matches), and the model trains on scrambled pictures.
+
+The invariant every correct program keeps: the tensor a convolution receives is spatially
+coherent in its own layout, and no more coherent when read back as channels-last. This check
+measures it on the actual input of the convolutions that take few channels (2 to 4, the
+colour / sensor axis), at their first calls: the roughness of the input (the mean squared
+difference of spatial neighbours over twice the variance, per sample and channel: 0 for a
+smooth picture, 1 for noise), and the roughness of the same elements read as channels-last
+(`x.reshape(n, *spatial, C).movedim(-1, 1)`: the exact inverse of the mistake). When the
+second is a small fraction of the first, the data was channels-last and the reshape scrambled
+it. A correct input read that way is scrambled, so it only gets rougher; noise is as rough
+either way. A resize between the reshape and the convolution blurs the interleaving, and
+then nothing is said.
+
+Cost: a forward pre-hook on those convolutions until each has been judged on `CALLS` calls
+(then removed); a few reductions over at most `SAMPLES` samples and one read per call judged.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import weakref
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .._findings import Severity, Stage
+from .._frames import UserFrame, find_frame, in_user_file, user_frame_from_stack, user_frame_of
+from .._transparent import our_hook, standing_aside
+from ._common import finding
+
+CALLS = 2  # calls judged per convolution
+SAMPLES = 8  # samples of a batch measured
+MIN_ROUGH = 0.15  # the input as given must be at least this rough
+RATIO = 0.4  # read as channels-last, at most this fraction of that roughness
+MAX_MODULES = 64
+
+
+def roughness(z: torch.Tensor) -> torch.Tensor:
+    """Mean squared difference of spatial neighbours over twice the variance (per sample and
+    channel, centred): ~0 for smooth data, ~1 for noise. A 0-d tensor (no read)."""
+    spatial = tuple(range(2, z.dim()))
+    z = z - z.mean(dim=spatial, keepdim=True)
+    var = z.pow(2).mean()
+    diffs = [z.diff(dim=a).pow(2).mean() for a in spatial if z.shape[a] > 1]
+    return torch.stack(diffs).mean() / (2 * var).clamp_min(1e-30)
+
+
+def channels_last_reading(x: torch.Tensor) -> tuple[float, float] | None:
+    """(roughness as given, roughness read as channels-last) of a conv input, or None."""
+    if x.dim() < 3 or not x.is_floating_point() or x.shape[0] == 0:
+        return None
+    x = x[:SAMPLES].detach().float()
+    n, c, spatial = x.shape[0], x.shape[1], tuple(x.shape[2:])
+    if any(s < 4 for s in spatial):
+        return None
+    back = x.reshape(n, *spatial, c).movedim(-1, 1)
+    vals = torch.stack([roughness(x), roughness(back)]).cpu().tolist()  # one read
+    given, last = float(vals[0]), float(vals[1])
+    if not (given == given and last == last):
+        return None
+    return given, last
+
+
+class ChannelLayoutWatch:
+    """Pre-hooks on the few-channel convolutions of the watched models, for their first calls."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self._handles: dict[int, Any] = {}
+        self._calls: dict[int, int] = {}
+        self._reported: set[int] = set()
+
+    def watch(self, model: nn.Module) -> None:
+        n = 0
+        for path, m in model.named_modules():
+            if n >= MAX_MODULES:
+                break
+            if not isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Conv3d)) or not 2 <= m.in_channels <= 4:
+                continue
+            if id(m) in self._handles or id(m) in self._calls:
+                continue
+            n += 1
+            self._handles[id(m)] = m.register_forward_pre_hook(our_hook(self._hook(weakref.ref(model), path)))
+
+    def _hook(self, ref: weakref.ref[nn.Module], path: str) -> Any:
+        def pre(module: nn.Module, args: tuple[Any, ...]) -> None:
+            __tracebackhide__ = True
+            if self.session.busy or standing_aside():
+                return
+            try:
+                self._judge(module, ref(), path, args)
+            except Exception as e:  # our bug: report it, the user's forward goes on
+                self.close()
+                self.session.internal_error("silent.channels_last_reshaped", e)
+        return pre
+
+    def _judge(self, module: Any, model: nn.Module | None, path: str, args: tuple[Any, ...]) -> None:
+        key = id(module)
+        calls = self._calls.get(key, 0) + 1
+        self._calls[key] = calls
+        if calls >= CALLS:
+            h = self._handles.pop(key, None)
+            if h is not None:
+                h.remove()
+        x = args[0] if args else None
+        if not isinstance(x, torch.Tensor) or key in self._reported:
+            return
+        if x.dim() != len(module.weight.shape) or x.shape[1] != module.in_channels:
+            return  # unbatched or refused: the conv's own error explains it
+        with torch.no_grad():
+            read = channels_last_reading(x)
+        if read is None:
+            return
+        given, last = read
+        if given < MIN_ROUGH or last > RATIO * given:
+            return
+        self._reported.add(key)
+        name = self.session.module_name(module) or path or type(module).__name__
+        spatial = list(x.shape[2:])
+        evidence = {"module": name, "input_shape": list(x.shape), "channels": int(x.shape[1]),
+                    "roughness_as_given": round(given, 4), "roughness_read_channels_last": round(last, 4),
+                    "ratio": round(last / given, 4), "samples_measured": min(int(x.shape[0]), SAMPLES)}
+        self.session.add(finding(
+            "channels_last_reshaped", severity=Severity.WARNING, stage=Stage.FORWARD,
+            frame=self._frame(model, x), module=name, op="reshape", step=self.session.step, evidence=evidence,
+            conv=name, shape=list(x.shape), c=int(x.shape[1]), last_shape=[int(x.shape[0]), *spatial, int(x.shape[1])],
+            given=f"{given:.3f}", last=f"{last:.3f}", perm=_perm(x.dim())))
+
+    @staticmethod
+    def _frame(model: nn.Module | None, x: torch.Tensor) -> UserFrame | None:
+        """The line of the root model's forward that made the tensor the convolution got (the
+        last assignment of the local holding it), else the line running there, else the
+        innermost user line."""
+        if model is not None:
+            f = find_frame(lambda f: in_user_file(f) and f.f_locals.get("self") is model, sys._getframe(2), depth=64)
+            if f is not None:
+                name = next((k for k, v in f.f_locals.items() if v is x), None)
+                made = _assigned(f.f_code.co_filename, f.f_code.co_firstlineno, f.f_lineno, name) if name else None
+                return user_frame_of(f, made)
+        return user_frame_from_stack(3)
+
+    def close(self) -> None:
+        for h in self._handles.values():
+            h.remove()
+        self._handles.clear()
+
+
+_trees: dict[str, ast.Module | None] = {}
+
+
+def _assigned(path: str, first: int, now: int, name: str) -> int | None:
+    """The last line before `now`, in the function starting at `first`, that assigns `name`."""
+    if path not in _trees:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                _trees[path] = ast.parse(fh.read(), path)
+        except (OSError, SyntaxError, ValueError):
+            _trees[path] = None
+    tree = _trees[path]
+    if tree is None:
+        return None
+    fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and n.lineno <= first <= (n.body[0].lineno if n.body else n.lineno)
+               and n.lineno <= now <= (n.end_lineno or n.lineno)), None)
+    if fn is None:
+        return None
+    lines = [n.lineno for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+             and n.lineno < now and any(isinstance(t, ast.Name) and t.id == name
+                                        for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+    return max(lines, default=None)
+
+
+def _perm(dim: int) -> str:
+    """The permute that moves a channels-last axis first, for an input of `dim` dimensions."""
+    return "permute(" + ", ".join(["0", str(dim - 1), *(str(i) for i in range(1, dim - 1))]) + ")"
