@@ -33,7 +33,7 @@ import torch.nn as nn
 
 from .._built_at import _literal, _tree
 from .._findings import Category, Finding, Severity, Stage
-from .._frames import UserFrame, is_user_file, user_frame_of_line
+from .._frames import UserFrame, is_user_file, user_files_on_stack, user_frame_of_line
 from .._transparent import our_hook, standing_aside
 from ._common import finding, num
 
@@ -140,17 +140,19 @@ class BnMomentum:
 
 
 def _momentum_line(mod: nn.Module, parent: nn.Module | None, momentum: float) -> UserFrame | None:
-    """The construction of `mod` in its parent's class source: a call named like its class
+    """The construction of `mod` in its parent's class source or the files on the stack (a builder function): a call named like its class
     whose `momentum=` agrees with its momentum (a literal equal to it first)."""
-    owners = [type(parent)] if parent is not None else []
-    best: tuple[int, int, str, str] | None = None
-    for cls in owners:
+    files: list[str] = []
+    for cls in [type(parent)] if parent is not None else []:
         try:
             path = inspect.getsourcefile(cls)
         except (TypeError, OSError):
             continue
-        if not path or not is_user_file(path):
-            continue
+        if path and is_user_file(path):
+            files.append(path)
+    files.extend(p for p in user_files_on_stack(2) if p not in files)  # (a builder function: nn.Sequential(...))
+    best: tuple[int, int, str, str] | None = None
+    for path in files[:8]:
         tree = _tree(path)
         if tree is None:
             continue

@@ -72,8 +72,15 @@ def _assignments(scope: ast.AST, name: str) -> list[tuple[ast.AST, ast.expr | No
             for t in targets:
                 if isinstance(t, ast.Name) and t.id == name:
                     out.append((node, node.value))
+                elif (isinstance(t, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                      and len(t.elts) == len(node.value.elts) and not any(isinstance(e, ast.Starred) for e in t.elts)):
+                    for te, ve in zip(t.elts, node.value.elts):
+                        if isinstance(te, ast.Name) and te.id == name:
+                            out.append((node, ve))
+                        elif any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(te)):
+                            return None
                 elif any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(t)):
-                    return None  # (unpacked from a tuple: from a call that may sum)
+                    return None  # (unpacked from a call that may sum)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and node is not scope:
             args = node.args
             if any(a.arg == name for a in [*args.args, *args.kwonlyargs, *args.posonlyargs]):
