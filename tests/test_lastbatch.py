@@ -83,7 +83,11 @@ BN_CONFIG = """
     torch.manual_seed(1)
     x = torch.randn(96, 10) * torch.linspace(0.2, 5, 96).unsqueeze(1)
     y = x.sum(1)
-    fit(make_model(CFG), DataLoader(TensorDataset(x, y), batch_size=6, shuffle=True), 3)
+    model = make_model(CFG)
+    fit(model, DataLoader(TensorDataset(x, y), batch_size=6, shuffle=True), 3)
+    model.eval()
+    with torch.no_grad():
+        print(float(nn.functional.mse_loss(model(x).squeeze(1), y)))
 """
 
 # (3) a class trainer over a sequence model: BatchNorm1d over time, momentum=1.0 (the last batch only)
@@ -117,6 +121,9 @@ BN_TRAINER = """
     for i in range(30):
         hi = int(torch.randint(5, 50, (1,)))
         t.step(torch.randint(0, hi, (3, 7)), torch.randint(0, 5, (3, 7)))
+    t.model.eval()
+    with torch.no_grad():
+        t.model(torch.randint(0, 50, (8, 7)))
 """
 
 
@@ -139,10 +146,20 @@ def test_bn_momentum_on_steady_inputs_is_info(tmp_path):
     # momentum 0.9 on large batches of one distribution: the last batch IS the average (no harm)
     source = BN_CONFIG.replace("batch_size=6", "batch_size=96").replace(
         "x = torch.randn(96, 10) * torch.linspace(0.2, 5, 96).unsqueeze(1)", "x = torch.randn(96, 10)").replace(
-        "fit(make_model(CFG)", "x = x.repeat(1, 1)\n    fit(make_model(CFG)")
+        "model = make_model(CFG)", "x = x.repeat(1, 1)\n    model = make_model(CFG)")
     report = _run(tmp_path, source)
     found = _codes(report, BN)
     assert len(found) == 1 and found[0].severity.value == "info", [(f.code, f.evidence) for f in found]
+
+
+def test_bn_momentum_never_evaluated_is_info(tmp_path):
+    # MAML / relation networks: momentum=1 on purpose, the model never leaves train() mode (batch statistics
+    # at test time too): the running statistics are never read
+    source = BN_BLOCK.replace("    model.eval()\n", "")
+    report = _run(tmp_path, source)
+    found = _codes(report, BN)
+    assert len(found) == 1 and found[0].severity.value == "info"
+    assert found[0].evidence["eval_mode_forwards"] == 0
 
 
 @pytest.mark.parametrize("momentum", ["", ", momentum=0.1", ", momentum=0.01", ", momentum=0.3", ", momentum=None"])
@@ -290,8 +307,8 @@ LOOKALIKES = {
     "per_batch_scaled": UNSUMMED_FUNCTIONAL.replace("return epoch_loss / len(loader)  # HERE",
                                                     "return epoch_loss / 2"),
     # the class trainer, fixed
-    "class_fixed": UNSUMMED_CLASS.replace("seen += images.size(0)",
-                                          "seen += images.size(0)\n                total_loss += loss.item() * images.size(0)"),
+    "class_fixed": UNSUMMED_CLASS.replace(
+        "seen += images.size(0)", "seen += images.size(0)\n                total_loss += loss.item() * images.size(0)"),
 }
 
 

@@ -16,7 +16,9 @@ previous) / m`, on the device, no read) and keeps the statistics the intended mo
 (`1 - m`, TensorFlow's reading; at least 0.01) would have given. At the run's end (one read):
 the mean distance between the running mean the model keeps and the intended one, in units of the
 intended running standard deviation, and the mean jump of the running mean per update. A warning
-when the eval-mode normalization is off by at least `HARM` standard deviations, else an info.
+when the eval-mode normalization is off by at least `HARM` standard deviations and the run did
+evaluate in eval mode (a program that never leaves train() mode, MAML's `momentum=1` with batch
+statistics at test time, never reads the running statistics), else an info.
 The line is the module's construction, read from the source of its parent's class.
 """
 
@@ -54,6 +56,7 @@ class _Tracked:
     prev_var: torch.Tensor
     jumps: torch.Tensor  # sum over updates of |running mean - previous|
     updates: int = 0
+    evals: int = 0  # eval-mode forwards seen (the running statistics used)
     ref: Any = None
     handle: Any = None
 
@@ -78,7 +81,10 @@ class BnMomentum:
     def _hook(self, t: _Tracked) -> Any:
         def post(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
             __tracebackhide__ = True
-            if not module.training or self.session.busy or standing_aside():
+            if self.session.busy or standing_aside():
+                return
+            if not module.training:
+                t.evals += 1  # (an eval-mode forward: it normalizes with the running statistics)
                 return
             try:
                 rm = getattr(module, "running_mean", None)
@@ -118,8 +124,8 @@ class BnMomentum:
                 off = float(((kept - t.mean).abs() / std).mean())
                 jump = float((t.jumps / t.updates / std).mean())
                 rows.append((off, jump, t))
-        off, jump, worst = max(rows, key=lambda r: r[0])
-        harm = off >= HARM
+        off, jump, worst = max(rows, key=lambda r: (r[2].evals > 0, r[0]))
+        harm = off >= HARM and worst.evals > 0
         names = [t.path for t in used]
         return finding("bn_momentum_last_batch", category=Category.SILENT, stage=Stage.FORWARD, step=self.step,
                        severity=Severity.WARNING if harm else Severity.INFO, frame=self.frame, module=worst.path,
@@ -131,16 +137,19 @@ class BnMomentum:
                                  "new_batch_weight": worst.momentum, "kept_weight": round(1 - worst.momentum, 6),
                                  "batchnorms_with_momentum_ge_0.5": self.modules, "modules": names[:8],
                                  "intended_momentum": round(worst.intended, 6), "running_stat_updates": worst.updates,
+                                 "eval_mode_forwards": worst.evals,
                                  "running_mean_off_intended_in_stds": round(off, 4),
                                  "mean_jump_per_update_in_stds": round(jump, 4),
                                  **({"harm": f"the eval-mode running mean of {worst.path} is {off:.3g} running "
                                              f"standard deviations away from the average the momentum "
-                                             f"{num(worst.intended)} would keep, after {worst.updates} updates"}
+                                             f"{num(worst.intended)} would keep, after {worst.updates} updates, "
+                                             f"and {worst.evals} eval-mode forwards normalized with it"}
                                     if harm else {})})
 
 
 def _momentum_line(mod: nn.Module, parent: nn.Module | None, momentum: float) -> UserFrame | None:
-    """The construction of `mod` in its parent's class source or the files on the stack (a builder function): a call named like its class
+    """The construction of `mod` in its parent's class source or the files on the stack (a builder
+    function): a call named like its class
     whose `momentum=` agrees with its momentum (a literal equal to it first)."""
     files: list[str] = []
     for cls in [type(parent)] if parent is not None else []:
