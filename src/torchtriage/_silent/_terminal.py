@@ -77,15 +77,16 @@ def _unused_done_fields(func: ast.AST) -> list[_Candidate]:
             if used:
                 # every read is inside a reassignment of the name itself (`x = torch.tensor(x).to(dev)`)
                 used = _read_beyond_self(func, name)
-            if not used:
-                line, text = _target_line(func, node, fields, name)
-                out.append(_Candidate("unused", line, name, [name], text))
+            if not used and not name.startswith("_"):
+                target = _target_line(func, node, fields, name)
+                if target is not None:  # (no bootstrapped target: a field left unused for another reason)
+                    out.append(_Candidate("unused", target[0], name, [name], target[1]))
     return out
 
 
-def _target_line(func: ast.AST, unpack: ast.Assign, fields: list[str], done: str) -> tuple[int, str]:
+def _target_line(func: ast.AST, unpack: ast.Assign, fields: list[str], done: str) -> tuple[int, str] | None:
     """The bootstrapped target: the first assignment after the unpacking that adds a term reading
-    a batch field (the rewards) to a product (gamma times the next value); else the unpacking."""
+    a batch field (the rewards) to a product (gamma times the next value) that reads no field."""
     others = set(fields) - {done}
     for n in sorted((n for n in ast.walk(func) if isinstance(n, ast.Assign) and n.lineno > unpack.lineno),
                     key=lambda n: n.lineno):
@@ -93,7 +94,7 @@ def _target_line(func: ast.AST, unpack: ast.Assign, fields: list[str], done: str
         if len(terms) >= 2 and any(_names(t) & others for t in terms) and any(
                 isinstance(t, ast.BinOp) and isinstance(t.op, ast.Mult) and not (_names(t) & others) for t in terms):
             return n.lineno, ast.unparse(n)[:160]
-    return unpack.lineno, ast.unparse(unpack)[:160]
+    return None
 
 
 _PLUMBING = frozenset({"FloatTensor", "LongTensor", "BoolTensor", "ByteTensor", "Tensor", "tensor", "as_tensor",
@@ -142,29 +143,35 @@ def _reversed_iter(it: ast.expr) -> bool:
     return False
 
 
-def _per_step(e: ast.expr, targets: set[str]) -> str | None:
+def _per_step(e: ast.expr, targets: set[str], index: frozenset[str] = frozenset()) -> str | None:
     """The base name of a per-step value: a loop target, or a subscript of a name by an index
     that reads a loop target (`dones[t]`, `masks[step + 1]`), through `.float()` and the like."""
     while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and not e.args:
         e = e.func.value
     if isinstance(e, ast.Name) and e.id in targets:
         return e.id
-    if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Name) and _names(e.slice) & targets:
+    if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Name) and _names(e.slice) & (targets | index):
         return e.value.id
     return None
 
 
-def _mask_of(e: ast.expr, targets: set[str]) -> str | None:
+def _range_index(it: ast.expr) -> bool:
+    while isinstance(it, ast.Call) and getattr(it.func, "id", "") in ("reversed", "list") and len(it.args) == 1:
+        it = it.args[0]
+    return isinstance(it, ast.Call) and getattr(it.func, "id", "") == "range"
+
+
+def _mask_of(e: ast.expr, targets: set[str], index: frozenset[str] = frozenset()) -> str | None:
     """`1 - P`, `1.0 - P`, `~P`, `not P`, `P.logical_not()`, `torch.logical_not(P)`: P's base name."""
     if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Sub) and isinstance(e.left, ast.Constant) \
             and e.left.value == 1:
-        return _per_step(e.right, targets)
+        return _per_step(e.right, targets, index)
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.Invert, ast.Not)):
-        return _per_step(e.operand, targets)
+        return _per_step(e.operand, targets, index)
     if isinstance(e, ast.Call):
         callee = e.func.attr if isinstance(e.func, ast.Attribute) else getattr(e.func, "id", "")
         if callee == "logical_not":
-            return _per_step(e.args[0] if e.args else e.func.value, targets)  # type: ignore[attr-defined]
+            return _per_step(e.args[0] if e.args else e.func.value, targets, index)  # type: ignore[attr-defined]
     return None
 
 
@@ -188,6 +195,11 @@ def _carries(func: ast.AST) -> list[_Candidate]:
             continue
         targets = _names(loop.target)
         index_names = set(targets)
+        idx: frozenset[str] = frozenset()
+        if _range_index(loop.iter) and isinstance(loop.target, ast.Name):
+            idx = frozenset(targets)
+            index_names = set()  # (a range's index is a number: only subscripts by it are per step)
+        direct = {id(stmt) for stmt in loop.body}
         body = [n for stmt in loop.body for n in ast.walk(stmt)]
         assigns = [n for n in body if isinstance(n, (ast.Assign, ast.AugAssign))]
         # per-step values added or subtracted somewhere (rewards, values) are not masks
@@ -195,19 +207,19 @@ def _carries(func: ast.AST) -> list[_Candidate]:
         for n in body:
             if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Sub)):
                 for t in (n.left, n.right):
-                    base = _per_step(t, index_names)
+                    base = _per_step(t, index_names, idx)
                     if base is not None:
                         added.add(base)
         masks: set[str] = set()  # the masks' base names
         mask_names: set[str] = set()  # names assigned from a mask (`nextnonterminal = 1.0 - dones[t + 1]`)
         for n in body:
             if isinstance(n, ast.expr):
-                base = _mask_of(n, index_names)
+                base = _mask_of(n, index_names, idx)
                 if base is not None:
                     masks.add(base)
             if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult):
                 for fct in _factors(n):
-                    base = _per_step(fct, index_names)
+                    base = _per_step(fct, index_names, idx)
                     if base is not None and base not in added:
                         masks.add(base)
         for a in assigns:
@@ -216,21 +228,31 @@ def _carries(func: ast.AST) -> list[_Candidate]:
                 while isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in (
                         "float", "to", "type", "double", "half", "unsqueeze", "view", "reshape"):
                     v = v.func.value
-                if _mask_of(v, index_names) is not None:
+                if _mask_of(v, index_names, idx) is not None:
                     mask_names.add(a.targets[0].id)  # (`nextnonterminal = 1.0 - dones[t + 1]`)
         if not masks:
             continue
         mask_bases = masks | mask_names
 
         def masked(e: ast.AST, index_names: set[str] = index_names, masks: set[str] = masks,
-                   mask_bases: set[str] = mask_bases) -> bool:
-            return any(isinstance(n, ast.expr) and (_mask_of(n, index_names) is not None
-                                                   or _per_step(n, index_names) in masks
+                   mask_bases: set[str] = mask_bases, idx: frozenset[str] = idx) -> bool:
+            return any(isinstance(n, ast.expr) and (_mask_of(n, index_names, idx) is not None
+                                                   or _per_step(n, index_names, idx) in masks
                                                    or (isinstance(n, ast.Name) and n.id in mask_bases))
                        for n in ast.walk(e))
 
         carried: dict[str, list[ast.Assign | ast.AugAssign]] = {}
         reset: set[str] = set()
+        fresh: set[str] = set()  # names whose first assignment in the body reads nothing of their own
+        for a in sorted(assigns, key=lambda a: (a.lineno, a.col_offset)):
+            tgt = a.targets[0] if isinstance(a, ast.Assign) and len(a.targets) == 1 else (
+                a.target if isinstance(a, ast.AugAssign) else None)
+            if isinstance(tgt, ast.Name) and tgt.id not in carried and tgt.id not in fresh and tgt.id not in reset:
+                if isinstance(a, ast.Assign) and tgt.id not in _names(a.value):
+                    (fresh if id(a) in direct or not isinstance(a.value, ast.Constant) else reset).add(tgt.id)
+                else:
+                    carried[tgt.id] = []
+        carried = {}
         for a in assigns:
             tgt = a.targets[0] if isinstance(a, ast.Assign) and len(a.targets) == 1 else (
                 a.target if isinstance(a, ast.AugAssign) else None)
@@ -244,7 +266,7 @@ def _carries(func: ast.AST) -> list[_Candidate]:
             if isinstance(a, ast.AugAssign) or name in _names(value):
                 carried.setdefault(name, []).append(a)
         for name, stmts in carried.items():
-            if name in reset or name in mask_bases:
+            if name in reset or name in mask_bases or name in fresh:
                 continue
             ok = False
             for a in stmts:
