@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
-from .._frames import is_user_file, user_frame_of
+from .._frames import is_user_file, user_frame_of, user_frame_of_line
 from .._ledger._lines import _tree
 
 MAX_FUNCTIONS = 256
@@ -50,6 +50,7 @@ class _Candidate:
     sources: list[str]  # names whose live values hold the done flags
     text: str  # the statement
     tries: int = 0
+    where: tuple[str, str] | None = None  # (file, function) of a helper the live frame calls
 
 
 # ---------------------------------------------------------------- static analysis
@@ -311,8 +312,9 @@ def _flag_sources(loop: ast.For, masks: set[str]) -> list[str]:
         pos = next((i for i, t in enumerate(elts) if isinstance(t, ast.Name) and t.id == m), None)
         if pos is not None and z is not None and pos < len(z.args):
             src = z.args[pos]
-            while isinstance(src, (ast.Subscript, ast.Attribute)):
-                src = src.value
+            while isinstance(src, (ast.Subscript, ast.Attribute)) or (
+                    isinstance(src, ast.Call) and getattr(src.func, "id", "") in ("reversed", "list") and src.args):
+                src = src.args[0] if isinstance(src, ast.Call) else src.value
             if isinstance(src, ast.Name):
                 out.append(src.id)
         elif pos is None:
@@ -324,6 +326,10 @@ def analyse(code: types.CodeType) -> list[_Candidate]:
     tree, _ = _tree(code.co_filename)
     if tree is None:
         return []
+    if code.co_name == "<module>":  # a script's top level: its statements outside functions and classes
+        top = ast.Module(body=[n for n in tree.body if not isinstance(
+            n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))], type_ignores=[])
+        return _carries(top) + _unused_done_fields(top)
     func = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and n.name == code.co_name and n.lineno <= code.co_firstlineno <= (n.end_lineno or n.lineno)
                  and (n.lineno == code.co_firstlineno or any(d.lineno == code.co_firstlineno
@@ -331,6 +337,59 @@ def analyse(code: types.CodeType) -> list[_Candidate]:
     if func is None:
         return []
     return _carries(func) + _unused_done_fields(func)
+
+
+def _function_of(code: types.CodeType) -> ast.AST | None:
+    tree, _ = _tree(code.co_filename)
+    if tree is None:
+        return None
+    return next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.name == code.co_name and n.lineno <= code.co_firstlineno <= (n.end_lineno or n.lineno)), None)
+
+
+def helpers(f: types.FrameType) -> list[_Candidate]:
+    """Carries in the user's functions the live frame's function calls (`returns =
+    compute_gae(rewards, values, dones)`), their flag sources mapped to the caller's arguments."""
+    func = _function_of(f.f_code) if f.f_code.co_name != "<module>" else _tree(f.f_code.co_filename)[0]
+    if func is None:
+        return []
+    out: list[_Candidate] = []
+    seen: set[types.CodeType] = set()
+    for call in ast.walk(func):
+        if not isinstance(call, ast.Call):
+            continue
+        fn: Any = None
+        skip = 0
+        if isinstance(call.func, ast.Name):
+            fn = f.f_locals.get(call.func.id, f.f_globals.get(call.func.id))
+        elif isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+            owner = f.f_locals.get(call.func.value.id)
+            fn = getattr(type(owner), call.func.attr, None) if owner is not None else None
+            skip = 1  # (self)
+        fn = getattr(fn, "__func__", fn)
+        code = getattr(fn, "__code__", None)
+        if not isinstance(code, types.CodeType) or code in seen or code is f.f_code \
+                or not is_user_file(code.co_filename):
+            continue
+        seen.add(code)
+        params = list(code.co_varnames[skip:code.co_argcount])
+        for c in analyse(code):
+            if c.kind != "carry":
+                continue
+            mapped = []
+            for src in c.sources:
+                arg: ast.expr | None = None
+                if src in params and params.index(src) < len(call.args):
+                    arg = call.args[params.index(src)]
+                arg = next((k.value for k in call.keywords if k.arg == src), arg)
+                if isinstance(arg, ast.Name):
+                    mapped.append(arg.id)
+            if mapped:
+                out.append(_Candidate("carry", c.line, c.name, mapped, c.text,
+                                      where=(code.co_filename, code.co_name)))
+        if len(seen) >= 16:
+            break
+    return out
 
 
 # ---------------------------------------------------------------- runtime evidence
@@ -382,7 +441,7 @@ class TerminalMasks:
                 if cands is None:
                     if len(self.analysed) >= MAX_FUNCTIONS:
                         return out
-                    cands = self.analysed[f.f_code] = analyse(f.f_code)
+                    cands = self.analysed[f.f_code] = analyse(f.f_code) + helpers(f)
                 for c in cands:
                     if c.tries >= MAX_TRIES:
                         continue
@@ -414,7 +473,7 @@ class TerminalMasks:
         if ends == 0 or (c.kind == "unused" and ends == flags.size):
             return None
         c.tries = MAX_TRIES
-        key = (f.f_code.co_filename, c.line)
+        key = (c.where[0] if c.where else f.f_code.co_filename, c.line)
         if key in self.reported:
             return None
         self.reported.add(key)
@@ -448,7 +507,7 @@ class TerminalMasks:
 
 
 def _finding(c: _Candidate, f: types.FrameType, ends: int, total: int, step: int | None) -> Finding:
-    frame = user_frame_of(f, c.line)
+    frame = user_frame_of_line(c.where[0], c.line, c.where[1]) if c.where else user_frame_of(f, c.line)
     if c.kind == "unused":
         code, key = "silent.bootstrap_ignores_done", "terminal.unused"
         harm = (f"{ends} of the batch's {total} transitions are terminal ({c.name} = 1) and their targets still "
