@@ -78,7 +78,7 @@ class BnMomentum:
                 t.handle.remove()
                 t.handle = None
 
-    def _hook(self, t: _Tracked) -> Any:
+    def hook(self, t: _Tracked) -> Any:
         def post(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
             __tracebackhide__ = True
             if self.session.busy or standing_aside():
@@ -215,6 +215,6 @@ def fast_batchnorms(session: Any, step: int) -> BnMomentum | None:
                 var = rv.detach()[:k].float().clone()
             t = _Tracked(path, float(m), max(0.01, min(0.1, 1.0 - float(m))), mean.clone(), mean, var,
                          var.clone(), torch.zeros_like(mean), ref=weakref.ref(mod))
-            t.handle = mod.register_forward_hook(our_hook(found._hook(t)))
+            t.handle = mod.register_forward_hook(our_hook(found.hook(t)))
             found.tracked.append(t)
     return found
