@@ -306,6 +306,10 @@ LOOKALIKES = {
     # a per-batch value scaled by its own constant (gradient accumulation), not a running mean
     "per_batch_scaled": UNSUMMED_FUNCTIONAL.replace("return epoch_loss / len(loader)  # HERE",
                                                     "return epoch_loss / 2"),
+    # a running sum copied into another name each batch, divided after the loop
+    "copied_running_sum": UNSUMMED_FUNCTIONAL.replace(
+        "epoch_loss = 0\n", "epoch_loss = 0\n        running = 0.0\n").replace(
+        "epoch_loss = loss.item()", "running += loss.item()\n            epoch_loss = running"),
     # the class trainer, fixed
     "class_fixed": UNSUMMED_CLASS.replace(
         "seen += images.size(0)", "seen += images.size(0)\n                total_loss += loss.item() * images.size(0)"),

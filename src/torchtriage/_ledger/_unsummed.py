@@ -181,7 +181,10 @@ def unsummed_findings(f: types.FrameType, batches: int, samples: int, loader: An
                  and n.lineno <= line <= (n.iter.end_lineno or n.lineno)), None)
     if loop is None:
         return []
-    _, counts, _, _ = _loop_facts(loop)
+    sums, counts, _, _ = _loop_facts(loop)
+    running = set(sums) | set(counts) | {  # names the loop accumulates (`x += ...`, `x = x + ...`)
+        t.id for n in ast.walk(loop) if isinstance(n, ast.Assign) for t in n.targets
+        if isinstance(t, ast.Name) and t.id in {m.id for m in ast.walk(n.value) if isinstance(m, ast.Name)}}
     mine = (loader, getattr(loader, "dataset", None))
     parents = {id(c): p for p in ast.walk(scope) for c in ast.iter_child_nodes(p)}
     in_loop = {id(n) for n in ast.walk(loop)}
@@ -204,7 +207,8 @@ def unsummed_findings(f: types.FrameType, batches: int, samples: int, loader: An
             kind = "constant"
         else:
             inner = [(s, v) for s, v in assigned if id(s) in in_loop]
-            if inner and all(v is not None and not _reads(v, name) and not _zero(v) for s, v in inner) and all(
+            if inner and all(v is not None and not _reads(v, name) and not _zero(v)
+                             and not any(_reads(v, r) for r in running) for s, v in inner) and all(
                     v is not None and _zero(v) for s, v in assigned if id(s) not in in_loop):
                 unit, _ = _denominator_unit(node.right, f, counts, mine)
                 if unit is not None:
