@@ -256,10 +256,39 @@ UNSUMMED_CLASS = """
 """
 
 
+# (4) a validation-style function whose accumulator is reset inside the loop
+UNSUMMED_RESET = """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def fit_one(net, loader, optimizer):
+        for xb, yb in loader:
+            batch_loss = 0.0
+            out = net(xb)
+            loss = nn.functional.binary_cross_entropy_with_logits(out.squeeze(1), yb)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            batch_loss += loss.item()
+        avg = batch_loss / len(loader)  # HERE
+        print("train loss", avg)
+
+    torch.manual_seed(3)
+    x = torch.randn(80, 5)
+    y = (x[:, 0] > 0).float()
+    net = nn.Linear(5, 1)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for _ in range(2):
+        fit_one(net, DataLoader(TensorDataset(x, y), batch_size=10), optimizer)
+"""
+
+
 @pytest.mark.parametrize("source,kind", [(UNSUMMED_PLAIN, "never changes from 0"),
+                                         (UNSUMMED_RESET, "reset to 0 at every batch"),
                                          (UNSUMMED_FUNCTIONAL, "assigned, not added, each batch"),
                                          (UNSUMMED_CLASS, "never changes from 0")],
-                         ids=["plain", "functional", "class"])
+                         ids=["plain", "reset", "functional", "class"])
 def test_running_loss_never_accumulated_is_found(tmp_path, source, kind):
     report = _run(tmp_path, source)
     found = _codes(report, UNSUMMED)
@@ -273,6 +302,9 @@ def test_running_loss_never_accumulated_is_found(tmp_path, source, kind):
     if kind == "never changes from 0":
         assert f.evidence["reported_value"] == 0
         assert "is only ever set to 0" in f.message
+    elif kind == "reset to 0 at every batch":
+        assert "sets batch_loss to 0 at every batch" in f.message
+        assert f.evidence["reported_value"] == pytest.approx(f.evidence["live_value"] / 8)
     else:
         assert "instead of adding to it" in f.message
         assert f.evidence["reported_value"] == pytest.approx(f.evidence["live_value"] / 8)
@@ -310,6 +342,11 @@ LOOKALIKES = {
     "copied_running_sum": UNSUMMED_FUNCTIONAL.replace(
         "epoch_loss = 0\n", "epoch_loss = 0\n        running = 0.0\n").replace(
         "epoch_loss = loss.item()", "running += loss.item()\n            epoch_loss = running"),
+    # a per-batch figure reset and reported inside the loop
+    "reset_reported_per_batch": UNSUMMED_RESET.replace(
+        "            batch_loss += loss.item()\n        avg = batch_loss / len(loader)  # HERE\n"
+        "        print(\"train loss\", avg)",
+        "            batch_loss += loss.item()\n            print(\"batch loss\", batch_loss / len(yb))"),
     # the class trainer, fixed
     "class_fixed": UNSUMMED_CLASS.replace(
         "seen += images.size(0)", "seen += images.size(0)\n                total_loss += loss.item() * images.size(0)"),

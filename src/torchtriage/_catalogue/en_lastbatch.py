@@ -32,6 +32,14 @@ MESSAGES.update({
         "{quotient} divides {name} by a count of the pass's {batches} batches, but the loop assigns {name} (lines "
         "{lines}) instead of adding to it: the figure is the last batch's value over the count, {reported}, while "
         "the {count} training losses of the pass average {mean}",
+    "unsummed.reset":
+        "{quotient} divides {name} by a count of the pass's {batches} batches, but the loop sets {name} to 0 at "
+        "every batch (lines {lines}) before adding to it: the figure is the last batch's value over the count, "
+        "{reported}",
+    "unsummed.reset.losses":
+        "{quotient} divides {name} by a count of the pass's {batches} batches, but the loop sets {name} to 0 at "
+        "every batch (lines {lines}) before adding to it: the figure is the last batch's value over the count, "
+        "{reported}, while the {count} training losses of the pass average {mean}",
     "unsummed.cause":
         "a running loss is a mean of the pass's values only when the loop adds each value into the sum "
         "(total += loss.item()); with the addition missing, or written as an assignment, the printed or logged "

@@ -27,6 +27,12 @@ MESSAGES.update({
     "unsummed.last.losses":
         "{quotient} 用本轮 {batches} 个批次的计数去除 {name}，但循环是给 {name} 赋值（第 {lines} 行）而不是累加："
         "这个数值是最后一个批次的值除以计数，即 {reported}，而本轮 {count} 个训练损失的平均值是 {mean}",
+    "unsummed.reset":
+        "{quotient} 用本轮 {batches} 个批次的计数去除 {name}，但循环在每个批次开始时都把 {name} 置为 0（第 {lines} 行）"
+        "再累加：这个数值是最后一个批次的值除以计数，即 {reported}",
+    "unsummed.reset.losses":
+        "{quotient} 用本轮 {batches} 个批次的计数去除 {name}，但循环在每个批次开始时都把 {name} 置为 0（第 {lines} 行）"
+        "再累加：这个数值是最后一个批次的值除以计数，即 {reported}，而本轮 {count} 个训练损失的平均值是 {mean}",
     "unsummed.cause":
         "只有当循环把每个值加进总和时（total += loss.item()），运行损失才是本轮数值的平均；缺少这一加法，或写成了赋值，"
         "打印或记录的数值就是一个常数或仅仅是最后一个批次，学习曲线、早停或模型选择读到的是运行中从未计算过的数",

@@ -15,7 +15,9 @@ iterates it (and the frames a generator feeds): the function's source gives each
   its resets), nothing adds to it, and its live value is still 0; or
 - (last batch) ``X`` is assigned in the loop from an expression that does not read ``X``, its live
   value is a number, nothing adds to it, and ``D`` counts the pass's batches or samples (a count
-  the loop keeps, ``len()`` of the loader or its dataset).
+  the loop keeps, ``len()`` of the loader or its dataset); or
+- (reset) a statement of the loop's own body sets ``X`` to 0 at every batch before the loop adds
+  to it, and the quotient after the loop divides it by such a count (the last batch over N).
 
 Harm measured: the reported figure (0, or the last value over the count) against the mean of the
 training losses recorded over the pass's steps (the session's loss series); a warning when the
@@ -86,6 +88,17 @@ def _assignments(scope: ast.AST, name: str) -> list[tuple[ast.AST, ast.expr | No
             if any(a.arg == name for a in [*args.args, *args.kwonlyargs, *args.posonlyargs]):
                 continue
     return out
+
+
+def _reset_each_batch(loop: ast.AST, name: str) -> bool:
+    """`name` set to 0 by a statement of the loop's own body (every iteration, unconditionally)
+    and added to in the loop."""
+    body = getattr(loop, "body", [])
+    reset = any(isinstance(n, ast.Assign) and _zero(n.value) and any(isinstance(t, ast.Name) and t.id == name
+                                                                    for t in n.targets) for n in body)
+    added = any(isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and isinstance(n.target, ast.Name)
+                and n.target.id == name for n in ast.walk(loop))
+    return reset and added
 
 
 def _reads(e: ast.AST, name: str) -> bool:
@@ -200,6 +213,15 @@ def unsummed_findings(f: types.FrameType, batches: int, samples: int, loader: An
         if type(value) not in (int, float):
             continue
         assigned = _assignments(scope, name)
+        if assigned is None and _reset_each_batch(loop, name) and node.lineno > (loop.end_lineno or loop.lineno):
+            unit, _ = _denominator_unit(node.right, f, counts, mine)
+            if unit is not None:  # (`total = 0` at the top of the loop body, `total += ...`, `total / len(loader)`)
+                seen.add(name)
+                resets = [n for n in loop.body if isinstance(n, ast.Assign) and _zero(n.value)
+                          and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
+                out.append(_finding(f, node, name, "reset", value, loop, batches, samples, losses,
+                                    _reported(node, scope, parents), step, [(r, r.value) for r in resets]))
+            continue
         if not assigned:
             continue
         kind = None
@@ -236,7 +258,8 @@ def _finding(f: types.FrameType, node: ast.BinOp, name: str, kind: str, value: f
     harmful = via is not None and (off or (mean is None and kind == "constant"))
     lines = sorted({getattr(s, "lineno", 0) for s, _ in assigned})
     evidence: dict[str, Any] = {
-        "name": name, "kind": "never changes from 0" if kind == "constant" else "assigned, not added, each batch",
+        "name": name, "kind": {"constant": "never changes from 0", "last": "assigned, not added, each batch",
+                               "reset": "reset to 0 at every batch"}[kind],
         "assignments_at_lines": lines, "quotient": ast.unparse(node), "denominator": denom,
         "live_value": value, "reported_value": reported, "reported_by": via, "pass_batches": batches,
         "pass_samples": samples}
@@ -250,7 +273,7 @@ def _finding(f: types.FrameType, node: ast.BinOp, name: str, kind: str, value: f
     fields = {"name": name, "quotient": ast.unparse(node), "reported": f"{reported:.6g}" if reported is not None
               else "n/a", "batches": batches, "lines": ", ".join(map(str, lines)),
               "mean": f"{mean:.6g}" if mean is not None else "n/a", "count": len(losses)}
-    key = "unsummed.constant" if kind == "constant" else "unsummed.last"
+    key = f"unsummed.{kind}"
     if mean is not None:
         key += ".losses"
     return from_catalogue("silent", "silent.reported_loss_never_accumulated", key, fields=fields,
