@@ -30,6 +30,7 @@ from .._nonfinite._sentinel import foreach_norm
 from .._silent._common import first_tensor, is_index_tensor
 from .._silent._node_site import node_site
 from .._zerograd import on_zero_grad
+from ._bnmomentum import BnMomentum, fast_batchnorms
 from ._causal import probe, shift_share, token_ids
 from ._closure import ClosureEvaluations
 from ._common import finding, num
@@ -116,6 +117,8 @@ class DynamicsChecker(Checker):
         self.decay_checked: set[int] = set()  # id(optimizer): weight decay by rank checked
         self.first_steps: set[int] = set()  # the steps at which an optimizer took its first step
         self.norm_decay: dict[int, MissedScales] = {}  # id(optimizer): norm scales decayed (`_normdecay`)
+        self.bn_fast: BnMomentum | None = None  # BatchNorms with momentum >= 0.5 (`_bnmomentum`)
+        self.bn_checked = False
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -332,6 +335,9 @@ class DynamicsChecker(Checker):
             missed = missed_norm_scales(session, optimizer, optimizer_frame(optimizer))
             if missed is not None:
                 self.norm_decay[id(optimizer)] = missed
+            if not self.bn_checked:
+                self.bn_checked = True
+                self.bn_fast = fast_batchnorms(session, step)
         if self.norm_decay:
             missed = self.norm_decay.get(id(optimizer))
             if missed is not None:
@@ -443,6 +449,13 @@ class DynamicsChecker(Checker):
             except Exception as e:  # our bug: the report goes on
                 self.session.internal_error("dynamics.norm_decay", e)
         self.norm_decay.clear()
+        if self.bn_fast is not None:
+            try:
+                self._add(self.bn_fast.finding())  # (a warning carries its measured harm: not held)
+            except Exception as e:  # our bug: the report goes on
+                self.bn_fast.close()
+                self.session.internal_error("dynamics.bn_momentum_last_batch", e)
+            self.bn_fast = None
         for f in self.rebuilds.findings(self.session.health.points("loss")):
             self._add(f)  # (a warning carries its measured harm: not held)
         health = self.session.health

@@ -36,6 +36,7 @@ from ._batchmeans import _following, _resolve, batch_ratio_means, finding_of
 from ._batchmetrics import BatchMetrics
 from ._lines import _tree
 from ._units import frames_of, unit_findings
+from ._unsummed import unsummed_findings
 
 if TYPE_CHECKING:
     from ._checker import DataLedger
@@ -52,6 +53,7 @@ class Denominators:
         self.counts: dict[int, list[int]] = {}  # id(iterator) -> [batches, samples, world]
         self.sizes: dict[int, list[int]] = {}  # id(iterator) -> the pass's batch sizes (the first MAX_SIZES)
         self.loaders: dict[int, Any] = {}  # id(iterator) -> the loader it iterates
+        self.begun: dict[int, int] = {}  # id(iterator) -> the session's step when its pass began
         self.found: dict[tuple[str, int], Any] = {}
         self.marks: dict[int, int] = {}  # id(iterator) -> the last scikit-learn metric call before its pass
         self.metrics: BatchMetrics | None = None
@@ -67,6 +69,7 @@ class Denominators:
             self.marks[id(it)] = self.metrics.mark()
         self.sizes[id(it)] = []
         self.loaders[id(it)] = loader
+        self.begun[id(it)] = getattr(getattr(self.ledger, "session", None), "step", 0) or 0
 
     def on_reset(self, it: Any, loader: Any) -> None:
         self.counts[id(it)] = [0, 0, _shards(loader)]
@@ -74,6 +77,7 @@ class Denominators:
             self.marks[id(it)] = self.metrics.mark()
         self.sizes[id(it)] = []
         self.loaders[id(it)] = loader
+        self.begun[id(it)] = getattr(getattr(self.ledger, "session", None), "step", 0) or 0
 
     def on_batch(self, it: Any, indices: Any, data: Any) -> None:
         c = self.counts.get(id(it))
@@ -95,6 +99,7 @@ class Denominators:
         sizes = self.sizes.pop(id(it), [])
         loader = self.loaders.pop(id(it), None)
         mark = self.marks.pop(id(it), None)
+        begun = self.begun.pop(id(it), 0)
         if c is None or not c[0]:
             return
         if self.metrics is not None and mark is not None and len(sizes) == c[0]:
@@ -114,6 +119,7 @@ class Denominators:
                 for found in unit_findings(g, units, c[0], c[1], loader,
                                            getattr(getattr(self.ledger, "session", None), "step", None)):
                     self.found.setdefault((found.file, found.line), found)
+        self._unsummed(f, c, loader, begun)
         if len(sizes) == c[0]:
             for line, _, fields in batch_ratio_means(f, sizes):
                 found = finding_of(f, line, fields, getattr(getattr(self.ledger, "session", None), "step", None))
@@ -121,6 +127,17 @@ class Denominators:
                 old = self.found.get(key)
                 if old is None or (old.severity.value == "info" and found.severity.value != "info"):
                     self.found[key] = found  # (the first pass whose means differ most visibly)
+
+    def _unsummed(self, f: types.FrameType, c: list[int], loader: Any, begun: int) -> None:
+        session = getattr(self.ledger, "session", None)
+        step = getattr(session, "step", None)
+        health = getattr(session, "health", None)
+        losses = [v for s, v in health.points("loss") if s >= begun and v == v] if health is not None else []
+        if step is not None and step - begun < c[0] // 2:
+            losses = []  # (an evaluation pass: the training losses are not its figures)
+        for g in frames_of(f):
+            for found in unsummed_findings(g, c[0], c[1], loader, losses, step):
+                self.found.setdefault((found.file, found.line), found)
 
     def judge(self, f: types.FrameType, div: ast.AST, text: str, value: int, batches: int, samples: int,
               world: int = 1) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,7 @@ from ._shapes import aligned, broadcast_finding, grows
 from ._sidecall import SideCalls
 from ._softmax_axis import axis_plans, locate, root_output_nodes, signature, singleton_verdicts, walk
 from ._target_mask import MaskFollow, mask_plan
+from ._terminal import TerminalMasks
 from ._whole import probe_call, reads_whole_input
 
 if TYPE_CHECKING:
@@ -77,6 +79,7 @@ class SilentChecker(Checker):
         self.flags = DeferredFlags()
         _deferred.ride(session, self.flags)  # read along with the step's one read
         self.graphs = GraphKeeper()
+        self.terminal = TerminalMasks(session)  # bootstraps that cross episode ends (`_terminal`)
         self.carry = GraphCarry()  # graphs that grow across steps through a carried state
         self.zero = ZeroGradWatch()
         self.averaged = AveragedCopies(session)
@@ -280,7 +283,16 @@ class SilentChecker(Checker):
             self.sampling.enter()
         self.sampling.follow(key, output)
 
+    def _terminal(self) -> None:
+        try:
+            for f in self.terminal.look(sys._getframe(2), self._step):
+                self._add(f)
+        except Exception as e:  # our bug: the user's step goes on
+            self.terminal.analysed.clear()
+            self.session.internal_error("silent.terminal_masks", e)
+
     def on_loss(self, call: LossCall) -> None:
+        self._terminal()
         out = call.output
         if isinstance(out, torch.Tensor):
             self.graphs.mark(out, self._step, call.frame)
@@ -420,6 +432,7 @@ class SilentChecker(Checker):
         return [Plan([diff.amin(), diff.argmin(), spread], judge)]
 
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
+        self._terminal()
         self._drop_mask_follow()
         if self.averaged.pairs:
             self._averaged("mark", False)
