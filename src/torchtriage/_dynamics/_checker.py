@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import functools
 import math
+import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ from ._common import finding, num
 from ._decay import decay_inverted
 from ._evalcode import MetricRegion, dim_finding, node_checks
 from ._gradwrites import GradWrites, patch_zero_grad
+from ._groups import GroupSettings, user_frames
 from ._harm import HarmGate
 from ._layers import Sample, Vanishing, _local, grad_params, layer_kind, layer_names, per_layer, update_ratio
 from ._mixwatch import MixWatch
@@ -80,6 +82,8 @@ class DynamicsChecker(Checker):
         self.writes = GradWrites(session, clipped=self._clipped_since_backward)
         self.closures = ClosureEvaluations(session)
         self.rebuilds = Rebuilds(session)
+        # param groups whose own settings never take effect (`_groups`)
+        self.groups = GroupSettings(session, lambda: self.sched.unstepped.made)
         self.mix = MixWatch(session, self.flags.add)  # samples of a batch that mix in the forward (`_mixwatch`)
         patch_zero_grad(session, self.writes, self._add_write)
         self.loss_growth, self.grad_growth = Growth(), Growth()
@@ -301,6 +305,12 @@ class DynamicsChecker(Checker):
         if self.closures.open is not None:
             self.closures.backward_end()
 
+    def on_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        try:
+            self.groups.created(optimizer, user_frames(sys._getframe(1)))
+        except Exception as e:  # our bug: the run goes on
+            self.session.internal_error("dynamics.groups", e)
+
     def on_closure_call(self, optimizer: torch.optim.Optimizer) -> None:
         self.closures.closure_call(optimizer)
 
@@ -325,6 +335,7 @@ class DynamicsChecker(Checker):
                 session.record_series(name, lr)
         for f in self.sched.observe(optimizer, lrs):
             self._add(f)
+        self.groups.stepped(optimizer, lrs)
         if id(optimizer) not in self.decay_checked:  # once per optimizer, at its first step
             self.decay_checked.add(id(optimizer))
             self.first_steps.add(step)
@@ -436,6 +447,11 @@ class DynamicsChecker(Checker):
         self._consume(None)
         for f in self.sched.end_findings():
             self._add(f)
+        try:
+            for f in self.groups.findings():
+                self._add(f)
+        except Exception as e:  # our bug: the report goes on
+            self.session.internal_error("dynamics.groups", e)
         self._add(self.order.partial.finding())  # (a warning carries its measured harm: not held)
         for missed in self.norm_decay.values():
             try:
