@@ -32,6 +32,7 @@ from .._silent._common import first_tensor, is_index_tensor
 from .._silent._node_site import node_site
 from .._zerograd import on_zero_grad
 from ._causal import probe, shift_share, token_ids
+from ._clipcfg import ClipConfig
 from ._closure import ClosureEvaluations
 from ._common import finding, num
 from ._decay import decay_inverted
@@ -78,6 +79,7 @@ class DynamicsChecker(Checker):
         self.order = StepOrder(session)
         self.order.install()
         self.order.defer = self.flags.add
+        self.order.config = ClipConfig(self.flags.add)
         on_zero_grad(session, "dynamics.partial_clips", lambda obj, kind, caller: self.order.partial.settle())
         self.writes = GradWrites(session, clipped=self._clipped_since_backward)
         self.closures = ClosureEvaluations(session)
@@ -452,6 +454,7 @@ class DynamicsChecker(Checker):
                 self._add(f)
         except Exception as e:  # our bug: the report goes on
             self.session.internal_error("dynamics.groups", e)
+        self._add(self.order.config.finding())  # (a warning carries its measured harm: not held)
         self._add(self.order.partial.finding())  # (a warning carries its measured harm: not held)
         for missed in self.norm_decay.values():
             try:
