@@ -44,6 +44,7 @@ from ._layers import Sample, Vanishing, _local, grad_params, layer_kind, layer_n
 from ._mixwatch import MixWatch
 from ._normdecay import MissedScales, missed_norm_scales
 from ._order import StepOrder
+from ._periodic import PeriodicBranches
 from ._phases import Phases
 from ._rebuilt import Rebuilds
 from ._sawtooth import grad_scale_restarts
@@ -86,6 +87,7 @@ class DynamicsChecker(Checker):
         self.rebuilds = Rebuilds(session)
         # param groups whose own settings never take effect (`_groups`)
         self.groups = GroupSettings(session, lambda: self.sched.unstepped.made)
+        self.periodic = PeriodicBranches()  # a periodic lr change whose test never holds (`_periodic`)
         self.mix = MixWatch(session, self.flags.add)  # samples of a batch that mix in the forward (`_mixwatch`)
         patch_zero_grad(session, self.writes, self._add_write)
         self.loss_growth, self.grad_growth = Growth(), Growth()
@@ -309,7 +311,9 @@ class DynamicsChecker(Checker):
 
     def on_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         try:
-            self.groups.created(optimizer, user_frames(sys._getframe(1)))
+            frames = user_frames(sys._getframe(1))
+            self.groups.created(optimizer, frames)
+            self.periodic.optimizer_built(frames)
         except Exception as e:  # our bug: the run goes on
             self.session.internal_error("dynamics.groups", e)
 
@@ -338,6 +342,7 @@ class DynamicsChecker(Checker):
         for f in self.sched.observe(optimizer, lrs):
             self._add(f)
         self.groups.stepped(optimizer, lrs)
+        self.periodic.stepped(optimizer, lrs, step)
         if id(optimizer) not in self.decay_checked:  # once per optimizer, at its first step
             self.decay_checked.add(id(optimizer))
             self.first_steps.add(step)
@@ -450,7 +455,7 @@ class DynamicsChecker(Checker):
         for f in self.sched.end_findings():
             self._add(f)
         try:
-            for f in self.groups.findings():
+            for f in self.groups.findings() + self.periodic.findings():
                 self._add(f)
         except Exception as e:  # our bug: the report goes on
             self.session.internal_error("dynamics.groups", e)

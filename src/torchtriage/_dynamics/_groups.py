@@ -232,12 +232,12 @@ def _group_line(frames: list[types.FrameType], n: int, k: int) -> UserFrame | No
     frames around the construction (innermost first)."""
     for f in frames:
         try:
-            tree = _tree(f.f_code.co_filename)
+            tree = parsed(f.f_code.co_filename)
         except (OSError, SyntaxError, ValueError):
             continue
         if tree is None:
             continue
-        scope = _scope(tree, f.f_code)
+        scope = scope_of(tree, f.f_code)
         lists = [node for node in ast.walk(scope) if isinstance(node, (ast.List, ast.Tuple)) and len(node.elts) == n
                  and all(isinstance(e, ast.Dict) and any(isinstance(key, ast.Constant) and key.value == "params"
                                                           for key in e.keys) for e in node.elts)]
@@ -248,19 +248,19 @@ def _group_line(frames: list[types.FrameType], n: int, k: int) -> UserFrame | No
     return None
 
 
-_trees: dict[str, ast.Module | None] = {}
+_parsed_files: dict[str, ast.Module | None] = {}
 
 
-def _tree(file: str) -> ast.Module | None:
-    if file not in _trees:
-        if len(_trees) > 64:
-            _trees.clear()
+def parsed(file: str) -> ast.Module | None:
+    if file not in _parsed_files:
+        if len(_parsed_files) > 64:
+            _parsed_files.clear()
         text = "".join(linecache.getlines(file))
-        _trees[file] = ast.parse(text) if text else None
-    return _trees[file]
+        _parsed_files[file] = ast.parse(text) if text else None
+    return _parsed_files[file]
 
 
-def _scope(tree: ast.Module, code: types.CodeType) -> ast.AST:
+def scope_of(tree: ast.Module, code: types.CodeType) -> ast.AST:
     """The function of `code` in `tree` (the module for module-level code)."""
     if code.co_name == "<module>":
         return tree

@@ -1,0 +1,14 @@
+"""English: a periodic learning-rate change whose test never holds."""
+
+MESSAGES = {
+    "dynamics.lr_decay_never_due":
+        "the learning rate never changed: the branch `if {test}:` that changes it never ran, although its periodic "
+        "test's dividend `{dividend}` went from {low} to {high}, passing {due} multiples of {divisor}; the test held "
+        "{held} time(s) past its start in {evals} steps and the lr stayed constant at {lr} for the whole run",
+    "dynamics.lr_decay_never_due.cause":
+        "operator precedence: `%` binds tighter than `+` and `-`, so `i + epoch * n % step == 0` computes "
+        "i + ((epoch * n) % step) and is almost never 0; the decay schedule the code describes is never applied",
+    "dynamics.lr_decay_never_due.next":
+        "parenthesize the counter before the modulo, e.g. `(i + epoch * n) % step == 0`, or use a scheduler "
+        "(StepLR) stepped once per iteration",
+}
