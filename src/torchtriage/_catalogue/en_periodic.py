@@ -2,9 +2,10 @@
 
 MESSAGES = {
     "dynamics.lr_decay_never_due":
-        "the learning rate never changed: the branch `if {test}:` that changes it never ran, although its periodic "
-        "test's dividend `{dividend}` went from {low} to {high}, passing {due} multiples of {divisor}; the test held "
-        "{held} time(s) past its start in {evals} steps and the lr stayed constant at {lr} for the whole run",
+        "the learning rate never changed: the branch `if {test}:` that changes it never ran, although the quantity "
+        "its periodic test divides, `{dividend}`, went from {low} to {high}, passing {due} multiples of "
+        "{divisor}; the test held {held} time(s) past its start in {evals} steps and the lr stayed constant at {lr} "
+        "for the whole run",
     "dynamics.lr_decay_never_due.cause":
         "operator precedence: `%` binds tighter than `+` and `-`, so `i + epoch * n % step == 0` computes "
         "i + ((epoch * n) % step) and is almost never 0; the decay schedule the code describes is never applied",

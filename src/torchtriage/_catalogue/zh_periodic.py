@@ -2,7 +2,7 @@
 
 MESSAGES = {
     "dynamics.lr_decay_never_due":
-        "学习率从未改变：调整学习率的分支 `if {test}:` 从未执行，尽管其周期判断的被除数 `{dividend}` 从 {low} 变到 {high}，"
+        "学习率从未改变：调整学习率的分支 `if {test}:` 从未执行，尽管其周期判断所取模的量 `{dividend}` 从 {low} 变到 {high}，"
         "经过了 {divisor} 的 {due} 个倍数；该判断在 {evals} 步中（起点之后）只成立 {held} 次，学习率在整个运行中一直是 {lr}",
     "dynamics.lr_decay_never_due.cause":
         "运算符优先级：`%` 比 `+`、`-` 结合得更紧，`i + epoch * n % step == 0` 计算的是 i + ((epoch * n) % step)，"

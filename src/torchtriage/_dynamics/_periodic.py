@@ -102,6 +102,12 @@ class _Branch:
         self.code_compare = compile(ast.Expression(compare), file, "eval")
         self.code_dividend = compile(ast.Expression(mod.left), file, "eval")
         self.code_divisor = compile(ast.Expression(mod.right), file, "eval")
+        # the compared side as a whole (`step + 1 % k == 0` is `step + (1 % k)`: its counter is outside the `%`)
+        side = compare.left if any(m is mod for m in ast.walk(compare.left)) else compare.comparators[0]
+        self.whole_src = ast.unparse(side) if side is not mod else ""
+        self.code_whole = compile(ast.Expression(side), file, "eval") if side is not mod else None
+        self.whole_low = math.inf
+        self.whole_high = -math.inf
         self.evals = 0
         self.held = 0
         self.first: Any = None  # the dividend's first value
@@ -117,25 +123,32 @@ class _Branch:
             held = bool(eval(self.code_compare, g, loc))  # (names, arithmetic and len() only)
             x = eval(self.code_dividend, g, loc)
             k = eval(self.code_divisor, g, loc)
+            w = eval(self.code_whole, g, loc) if self.code_whole is not None else x
         except Exception:
             return  # (a name not bound yet: the loop's first lines)
-        if not isinstance(x, (int, float)) or not isinstance(k, (int, float)) or isinstance(x, bool) or k <= 0:
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (x, k, w)) or k <= 0:
             return
+        self.whole_low, self.whole_high = min(self.whole_low, w), max(self.whole_high, w)
         self.evals += 1
         self.held += held
         if self.first is None:
-            self.first = x
-        elif held and x != self.first and len(self.held_at) < 64:
-            self.held_at.add(x)
+            self.first = (x, w)
+        elif held and (x, w) != self.first and len(self.held_at) < 64:
+            self.held_at.add((x, w))
         self.low, self.high = min(self.low, x), max(self.high, x)
         self.divisor = k
 
-    def due(self) -> int:
-        """Multiples of the divisor the dividend passed (not counting where it started)."""
+    def due(self) -> tuple[int, str, Any, Any]:
+        """Multiples of the divisor the dividend (or the compared side as a whole) passed, not
+        counting where it started: (count, the expression, its first and last value)."""
         k = self.divisor
         if not k or self.evals == 0:
-            return 0
-        return int(self.high // k - self.low // k)
+            return 0, self.dividend_src, None, None
+        inner = int(self.high // k - self.low // k)
+        whole = int(self.whole_high // k - self.whole_low // k) if self.code_whole is not None else 0
+        if whole > inner:
+            return whole, self.whole_src, self.whole_low, self.whole_high
+        return inner, self.dividend_src, self.low, self.high
 
 
 def _branches(f: types.FrameType) -> list[_Branch]:
@@ -215,7 +228,7 @@ class PeriodicBranches:
         if self.lr_changed:
             return out
         for _, b in self.branches:
-            due = b.due()
+            due, expr, low, high = b.due()
             if due < 2 or 2 * len(b.held_at) >= due:
                 continue
             if any(u.file == b.file and b.body[0] <= u.line <= b.body[1] for u in self.built):
@@ -224,9 +237,9 @@ class PeriodicBranches:
             frame = UserFrame(b.file, b.line, "", linecache.getline(b.file, b.line).strip())
             out.append(finding(
                 "lr_decay_never_due", category=Category.OTHER, stage=Stage.OPTIMIZER, step=0, frame=frame,
-                test=b.test, dividend=b.dividend_src, low=num(b.low), high=num(b.high), divisor=num(b.divisor),
+                test=b.test, dividend=expr, low=num(low), high=num(high), divisor=num(b.divisor),
                 due=due, held=len(b.held_at), evals=b.evals, lr=" / ".join(lrs),
-                evidence={"test": b.test, "dividend": b.dividend_src, "dividend_range": [num(b.low), num(b.high)],
+                evidence={"test": b.test, "dividend": expr, "dividend_range": [num(low), num(high)],
                           "divisor": num(b.divisor), "multiples_passed": due, "test_held": b.held,
                           "test_held_past_the_start": len(b.held_at),
                           "evaluations": b.evals, "lr_constant": lrs,
