@@ -70,7 +70,7 @@ def _children(obj: Any) -> list[tuple[str, Any, bool]] | None:
 def _user_class(cls: type) -> bool:
     mod = sys.modules.get(cls.__module__)
     file = getattr(mod, "__file__", None)
-    return bool(file) and is_user_file(file)
+    return isinstance(file, str) and is_user_file(file)
 
 
 def off_setting(frame: types.FrameType | None) -> tuple[str, Any, list[str]] | None:
@@ -153,13 +153,13 @@ def falsy_test(files: list[str], key: str) -> UserFrame | None:
         except (SyntaxError, ValueError):
             continue
         for node in ast.walk(tree) if tree is not None else ():
-            tests: list[ast.AST] = []
+            tests: list[ast.expr] = []
             if isinstance(node, (ast.If, ast.IfExp, ast.While)):
                 tests = [node.test]
             elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
                 tests = node.values[:-1]
-            if any(_truth_tested(t, key) for t in tests):
-                line = node.lineno
+            if tests and any(_truth_tested(t, key) for t in tests):
+                line = tests[0].lineno
                 return UserFrame(file, line, "", linecache.getline(file, line).strip())
     return None
 

@@ -191,8 +191,8 @@ def _empty_group(session: Any, groups: list[dict[str, Any]], k: int) -> dict[str
     kind = ""
     for key in decay:
         mine = float(diff[key])
-        theirs = [h.get(key) for h in full]
-        if not all(isinstance(v, (int, float)) for v in theirs):
+        theirs = [float(v) for h in full if isinstance(v := h.get(key), (int, float))]
+        if len(theirs) != len(full):
             continue
         if mine == 0 and all(v > 0 for v in theirs):  # the no-decay group: biases, norm scales
             meant, kind = [p for p in tensors if p.dim() <= 1], "1-D"
@@ -219,7 +219,7 @@ def _user_frame(f: types.FrameType) -> UserFrame:
 
 def user_frames(f: types.FrameType | None, limit: int = 4) -> list[types.FrameType]:
     """Up to `limit` frames of the user's code, innermost first, from `f` outward."""
-    out = []
+    out: list[types.FrameType] = []
     while f is not None and len(out) < limit:
         if is_user_file(f.f_code.co_filename):
             out.append(f)

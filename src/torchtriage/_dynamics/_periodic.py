@@ -202,7 +202,7 @@ class PeriodicBranches:
         if step == self.last_step or (not self.branches and self.scans >= SCAN_STEPS):
             return
         self.last_step = step
-        frames = []
+        frames: list[types.FrameType] = []
         f: types.FrameType | None = sys._getframe(2)
         while f is not None and len(frames) < MAX_FRAMES:
             if is_user_file(f.f_code.co_filename):
