@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import itertools
 import linecache
 import statistics
 import sys
@@ -34,15 +35,16 @@ from ._common import finding, num
 MIN_CALLS = 10
 MAX_NODES = 4000
 MAX_DEPTH = 5
-_NAMES = {"clip", "max_norm", "max_grad_norm", "grad_norm", "gradient_clipping", "grad_norm_clip"}
+_NAMES = {"clip", "max_norm", "max_grad_norm", "gradient_clipping", "grad_norm_clip"}
+_NOT_SETTINGS = ("value", "clipped", "count", "num", "total", "steps", "frac", "ratio")
 _SKIP = (torch.Tensor, torch.nn.Module, torch.optim.Optimizer, torch.utils.data.DataLoader,
          torch.utils.data.Dataset, types.ModuleType, types.FunctionType, type)
 
 
 def _clip_key(key: str, path: str) -> bool:
     k = key.lower()
-    if "value" in k:
-        return False  # clip_grad_value_ / a value clip: another setting
+    if any(w in k for w in _NOT_SETTINGS):
+        return False  # clip_grad_value_ / a value clip, a counter of clipped steps: not this setting
     if k == "max_norm":
         return "clip" in path or "grad" in path
     return k in _NAMES or ("clip" in k and ("grad" in k or "norm" in k))
@@ -51,7 +53,7 @@ def _clip_key(key: str, path: str) -> bool:
 def _children(obj: Any) -> list[tuple[str, Any, bool]] | None:
     """(name, value, by key) of a configuration object's entries; None for anything else."""
     if isinstance(obj, Mapping):
-        return [(k, v, True) for k, v in list(obj.items())[:500] if isinstance(k, str)]
+        return [(k, v, True) for k, v in itertools.islice(obj.items(), 500) if isinstance(k, str)]
     if isinstance(obj, (argparse.Namespace, types.SimpleNamespace)):
         return [(k, v, False) for k, v in vars(obj).items()]
     if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
@@ -84,7 +86,10 @@ def off_setting(frame: types.FrameType | None) -> tuple[str, Any, list[str]] | N
             return None
         seen.add(id(obj))
         budget[0] -= 1
-        kids = _children(obj)
+        try:
+            kids = _children(obj)
+        except Exception:  # a mapping whose items() raises (a lazy config): not one we can read
+            kids = None
         if not kids:
             return None
         for name, v, by_key in kids:
