@@ -395,6 +395,50 @@ def test_periodic_decay_with_a_scheduler_changing_the_lr_is_quiet():
     assert not codes(watch(m, train), NEVER)
 
 
+def milestones(text: bool, epochs: int = 6):
+    m = net()
+    steps = "2,4" if text else [2, 4]
+
+    def train() -> None:
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        decay_epochs = steps.split(",") if text else steps
+        for epoch in range(epochs):
+            if epoch in decay_epochs:  # <- milestones
+                for g in opt.param_groups:
+                    g["lr"] *= 0.1
+            fit(m, opt, 5)
+    return m, train
+
+
+def test_milestones_read_as_text_never_match_the_epoch():
+    [f] = codes(watch(*milestones(text=True)), NEVER)
+    assert (f.severity, f.line) == (Severity.WARNING, line("milestones"))
+    assert (f.evidence["dividend"], f.evidence["targets_passed"], f.evidence["multiples_passed"]) == (
+        "epoch", "'2', '4'", 2)
+    assert "passing '2', '4', the value(s) the test names" in f.message
+    assert not codes(watch(*milestones(text=False)), NEVER)
+    assert not codes(watch(*milestones(text=True, epochs=2)), NEVER)  # the milestones lie past the run
+
+
+def test_an_lr_reset_at_step_zero_and_a_last_epoch_branch_are_quiet():
+    m = net()
+
+    def train() -> None:
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for epoch in range(4):
+            for it, (x, y) in enumerate(batches(5)):
+                if it == 0 and epoch == 0:
+                    for g in opt.param_groups:
+                        g["lr"] = 0.05
+                if epoch == 3:
+                    for g in opt.param_groups:
+                        g["lr"] = 0.01
+                opt.zero_grad()
+                F.mse_loss(m(x), y).backward()
+                opt.step()
+    assert not codes(watch(m, train), NEVER)
+
+
 # ---------------------------------------------------------------- clipping configured off
 CLIP = "dynamics.clip_configured_off"
 

@@ -36,7 +36,8 @@ from ._groups import parsed, scope_of
 SCAN_STEPS = 3  # steps during which the stack is searched for a periodic branch
 MAX_FRAMES = 4
 _SAFE = (ast.Expression, ast.Name, ast.Attribute, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp,
-         ast.Load, ast.operator, ast.unaryop, ast.cmpop, ast.boolop, ast.Subscript, ast.Call)
+         ast.Load, ast.operator, ast.unaryop, ast.cmpop, ast.boolop, ast.Subscript, ast.Call, ast.List, ast.Tuple,
+         ast.Set)
 
 
 def _safe(node: ast.AST) -> bool:
@@ -150,8 +151,97 @@ class _Branch:
             return whole, self.whole_src, self.whole_low, self.whole_high
         return inner, self.dividend_src, self.low, self.high
 
+    def verdict(self) -> dict[str, Any] | None:
+        due, expr, low, high = self.due()
+        if due < 2 or 2 * len(self.held_at) >= due:
+            return None
+        return {"variant": None, "counter": expr, "low": low, "high": high, "due": due, "held": len(self.held_at),
+                "divisor": num(self.divisor), "targets": ""}
 
-def _branches(f: types.FrameType) -> list[_Branch]:
+
+def _number(v: Any) -> float | None:
+    """A target as the number it names: 30, 30.0, '30' (a value read from a config as text)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.strip())
+        except ValueError:
+            return None
+    return None
+
+
+class _Milestone:
+    """`if epoch == decay_epoch:` / `if epoch in milestones:` guarding an lr change: the values
+    it names that the counter passed, and whether the test ever held."""
+
+    def __init__(self, file: str, node: ast.If, compare: ast.Compare) -> None:
+        self.file = file
+        self.line = node.lineno
+        self.body = (node.body[0].lineno, max(getattr(s, "end_lineno", s.lineno) or s.lineno for s in node.body))
+        self.test = ast.unparse(node.test)
+        self.member = isinstance(compare.ops[0], ast.In)
+        self.sides = (ast.unparse(compare.left), ast.unparse(compare.comparators[0]))
+        self.code_compare = compile(ast.Expression(compare), file, "eval")
+        self.code_left = compile(ast.Expression(compare.left), file, "eval")
+        self.code_right = compile(ast.Expression(compare.comparators[0]), file, "eval")
+        self.evals = 0
+        self.held_after = 0
+        self.first: Any = None
+        self.range = [[math.inf, -math.inf], [math.inf, -math.inf]]  # numeric range of each side
+        self.values: list[set[Any]] = [set(), set()]  # distinct values of each side (bounded)
+
+    def evaluate(self, f: types.FrameType) -> None:
+        g, loc = f.f_globals, f.f_locals
+        try:
+            held = bool(eval(self.code_compare, g, loc))
+            sides = (eval(self.code_left, g, loc), eval(self.code_right, g, loc))
+        except Exception:
+            return
+        if self.member:
+            if not isinstance(sides[1], (list, tuple, set, frozenset, range)) or len(sides[1]) > 64:
+                return
+            sides = (sides[0], tuple(sides[1]))
+        self.evals += 1
+        if self.first is None:
+            self.first = sides
+        elif held and sides != self.first:
+            self.held_after += 1
+        for i, v in enumerate(sides):
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                r = self.range[i]
+                r[0], r[1] = min(r[0], v), max(r[1], v)
+            if len(self.values[i]) < 64:
+                try:
+                    self.values[i].add(v)
+                except TypeError:
+                    pass
+
+    def verdict(self) -> dict[str, Any] | None:
+        if self.held_after or self.evals < 2:
+            return None
+        # the counter: the side whose numbers moved (the left one of `in`)
+        moving = [i for i in (0, 1) if self.range[i][1] > self.range[i][0]]
+        if self.member:
+            if moving != [0] or len(self.values[1]) != 1:
+                return None
+            targets = list(next(iter(self.values[1])))
+        else:
+            if len(moving) != 1 or len(self.values[1 - moving[0]]) != 1:
+                return None
+            targets = [next(iter(self.values[1 - moving[0]]))]
+        c = moving[0]
+        low, high = self.range[c]
+        passed = [t for t in targets if (n := _number(t)) is not None and low < n <= high]
+        if not passed:
+            return None
+        return {"variant": "target", "counter": self.sides[c], "low": low, "high": high, "due": len(passed),
+                "held": 0, "divisor": "", "targets": ", ".join(repr(t) for t in passed[:6])}
+
+
+def _branches(f: types.FrameType) -> list[_Branch | _Milestone]:
     """Periodic lr-changing `if`s inside the loops around `f`'s current line."""
     code = f.f_code
     tree = parsed(code.co_filename)
@@ -159,7 +249,7 @@ def _branches(f: types.FrameType) -> list[_Branch]:
         return []
     scope = scope_of(tree, code)
     line = f.f_lineno
-    out = []
+    out: list[_Branch | _Milestone] = []
     for loop in ast.walk(scope):
         if not isinstance(loop, (ast.For, ast.While)) or not (loop.lineno <= line <= (loop.end_lineno or 0)):
             continue
@@ -167,13 +257,20 @@ def _branches(f: types.FrameType) -> list[_Branch]:
             if not isinstance(node, ast.If) or not changes_lr(node.body):
                 continue
             for cmp in ast.walk(node.test):
-                if not isinstance(cmp, ast.Compare) or len(cmp.ops) != 1 or not isinstance(cmp.ops[0], ast.Eq):
+                if not isinstance(cmp, ast.Compare) or len(cmp.ops) != 1:
+                    continue
+                if not isinstance(cmp.ops[0], (ast.Eq, ast.In)):
                     continue
                 mods = [m for m in ast.walk(cmp) if isinstance(m, ast.BinOp) and isinstance(m.op, ast.Mod)]
-                if len(mods) == 1 and _safe(cmp):
+                if not _safe(cmp):
+                    continue
+                if len(mods) == 1 and isinstance(cmp.ops[0], ast.Eq):
                     out.append(_Branch(code.co_filename, node, cmp, mods[0]))
                     break
-    seen: dict[int, _Branch] = {}
+                if not mods:
+                    out.append(_Milestone(code.co_filename, node, cmp))
+                    break
+    seen: dict[int, _Branch | _Milestone] = {}
     for b in out:
         seen.setdefault(b.line, b)
     return list(seen.values())
@@ -181,8 +278,8 @@ def _branches(f: types.FrameType) -> list[_Branch]:
 
 class PeriodicBranches:
     def __init__(self) -> None:
-        self.scanned: dict[types.CodeType, list[_Branch]] = {}
-        self.branches: list[tuple[types.CodeType, _Branch]] = []
+        self.scanned: dict[types.CodeType, list[_Branch | _Milestone]] = {}
+        self.branches: list[tuple[types.CodeType, _Branch | _Milestone]] = []
         self.scans = 0
         self.last_step = -1
         self.lrs: dict[int, list[float | None]] = {}
@@ -228,22 +325,23 @@ class PeriodicBranches:
         if self.lr_changed:
             return out
         for _, b in self.branches:
-            due, expr, low, high = b.due()
-            if due < 2 or 2 * len(b.held_at) >= due:
+            v = b.verdict()
+            if v is None:
                 continue
             if any(u.file == b.file and b.body[0] <= u.line <= b.body[1] for u in self.built):
                 continue  # (an optimizer was built in the branch: it ran)
-            lrs = sorted({num(v) for vs in self.lrs.values() for v in vs if v is not None})
+            lrs = sorted({num(x) for xs in self.lrs.values() for x in xs if x is not None})
             frame = UserFrame(b.file, b.line, "", linecache.getline(b.file, b.line).strip())
+            low, high = num(v["low"]), num(v["high"])
             out.append(finding(
-                "lr_decay_never_due", category=Category.OTHER, stage=Stage.OPTIMIZER, step=0, frame=frame,
-                test=b.test, dividend=expr, low=num(low), high=num(high), divisor=num(b.divisor),
-                due=due, held=len(b.held_at), evals=b.evals, lr=" / ".join(lrs),
-                evidence={"test": b.test, "dividend": expr, "dividend_range": [num(low), num(high)],
-                          "divisor": num(b.divisor), "multiples_passed": due, "test_held": b.held,
-                          "test_held_past_the_start": len(b.held_at),
+                "lr_decay_never_due", variant=v["variant"], category=Category.OTHER, stage=Stage.OPTIMIZER, step=0,
+                frame=frame, test=b.test, dividend=v["counter"], low=low, high=high, divisor=v["divisor"],
+                due=v["due"], held=v["held"], evals=b.evals, lr=" / ".join(lrs), targets=v["targets"],
+                evidence={"test": b.test, "dividend": v["counter"], "dividend_range": [low, high],
+                          "divisor": v["divisor"] or None, "targets_passed": v["targets"] or None,
+                          "multiples_passed": v["due"], "test_held_past_the_start": v["held"],
                           "evaluations": b.evals, "lr_constant": lrs,
                           "harm": f"the lr stayed at {' / '.join(lrs)} for the whole run while the branch's own "
-                                  f"period asked for {due} change(s)"}))
+                                  f"test asked for {v['due']} change(s)"}))
         self.branches = []
         return out
