@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import functools
 import math
+import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -32,16 +33,19 @@ from .._silent._node_site import node_site
 from .._zerograd import on_zero_grad
 from ._bnmomentum import BnMomentum, fast_batchnorms
 from ._causal import probe, shift_share, token_ids
+from ._clipcfg import ClipConfig
 from ._closure import ClosureEvaluations
 from ._common import finding, num
 from ._decay import decay_inverted
 from ._evalcode import MetricRegion, dim_finding, node_checks
 from ._gradwrites import GradWrites, patch_zero_grad
+from ._groups import GroupSettings, user_frames
 from ._harm import HarmGate
 from ._layers import Sample, Vanishing, _local, grad_params, layer_kind, layer_names, per_layer, update_ratio
 from ._mixwatch import MixWatch
 from ._normdecay import MissedScales, missed_norm_scales
 from ._order import StepOrder
+from ._periodic import PeriodicBranches
 from ._phases import Phases
 from ._rebuilt import Rebuilds
 from ._sawtooth import grad_scale_restarts
@@ -77,10 +81,14 @@ class DynamicsChecker(Checker):
         self.order = StepOrder(session)
         self.order.install()
         self.order.defer = self.flags.add
+        self.order.config = ClipConfig(self.flags.add)
         on_zero_grad(session, "dynamics.partial_clips", lambda obj, kind, caller: self.order.partial.settle())
         self.writes = GradWrites(session, clipped=self._clipped_since_backward)
         self.closures = ClosureEvaluations(session)
         self.rebuilds = Rebuilds(session)
+        # param groups whose own settings never take effect (`_groups`)
+        self.groups = GroupSettings(session, lambda: self.sched.unstepped.made)
+        self.periodic = PeriodicBranches()  # a periodic lr change whose test never holds (`_periodic`)
         self.mix = MixWatch(session, self.flags.add)  # samples of a batch that mix in the forward (`_mixwatch`)
         patch_zero_grad(session, self.writes, self._add_write)
         self.loss_growth, self.grad_growth = Growth(), Growth()
@@ -304,6 +312,14 @@ class DynamicsChecker(Checker):
         if self.closures.open is not None:
             self.closures.backward_end()
 
+    def on_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        try:
+            frames = user_frames(sys._getframe(1))
+            self.groups.created(optimizer, frames)
+            self.periodic.optimizer_built(frames)
+        except Exception as e:  # our bug: the run goes on
+            self.session.internal_error("dynamics.groups", e)
+
     def on_closure_call(self, optimizer: torch.optim.Optimizer) -> None:
         self.closures.closure_call(optimizer)
 
@@ -328,6 +344,8 @@ class DynamicsChecker(Checker):
                 session.record_series(name, lr)
         for f in self.sched.observe(optimizer, lrs):
             self._add(f)
+        self.groups.stepped(optimizer, lrs)
+        self.periodic.stepped(optimizer, lrs, step)
         if id(optimizer) not in self.decay_checked:  # once per optimizer, at its first step
             self.decay_checked.add(id(optimizer))
             self.first_steps.add(step)
@@ -442,6 +460,12 @@ class DynamicsChecker(Checker):
         self._consume(None)
         for f in self.sched.end_findings():
             self._add(f)
+        try:
+            for f in self.groups.findings() + self.periodic.findings():
+                self._add(f)
+        except Exception as e:  # our bug: the report goes on
+            self.session.internal_error("dynamics.groups", e)
+        self._add(self.order.config.finding())  # (a warning carries its measured harm: not held)
         self._add(self.order.partial.finding())  # (a warning carries its measured harm: not held)
         for missed in self.norm_decay.values():
             try:

@@ -21,6 +21,7 @@ on the steps of `_cadence.sampled` only (`tracking`, set for the next step at ea
 from __future__ import annotations
 
 import functools
+import sys
 import warnings
 from typing import Any
 
@@ -57,6 +58,7 @@ class StepOrder:
         self.tracking = True  # this step is watched (`_cadence.sampled`)
         self.partial = PartialClips()  # clips between two backward calls of one step (`_partial`)
         self.defer: Any = None  # the dynamics check's deferred read (`DeferredFlags.add`)
+        self.config: Any = None  # clipping the configuration turned off (`_clipcfg.ClipConfig`), every call
 
     def track(self, on: bool) -> None:
         """Whether the next step is watched; a step left out leaves nothing behind."""
@@ -93,6 +95,13 @@ class StepOrder:
                     warnings.warn(msg("internal.warning", where="dynamics.clip", error=f"{type(e).__name__}: {e}"),
                                   TriageInternalWarning, stacklevel=user_stacklevel())
             out = original(*args, **kwargs)
+            if order.config is not None and not order.broken:
+                try:
+                    order.config.clipped(max_norm, out, sys._getframe(1))
+                except Exception as e:
+                    order.broken = True
+                    warnings.warn(msg("internal.warning", where="dynamics.clip", error=f"{type(e).__name__}: {e}"),
+                                  TriageInternalWarning, stacklevel=user_stacklevel())
             if params is not None and not order.broken and order.clip is not None:
                 try:
                     order.partial.clipped(order.clip[0], params, out, max_norm, order.clip[3])

@@ -1,0 +1,272 @@
+"""Param groups whose own settings never take effect (session 13).
+
+An optimizer built from several param groups carries the user's intent in the groups: each
+group's `lr`, its weight decay. Two ways that intent is lost while the run looks normal:
+
+  * groups declared with different learning rates (at the optimizer's construction) that run at
+    one and the same lr at every optimizer step: a scheduler given one scalar (OneCycleLR's
+    `max_lr`, CyclicLR's `base_lr`) or a loop writing one lr into every group replaced the
+    per-group rates -> `dynamics.group_lrs_collapsed`, warning (the groups meant to differ
+    were identical for the whole run); with the scheduler's construction line when one was made;
+  * a group holding no parameter at all whose weight decay differs from the others': the name
+    test that was to fill it matched nothing (`n in ["bias", "gamma"]` tests whole names) ->
+    `dynamics.empty_param_group`, a warning when the tensors the group was meant for are all in
+    the other group (1-D tensors, biases and norm scales, decayed while the no-decay group is
+    empty; or weight matrices left undecayed while the decay group is empty), else an info.
+
+Numbers: the lrs are the Python floats the dynamics check reads at each step; the groups'
+contents are read once, at construction. The line of an empty group is its dict in the list of
+groups the user wrote (the user frames around the optimizer's construction, read with `ast`).
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import types
+import weakref
+from typing import Any
+
+from .._findings import Category, Finding, Severity, Stage
+from .._frames import UserFrame, is_user_file
+from ._common import finding, num
+
+MIN_STEPS = 10
+_REL = 1e-9
+
+
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= _REL * max(abs(a), abs(b))
+
+
+def _lr(v: Any) -> float | None:
+    try:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+class _Opt:
+    def __init__(self, opt: Any, declared: list[float | None], live: list[int], frame: UserFrame | None) -> None:
+        self.ref = weakref.ref(opt)
+        self.kind = type(opt).__name__
+        self.declared = declared
+        self.live = live  # groups holding parameters
+        self.frame = frame
+        self.steps = 0
+        self.equal = 0  # steps at which every live group ran at one positive lr
+        self.first: list[float] | None = None
+        self.peak: list[float] = []
+        self.last: list[float] = []
+        self.sched: Any = None  # the scheduler made for this optimizer (its kind and line)
+
+
+class GroupSettings:
+    """Per optimizer: the lrs its groups were declared with and the lrs they ran at; empty groups."""
+
+    def __init__(self, session: Any, made: Any) -> None:
+        self.session = session
+        self.made = made  # () -> the schedulers made so far (`_unstepped.UnsteppedSchedulers.made`)
+        self.opts: dict[int, _Opt] = {}
+        self.empty: list[tuple[weakref.ref[Any], dict[str, Any]]] = []
+
+    # ------------------------------------------------------------------ construction
+    def created(self, opt: Any, frames: list[types.FrameType]) -> None:
+        groups = list(getattr(opt, "param_groups", []))
+        if len(groups) < 2 or len(self.opts) >= 16:
+            return
+        frame = _user_frame(frames[0]) if frames else None
+        live = [i for i, g in enumerate(groups) if g.get("params")]
+        declared = [_lr(g.get("lr")) for g in groups]
+        vals = [declared[i] for i in live]
+        if len(live) >= 2 and all(v is not None and v > 0 for v in vals) and not all(
+                _same(v, vals[0]) for v in vals):  # type: ignore[arg-type]
+            self.opts[id(opt)] = _Opt(opt, declared, live, frame)
+        for k, g in enumerate(groups):
+            if not g.get("params"):
+                info = _empty_group(self.session, groups, k)
+                if info is not None:
+                    line = _group_line(frames, len(groups), k)
+                    info["frame"] = line or frame
+                    info["optimizer"] = type(opt).__name__
+                    info["steps"] = 0
+                    self.empty.append((weakref.ref(opt), info))
+                    break
+
+    # ------------------------------------------------------------------ per step
+    def stepped(self, opt: Any, lrs: list[float | None]) -> None:
+        key = id(opt)
+        for ref, info in self.empty:
+            if ref() is opt:
+                info["steps"] += 1
+        t = self.opts.get(key)
+        if t is None or t.ref() is not opt or len(lrs) != len(t.declared):
+            return
+        vals = [lrs[i] for i in t.live]
+        if any(v is None for v in vals):
+            return
+        now: list[float] = vals  # type: ignore[assignment]
+        t.steps += 1
+        if now[0] > 0 and all(_same(v, now[0]) for v in now):
+            t.equal += 1
+        if t.first is None:
+            t.first, t.peak = list(now), list(now)
+            t.sched = next((m for m in self.made().values() if m.opt is not None and m.opt() is opt), None)
+        else:
+            t.peak = [max(a, b) for a, b in zip(t.peak, now)]
+        t.last = list(now)
+
+    # ------------------------------------------------------------------ verdicts
+    def findings(self) -> list[Finding]:
+        out: list[Finding] = []
+        for t in self.opts.values():
+            if t.steps < MIN_STEPS or t.equal != t.steps:
+                continue
+            sched = t.sched
+            frame = sched.frame if sched is not None and sched.frame is not None else t.frame
+            who = sched.kind if sched is not None else ""
+            declared = [num(t.declared[i]) for i in t.live]
+            out.append(finding(
+                "group_lrs_collapsed", variant="scheduler" if who else None, category=Category.OTHER,
+                stage=Stage.OPTIMIZER, step=0, frame=frame, op=who or t.kind, module=who or None,
+                parameter=f"param_groups {', '.join(str(i) for i in t.live)}",
+                optimizer=t.kind, scheduler=who, groups=len(t.live), declared=" / ".join(declared),
+                steps=t.steps, peak=num(t.peak[0]), last=num(t.last[0]),
+                evidence={"optimizer": t.kind, "declared_lr_per_group": declared,
+                          "first_lr_per_group": [num(v) for v in t.first or []],
+                          "peak_lr_per_group": [num(v) for v in t.peak],
+                          "last_lr_per_group": [num(v) for v in t.last],
+                          "steps_with_identical_lrs": t.equal, "optimizer_steps": t.steps,
+                          "scheduler": who or None,
+                          "harm": f"the {len(t.live)} groups declared with lrs {' / '.join(declared)} ran at one "
+                                  f"identical lr on all {t.steps} optimizer steps"}))
+        for ref, info in self.empty:
+            opt = ref()
+            if opt is not None and any(g.get("params") for g in opt.param_groups if g is info["group"]):
+                continue  # (filled later: add_param_group, a list it held)
+            steps = info["steps"]
+            if not steps:
+                continue
+            harm = info["harm"]
+            ev = {"optimizer": info["optimizer"], "empty_group": info["index"], "groups": info["groups"],
+                  "empty_group_settings": info["settings"], "other_settings": info["others"],
+                  "tensors_per_group": info["sizes"], "optimizer_steps": steps}
+            if harm:
+                ev.update(meant_for_tensors=info["meant"], meant_for_elements=info["meant_numel"],
+                          meant_for_examples=info["examples"],
+                          harm=f"{info['meant']} tensor(s) ({info['meant_numel']} values) the group was meant for ran "
+                               f"with {info['others']} instead on all {steps} steps")
+            out.append(finding(
+                "empty_param_group", variant="meant" if harm else None, category=Category.OTHER,
+                severity=Severity.WARNING if harm else Severity.INFO, stage=Stage.OPTIMIZER, step=0,
+                frame=info["frame"], op=info["optimizer"], module=info["optimizer"],
+                parameter=", ".join(info["examples"][:3]) or f"param_groups[{info['index']}]",
+                optimizer=info["optimizer"], index=info["index"], groups=info["groups"],
+                settings=info["settings"], others=info["others"], sizes=" / ".join(map(str, info["sizes"])),
+                meant=info["meant"], meant_numel=info["meant_numel"], kind=info["kind"], steps=steps,
+                evidence=ev))
+        self.opts.clear()
+        self.empty.clear()
+        return out
+
+
+def _plain(v: Any) -> bool:
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
+def _empty_group(session: Any, groups: list[dict[str, Any]], k: int) -> dict[str, Any] | None:
+    """What the empty group `k` would have set differently from the groups holding parameters."""
+    g = groups[k]
+    full = [h for h in groups if h.get("params")]
+    if not full:
+        return None
+    diff = {key: v for key, v in g.items() if key != "params" and _plain(v)
+            and any(_plain(h.get(key)) and h.get(key) != v for h in full)}
+    if not diff:
+        return None
+    others = {key: sorted({h.get(key) for h in full}, key=repr) for key in diff}
+    tensors = [p for h in full for p in h["params"] if getattr(p, "requires_grad", False)]
+    decay = [key for key in diff if "decay" in key.lower() and isinstance(diff[key], (int, float))]
+    meant: list[Any] = []
+    kind = ""
+    for key in decay:
+        mine = float(diff[key])
+        theirs = [float(v) for h in full if isinstance(v := h.get(key), (int, float))]
+        if len(theirs) != len(full):
+            continue
+        if mine == 0 and all(v > 0 for v in theirs):  # the no-decay group: biases, norm scales
+            meant, kind = [p for p in tensors if p.dim() <= 1], "1-D"
+        elif mine > 0 and all(v == 0 for v in theirs):  # the decay group: weight matrices
+            meant, kind = [p for p in tensors if p.dim() >= 2], "matrix"
+        if meant:
+            break
+    infos = session.param_index.infos()
+    names = []
+    for p in meant[:4]:
+        info = infos.get(id(p))
+        names.append(info.qualname if info is not None else "?")
+    return {"group": g, "index": k, "groups": len(groups), "settings": ", ".join(f"{a}={diff[a]}" for a in diff),
+            "others": ", ".join(f"{a}={'/'.join(map(str, others[a]))}" for a in diff),
+            "sizes": [len(h.get("params", [])) for h in groups], "harm": bool(meant), "meant": len(meant),
+            "meant_numel": sum(p.numel() for p in meant), "examples": names, "kind": kind}
+
+
+def _user_frame(f: types.FrameType) -> UserFrame:
+    code = f.f_code
+    file, line = code.co_filename, f.f_lineno
+    return UserFrame(file, line, code.co_name, linecache.getline(file, line).strip())
+
+
+def user_frames(f: types.FrameType | None, limit: int = 4) -> list[types.FrameType]:
+    """Up to `limit` frames of the user's code, innermost first, from `f` outward."""
+    out: list[types.FrameType] = []
+    while f is not None and len(out) < limit:
+        if is_user_file(f.f_code.co_filename):
+            out.append(f)
+        f = f.f_back
+    return out
+
+
+def _group_line(frames: list[types.FrameType], n: int, k: int) -> UserFrame | None:
+    """The line of group `k` in the list of `n` group dicts the user wrote, read in the user
+    frames around the construction (innermost first)."""
+    for f in frames:
+        try:
+            tree = parsed(f.f_code.co_filename)
+        except (OSError, SyntaxError, ValueError):
+            continue
+        if tree is None:
+            continue
+        scope = scope_of(tree, f.f_code)
+        lists = [node for node in ast.walk(scope) if isinstance(node, (ast.List, ast.Tuple)) and len(node.elts) == n
+                 and all(isinstance(e, ast.Dict) and any(isinstance(key, ast.Constant) and key.value == "params"
+                                                          for key in e.keys) for e in node.elts)]
+        if len(lists) == 1:
+            line = lists[0].elts[k].lineno
+            file = f.f_code.co_filename
+            return UserFrame(file, line, f.f_code.co_name, linecache.getline(file, line).strip())
+    return None
+
+
+_parsed_files: dict[str, ast.Module | None] = {}
+
+
+def parsed(file: str) -> ast.Module | None:
+    if file not in _parsed_files:
+        if len(_parsed_files) > 64:
+            _parsed_files.clear()
+        text = "".join(linecache.getlines(file))
+        _parsed_files[file] = ast.parse(text) if text else None
+    return _parsed_files[file]
+
+
+def scope_of(tree: ast.Module, code: types.CodeType) -> ast.AST:
+    """The function of `code` in `tree` (the module for module-level code)."""
+    if code.co_name == "<module>":
+        return tree
+    for node in ast.walk(tree):
+        first = code.co_firstlineno
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name and (
+                node.lineno == first or any(d.lineno == first for d in node.decorator_list)):
+            return node
+    return tree
