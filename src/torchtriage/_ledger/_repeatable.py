@@ -7,11 +7,12 @@ other random views: the per-epoch metric that picks the best epoch is partly aug
 noise, and it is measured on training-distribution inputs, not on the data the model will see.
 
 Measured: in a loader's first pass and, when that pass reached no backward (an evaluation
-loader), in its second, each batch's floating-point per-sample tensor (images, signals,
-features; token ids are left out: a masked-language-model collator masks evaluation batches at
-random on purpose) is digested on its device per root index (`dense_keys`, at most `MOST` rows a
-pass), read once at the end. Samples of both passes whose digests differ changed between
-passes. A warning when at least `SHARE` of the samples compared changed (and `MIN` samples) and the
+loader), in its second, each batch's per-sample tensor of values (floating-point images, signals,
+features, and integer ones: uint8 images scaled after the loader, int16 audio, integer samples of
+two or more axes; token ids, integer rows of one axis, are left out: a masked-language-model
+collator masks evaluation batches at random on purpose) is digested on its device per root
+index (`dense_keys`, at most `MOST` rows a pass), read once at the end. Samples of both passes
+whose digests differ changed between passes. A warning when at least `SHARE` of the samples compared changed (and `MIN` samples) and the
 loader reads the dataset a training loader reads (a split carved out of it, with its transform):
 a deterministic evaluation changes none; an evaluation dataset of its own that draws at random
 (pairs, sampling by design) is an info, and so is one whose changed samples hold the same values,
@@ -84,7 +85,7 @@ class Repeatable:
         if d.rows >= MOST:
             return
         t = next((t for t in batch_tensors(data) if t.dim() >= 2 and int(t.shape[0]) == roots.size), None)
-        if t is None or not t.is_floating_point():
+        if t is None or not _values(t):
             return
         self.entries[id(entry)] = entry
         with torch.no_grad():
@@ -129,6 +130,15 @@ def judge(ledger: DataLedger, found: Repeatable) -> list[Any]:
              "passes": [0, 1], "loader": entry.name, "dataset_shared_with_training": carved,
              "samples_with_other_values": len(valued)}))
     return out
+
+
+def _values(t: torch.Tensor) -> bool:
+    """A per-sample tensor of measured values: floating point, or integer pixels and samples
+    (uint8 images before a later `.float() / 255`, int16 audio, any integer sample of two or more
+    axes of its own); integer rows of one axis are token ids (left out: masked at random on purpose)."""
+    if t.is_complex() or t.dtype == torch.bool:
+        return False
+    return t.is_floating_point() or t.dtype == torch.uint8 or t.dtype == torch.int16 or t.dim() >= 3
 
 
 def moments(t: torch.Tensor) -> torch.Tensor:
