@@ -12,8 +12,8 @@ features, and integer ones: uint8 images scaled after the loader, int16 audio, i
 two or more axes; token ids, integer rows of one axis, are left out: a masked-language-model
 collator masks evaluation batches at random on purpose) is digested on its device per root
 index (`dense_keys`, at most `MOST` rows a pass), read once at the end. Samples of both passes
-whose digests differ changed between passes. A warning when at least `SHARE` of the samples compared changed (and `MIN` samples) and the
-loader reads the dataset a training loader reads (a split carved out of it, with its transform):
+whose digests differ changed between passes. A warning when at least `SHARE` of the samples
+compared changed (and `MIN` samples) and the loader reads the dataset a training loader reads (a split carved out of it, with its transform):
 a deterministic evaluation changes none; an evaluation dataset of its own that draws at random
 (pairs, sampling by design) is an info, and so is one whose changed samples hold the same values,
 only moved (a random flip, a rotation by quarter turns: each sample's sum, sum of squares and sum
