@@ -6,21 +6,22 @@ keeps the training dataset's `transform` (random crops, flips, noise), so every 
 other random views: the per-epoch metric that picks the best epoch is partly augmentation
 noise, and it is measured on training-distribution inputs, not on the data the model will see.
 
-Measured: in a loader's first pass and, when that pass reached no backward (an evaluation
-loader), in its second, each batch's per-sample tensor of values (floating-point images, signals,
-features, and integer ones: uint8 images scaled after the loader, int16 audio, integer samples of
-two or more axes; token ids, integer rows of one axis, are left out: a masked-language-model
-collator masks evaluation batches at random on purpose) is digested on its device per root
-index (`dense_keys`, at most `MOST` rows a pass), read once at the end. Samples of both passes
-whose digests differ changed between passes. A warning when at least `SHARE` of the samples
-compared changed (and `MIN` samples) and the loader reads the dataset a training loader reads (a split carved out of it, with its transform):
-a deterministic evaluation changes none; an evaluation dataset of its own that draws at random
-(pairs, sampling by design) is an info, and so is one whose changed samples hold the same values,
-only moved (a random flip, a rotation by quarter turns: each sample's sum, sum of squares and sum
-of cubes, `moments`, agree), which measures the same data in every pass, seen from a symmetry.
-A loader that evaluates only samples a training loader trained on (train accuracy) is left alone,
-and so is one drawn by a sampler or batch sampler of the user's (an episode sampler's index names
-a class whose samples are drawn at random on purpose).
+Measured: in a loader's first pass and, when that pass reached no backward (an evaluation loader),
+in its second, each batch's per-sample tensor of values (floating-point images, signals, features,
+and integer ones: uint8 images scaled after the loader, int16 audio, integer samples of two or
+more axes; token ids, integer rows of one axis, are left out: a masked-language-model collator
+masks evaluation batches at random on purpose) is digested on its device per root index
+(`dense_keys`, at most `MOST` rows a pass), read once at the end. Samples of both passes whose
+digests differ changed between passes. A warning when at least `SHARE` of the samples compared
+changed (and `MIN` samples) and the loader reads the dataset a training loader reads (a split
+carved out of it, with its transform): a deterministic evaluation changes none; an evaluation
+dataset of its own that draws at random (pairs, sampling by design) is an info, and so is one
+whose changed samples hold the same values, only moved (a random flip, a rotation by quarter
+turns: each sample's sum, sum of squares and sum of cubes, `moments`, agree), which measures the
+same data in every pass, seen from a symmetry. A loader that evaluates only samples a training
+loader trained on (train accuracy) is left alone, and so is one drawn by a sampler or batch
+sampler of the user's (an episode sampler's index names a class whose samples are drawn at random
+on purpose).
 The line is where the loader was made.
 """
 
