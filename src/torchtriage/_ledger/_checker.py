@@ -23,6 +23,7 @@ from .._checker import Checker, LossCall
 from .._loaderstream import stream
 from ._afterloop import AfterLoop
 from ._denominator import Denominators
+from ._edges import Edges
 from ._encoding import Encodings
 from ._encoding import judge as judge_encodings
 from ._epochs import Epoch, Loader
@@ -68,6 +69,7 @@ class DataLedger(Checker):
         self.follower = Follower(session, self)
         self.follower.install()
         self.handfed = HandFed(session, self)
+        self.edges = Edges()  # graph links evaluated whose reverse was trained on
         self.evalsync = EvalSync(session, self)
         self.evalshards: EvalShards | None = None
         if session.checker("distributed") is not None:  # a rank of several: its evaluation shares
@@ -117,6 +119,7 @@ class DataLedger(Checker):
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
         self.handfed.on_forward(model, args, kwargs)
+        self.edges.on_forward(model, args, kwargs)
         if self.evalshards is not None:
             self.evalshards.on_forward(model, args, kwargs)
         self.heldlabels.on_inputs(args, kwargs)
@@ -238,6 +241,10 @@ class DataLedger(Checker):
                     found = judge_handfed(self.handfed, self.loaders)  # samples without an index
                 if found is not None:
                     self.session.add(found)
+                else:
+                    with torch.no_grad():
+                        for f in self.edges.end():  # links split apart from their reverse edges
+                            self.session.add(f)
         exchange(self)
         exchange_passes(self)
         if self.evalshards is not None:
