@@ -34,7 +34,7 @@ from .._frames import user_frame_from_stack
 from ._make import finding
 
 MIN_EDGES = 8
-MOST = 1 << 22  # edges kept per side
+MOST = 1 << 21  # edges kept per side
 SYMMETRIC = 0.5  # share of a training edge set's edges whose reverse is in it: an undirected graph
 SHARE = 0.1  # share of an evaluated edge set's edges trained on in the other direction
 
@@ -81,6 +81,7 @@ class Edges:
         self.sides: dict[bool, list[_Set]] = {True: [], False: []}
         self.kept = {True: 0, False: 0}
         self.known: dict[tuple[int, int, int, int, int], weakref.ref[torch.Tensor]] = {}
+        self.objects: dict[tuple[int, int], weakref.ref[Any]] = {}
 
     def on_forward(self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         values = [*args, *kwargs.values()]
@@ -88,6 +89,17 @@ class Edges:
             return
         training = torch.is_grad_enabled() and not torch.is_inference_mode_enabled() and model.training
         for obj in values[:8]:
+            if not isinstance(obj, torch.Tensor) and hasattr(type(obj), "num_nodes"):
+                mark = (int(training), id(obj))
+                again = self.objects.get(mark)
+                if again is not None and again() is obj:
+                    continue  # (a graph object given again: its edges were kept; `edges()` not called again)
+                try:
+                    self.objects[mark] = weakref.ref(obj)
+                except TypeError:
+                    pass
+                if len(self.objects) > 4096:
+                    self.objects.clear()
             uv = _edges_of(obj)
             if uv is None:
                 continue
@@ -118,7 +130,7 @@ class Edges:
         parts = np.split(joined, np.cumsum(sizes + sizes)[:-1])
         fwd, rev = parts[:len(sets)], parts[len(sets):]
         tr_fwd = fwd[:len(train)]
-        symmetric = [float(np.isin(f, r).mean()) if f.size else 0.0 for f, r in zip(tr_fwd, rev[:len(train)])]
+        symmetric = [_both_ways(f, r) for f, r in zip(tr_fwd, rev[:len(train)])]
         if not symmetric or max(symmetric) < SYMMETRIC:
             return []  # a directed graph: a reverse edge is another fact
         best = int(np.argmax(symmetric))
@@ -147,3 +159,12 @@ class Edges:
                         "training_edges_with_reverse": round(symmetric[best], 4)}
             return [finding("split_overlap", "edge_reverse", "warning", frame, fields, evidence)]
         return []
+
+
+def _both_ways(f: np.ndarray, r: np.ndarray) -> float:
+    """The share of a set's edges, self-loops left out (a padding id paired with itself in a
+    batch of two token sequences), whose reverse is in the set too."""
+    other = f != r
+    if int(other.sum()) < MIN_EDGES:
+        return 0.0
+    return float(np.isin(f[other], r[other]).mean())
