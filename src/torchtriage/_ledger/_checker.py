@@ -42,6 +42,7 @@ from ._repeatable import Repeatable
 from ._repeatable import judge as judge_repeatable
 from ._scaling import judge as judge_scaling
 from ._scaling import judge_stored
+from ._sidedata import SideData
 from ._unbackwarded import Unbackwarded
 from ._units import LossUnits
 from ._weights import SamplerLines
@@ -70,6 +71,8 @@ class DataLedger(Checker):
         self.follower.install()
         self.handfed = HandFed(session, self)
         self.edges = Edges()  # graph links evaluated whose reverse was trained on
+        self.sidedata = SideData(self)  # per-sample side data looked up by batch position
+        stream(session).listen("ledger.sidedata", self.sidedata)
         self.evalsync = EvalSync(session, self)
         self.evalshards: EvalShards | None = None
         if session.checker("distributed") is not None:  # a rank of several: its evaluation shares
@@ -120,6 +123,7 @@ class DataLedger(Checker):
                         output: Any) -> None:
         self.handfed.on_forward(model, args, kwargs)
         self.edges.on_forward(model, args, kwargs)
+        self.sidedata.on_forward(model, args, kwargs)
         if self.evalshards is not None:
             self.evalshards.on_forward(model, args, kwargs)
         self.heldlabels.on_inputs(args, kwargs)
@@ -219,6 +223,9 @@ class DataLedger(Checker):
                 for f in judge_workers(self, self.workers):
                     self.session.add(f)
                 for f in judge_repeatable(self, self.repeatable):
+                    self.session.add(f)
+            with torch.no_grad():
+                for f in self.sidedata.end():
                     self.session.add(f)
             for f in self.denominators.end():
                 self.session.add(f)
