@@ -218,3 +218,26 @@ train_and_report(Data(torch.randn(150, 8), ei), net, torch.optim.SGD(net.paramet
 def test_training_graph_measured_and_a_held_out_graph_are_quiet(tmp_path):
     report = _run(tmp_path, DATA_OBJECT_TRAIN_AUC)
     assert _reverse(report) == [] and _alarms(report) == []
+
+
+TWO_SEQUENCES = """
+import torch, torch.nn as nn, torch.nn.functional as F
+
+torch.manual_seed(0)
+lm = nn.Sequential(nn.Embedding(40, 8), nn.Linear(8, 40))
+opt = torch.optim.SGD(lm.parameters(), lr=0.1)
+data = torch.randint(1, 40, (64, 24))
+data[:, 16:] = 0                      # padded documents
+for step in range(30):
+    ids = data[torch.randint(0, 48, (2,))]   # a batch of two sequences: shape (2, 24)
+    loss = F.cross_entropy(lm(ids).reshape(-1, 40), ids.roll(-1, 1).reshape(-1))
+    opt.zero_grad(); loss.backward(); opt.step()
+with torch.no_grad():
+    for i in range(48, 64, 2):
+        lm(data[i:i + 2])
+"""
+
+
+def test_batches_of_two_token_sequences_are_no_edges(tmp_path):
+    report = _run(tmp_path, TWO_SEQUENCES)
+    assert _reverse(report) == []
