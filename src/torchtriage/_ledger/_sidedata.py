@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 MOST = 256  # batches measured per (model, input, loader)
 MIN_BATCHES = 4
 MIN_ROWS = 2
+MAX_ROWS = 64  # rows of a batch compared (a bounded cost per batch)
+MAX_COLS = 4096  # cells of a row compared
 ALIGNED = 0.2  # own-row minus other-row mean cosine of side data that belongs to its samples
 CHANCE = 0.25  # ... of which a shuffled loader keeps at most this share: no better than another sample's row
 
@@ -96,7 +98,7 @@ class SideData:
             if acc.batches >= MOST:
                 continue
             with torch.no_grad():
-                pair = _contrast(side.detach(), partner.detach().to(side.device))
+                pair = _contrast(side.detach(), partner.detach())
             acc.sums = pair if acc.sums is None else acc.sums + pair.to(acc.sums.device)
             acc.batches += 1
 
@@ -140,9 +142,13 @@ def _ptr(t: torch.Tensor) -> tuple[int, int]:
 
 def _contrast(side: torch.Tensor, partner: torch.Tensor) -> torch.Tensor:
     """(mean cosine of each side row with its own sample's row, mean with the other samples'), on
-    the rows centred on the batch mean, as one float64 pair on the device."""
-    a = side.reshape(side.shape[0], -1).double()
-    b = partner.reshape(partner.shape[0], -1).double()
+    the rows centred on the batch mean (at most `MAX_ROWS` rows, `MAX_COLS` evenly spaced cells),
+    as one float64 pair on the device."""
+    rows = min(int(side.shape[0]), MAX_ROWS)
+    a = side[:rows].reshape(rows, -1)
+    b = partner[:rows].reshape(rows, -1)
+    step = max(1, -(-a.shape[1] // MAX_COLS))  # at most MAX_COLS evenly spaced cells a row
+    a, b = a[:, ::step].double(), b[:, ::step].to(a.device).double()  # (a batch left on the host: its sample only)
     a = a - a.mean(0, keepdim=True)
     b = b - b.mean(0, keepdim=True)
     a = a / a.norm(dim=1, keepdim=True).clamp_min(1e-12)
