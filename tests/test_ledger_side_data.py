@@ -176,3 +176,36 @@ def test_soft_labels_by_batch_counter_in_a_class_trainer(tmp_path):
     [f] = _side(_run(tmp_path, SOFT_LABELS))
     assert f.severity.value == "warning"
     assert f.evidence["contrast_ordered"] > 0.2
+
+
+DEVICE_AUGMENT = """
+import torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+g = torch.Generator().manual_seed(0)
+x = torch.randn(96, 1, 8, 8, generator=g)
+y = (x.mean((1, 2, 3)) > 0).long()
+train = TensorDataset(x[:64], y[:64])
+val = TensorDataset(x[64:], y[64:])
+net = nn.Sequential(nn.Flatten(), nn.Linear(64, 2))
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+
+def to_device(t):
+    return t.clone()          # stands for .cuda(): a new tensor, the same values
+
+def gpu_augment(t):
+    shift = torch.randint(-3, 4, (2,))
+    return torch.roll(t, (int(shift[0]), int(shift[1])), (2, 3)) * (1 + 0.5 * torch.randn(t.shape[0], 1, 1, 1))
+
+for epoch in range(3):
+    for xb, yb in DataLoader(train, batch_size=8, shuffle=True):
+        loss = F.cross_entropy(net(gpu_augment(to_device(xb))), yb)
+        opt.zero_grad(); loss.backward(); opt.step()
+    with torch.no_grad():
+        for xb, yb in DataLoader(val, batch_size=8):
+            net(to_device(xb))
+"""
+
+
+def test_batch_moved_and_augmented_on_the_device_is_no_side_data(tmp_path):
+    assert _side(_run(tmp_path, DEVICE_AUGMENT)) == []

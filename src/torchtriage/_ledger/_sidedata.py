@@ -19,8 +19,9 @@ the end. A side input whose rows match their samples in a loader that keeps data
 shuffles (contrast at most `CHANCE` of that) is looked up by position: a warning, with both
 contrasts, the batches and the training forward's line. Quiet: side data looked up by the
 samples' ids (it matches in the shuffled loader too), inputs that are no side data of the
-samples (noise, a fixed code: they match in no loader), a batch moved to another device (it
-matches its own rows exactly in both).
+samples (noise, a fixed code: they match in no loader), the batch itself moved or normalized on
+the device (in the ordered loader most rows are their sample's row, cosine above `SAME`: a
+training-only augmentation on the device is no side data).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ MIN_ROWS = 2
 MAX_ROWS = 64  # rows of a batch compared (a bounded cost per batch)
 MAX_COLS = 4096  # cells of a row compared
 ALIGNED = 0.2  # own-row minus other-row mean cosine of side data that belongs to its samples
+SAME = 0.999  # cosine of a row with its sample's row above which it is that row, transformed
 CHANCE = 0.25  # ... of which a shuffled loader keeps at most this share: no better than another sample's row
 
 
@@ -114,7 +116,9 @@ class SideData:
             assert all(a.sums is not None for a in accs)
             with torch.no_grad():
                 values = torch.stack([a.sums.to("cpu") / a.batches for a in accs if a.sums is not None]).tolist()
-            contrast = [own - other for own, other in values]
+            contrast = [own - other for own, other, _ in values]
+            if any(same >= 0.5 for (_, _, same), a in zip(values, accs) if not a.shuffled):
+                continue  # the batch itself, moved or normalized on the device (augmented in training): no side data
             ordered = [(c, a) for c, a in zip(contrast, accs) if not a.shuffled]
             mixed = [(c, a) for c, a in zip(contrast, accs) if a.shuffled and a.entry.trains]
             if not ordered or not mixed:
@@ -141,7 +145,8 @@ def _ptr(t: torch.Tensor) -> tuple[int, int]:
 
 
 def _contrast(side: torch.Tensor, partner: torch.Tensor) -> torch.Tensor:
-    """(mean cosine of each side row with its own sample's row, mean with the other samples'), on
+    """(mean cosine of each side row with its own sample's row, mean with the other samples',
+    share of rows that are their sample's row, transformed), on
     the rows centred on the batch mean (at most `MAX_ROWS` rows, `MAX_COLS` evenly spaced cells),
     as one float64 pair on the device."""
     rows = min(int(side.shape[0]), MAX_ROWS)
@@ -157,4 +162,5 @@ def _contrast(side: torch.Tensor, partner: torch.Tensor) -> torch.Tensor:
     n = s.shape[0]
     own = s.diagonal().mean()
     other = (s.sum() - s.diagonal().sum()) / (n * (n - 1))
-    return torch.stack([own, other])
+    same = (s.diagonal() > SAME).double().mean()  # rows that are their sample's row, transformed
+    return torch.stack([own, other, same])
