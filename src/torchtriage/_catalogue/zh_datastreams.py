@@ -8,4 +8,7 @@ MESSAGES = {
     "ledger.window_unloaded.message": "没有任何 DataLoader 遍历的留出数据集 {eval}（{eval_where}）的 {n} 个样本中有 {count} 个（{share}）沿轴 {axis} 的大部分步与经加载器 {train}（{train_where}）训练过的样本相同：同一序列的重叠窗口在切窗之后才划分（例如样本 {example}）",
     "ledger.window_split.cause": "样本是以小于窗口长度的步长从同一序列切出的窗口并被随机划分：每个评估窗口的各步都在其训练邻居之中，评估衡量的只是对已训练数据的插值",
     "ledger.window_split.next": "先划分序列（按时间，或按整天 / 整条序列），再在每一部分内切窗；在各部分之间留出一个窗口长度的间隔",
+    "ledger.edge_reverse.message": "在 {eval_where} 评估的 {n} 条边中有 {count} 条（{share}）是反向读取的训练边：其反向边在 {train_where} 训练所用的图中，而该图中 {symmetric} 的边以两个方向存储（例如评估边 {u} -> {v}，训练过 {v} -> {u}）",
+    "ledger.edge_reverse.cause": "图把每条无向连接存成两条有向边，而划分打乱的是有向边的编号而不是连接：同一连接的两个方向落入不同的划分，留出的连接仍在训练正样本和消息传递图中",
+    "ledger.edge_reverse.next": "按连接而不是有向边划分：让一条边与其反向边处于同一划分（打乱连接编号，再加入每条连接的两个方向），并从消息传递图中删除每条留出连接的两个方向",
 }

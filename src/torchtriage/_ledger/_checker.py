@@ -23,6 +23,7 @@ from .._checker import Checker, LossCall
 from .._loaderstream import stream
 from ._afterloop import AfterLoop
 from ._denominator import Denominators
+from ._edges import Edges
 from ._encoding import Encodings
 from ._encoding import judge as judge_encodings
 from ._epochs import Epoch, Loader
@@ -41,6 +42,7 @@ from ._repeatable import Repeatable
 from ._repeatable import judge as judge_repeatable
 from ._scaling import judge as judge_scaling
 from ._scaling import judge_stored
+from ._sidedata import SideData
 from ._unbackwarded import Unbackwarded
 from ._units import LossUnits
 from ._weights import SamplerLines
@@ -68,6 +70,9 @@ class DataLedger(Checker):
         self.follower = Follower(session, self)
         self.follower.install()
         self.handfed = HandFed(session, self)
+        self.edges = Edges()  # graph links evaluated whose reverse was trained on
+        self.sidedata = SideData(self)  # per-sample side data looked up by batch position
+        stream(session).listen("ledger.sidedata", self.sidedata)
         self.evalsync = EvalSync(session, self)
         self.evalshards: EvalShards | None = None
         if session.checker("distributed") is not None:  # a rank of several: its evaluation shares
@@ -117,6 +122,8 @@ class DataLedger(Checker):
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
         self.handfed.on_forward(model, args, kwargs)
+        self.edges.on_forward(model, args, kwargs)
+        self.sidedata.on_forward(model, args, kwargs)
         if self.evalshards is not None:
             self.evalshards.on_forward(model, args, kwargs)
         self.heldlabels.on_inputs(args, kwargs)
@@ -217,6 +224,9 @@ class DataLedger(Checker):
                     self.session.add(f)
                 for f in judge_repeatable(self, self.repeatable):
                     self.session.add(f)
+            with torch.no_grad():
+                for f in self.sidedata.end():
+                    self.session.add(f)
             for f in self.denominators.end():
                 self.session.add(f)
             for f in self.heldlabels.end():
@@ -238,6 +248,10 @@ class DataLedger(Checker):
                     found = judge_handfed(self.handfed, self.loaders)  # samples without an index
                 if found is not None:
                     self.session.add(found)
+                else:
+                    with torch.no_grad():
+                        for f in self.edges.end():  # links split apart from their reverse edges
+                            self.session.add(f)
         exchange(self)
         exchange_passes(self)
         if self.evalshards is not None:

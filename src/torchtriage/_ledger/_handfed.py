@@ -20,7 +20,9 @@ validation pass repeated; a stream of new rows never is), the overlap
 is at least 8 rows and at least `SPLIT_SHARE` of the evaluation rows and three times the rate at
 which rows repeat inside one forward (natural duplicates, draws with replacement); an error.
 A forward whose calling lines name training data (``train_acc = evaluate(model, X_train)``)
-measures the training set on purpose and is left out.
+measures the training set on purpose and is left out, and so is a forward without gradients of
+one model on the very view a training forward of another model takes next to it (a teacher's
+soft targets, an EMA or momentum encoder's: `_targets.py`).
 
 A forward with gradients in `train()` mode inside a loop over data named held-out
 (`_heldlabels.held_loop_frame`: ``for x, y in zip(test_data, test_label):``) is an evaluation
@@ -51,6 +53,7 @@ from ._streams import K as window_tokens
 from ._streams import host_rows as _host
 from ._streams import judge as judge_streams
 from ._streams import stream_input, window_keys
+from ._targets import Targets
 from ._verdicts import _by_windows, _keys, _split_finding
 from ._windows import slice_keys
 
@@ -95,6 +98,7 @@ class HandFed:
         self.kept = 0
         # The tensors given last (by identity, checked through a weak reference): not digested again.
         self.last: dict[int, tuple[weakref.ref[torch.Tensor], tuple[Any, ...], Side, int]] = {}
+        self.targets = Targets(self)
         stream(session).listen("ledger.handfed", self)
 
     def on_batch(self, it: Any, indices: Any, data: Any) -> None:
@@ -119,6 +123,8 @@ class HandFed:
         if x is None or self.kept >= 2 * MAX_KEYS or _ptr(x)[0] in self.fed:
             return
         training = torch.is_grad_enabled() and not torch.is_inference_mode_enabled() and model.training
+        if self.targets.on_forward(model, x, training):
+            return  # another model's target on a training input (a teacher's): no evaluation
         if not training and not windows and x.shape[0] < MIN_ROWS:
             return
         ident = _ptr(x)
@@ -165,6 +171,7 @@ class HandFed:
             side.shape = shape
         elif side.shape != shape:
             return  # rows of another shape (another input): one shape per side
+        marks = (len(side.filled), len(side.padded), {a: len(v) for a, v in side.slices.items()})
         with torch.no_grad():
             keys = window_keys(x) if windows else dense_keys(x.detach())
             side.chunks.append(keys)
@@ -177,6 +184,8 @@ class HandFed:
                 for axis, sk in slice_keys(x).items():
                     side.slices.setdefault(axis, []).append(sk)
         side.repeats.append(0)
+        if not training:
+            self.targets.evaluated(model, x, side, marks)
         side.kept += int(keys.shape[0])
         self.kept += int(keys.shape[0])
         if len(self.last) > 64:

@@ -6,20 +6,22 @@ keeps the training dataset's `transform` (random crops, flips, noise), so every 
 other random views: the per-epoch metric that picks the best epoch is partly augmentation
 noise, and it is measured on training-distribution inputs, not on the data the model will see.
 
-Measured: in a loader's first pass and, when that pass reached no backward (an evaluation
-loader), in its second, each batch's floating-point per-sample tensor (images, signals,
-features; token ids are left out: a masked-language-model collator masks evaluation batches at
-random on purpose) is digested on its device per root index (`dense_keys`, at most `MOST` rows a
-pass), read once at the end. Samples of both passes whose digests differ changed between
-passes. A warning when at least `SHARE` of the samples compared changed (and `MIN` samples) and the
-loader reads the dataset a training loader reads (a split carved out of it, with its transform):
-a deterministic evaluation changes none; an evaluation dataset of its own that draws at random
-(pairs, sampling by design) is an info, and so is one whose changed samples hold the same values,
-only moved (a random flip, a rotation by quarter turns: each sample's sum, sum of squares and sum
-of cubes, `moments`, agree), which measures the same data in every pass, seen from a symmetry.
-A loader that evaluates only samples a training loader trained on (train accuracy) is left alone,
-and so is one drawn by a sampler or batch sampler of the user's (an episode sampler's index names
-a class whose samples are drawn at random on purpose).
+Measured: in a loader's first pass and, when that pass reached no backward (an evaluation loader),
+in its second, each batch's per-sample tensor of values (floating-point images, signals, features,
+and integer ones: uint8 images scaled after the loader, int16 audio, integer samples of two or
+more axes; token ids, integer rows of one axis, are left out: a masked-language-model collator
+masks evaluation batches at random on purpose) is digested on its device per root index
+(`dense_keys`, at most `MOST` rows a pass), read once at the end. Samples of both passes whose
+digests differ changed between passes. A warning when at least `SHARE` of the samples compared
+changed (and `MIN` samples) and the loader reads the dataset a training loader reads (a split
+carved out of it, with its transform): a deterministic evaluation changes none; an evaluation
+dataset of its own that draws at random (pairs, sampling by design) is an info, and so is one
+whose changed samples hold the same values, only moved (a random flip, a rotation by quarter
+turns: each sample's sum, sum of squares and sum of cubes, `moments`, agree), which measures the
+same data in every pass, seen from a symmetry. A loader that evaluates only samples a training
+loader trained on (train accuracy) is left alone, and so is one drawn by a sampler or batch
+sampler of the user's (an episode sampler's index names a class whose samples are drawn at random
+on purpose).
 The line is where the loader was made.
 """
 
@@ -84,7 +86,7 @@ class Repeatable:
         if d.rows >= MOST:
             return
         t = next((t for t in batch_tensors(data) if t.dim() >= 2 and int(t.shape[0]) == roots.size), None)
-        if t is None or not t.is_floating_point():
+        if t is None or not _values(t):
             return
         self.entries[id(entry)] = entry
         with torch.no_grad():
@@ -129,6 +131,15 @@ def judge(ledger: DataLedger, found: Repeatable) -> list[Any]:
              "passes": [0, 1], "loader": entry.name, "dataset_shared_with_training": carved,
              "samples_with_other_values": len(valued)}))
     return out
+
+
+def _values(t: torch.Tensor) -> bool:
+    """A per-sample tensor of measured values: floating point, or integer pixels and samples
+    (uint8 images before a later `.float() / 255`, int16 audio, any integer sample of two or more
+    axes of its own); integer rows of one axis are token ids (left out: masked at random on purpose)."""
+    if t.is_complex() or t.dtype == torch.bool:
+        return False
+    return t.is_floating_point() or t.dtype == torch.uint8 or t.dtype == torch.int16 or t.dim() >= 3
 
 
 def moments(t: torch.Tensor) -> torch.Tensor:
