@@ -226,7 +226,30 @@ DENOISE = """
 """
 
 
-@pytest.mark.parametrize("src", [DDPM, DENOISE], ids=["ddpm_noise_targets", "denoiser_class"])
+# (3) a twin critic: the loss adds two MSE terms against one bootstrapped target, so it sits at
+#     twice one term's level; the targets' variance is no level of it
+TWIN_CRITIC = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.manual_seed(12)
+    q1, q2 = nn.Linear(6, 1), nn.Linear(6, 1)
+    opt = torch.optim.Adam(list(q1.parameters()) + list(q2.parameters()), lr=1e-3)
+    w = torch.randn(6, 1)
+    for step in range(200):
+        obs = torch.randn(64, 6)
+        with torch.no_grad():
+            target = obs @ w * 0.3 + 0.7 * torch.randn(64, 1)
+        loss = F.mse_loss(q1(obs), target) + F.mse_loss(q2(obs), target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+@pytest.mark.parametrize("src", [DDPM, DENOISE, TWIN_CRITIC], ids=["ddpm_noise_targets", "denoiser_class",
+                                                                   "twin_critic"])
 def test_a_regression_that_learns_below_its_targets_variance_is_no_loss_at_prior(tmp_path, src):
     report, _ = _run(tmp_path, src)
     assert _warnings(report, "dynamics.loss_at_prior") == []

@@ -214,6 +214,7 @@ class DynamicsChecker(Checker):
                 self.ignore_seen.add(ignore)
         if (call.name == "mse_loss" and self._step < POOL_STEPS and call.option("reduction", "mean") == "mean"
                 and isinstance(call.input, torch.Tensor) and isinstance(call.target, torch.Tensor)):
+            self.targets.count(self._step, call.output)
             self.targets.add(call.input, call.target, self.flags.add,
                              lambda v: self._set_prior("mse_loss", "mse", v, "target variance"))
         if self._step >= self.warmup:
@@ -255,6 +256,9 @@ class DynamicsChecker(Checker):
         self.flags.add([counts], done)
 
     def _set_prior(self, loss: str, variant: str, value: float, what: str) -> None:
+        if loss == "mse_loss" and self.targets.several:
+            self.prior = None  # the loss adds several MSE terms: one term's prior is no level of it
+            return
         if value > 0 and math.isfinite(value):
             self.prior = (loss, variant, value, what)
 

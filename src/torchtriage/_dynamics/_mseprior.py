@@ -7,6 +7,10 @@ model's first batch gave 0.71 for a true 1.0, and a loss that was learning sat a
 moments are pooled on the device (per-column sum and sum of squares, no read) over the MSE
 calls of the first `POOL_STEPS` steps whose targets have the first call's columns, and the pooled
 variance (the mean over columns) rides the step's one read, one number a step.
+
+The prior is the level of one MSE term: a step whose backward'd loss adds several MSE calls made
+with gradients (a twin critic's `mse(Q1, y) + mse(Q2, y)`) sits at a multiple of it, so such a
+run gets no MSE prior (`several`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,18 @@ class TargetMoments:
         self.rows = 0
         self.total: torch.Tensor | None = None
         self.squares: torch.Tensor | None = None
+        self.step = -1
+        self.calls = 0  # MSE calls with gradients in `step`
+        self.several = False  # some step's loss adds several MSE terms
+
+    def count(self, step: int, output: Any) -> None:
+        """One MSE call; two with gradients in one step make the prior no level of the loss."""
+        if not (isinstance(output, torch.Tensor) and output.requires_grad):
+            return
+        if step != self.step:
+            self.step, self.calls = step, 0
+        self.calls += 1
+        self.several = self.several or self.calls > 1
 
     def add(self, inp: torch.Tensor, tgt: torch.Tensor, defer: Callable[[list[torch.Tensor], Any], None],
             done: Callable[[float], None]) -> None:
