@@ -18,6 +18,8 @@ Event order within one training step:
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -49,6 +51,26 @@ class LossCall:
     output: Any
     frame: UserFrame | None
     module: str | None  # path of the loss module when called through one (e.g. nn.MSELoss)
+
+    def option(self, key: str, default: Any = None) -> Any:
+        """An argument of the call by its name, passed by keyword or by position: `nn.CTCLoss`
+        passes `reduction` positionally (`F.ctc_loss(..., self.blank, self.reduction, ...)`)."""
+        if key in self.kwargs:
+            return self.kwargs[key]
+        at = _positions(self.name).get(key)
+        return self.args[at] if at is not None and at < len(self.args) else default
+
+
+@functools.lru_cache(maxsize=64)
+def _positions(name: str) -> dict[str, int]:
+    """The positions of a `torch.nn.functional` loss's parameters (its own signature, unwrapped)."""
+    fn = getattr(torch.nn.functional, name, None)
+    try:
+        params = inspect.signature(inspect.unwrap(fn)).parameters if fn is not None else {}
+    except (TypeError, ValueError):
+        return {}
+    return {p: i for i, (p, v) in enumerate(params.items())
+            if v.kind in (v.POSITIONAL_ONLY, v.POSITIONAL_OR_KEYWORD)}
 
 
 class Checker:

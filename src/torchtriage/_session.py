@@ -244,6 +244,18 @@ class Session(SessionHooks):
             self._apply_policy(finding)
         return finding
 
+    def revise(self, finding: Finding) -> Finding:
+        """Replace the recorded finding with `finding`'s key by `finding` (its severity and evidence
+        judged later, from the rest of the run: a loss that grew and then recovered); its place in
+        the execution order and its count are kept. A finding not recorded yet is added."""
+        old = self._findings.get(finding.key)
+        if old is None:
+            return self.add(finding)
+        new = finding.replace(order=old.order, count=old.count, step=old.step, rank=old.rank,
+                              local_rank=old.local_rank, host=old.host)
+        self._findings[finding.key] = new
+        return new
+
     def count_on(self, finding: Finding, evidence: dict[str, Any]) -> Finding:
         """Count a consequence on an earlier finding (an error that finding's NaN caused later):
         its count grows and `evidence` joins its evidence (entries it already has are kept)."""

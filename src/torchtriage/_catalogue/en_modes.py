@@ -15,6 +15,13 @@ MESSAGES = {
     "modes.eval_bn_updates":
         "{model} is in eval() mode but {count} BatchNorm module(s) ({first}, ...) are in train() mode: the "
         "evaluation forward changed their running statistics",
+    "modes.eval_bn_updates.training":
+        "{model} is in eval() mode but {count} BatchNorm module(s) ({first}, ...) ran in train() mode in a forward "
+        "whose output fed a training step (a backward followed before its next forward): batch statistics on "
+        "purpose (a momentum key encoder, an EMA teacher), no evaluation result used them",
+    "modes.eval_bn_updates.training.next":
+        "nothing to change if batch statistics are meant; when this model is evaluated, put its BatchNorms in eval() "
+        "too",
     "modes.eval_bn_updates.cause":
         "a BatchNorm in train() mode normalizes with the batch's own statistics and folds them into its running "
         "mean and variance, so the evaluation data now shape every later forward, and the evaluated output "

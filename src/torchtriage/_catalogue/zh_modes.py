@@ -11,6 +11,12 @@ MESSAGES = {
         "（if self.training: ...），并让 dropout 模块保持 eval()",
     "modes.eval_bn_updates":
         "{model} 处于 eval() 模式，但其中 {count} 个 BatchNorm 模块（{first} 等）处于 train() 模式：评估前向改变了它们的运行统计量",
+    "modes.eval_bn_updates.training":
+        "{model} 处于 eval() 模式，但其中 {count} 个 BatchNorm 模块（{first} 等）在一次前向中以 train() 模式运行，"
+        "而该前向的输出参与了训练步（在它下一次前向之前执行了 backward）：有意使用批内统计量（动量键编码器、EMA 教师），"
+        "没有评估结果用到它们",
+    "modes.eval_bn_updates.training.next":
+        "如果有意使用批内统计量则无需改动；评估该模型时，也要把其中的 BatchNorm 切到 eval()",
     "modes.eval_bn_updates.cause":
         "train() 模式的 BatchNorm 用批内统计量归一化，并把它们并入运行均值与方差，于是评估数据会影响之后的每一次前向，"
         "评估输出也取决于它所在的批次",

@@ -43,6 +43,7 @@ from ._groups import GroupSettings, user_frames
 from ._harm import HarmGate
 from ._layers import Sample, Vanishing, _local, grad_params, layer_kind, layer_names, per_layer, update_ratio
 from ._mixwatch import MixWatch
+from ._mseprior import POOL_STEPS, TargetMoments
 from ._normdecay import MissedScales, missed_norm_scales
 from ._order import StepOrder
 from ._periodic import PeriodicBranches
@@ -93,7 +94,7 @@ class DynamicsChecker(Checker):
         patch_zero_grad(session, self.writes, self._add_write)
         self.loss_growth, self.grad_growth = Growth(), Growth()
         self.phases = Phases()
-        self.harm = HarmGate(self.phases.end_of)
+        self.harm = HarmGate(self.phases.end_of, self._later_losses)
         self.vanish = Vanishing()
         # the gradient norm's trends, one per place in the step (`_norm_trends`)
         self.norm_trends: dict[int, tuple[Spikes, Growth]] = {}
@@ -104,6 +105,7 @@ class DynamicsChecker(Checker):
         self.samples: dict[int, Sample] = {}
         self.ratios: list[tuple[int, float]] = []
         self.prior: tuple[str, str, float, str] | None = None  # (loss, variant, value, what)
+        self.targets = TargetMoments()  # the MSE targets' moments, pooled over the first steps (`_mseprior`)
         self.class_counts: list[float] | None = None
         self.region: MetricRegion | None = None
         self.ignore_seen: set[int] = set()  # ignore_index of the run's cross_entropy / nll_loss calls
@@ -136,7 +138,9 @@ class DynamicsChecker(Checker):
     def _add(self, f: Finding | None) -> None:
         if f is None:
             return
-        if self.harm.holds(f):  # judged at the end, by what the loss did after it
+        if self.harm.holds(f) and self.harm.revised(f):  # added now, judged at the end
+            self.harm.hold(self.session.add(f))
+        elif self.harm.holds(f):  # judged at the end, by what the loss did after it
             self.harm.hold(f)
         else:
             self.session.add(f)
@@ -219,10 +223,15 @@ class DynamicsChecker(Checker):
             ignore = call.kwargs.get("ignore_index", -100)
             if isinstance(ignore, int):
                 self.ignore_seen.add(ignore)
+        if (call.name == "mse_loss" and self._step < POOL_STEPS and call.option("reduction", "mean") == "mean"
+                and isinstance(call.input, torch.Tensor) and isinstance(call.target, torch.Tensor)):
+            self.targets.count(self._step, call.output)
+            self.targets.add(call.input, call.target, self.flags.add,
+                             lambda v: self._set_prior("mse_loss", "mse", v, "target variance"))
         if self._step >= self.warmup:
             return
         self.mix.loss(call, self.open_calls[-1] if self.open_calls else None)
-        inp, tgt, kw = call.input, call.target, call.kwargs
+        inp, tgt = call.input, call.target
         if not isinstance(inp, torch.Tensor) or not isinstance(tgt, torch.Tensor):
             return
         if (call.name == "cross_entropy" and inp.dim() >= 2 and inp.shape[1] == 1
@@ -234,18 +243,15 @@ class DynamicsChecker(Checker):
                                        constant="0"), call.frame, self._step))
         with torch.no_grad():
             if call.name == "cross_entropy" and is_index_tensor(tgt) and inp.dim() >= 2:
-                self._queue_classes(inp, tgt, kw)
-                self._shift_target(tgt, kw.get("ignore_index", -100))
-            elif call.name == "mse_loss" and tgt.is_floating_point() and tgt.numel() > 1 and tgt.shape == inp.shape:
-                if kw.get("reduction", "mean") == "mean" and self.prior is None:
-                    var = tgt.detach().float().reshape(tgt.shape[0], -1).var(dim=0, unbiased=False).mean()
-                    self.flags.add([var], lambda v: self._set_prior("mse_loss", "mse", v[0], "target variance"))
+                self._queue_classes(inp, tgt, call)
+                self._shift_target(tgt, call.option("ignore_index", -100))
 
-    def _queue_classes(self, inp: torch.Tensor, tgt: torch.Tensor, kw: dict[str, Any]) -> None:
-        if kw.get("weight") is not None or kw.get("label_smoothing", 0.0) or kw.get("reduction", "mean") != "mean":
+    def _queue_classes(self, inp: torch.Tensor, tgt: torch.Tensor, call: LossCall) -> None:
+        if call.option("weight") is not None or call.option("label_smoothing", 0.0) \
+                or call.option("reduction", "mean") != "mean":
             return
         c = inp.shape[1]
-        ignore = kw.get("ignore_index", -100)
+        ignore = call.option("ignore_index", -100)
         t = tgt.detach().reshape(-1)
         valid = (t != ignore) & (t >= 0) & (t < c)
         counts = torch.zeros(c, device=t.device).scatter_add_(0, t.clamp(0, c - 1), valid.float())
@@ -261,6 +267,9 @@ class DynamicsChecker(Checker):
         self.flags.add([counts], done)
 
     def _set_prior(self, loss: str, variant: str, value: float, what: str) -> None:
+        if loss == "mse_loss" and self.targets.several:
+            self.prior = None  # the loss adds several MSE terms: one term's prior is no level of it
+            return
         if value > 0 and math.isfinite(value):
             self.prior = (loss, variant, value, what)
 
@@ -487,7 +496,21 @@ class DynamicsChecker(Checker):
         self._run_probe()
         self._mix_findings(self.mix.judge)
         for f in self.harm.release():
-            self.session.add(f)
+            if self.harm.revised(f):
+                self.session.revise(f)
+            else:
+                self.session.add(f)
+
+    def _later_losses(self, step: int) -> tuple[str, list[float]] | None:
+        """The other loss series (a later backward site) with the most losses after `step`."""
+        health, best = self.session.health, None
+        for name in health.names():
+            if name == "loss" or not name.startswith("loss "):
+                continue
+            values = [v for s, v in health.points(name) if s > step and v is not None]
+            if values and (best is None or len(values) > len(best[1])):
+                best = (name, values)
+        return best
 
     # ------------------------------------------------------------------ per-step numbers
     def _defer_findings(self, values: list[torch.Tensor], decide: Any) -> None:
@@ -512,6 +535,8 @@ class DynamicsChecker(Checker):
                 self._grad_norm(at, v, optimizer)
 
     def _loss(self, v: float | None) -> None:
+        if v is not None and not math.isfinite(v):
+            self.harm.broke(self._step)
         if v is None or not math.isfinite(v):
             return
         if len(self.loss_head) < 10:

@@ -271,7 +271,7 @@ def _held_mask(f: types.FrameType, call: Any) -> _Line | None:
     rows = int(target.shape[0])
     if rows < MIN_ROWS or inp.dim() == 0 or int(inp.shape[0]) != rows:
         return None
-    if str(call.kwargs.get("reduction", "mean")) == "none":
+    if str(call.option("reduction", "mean")) == "none":
         return None  # per-row losses: weighted (masked) afterwards
     scope = released_locals(f)
     masks: list[tuple[str, Any]] = [(k, v) for k, v in scope.items() if _MASK.search(k.lower())]

@@ -46,7 +46,7 @@ class LossUnits:
         out = call.output
         if out is None or getattr(out, "dim", lambda: 1)() != 0:
             return
-        reduction = call.kwargs.get("reduction", "mean")
+        reduction = call.option("reduction", "mean")
         if reduction not in ("mean", "sum"):
             return
         try:

@@ -125,8 +125,10 @@ class LedgerChecker(Checker):
             or not torch.is_grad_enabled() or torch.is_inference_mode_enabled()  # (an evaluation begins it)
 
     def on_root_forward_pre(self, model: torch.nn.Module, label: str) -> None:
-        if self.evalrandom is not None and not model.training:
-            self.evalrandom.forward_pre(model, label)
+        if self.evalrandom is not None:
+            self.evalrandom.root_forward(model)
+            if not model.training:
+                self.evalrandom.forward_pre(model, label)
 
     def on_root_forward(self, model: torch.nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
@@ -163,6 +165,8 @@ class LedgerChecker(Checker):
             self.discards.step_begin(step)
 
     def on_backward(self, roots: tuple[torch.Tensor, ...], grads: Any) -> None:
+        if self.evalrandom is not None:
+            self.evalrandom.backward()
         if self._eval_only:
             return
         assert self.ledger is not None and self.amp is not None and self.session is not None
@@ -251,7 +255,7 @@ class LedgerChecker(Checker):
 
     def on_end(self) -> None:
         if self.evalrandom is not None:
-            self.evalrandom.drop()
+            self.evalrandom.end()
         if self.ledger is not None:
             self._report(self.ledger.end())
         if self.discards is not None and self.session is not None:

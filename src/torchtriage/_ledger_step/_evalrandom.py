@@ -15,8 +15,14 @@ stream and numerics stay as they are.
   switched back on for MC dropout are often meant); an op given its own `generator=` is sampling
   on purpose and is not noted;
 - a BatchNorm left in `train()` mode inside a model in `eval()` mode whose running statistics the
-  evaluation forward changed (the version of `num_batches_tracked` moved: no device read): a `warning`, the
-  harm is measured: evaluation data went into the statistics every later forward normalizes with.
+  evaluation forward changed (the version of `num_batches_tracked` moved: no device read). Whether the
+  output was an evaluation result is known from what runs next: the model's next root forward (in
+  `train()` mode: a trained model was evaluated; in `eval()` again with no backward between: an
+  evaluation pass) or the session's end make it a `warning`, the harm measured: an evaluation result
+  computed with batch statistics, and evaluation data in the statistics every later forward normalizes
+  with. A backward before the model's next forward means the output fed a training step (a MoCo key
+  encoder, an EMA teacher: `model_ema.eval()` then every BatchNorm back to `train()`, batch statistics
+  on purpose): an `info`.
 
 Cost: one attribute test per root forward; the mode and the version reads only in the first
 `EVAL_FORWARDS` evaluation forwards of each model.
@@ -105,6 +111,24 @@ class EvalRandomWatch:
         self.bns: list[tuple[str, nn.Module, int]] = []
         self.frame: UserFrame | None = None
         self.reported: set[tuple[int, str]] = set()
+        # id(model) -> (model ref, label, BatchNorms moved, frame, step, grad enabled): a BatchNorm
+        # finding waiting for what comes next (the model's next forward, a backward, the end)
+        self.pending: dict[int, tuple[Any, ...]] = {}
+
+    def root_forward(self, model: nn.Module) -> None:
+        """Any root forward: a model with a pending BatchNorm finding runs again before any backward."""
+        if id(model) in self.pending:
+            self._settle(id(model), fed_training=False, next_training=model.training)
+
+    def backward(self) -> None:
+        """A backward: the pending eval() forwards' outputs fed this training step."""
+        for key in list(self.pending):
+            self._settle(key, fed_training=True, next_training=None)
+
+    def end(self) -> None:
+        self.drop()
+        for key in list(self.pending):
+            self._settle(key, fed_training=False, next_training=None)
 
     def forward_pre(self, model: nn.Module, label: str) -> None:
         self.drop()
@@ -164,15 +188,30 @@ class EvalRandomWatch:
     def _stats(self, model: nn.Module, label: str) -> None:
         bns, self.bns = self.bns, []
         moved = [name for name, m, version in bns if (t := _counter(m)) is not None and t._version != version]
-        if not moved or (id(model), "bn") in self.reported:
+        if not moved or (id(model), "bn") in self.reported or id(model) in self.pending:
             return
-        self.reported.add((id(model), "bn"))
+        self.pending[id(model)] = (weakref.ref(model), label, moved, self.frame, self.session.step,
+                                   torch.is_grad_enabled())
+
+    def _settle(self, key: int, fed_training: bool, next_training: bool | None) -> None:
+        _, label, moved, frame, step, grad = self.pending.pop(key)
+        if (key, "bn") in self.reported:
+            return
+        self.reported.add((key, "bn"))
         fields = {"model": label, "count": len(moved), "first": moved[0]}
-        evidence = {"model": label, "model_training": False, "batchnorm_in_train_mode": moved[:8],
-                    "running_stats_changed_by_evaluation_forward": True, "grad_enabled": torch.is_grad_enabled(),
-                    "forward_line": f"{self.frame.file}:{self.frame.line}" if self.frame else None}
-        self.session.add(from_catalogue(Category.SILENT, "silent.eval_bn_updates", "modes.eval_bn_updates",
+        evidence: dict[str, Any] = {
+            "model": label, "model_training": False, "batchnorm_in_train_mode": moved[:8],
+            "running_stats_changed_by_evaluation_forward": True, "grad_enabled": grad,
+            "forward_line": f"{frame.file}:{frame.line}" if frame else None}
+        if fed_training:
+            evidence["output_fed_training"] = "a backward ran before the model's next forward"
+        elif next_training is not None:
+            evidence["next_forward"] = "train() mode: the evaluated model is trained next" if next_training \
+                else "eval() mode again, no backward between: an evaluation pass"
+        msg = "modes.eval_bn_updates.training" if fed_training else "modes.eval_bn_updates"
+        self.session.add(from_catalogue(Category.SILENT, "silent.eval_bn_updates", msg,
                                         fields=fields, cause_key="modes.eval_bn_updates.cause",
-                                        next_key="modes.eval_bn_updates.next", frame=self.frame, evidence=evidence,
-                                        source_line=self.frame is not None, severity=Severity.WARNING,
-                                        stage=Stage.FORWARD, step=self.session.step, module=moved[0]))
+                                        next_key=msg + ".next", frame=frame, evidence=evidence,
+                                        source_line=frame is not None,
+                                        severity=Severity.INFO if fed_training else Severity.WARNING,
+                                        stage=Stage.FORWARD, step=step, module=moved[0]))

@@ -332,7 +332,7 @@ class SilentChecker(Checker):
         it by hand (`_target_mask.py`); the first calls of each line, training or evaluation."""
         self._drop_mask_follow()
         tgt, out = call.target, call.output
-        if call.name not in ("cross_entropy", "nll_loss") or call.kwargs.get("reduction") != "none" \
+        if call.name not in ("cross_entropy", "nll_loss") or call.option("reduction") != "none" \
                 or not isinstance(out, torch.Tensor) or not isinstance(tgt, torch.Tensor) \
                 or not is_index_tensor(tgt) or tgt.dim() != 2 or tuple(out.shape) != tuple(tgt.shape):
             return
