@@ -65,6 +65,8 @@ LIBRARY_PRIVATES = {
     "_computed": "a torchmetrics Metric's cached compute() result, cleared on our deep copy only",
     "_update_count": "a torchmetrics Metric's update counter, copied onto our deep copy so that its "
                      "compute() does not warn",
+    "_asdict": "a namedtuple's documented public method (the leading underscore only keeps it off the "
+               "field names)",
 }
 
 

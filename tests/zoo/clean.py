@@ -1185,6 +1185,21 @@ def loop_lstm_packed_sequences():
     return model, opt, train
 
 
+def loop_lazy_modules():
+    """Lazy modules: the optimizer holds parameters that have no size until the first forward."""
+    model = nn.Sequential(nn.LazyConv2d(4, 3), nn.LazyBatchNorm2d(), nn.ReLU(), nn.Flatten(), nn.LazyLinear(1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x, y = torch.randn(8, 3, 6, 6), torch.randn(8, 1)
+
+    def train():
+        for _ in range(STEPS):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+    return model, opt, train
+
+
 # ---------------------------------------------------------------------------- schedules over many steps (issue 19)
 def _learnable(n: int = 256):
     g = torch.Generator().manual_seed(3)

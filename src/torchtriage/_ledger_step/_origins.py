@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.nn.parameter import is_lazy
 
 from .._distributed._shards import local_shards
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
@@ -63,8 +64,8 @@ class Origins:
         with torch.no_grad():
             for g in opt.param_groups:
                 for p in g["params"]:
-                    if isinstance(p, torch.Tensor) and p.is_floating_point() and p.numel() > 1 \
-                            and len(noted) < TENSORS:
+                    if isinstance(p, torch.Tensor) and not is_lazy(p) and p.is_floating_point() \
+                            and p.numel() > 1 and len(noted) < TENSORS:  # (a LazyLinear's weight has no size yet)
                         noted[id(p)] = _Origin(weakref.ref(p), _slice(p).clone())
         if noted:
             self.by_opt.append((weakref.ref(opt), noted, self.session.step))

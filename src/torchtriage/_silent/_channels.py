@@ -19,7 +19,8 @@ either way. A resize between the reshape and the convolution blurs the interleav
 then nothing is said.
 
 Cost: a forward pre-hook on those convolutions until each has been judged on `CALLS` calls
-(then removed); a few reductions over at most `SAMPLES` samples and one read per call judged.
+(then removed); a few reductions over at most `SAMPLES` samples per call judged, read along with the step's one
+read (the report comes at the next optimizer step).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .._findings import Severity, Stage
 from .._frames import UserFrame, find_frame, in_user_file, user_frame_from_stack, user_frame_of
 from .._transparent import our_hook, standing_aside
 from ._common import finding
+from ._flags import DeferredFlags
 
 CALLS = 2  # calls judged per convolution
 SAMPLES = 8  # samples of a batch measured
@@ -54,8 +56,9 @@ def roughness(z: torch.Tensor) -> torch.Tensor:
     return torch.stack(diffs).mean() / (2 * var).clamp_min(1e-30)
 
 
-def channels_last_reading(x: torch.Tensor) -> tuple[float, float] | None:
-    """(roughness as given, roughness read as channels-last) of a conv input, or None."""
+def channels_last_reading(x: torch.Tensor) -> torch.Tensor | None:
+    """[roughness as given, roughness read as channels-last] of a conv input (a 1-d tensor on
+    the input's device, not read here), or None."""
     if x.dim() < 3 or not x.is_floating_point() or x.shape[0] == 0:
         return None
     x = x[:SAMPLES].detach().float()
@@ -63,18 +66,15 @@ def channels_last_reading(x: torch.Tensor) -> tuple[float, float] | None:
     if any(s < 4 for s in spatial):
         return None
     back = x.reshape(n, *spatial, c).movedim(-1, 1)
-    vals = torch.stack([roughness(x), roughness(back)]).cpu().tolist()  # one read
-    given, last = float(vals[0]), float(vals[1])
-    if not (given == given and last == last):
-        return None
-    return given, last
+    return torch.stack([roughness(x), roughness(back)])
 
 
 class ChannelLayoutWatch:
     """Pre-hooks on the few-channel convolutions of the watched models, for their first calls."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, flags: DeferredFlags) -> None:
         self.session = session
+        self.flags = flags  # the numbers ride the step's one read
         self._handles: dict[int, Any] = {}
         self._calls: dict[int, int] = {}
         self._reported: set[int] = set()
@@ -120,20 +120,26 @@ class ChannelLayoutWatch:
             read = channels_last_reading(x)
         if read is None:
             return
-        given, last = read
+        shape, frame, step = list(x.shape), self._frame(model, x), self.session.step
+        name = self.session.module_name(module) or path or type(module).__name__
+        self.flags.add([read], lambda vals: self._report(key, name, shape, frame, step, vals[0], vals[1]))
+
+    def _report(self, key: int, name: str, shape: list[int], frame: UserFrame | None, step: int,
+                given: float, last: float) -> None:
+        if key in self._reported or not (given == given and last == last):
+            return
         if given < MIN_ROUGH or last > RATIO * given:
             return
         self._reported.add(key)
-        name = self.session.module_name(module) or path or type(module).__name__
-        spatial = list(x.shape[2:])
-        evidence = {"module": name, "input_shape": list(x.shape), "channels": int(x.shape[1]),
+        n, c, spatial = shape[0], shape[1], shape[2:]
+        evidence = {"module": name, "input_shape": shape, "channels": c,
                     "roughness_as_given": round(given, 4), "roughness_read_channels_last": round(last, 4),
-                    "ratio": round(last / given, 4), "samples_measured": min(int(x.shape[0]), SAMPLES)}
+                    "ratio": round(last / given, 4), "samples_measured": min(n, SAMPLES)}
         self.session.add(finding(
             "channels_last_reshaped", severity=Severity.WARNING, stage=Stage.FORWARD,
-            frame=self._frame(model, x), module=name, op="reshape", step=self.session.step, evidence=evidence,
-            conv=name, shape=list(x.shape), c=int(x.shape[1]), last_shape=[int(x.shape[0]), *spatial, int(x.shape[1])],
-            given=f"{given:.3f}", last=f"{last:.3f}", perm=_perm(x.dim())))
+            frame=frame, module=name, op="reshape", step=step, evidence=evidence,
+            conv=name, shape=shape, c=c, last_shape=[n, *spatial, c],
+            given=f"{given:.3f}", last=f"{last:.3f}", perm=_perm(len(shape))))
 
     @staticmethod
     def _frame(model: nn.Module | None, x: torch.Tensor) -> UserFrame | None:

@@ -86,7 +86,7 @@ class SilentChecker(Checker):
         self.metric_states = MetricStates(session)
         self.pads = PadAttention(session)
         self.sides = SideCalls(session, self._side_call)
-        self.layouts = ChannelLayoutWatch(session)
+        self.layouts = ChannelLayoutWatch(session, self.flags)
         self.region: LossRegion | None = None
         self._rebuilt: set[Any] = set()  # loss lines whose targets a whole-input model reconstructs
         self.sampling: TrainModeOutputs | None = None
