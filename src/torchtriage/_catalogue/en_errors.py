@@ -73,6 +73,11 @@ MESSAGES = {
     "triage.shape.expand": "{call}expand to {target}: a tensor of {size} has size {b} at dim {dim}, which can only expand if it is 1{ops}",
     "triage.shape.expand.cause": "expand() only repeats dimensions of size 1; a dimension of another size must already be equal",
     "triage.shape.expand.next": "use repeat() to copy data, or fix the target size; print both shapes",
+    "triage.shape.output_width_not_vocab": "{where}token id {max_index} is past the {num_embeddings} rows of this embedding but within the {width} classes the model itself predicts ({read_from}): its output head is {width} wide, its vocabulary {num_embeddings}",
+    "triage.shape.output_width_not_vocab.output": "its last output's class axis, shape {shape}",
+    "triage.shape.output_width_not_vocab.loss": "the class axis of its loss's input, shape {shape}",
+    "triage.shape.output_width_not_vocab.cause": "the output layer (a Linear head, or an embedding read as the logit table) does not have vocab_size outputs: ids the model predicts (sampled or argmax'ed, fed back while generating) reach rows the input embedding does not have",
+    "triage.shape.output_width_not_vocab.next": "make the head vocab_size wide (nn.Linear(d, vocab_size); nn.Embedding(vocab_size, vocab_size) for a bigram logit table), or add a head from the embedding's width to vocab_size",
     # ------------------------------------------------------------ data families
     "triage.data.embedding_index": "{where}token id {max_index} is out of range for an embedding of {num_embeddings} rows",
     "triage.data.embedding_index.cause": "num_embeddings is smaller than the largest id: a vocabulary size off by one, a tokenizer with added tokens, or ids shifted by an offset",

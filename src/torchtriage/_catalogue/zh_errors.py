@@ -69,6 +69,11 @@ MESSAGES = {
     "triage.shape.expand": "{call}expand 到 {target}：形状为 {size} 的张量在维度 {dim} 的大小为 {b}，只有大小为 1 时才能扩展{ops}",
     "triage.shape.expand.cause": "expand() 只能重复大小为 1 的维度；其他大小的维度必须已经相等",
     "triage.shape.expand.next": "需要复制数据时用 repeat()，或修正目标大小；打印两个形状",
+    "triage.shape.output_width_not_vocab": "{where}token id {max_index} 超出了该嵌入表的 {num_embeddings} 行，却在模型自身预测的 {width} 个类别之内（{read_from}）：输出头宽 {width}，词表大小为 {num_embeddings}",
+    "triage.shape.output_width_not_vocab.output": "其最后一次输出的类别轴，形状 {shape}",
+    "triage.shape.output_width_not_vocab.loss": "其损失输入的类别轴，形状 {shape}",
+    "triage.shape.output_width_not_vocab.cause": "输出层（Linear 输出头，或被当作 logit 表的嵌入）的输出数不是 vocab_size：模型预测出的 id（采样或 argmax 后在生成时回送）会落到输入嵌入表没有的行",
+    "triage.shape.output_width_not_vocab.next": "把输出头的宽度设为 vocab_size（nn.Linear(d, vocab_size)；二元语法 logit 表用 nn.Embedding(vocab_size, vocab_size)），或加一个从嵌入宽度到 vocab_size 的输出头",
     # ------------------------------------------------------------ data
     "triage.data.embedding_index": "{where}token id {max_index} 超出了 {num_embeddings} 行嵌入表的范围",
     "triage.data.embedding_index.cause": "num_embeddings 小于最大的 id：词表大小差一、分词器新增了 token，或 id 带有偏移",

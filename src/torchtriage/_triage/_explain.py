@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from .._catalogue import msg
-from .._checker import Checker
+from .._checker import Checker, LossCall
 from .._errors import AnomalyError, TriageError
 from .._findings import Category, Finding, Report, Severity, Stage
 from .._frames import is_user_file
@@ -27,6 +27,7 @@ from ._consequence import consequence_evidence, earlier_nonfinite
 from ._context import Context, _internal
 from ._families import match_family
 from ._freed import reuse_fields
+from ._heads import HeadWidths
 from ._nonegrad import match_none_grad
 from ._overlap import match_overlap
 from ._readings import match_reading, raised_in
@@ -215,6 +216,9 @@ def _operand_evidence(ev: dict[str, Any], ctx: Context, fields: dict[str, Any], 
     for key in ("vocabulary", "branch_line", "reused"):
         if fields.get(key):
             ev[key] = fields[key]
+    if "width_shape" in fields:  # an output head wider than its vocabulary: the three numbers
+        ev.update({"max_index": fields["max_index"], "num_embeddings": fields["num_embeddings"],
+                   "output_width": fields["width"], "output_shape": fields["width_shape"]})
     if fields.get("producer"):
         ev["produced_by"] = fields["producer"].strip()
     modified = fields.get("modified")
@@ -316,6 +320,16 @@ class ExceptionTriage(Checker):
         # The largest autograd node number among the roots of a completed backward(): nodes up
         # to it that backward reached were freed (read when a later backward meets them).
         self.freed_upto: int | None = None
+        # the class-axis width of each model's last output and loss input (shapes only), to tell
+        # an output head wider than its vocabulary from a bad id in the data (`_heads.py`)
+        self.head_widths = HeadWidths()
+
+    def on_root_forward(self, model: torch.nn.Module, label: str, args: tuple[Any, ...],
+                        kwargs: dict[str, Any], output: Any) -> None:
+        self.head_widths.saw_output(model, output)
+
+    def on_loss(self, call: LossCall) -> None:
+        self.head_widths.saw_loss(call.name, call.input)
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         # (every backward: two attribute reads a root, nothing else)

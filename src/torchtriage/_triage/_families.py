@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from .._catalogue import msg
 from .._findings import Category
+from ._heads import output_width_fields
 from ._operands import Operand, lines_before, lookup
 from ._rules import Rule, _dtype_pair, _r
 from ._structure import ddp_unused, empty_optimizer
@@ -199,6 +200,11 @@ def _embedding_index(m: re.Match[str], ctx: Any) -> Fields:
     if isinstance(mod, nn.Embedding):
         ids = next((t for _, t in ctx.inputs()), None)
         top = int(ids.max()) if isinstance(ids, torch.Tensor) and ids.numel() and ids.device.type != "meta" else "?"
+        head = output_width_fields(ctx, mod, top)
+        if head is not None:  # an id the model's own output head can predict: its width is wrong
+            where = msg(f"triage.shape.output_width_not_vocab.{head.pop('width_source')}",
+                        shape=head["width_shape"])
+            return "shape.output_width_not_vocab", dict(head, read_from=where)
         return "data.embedding_index", {"num_embeddings": mod.num_embeddings, "max_index": top}
     return "data.index_range", {}
 

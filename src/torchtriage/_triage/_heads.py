@@ -1,0 +1,108 @@
+"""An output head that predicts over another number of classes than the vocabulary it feeds.
+
+A model that feeds back the ids it predicts (sampling, argmax, autoregressive decoding) keeps
+one invariant: the class axis of the logits it samples from (and that its loss reads) is as
+wide as the input embedding those ids go back into has rows. When the head is wider (a bigram
+table `nn.Embedding(vocab, 128)`, an `lm_head` of the wrong size, a decoder's `Linear(h, n)`
+with `n` > its embedding's rows), the first predicted id past the last row raises
+"index out of range in self" in the embedding: the data are fine, the head's width is not.
+
+`HeadWidths` (kept by the triage check) records, per watched model, the class-axis width of its
+last output (the first floating tensor of 2 or more dims it returned: its last dim) and of the
+last classification loss's input after that model's forward (dim 1, or the only dim) — shapes
+only, no value is read. `output_width_fields` is asked when an embedding refuses an id: when the
+id is within the model's own output width, that width differs from the embedding's rows, and no
+embedding of the model has that many rows (a model with a second vocabulary of that size,
+e.g. a decoder's, is consistent and the id is the data's), it is the head's width, not the data.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+# losses whose input holds one logit per class along dim 1 (or its only dim)
+_CLASS_LOSSES = ("cross_entropy", "nll_loss")
+_MAX_ITEMS = 8
+
+
+def _first_logits(output: Any, depth: int = 0) -> torch.Tensor | None:
+    """The first floating tensor with 2 or more dims in a model's output (tensor, tuple, list,
+    dict / ModelOutput), shallow: its elements and theirs."""
+    if isinstance(output, torch.Tensor):
+        return output if output.dim() >= 2 and output.is_floating_point() else None
+    if depth >= 2:
+        return None
+    if isinstance(output, Mapping):
+        items = list(output.values())[:_MAX_ITEMS]
+    elif isinstance(output, (tuple, list)):
+        items = list(output[:_MAX_ITEMS])
+    else:
+        return None
+    for item in items:
+        found = _first_logits(item, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+class HeadWidths:
+    """Per watched model: its last output's and its last class loss's class-axis widths."""
+
+    def __init__(self) -> None:
+        self._output: weakref.WeakKeyDictionary[nn.Module, tuple[int, list[int]]] = weakref.WeakKeyDictionary()
+        self._loss: weakref.WeakKeyDictionary[nn.Module, tuple[int, list[int]]] = weakref.WeakKeyDictionary()
+        self._last: weakref.ReferenceType[nn.Module] | None = None
+
+    def saw_output(self, model: nn.Module, output: Any) -> None:
+        self._last = weakref.ref(model)
+        logits = _first_logits(output)
+        if logits is not None:
+            self._output[model] = (int(logits.shape[-1]), list(logits.shape))
+
+    def saw_loss(self, name: str, logits: Any) -> None:
+        model = self._last() if self._last is not None else None
+        if model is None or name not in _CLASS_LOSSES or not isinstance(logits, torch.Tensor) \
+                or not logits.is_floating_point() or logits.dim() == 0:
+            return
+        width = int(logits.shape[1] if logits.dim() >= 2 else logits.shape[0])
+        self._loss[model] = (width, list(logits.shape))
+
+    def width(self, model: nn.Module) -> tuple[int, list[int], str] | None:
+        """(width, shape, where it was read): the model's last output, else its loss's input."""
+        out = self._output.get(model)
+        if out is not None:
+            return out[0], out[1], "output"
+        loss = self._loss.get(model)
+        if loss is not None:
+            return loss[0], loss[1], "loss"
+        return None
+
+
+def output_width_fields(ctx: Any, emb: nn.Embedding, top: Any) -> dict[str, Any] | None:
+    """The fields of `shape.output_width_not_vocab` when the refused id `top` lies within the
+    class axis of the embedding's own model's output and that axis is not its vocabulary."""
+    session = ctx.session
+    if session is None or not isinstance(top, int) or top < emb.num_embeddings:
+        return None
+    check = session.checker("triage")
+    widths = getattr(check, "head_widths", None)
+    model = session.owner(emb)
+    if not isinstance(widths, HeadWidths) or model is None:
+        return None
+    read = widths.width(model)
+    if read is None:
+        return None
+    width, shape, where = read
+    if not top < width or width == emb.num_embeddings:
+        return None
+    # a model with a vocabulary of that width (a decoder's embedding) predicts ids for it: the id
+    # given to this other embedding is the data's (or the wiring's), not the head's width
+    if any(isinstance(m, nn.Embedding) and m.num_embeddings == width for m in model.modules()):
+        return None
+    return {"num_embeddings": emb.num_embeddings, "max_index": top, "width": width,
+            "width_shape": shape, "width_source": where}
