@@ -8,6 +8,8 @@ check next. The original exception is always re-raised unchanged.
     _readings.py  families the vocabulary misread, and the place that raised (issue 27)
     _structure.py explanations from the program's structure: empty optimizer, DDP unused parameters,
                   the line that produced a tensor modified in place
+    _heads.py     an output head wider than the vocabulary it feeds back into (the model's last
+                  output's and loss's class axis, recorded by the check), against an embedding's rows
     _vocab.py     an unknown torch message read by its words and the operands (generic codes)
     _operands.py  the failing calls and their tensors (name, dtype, shape, device, layout, flags)
     _context.py   what the traceback says: innermost module, its inputs/parameters, the stage

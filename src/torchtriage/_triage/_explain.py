@@ -324,6 +324,9 @@ class ExceptionTriage(Checker):
         # an output head wider than its vocabulary from a bad id in the data (`_heads.py`)
         self.head_widths = HeadWidths()
 
+    def on_root_forward_pre(self, model: torch.nn.Module, label: str) -> None:
+        self.head_widths.calling(model)
+
     def on_root_forward(self, model: torch.nn.Module, label: str, args: tuple[Any, ...],
                         kwargs: dict[str, Any], output: Any) -> None:
         self.head_widths.saw_output(model, output)

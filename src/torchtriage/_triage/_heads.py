@@ -58,6 +58,10 @@ class HeadWidths:
         self._loss: weakref.WeakKeyDictionary[nn.Module, tuple[int, list[int]]] = weakref.WeakKeyDictionary()
         self._last: weakref.ReferenceType[nn.Module] | None = None
 
+    def calling(self, model: nn.Module) -> None:
+        """`model` is called at the top level: a loss computed in its forward is its loss."""
+        self._last = weakref.ref(model)
+
     def saw_output(self, model: nn.Module, output: Any) -> None:
         self._last = weakref.ref(model)
         logits = _first_logits(output)
