@@ -123,7 +123,7 @@ def train_decoder(decoder, opt, vocab, steps):
     for _ in range(steps):
         seq = torch.randint(0, vocab, (8, 7))
         logp, _ = decoder(seq[:, :-1])
-        loss = F.nll_loss(logp.reshape(-1, logp.shape[-1]), seq[:, 1:].reshape(-1))
+        loss = F.nll_loss(logp.reshape(-1, logp.shape[-1]), seq[:, 1:].reshape(-1))  # decoder nll
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -163,7 +163,7 @@ class TinyLM(nn.Module):
         x = self.tok(idx) + self.pos(torch.arange(t))  # lm embeddings
         mask = nn.Transformer.generate_square_subsequent_mask(t)
         logits = self.lm_head(self.body(x, src_mask=mask, is_causal=True))
-        loss = None if labels is None else F.cross_entropy(logits.view(-1, logits.size(-1)), labels.view(-1))
+        loss = None if labels is None else F.cross_entropy(logits.view(-1, logits.size(-1)), labels.view(-1))  # lm loss
         return {"loss": loss, "logits": logits}
 
 
@@ -342,3 +342,58 @@ def test_correct_models_train_and_generate_without_a_finding():
             assert trainer.sample(60).max() < 20
             assert greedy(dec, torch.zeros(3, 1, dtype=torch.long), 10).max() < 12
     assert _alarms(s) == []
+
+
+# ---------------------------------------------------------------- a head narrower than the vocabulary
+def test_lm_head_narrower_than_the_vocabulary_refuses_a_shifted_target_inside_forward():
+    torch.manual_seed(0)
+    model = TinyLM(30, 24)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    with pytest.raises(IndexError, match="out of bounds"):
+        with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+            lm_steps(model, opt, 30, 2)
+    (f,) = _alarms(s)
+    assert (f.category.value, f.code, f.line) == ("shape", "shape.output_width_not_vocab", line_of("lm loss"))
+    ev = f.evidence
+    assert (ev["num_embeddings"], ev["output_width"], ev["output_shape"], ev["embedding"]) == (30, 24, [128, 24], "tok")
+    assert 24 <= ev["max_index"] < 30
+    assert f.message.startswith(f"TinyLM: target id {ev['max_index']} is a row of the input embedding tok (30 rows) "
+                                "but past the 24 classes of the logits the loss reads (shape [128, 24])")
+    assert f.message.endswith("its output head is 24 wide, its vocabulary 30")
+
+
+def test_gru_head_narrower_than_its_vocabulary_loss_in_a_function_trainer():
+    torch.manual_seed(0)
+    dec = Decoder(12, 9)
+    opt = torch.optim.Adam(dec.parameters(), lr=1e-3)
+    with pytest.raises(IndexError, match="out of bounds"):
+        with torchtriage.watch(dec, opt, on_anomaly="record", report=False) as s:
+            train_decoder(dec, opt, 12, 2)
+    (f,) = _alarms(s)
+    assert (f.code, f.line) == ("shape.output_width_not_vocab", line_of("decoder nll"))
+    assert (f.evidence["num_embeddings"], f.evidence["output_width"], f.evidence["embedding"]) == (12, 9, "embed")
+
+
+def test_tagger_with_a_tag_past_its_classes_stays_a_data_fault():
+    """Targets that are tags, not the input ids shifted: a bad label, whatever the vocabulary."""
+
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(30, 16)
+            self.tag = nn.Linear(16, 5)
+
+        def forward(self, x):
+            return self.tag(self.emb(x))
+
+    torch.manual_seed(0)
+    model = Tagger()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(IndexError, match="out of bounds"):
+        with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+            x = torch.randint(0, 30, (4, 6))
+            tags = torch.randint(0, 5, (4, 6))
+            tags[2, 1] = 7
+            F.cross_entropy(model(x).flatten(0, 1), tags.flatten()).backward()
+    (f,) = _alarms(s)
+    assert f.code == "data.target_range"

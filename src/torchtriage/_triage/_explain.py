@@ -219,6 +219,8 @@ def _operand_evidence(ev: dict[str, Any], ctx: Context, fields: dict[str, Any], 
     if "width_shape" in fields:  # an output head wider than its vocabulary: the three numbers
         ev.update({"max_index": fields["max_index"], "num_embeddings": fields["num_embeddings"],
                    "output_width": fields["width"], "output_shape": fields["width_shape"]})
+        if fields.get("embedding"):
+            ev["embedding"] = fields["embedding"]
     if fields.get("producer"):
         ev["produced_by"] = fields["producer"].strip()
     modified = fields.get("modified")
@@ -329,7 +331,7 @@ class ExceptionTriage(Checker):
 
     def on_root_forward(self, model: torch.nn.Module, label: str, args: tuple[Any, ...],
                         kwargs: dict[str, Any], output: Any) -> None:
-        self.head_widths.saw_output(model, output)
+        self.head_widths.saw_output(model, output, args)
 
     def on_loss(self, call: LossCall) -> None:
         self.head_widths.saw_loss(call.name, call.input)

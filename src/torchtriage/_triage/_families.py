@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from .._catalogue import msg
 from .._findings import Category
-from ._heads import output_width_fields
+from ._heads import narrow_head_fields, output_width_fields
 from ._operands import Operand, lines_before, lookup
 from ._rules import Rule, _dtype_pair, _r
 from ._structure import ddp_unused, empty_optimizer
@@ -204,7 +204,8 @@ def _embedding_index(m: re.Match[str], ctx: Any) -> Fields:
         if head is not None:  # an id the model's own output head can predict: its width is wrong
             where = msg(f"triage.shape.output_width_not_vocab.{head.pop('width_source')}",
                         shape=head["width_shape"])
-            return "shape.output_width_not_vocab", dict(head, read_from=where)
+            return "shape.output_width_not_vocab", dict(head, detail=msg(
+                "triage.shape.output_width_not_vocab.wide", read_from=where, **head))
         return "data.embedding_index", {"num_embeddings": mod.num_embeddings, "max_index": top}
     return "data.index_range", {}
 
@@ -213,6 +214,10 @@ def _target_range(m: re.Match[str], ctx: Any) -> Fields:
     logits = next((o for o in _ops(ctx) if o.is_floating and len(o.shape) >= 1), None)
     classes = logits.shape[1] if logits is not None and len(logits.shape) > 1 else "?"
     last = classes - 1 if isinstance(classes, int) else "?"
+    head = narrow_head_fields(ctx, int(m.group("target")))
+    if head is not None:  # the targets are the model's own ids: its head is narrower than its vocabulary
+        return "shape.output_width_not_vocab", dict(head, detail=msg(
+            "triage.shape.output_width_not_vocab.narrow", shape=head["width_shape"], **head))
     return "data.target_range", {"classes": classes, "last": last}
 
 

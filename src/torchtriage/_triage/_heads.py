@@ -57,13 +57,18 @@ class HeadWidths:
         self._output: weakref.WeakKeyDictionary[nn.Module, tuple[int, list[int]]] = weakref.WeakKeyDictionary()
         self._loss: weakref.WeakKeyDictionary[nn.Module, tuple[int, list[int]]] = weakref.WeakKeyDictionary()
         self._last: weakref.ReferenceType[nn.Module] | None = None
+        # the last watched call's first 2-D integer input (a reference: the batch's token ids)
+        self.last_ids: tuple[weakref.ReferenceType[nn.Module], torch.Tensor] | None = None
 
     def calling(self, model: nn.Module) -> None:
         """`model` is called at the top level: a loss computed in its forward is its loss."""
         self._last = weakref.ref(model)
 
-    def saw_output(self, model: nn.Module, output: Any) -> None:
+    def saw_output(self, model: nn.Module, output: Any, args: tuple[Any, ...] = ()) -> None:
         self._last = weakref.ref(model)
+        ids = next((a for a in args if isinstance(a, torch.Tensor) and a.dim() == 2
+                    and not a.is_floating_point() and not a.is_complex()), None)
+        self.last_ids = (weakref.ref(model), ids) if ids is not None else None
         logits = _first_logits(output)
         if logits is not None:
             self._output[model] = (int(logits.shape[-1]), list(logits.shape))
@@ -110,3 +115,90 @@ def output_width_fields(ctx: Any, emb: nn.Embedding, top: Any) -> dict[str, Any]
         return None
     return {"num_embeddings": emb.num_embeddings, "max_index": top, "width": width,
             "width_shape": shape, "width_source": where}
+
+
+# ---------------------------------------------------------------- a head narrower than the vocabulary
+def _loss_frame_tensors(ctx: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(input, target) of the innermost `cross_entropy` / `nll_loss` frame (torch's own names)."""
+    for f, _ in reversed(ctx.frames):
+        if f.f_code.co_name in _CLASS_LOSSES:
+            logits, target = f.f_locals.get("input"), f.f_locals.get("target")
+            if isinstance(logits, torch.Tensor) and isinstance(target, torch.Tensor):
+                return logits, target
+    return None
+
+
+def _model_inputs(ctx: Any, widths: HeadWidths | None) -> list[tuple[nn.Module, torch.Tensor]]:
+    """Integer tensors a watched model was called with: the arguments of a watched model's
+    forward on the stack (a loss computed inside it), then the last model call's recorded input."""
+    session = ctx.session
+    roots = {id(m): m for m in session.models}
+    out: list[tuple[nn.Module, torch.Tensor]] = []
+    for f, _ in reversed(ctx.frames):
+        model = f.f_locals.get("self")
+        if f.f_code.co_name != "forward" or id(model) not in roots:
+            continue
+        code = f.f_code
+        for name in code.co_varnames[1: code.co_argcount + code.co_kwonlyargcount]:
+            v = f.f_locals.get(name)
+            if isinstance(v, torch.Tensor) and not v.is_floating_point() and v.dim() == 2:
+                out.append((model, v))
+    if widths is not None and widths.last_ids is not None:
+        last, ids = widths.last_ids
+        model = last()
+        if model is not None:
+            out.append((model, ids))
+    return out
+
+
+def _shifted(ids: torch.Tensor, target: torch.Tensor) -> bool:
+    """The targets are the inputs shifted by one position (or the inputs themselves): the model
+    predicts ids of its own vocabulary. Positions ignored by the loss (negative) are skipped."""
+    b, t = ids.shape
+    if target.numel() == b * t:
+        tgt = target.reshape(b, t)
+        pairs = [(tgt[:, :-1], ids[:, 1:]), (tgt, ids)]
+    elif target.numel() == b * (t - 1):
+        pairs = [(target.reshape(b, t - 1), ids[:, 1:])]
+    else:
+        return False
+    for a, c in pairs:
+        keep = a >= 0
+        n = int(keep.sum())
+        if n and int((a == c)[keep].sum()) >= 0.9 * n:
+            return True
+    return False
+
+
+def narrow_head_fields(ctx: Any, target: int) -> dict[str, Any] | None:
+    """The fields of `shape.output_width_not_vocab` when a loss refuses target id `target` past its
+    logits' classes, the targets are the model's own input ids shifted, and the model's input
+    embedding has a row for it: the head is narrower than the vocabulary."""
+    session = ctx.session
+    if session is None:
+        return None
+    pair = _loss_frame_tensors(ctx)
+    if pair is None:
+        return None
+    logits, tgt = pair
+    if logits.dim() == 0 or tgt.device.type == "meta":
+        return None
+    width = int(logits.shape[1] if logits.dim() >= 2 else logits.shape[0])
+    if not target >= width:
+        return None
+    check = session.checker("triage")
+    widths = getattr(check, "head_widths", None)
+    for model, ids in _model_inputs(ctx, widths if isinstance(widths, HeadWidths) else None):
+        if ids.device != tgt.device or not _shifted(ids, tgt):
+            continue
+        embs = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Embedding)]
+        if any(m.num_embeddings == width for _, m in embs):
+            return None
+        top = max(int(ids.max()), target)
+        fit = [(n, m) for n, m in embs if m.num_embeddings > top]
+        if not fit:
+            return None
+        name, emb = fit[0]
+        return {"num_embeddings": emb.num_embeddings, "max_index": target, "width": width,
+                "width_shape": list(logits.shape), "embedding": session.module_name(emb) or name}
+    return None
