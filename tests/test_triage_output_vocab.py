@@ -241,6 +241,19 @@ def test_width_read_from_the_loss_when_the_model_returns_no_logits():
     assert "the class axis of its loss's input, shape [20, 14]" in f.message
 
 
+def test_generation_only_with_no_loss_ever_read_is_found_by_its_fed_back_ids():
+    """A model loaded and sampled from without training: no loss confirms its output is logits;
+    the failing ids are the previous call's with one sampled id appended."""
+    torch.manual_seed(2)
+    model = TinyLM(30, 48)
+    with pytest.raises(IndexError, match="index out of range in self"):
+        with torchtriage.watch(model, on_anomaly="record", report=False) as s, torch.no_grad():
+            generate(model, torch.zeros(3, 1, dtype=torch.long), 40)
+    (f,) = _alarms(s)
+    assert (f.code, f.module, f.line) == ("shape.output_width_not_vocab", "tok", line_of("lm embeddings"))
+    assert (f.evidence["num_embeddings"], f.evidence["output_width"]) == (30, 48)
+
+
 # ---------------------------------------------------------------- look-alikes: data.embedding_index
 def test_bad_id_in_the_data_with_a_correct_head_stays_a_data_fault():
     torch.manual_seed(0)
@@ -321,6 +334,37 @@ def test_without_a_session_the_reading_is_unchanged():
     except IndexError as exc:
         (f,) = torchtriage.triage_exception(exc)
     assert f.code == "data.embedding_index"
+
+
+def test_feature_encoder_wider_than_its_vocabulary_with_a_bad_batch_stays_a_data_fault():
+    """An encoder returning features (64 wide) over a vocabulary of 20, its classifier a separate
+    model: a batch with id 30 is the data's fault, though 30 < 64."""
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(20, 16)
+            self.rnn = nn.GRU(16, 64, batch_first=True)
+
+        def forward(self, x):
+            return self.rnn(self.emb(x))[0]
+
+    torch.manual_seed(0)
+    enc, head = Encoder(), nn.Linear(64, 3)
+    opt = torch.optim.Adam([*enc.parameters(), *head.parameters()], lr=1e-3)
+
+    def go():
+        for bad in (False, False, True):
+            x, y = torch.randint(0, 20, (4, 6)), torch.randint(0, 3, (4,))
+            if bad:
+                x[1, 2] = 30
+            loss = F.cross_entropy(head(enc(x)[:, -1]), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    f = _run([enc, head], opt, go)
+    assert (f.code, f.module) == ("data.embedding_index", "emb")
 
 
 # ---------------------------------------------------------------- clean: a correct model generates

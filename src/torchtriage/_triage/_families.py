@@ -200,7 +200,7 @@ def _embedding_index(m: re.Match[str], ctx: Any) -> Fields:
     if isinstance(mod, nn.Embedding):
         ids = next((t for _, t in ctx.inputs()), None)
         top = int(ids.max()) if isinstance(ids, torch.Tensor) and ids.numel() and ids.device.type != "meta" else "?"
-        head = output_width_fields(ctx, mod, top)
+        head = output_width_fields(ctx, mod, ids, top) if isinstance(ids, torch.Tensor) else None
         if head is not None:  # an id the model's own output head can predict: its width is wrong
             where = msg(f"triage.shape.output_width_not_vocab.{head.pop('width_source')}",
                         shape=head["width_shape"])

@@ -11,9 +11,16 @@ with `n` > its embedding's rows), the first predicted id past the last row raise
 last output (the first floating tensor of 2 or more dims it returned: its last dim) and of the
 last classification loss's input after that model's forward (dim 1, or the only dim) — shapes
 only, no value is read. `output_width_fields` is asked when an embedding refuses an id: when the
-id is within the model's own output width, that width differs from the embedding's rows, and no
+id is within the model's own output width, that width differs from the embedding's rows, no
 embedding of the model has that many rows (a model with a second vocabulary of that size,
-e.g. a decoder's, is consistent and the id is the data's), it is the head's width, not the data.
+e.g. a decoder's, is consistent and the id is the data's), and that output is known for logits
+(a class loss read that width) or the refused ids read as fed back (one position per row, or the
+previous call's ids with one more), it is the head's width, not the data.
+
+The other direction, a head narrower than the vocabulary, shows in training: `cross_entropy`
+refuses a target past the logits' classes. `narrow_head_fields` reads it as the head's width when
+the targets are the model's own input ids (shifted by one, or the same) and its input embedding
+has a row for the target; a tagger's or classifier's bad label stays `data.target_range`.
 """
 
 from __future__ import annotations
@@ -81,20 +88,43 @@ class HeadWidths:
         width = int(logits.shape[1] if logits.dim() >= 2 else logits.shape[0])
         self._loss[model] = (width, list(logits.shape))
 
-    def width(self, model: nn.Module) -> tuple[int, list[int], str] | None:
-        """(width, shape, where it was read): the model's last output, else its loss's input."""
+    def width(self, model: nn.Module) -> tuple[int, list[int], str, bool] | None:
+        """(width, shape, where it was read, whether a class loss read logits of that width): the
+        model's last output, else its loss's input."""
         out = self._output.get(model)
-        if out is not None:
-            return out[0], out[1], "output"
         loss = self._loss.get(model)
+        if out is not None:
+            return out[0], out[1], "output", loss is not None and loss[0] == out[0]
         if loss is not None:
-            return loss[0], loss[1], "loss"
+            return loss[0], loss[1], "loss", True
         return None
 
+    def previous_ids(self, model: nn.Module) -> torch.Tensor | None:
+        """The 2-D integer input of the last completed call, when that call was `model`'s."""
+        if self.last_ids is None or self.last_ids[0]() is not model:
+            return None
+        return self.last_ids[1]
 
-def output_width_fields(ctx: Any, emb: nn.Embedding, top: Any) -> dict[str, Any] | None:
+
+def fed_back(ids: torch.Tensor, previous: torch.Tensor | None) -> bool:
+    """The ids read like a model's own predictions fed back: one position per row (step-wise
+    decoding), or the previous call's ids with one more position (appended, or a window slid by one)."""
+    if ids.dim() < 2 or ids.shape[-1] == 1:
+        return True
+    if previous is None or previous.dim() != ids.dim() or previous.shape[:-1] != ids.shape[:-1] \
+            or previous.device != ids.device:
+        return False
+    if previous.shape[-1] == ids.shape[-1] - 1:
+        return bool((ids[..., :-1] == previous).all())
+    if previous.shape[-1] == ids.shape[-1]:
+        return bool((ids[..., :-1] == previous[..., 1:]).all())
+    return False
+
+
+def output_width_fields(ctx: Any, emb: nn.Embedding, ids: torch.Tensor, top: Any) -> dict[str, Any] | None:
     """The fields of `shape.output_width_not_vocab` when the refused id `top` lies within the
-    class axis of the embedding's own model's output and that axis is not its vocabulary."""
+    class axis of the embedding's own model's output, that axis is not its vocabulary, and the
+    output is known for logits (a class loss read that width) or the ids read as fed back."""
     session = ctx.session
     if session is None or not isinstance(top, int) or top < emb.num_embeddings:
         return None
@@ -106,9 +136,11 @@ def output_width_fields(ctx: Any, emb: nn.Embedding, top: Any) -> dict[str, Any]
     read = widths.width(model)
     if read is None:
         return None
-    width, shape, where = read
+    width, shape, where, confirmed = read
     if not top < width or width == emb.num_embeddings:
         return None
+    if not confirmed and not fed_back(ids, widths.previous_ids(model)):
+        return None  # a 2-D float output no loss read (features?) and ids not the model's own
     # a model with a vocabulary of that width (a decoder's embedding) predicts ids for it: the id
     # given to this other embedding is the data's (or the wiring's), not the head's width
     if any(isinstance(m, nn.Embedding) and m.num_embeddings == width for m in model.modules()):
