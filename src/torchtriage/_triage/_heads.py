@@ -40,8 +40,8 @@ _MAX_ITEMS = 8
 def _first_logits(output: Any, depth: int = 0) -> torch.Tensor | None:
     """The first floating tensor with 2 or more dims in a model's output (tensor, tuple, list,
     dict / ModelOutput), shallow: its elements and theirs."""
-    if isinstance(output, torch.Tensor):
-        return output if output.dim() >= 2 and output.is_floating_point() else None
+    if isinstance(output, torch.Tensor):  # (nested / sparse layouts: no plain class axis)
+        return output if output.layout == torch.strided and output.dim() >= 2 and output.is_floating_point() else None
     if depth >= 2:
         return None
     if isinstance(output, Mapping):
@@ -73,8 +73,8 @@ class HeadWidths:
 
     def saw_output(self, model: nn.Module, output: Any, args: tuple[Any, ...] = ()) -> None:
         self._last = weakref.ref(model)
-        ids = next((a for a in args if isinstance(a, torch.Tensor) and a.dim() == 2
-                    and not a.is_floating_point() and not a.is_complex()), None)
+        ids = next((a for a in args if isinstance(a, torch.Tensor) and a.layout == torch.strided
+                    and a.dim() == 2 and not a.is_floating_point() and not a.is_complex()), None)
         self.last_ids = (weakref.ref(model), ids) if ids is not None else None
         logits = _first_logits(output)
         if logits is not None:
@@ -83,7 +83,7 @@ class HeadWidths:
     def saw_loss(self, name: str, logits: Any) -> None:
         model = self._last() if self._last is not None else None
         if model is None or name not in _CLASS_LOSSES or not isinstance(logits, torch.Tensor) \
-                or not logits.is_floating_point() or logits.dim() == 0:
+                or logits.layout != torch.strided or not logits.is_floating_point() or logits.dim() == 0:
             return
         width = int(logits.shape[1] if logits.dim() >= 2 else logits.shape[0])
         self._loss[model] = (width, list(logits.shape))
