@@ -418,6 +418,40 @@ def test_gru_head_narrower_than_its_vocabulary_loss_in_a_function_trainer():
     assert (f.evidence["num_embeddings"], f.evidence["output_width"], f.evidence["embedding"]) == (12, 9, "embed")
 
 
+def test_hf_style_labels_shifted_inside_forward_with_a_narrow_head():
+    """labels=input_ids, the model shifts them itself (logits[:, :-1] against labels[:, 1:])."""
+
+    class CausalLM(nn.Module):
+        def __init__(self, vocab, head):
+            super().__init__()
+            self.wte = nn.Embedding(vocab, 16)
+            self.lm_head = nn.Linear(16, head, bias=False)
+
+        def forward(self, input_ids, labels=None):
+            logits = self.lm_head(self.wte(input_ids))
+            if labels is None:
+                return (logits,)
+            shift = logits[:, :-1].reshape(-1, logits.size(-1))
+            return (F.cross_entropy(shift, labels[:, 1:].reshape(-1), ignore_index=-100), logits)  # hf loss
+
+    torch.manual_seed(0)
+    model = CausalLM(50, 40)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with pytest.raises(IndexError, match="out of bounds"):
+        with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+            for _ in range(3):
+                batch = torch.randint(0, 50, (4, 12))
+                labels = batch.clone()
+                labels[:, :2] = -100  # a prompt not trained on
+                loss = model(batch, labels=labels)[0]
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    (f,) = _alarms(s)
+    assert (f.code, f.line) == ("shape.output_width_not_vocab", line_of("hf loss"))
+    assert (f.evidence["num_embeddings"], f.evidence["output_width"], f.evidence["embedding"]) == (50, 40, "wte")
+
+
 def test_tagger_with_a_tag_past_its_classes_stays_a_data_fault():
     """Targets that are tags, not the input ids shifted: a bad label, whatever the vocabulary."""
 

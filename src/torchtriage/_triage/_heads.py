@@ -221,7 +221,7 @@ def narrow_head_fields(ctx: Any, target: int) -> dict[str, Any] | None:
     check = session.checker("triage")
     widths = getattr(check, "head_widths", None)
     for model, ids in _model_inputs(ctx, widths if isinstance(widths, HeadWidths) else None):
-        if ids.device != tgt.device or not _shifted(ids, tgt):
+        if not ids.numel() or ids.device != tgt.device or not _shifted(ids, tgt):
             continue
         embs = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Embedding)]
         if any(m.num_embeddings == width for _, m in embs):
