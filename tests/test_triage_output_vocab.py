@@ -367,6 +367,33 @@ def test_feature_encoder_wider_than_its_vocabulary_with_a_bad_batch_stays_a_data
     assert (f.code, f.module) == ("data.embedding_index", "emb")
 
 
+def test_tagger_taking_its_labels_in_forward_stays_a_data_fault():
+    """Labels passed to forward (copied before the loss, mostly one tag): compared with themselves
+    they match unshifted, so they are not read as token ids shifted by one."""
+
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(30, 16)
+            self.tag = nn.Linear(16, 5)
+
+        def forward(self, x, tags):
+            logits = self.tag(self.emb(x))
+            return F.cross_entropy(logits.flatten(0, 1), tags.flatten().clone())
+
+    torch.manual_seed(0)
+    model = Tagger()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(IndexError, match="out of bounds"):
+        with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+            x = torch.randint(0, 30, (4, 20))
+            tags = torch.zeros(4, 20, dtype=torch.long)
+            tags[0, 3], tags[1, 7], tags[3, 9] = 2, 7, 1
+            model(x, tags).backward()
+    (f,) = _alarms(s)
+    assert f.code == "data.target_range"
+
+
 # ---------------------------------------------------------------- clean: a correct model generates
 def test_correct_models_train_and_generate_without_a_finding():
     torch.manual_seed(0)

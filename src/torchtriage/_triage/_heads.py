@@ -19,7 +19,7 @@ previous call's ids with one more), it is the head's width, not the data.
 
 The other direction, a head narrower than the vocabulary, shows in training: `cross_entropy`
 refuses a target past the logits' classes. `narrow_head_fields` reads it as the head's width when
-the targets are the model's own input ids (shifted by one, or the same) and its input embedding
+the targets are the model's own input ids shifted by one position and its input embedding
 has a row for the target; a tagger's or classifier's bad label stays `data.target_range`.
 """
 
@@ -183,23 +183,35 @@ def _model_inputs(ctx: Any, widths: HeadWidths | None) -> list[tuple[nn.Module, 
     return out
 
 
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        return bool(a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):  # a tensor without a plain storage
+        return a is b
+
+
+def _match(a: torch.Tensor, c: torch.Tensor) -> float:
+    keep = a >= 0  # positions the loss ignores (-100) are skipped
+    n = int(keep.sum())
+    return int((a == c)[keep].sum()) / n if n else 0.0
+
+
 def _shifted(ids: torch.Tensor, target: torch.Tensor) -> bool:
-    """The targets are the inputs shifted by one position (or the inputs themselves): the model
-    predicts ids of its own vocabulary. Positions ignored by the loss (negative) are skipped."""
+    """The targets are the inputs shifted by one position (`y = x[1:]`, or labels equal to the
+    inputs shifted inside the model): at 90 % of the positions the loss reads, and far more than
+    at the unshifted positions (labels compared with themselves, masks and constant runs match
+    both ways)."""
     b, t = ids.shape
+    if t < 2:
+        return False
     if target.numel() == b * t:
-        tgt = target.reshape(b, t)
-        pairs = [(tgt[:, :-1], ids[:, 1:]), (tgt, ids)]
+        tgt = target.reshape(b, t)[:, :-1]
     elif target.numel() == b * (t - 1):
-        pairs = [(target.reshape(b, t - 1), ids[:, 1:])]
+        tgt = target.reshape(b, t - 1)
     else:
         return False
-    for a, c in pairs:
-        keep = a >= 0
-        n = int(keep.sum())
-        if n and int((a == c)[keep].sum()) >= 0.9 * n:
-            return True
-    return False
+    good, bad = _match(tgt, ids[:, 1:]), _match(tgt, ids[:, :-1])
+    return good >= 0.9 and good - bad >= 0.2
 
 
 def narrow_head_fields(ctx: Any, target: int) -> dict[str, Any] | None:
@@ -221,7 +233,10 @@ def narrow_head_fields(ctx: Any, target: int) -> dict[str, Any] | None:
     check = session.checker("triage")
     widths = getattr(check, "head_widths", None)
     for model, ids in _model_inputs(ctx, widths if isinstance(widths, HeadWidths) else None):
-        if not ids.numel() or ids.device != tgt.device or not _shifted(ids, tgt):
+        # the labels themselves (a view of the target; negative ignored positions), masks and
+        # segment ids (all below the head's width) are not the token ids the vocabulary is about
+        if not ids.numel() or ids.device != tgt.device or _same_storage(ids, tgt) \
+                or int(ids.min()) < 0 or int(ids.max()) < width or not _shifted(ids, tgt):
             continue
         embs = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Embedding)]
         if any(m.num_embeddings == width for _, m in embs):
