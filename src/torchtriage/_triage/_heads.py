@@ -25,6 +25,7 @@ has a row for the target; a tagger's or classifier's bad label stays `data.targe
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -45,7 +46,7 @@ def _first_logits(output: Any, depth: int = 0) -> torch.Tensor | None:
     if depth >= 2:
         return None
     if isinstance(output, Mapping):
-        items = list(output.values())[:_MAX_ITEMS]
+        items = list(itertools.islice(output.values(), _MAX_ITEMS))
     elif isinstance(output, (tuple, list)):
         items = list(output[:_MAX_ITEMS])
     else:
