@@ -664,10 +664,13 @@ class SilentChecker(Checker):
                                   evidence={"modules_affected": affected[:6]}))
         self._eval_forwards.clear()
 
-    def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+    def _remove_probes(self) -> None:
         for probe in self._probes:
             probe.remove()
         self._probes = []
+
+    def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        self._remove_probes()
         if self.zero.armed:
             self.zero.backward_ends()
 
@@ -692,6 +695,7 @@ class SilentChecker(Checker):
                                         "modules_affected": modules[:6]}))
 
     def on_step_end(self, step: int) -> None:
+        self._remove_probes()  # a backward that raised never reached on_backward_end
         self._leave_region()
         if self._leaving:
             self._pop_left_modes()
@@ -829,6 +833,7 @@ class SilentChecker(Checker):
         self.averaged.stale.clear()
 
     def on_end(self) -> None:
+        self._remove_probes()
         self.pads.close()
         self.sides.close()
         self.layouts.close()

@@ -24,11 +24,10 @@ import dataclasses
 from typing import Any
 
 import torch
-from torch import nn
 
 from .._findings import Severity
 from .._frames import UserFrame
-from .._leakage._runtime._fingerprint import dense_keys
+from .._leakage._runtime._fingerprint import dense_keys, mix
 from ._plans import Plan
 
 SAMPLE = 1024  # rows of the second input looked up
@@ -38,6 +37,7 @@ OPPOSED = -0.5
 MIN_ROWS = 8
 MIN_SHARE = 0.01
 CONSISTENT = 0.9
+_SALT = 0x2545F4914F6CDD1D  # keeps a second input's digest apart from the first's
 _APPLY = frozenset({"mm", "matmul", "__matmul__", "__rmatmul__", "linear", "addmm", "conv1d", "conv2d", "conv3d"})
 
 
@@ -52,13 +52,19 @@ class Use:
     inp: torch.Tensor
     out: torch.Tensor
     frame: UserFrame | None
+    more: tuple[torch.Tensor, ...] = ()  # the call's other per-row inputs (labels, masks)
+    frame: UserFrame | None
 
 
-def _param_of(t: Any) -> nn.Parameter | None:
-    if isinstance(t, nn.Parameter):
+def _param_of(t: Any) -> torch.Tensor | None:
+    """The trained leaf a weight operand is (a parameter, a raw tensor that requires grad, or a
+    view of one: `self.weight.T`)."""
+    if not isinstance(t, torch.Tensor):
+        return None
+    if t.is_leaf and t.requires_grad:
         return t
-    base = getattr(t, "_base", None) if isinstance(t, torch.Tensor) else None
-    return base if isinstance(base, nn.Parameter) else None
+    base = t._base
+    return base if isinstance(base, torch.Tensor) and base.is_leaf and base.requires_grad else None
 
 
 def _rows(t: Any) -> bool:
@@ -66,8 +72,10 @@ def _rows(t: Any) -> bool:
 
 
 def _out_ok(out: Any, inp: torch.Tensor) -> bool:
-    return (isinstance(out, torch.Tensor) and out.grad_fn is not None and out.dim() >= 1
-            and out.shape[0] == inp.shape[0])
+    """An output with a row per input row, each row a vector: a scalar per row (a value, an
+    energy) has only a sign, which a target that moves with the data flips by chance."""
+    return (isinstance(out, torch.Tensor) and out.grad_fn is not None and out.dim() >= 2
+            and out.shape[0] == inp.shape[0] and out[0].numel() >= 2)
 
 
 def uses(ops: list[Any], calls: list[Any], first: Any, info: Any) -> list[Use]:
@@ -80,15 +88,17 @@ def uses(ops: list[Any], calls: list[Any], first: Any, info: Any) -> list[Use]:
             continue
         if next(c.model.parameters(), None) is None:
             continue  # an activation module: no weights of its own
-        inp = next((a for a in c.args if isinstance(a, torch.Tensor)), None)
+        args = [a for a in (*c.args, *c.kwargs.values()) if isinstance(a, torch.Tensor)]
+        inp = next((a for a in args if _rows(a)), None)
         out = first(c.output)
-        if _rows(inp) and _out_ok(out, inp):
-            found.append(Use(id(c.model), c.label, c.label, c.label, inp, out, c.frame))
+        if inp is not None and _out_ok(out, inp):
+            more = tuple(a for a in args if a is not inp and a.dim() >= 1 and a.shape[0] == inp.shape[0])
+            found.append(Use(id(c.model), c.label, c.label, c.label, inp, out, c.frame, more))
     for op in ops:
         if op.name not in _APPLY or not op.grad_enabled:
             continue
         tensors = [a for a in op.args if isinstance(a, torch.Tensor)]
-        params = [p for t in tensors if (p := _param_of(t)) is not None]
+        params = [p for t in tensors if (p := _param_of(t)) is not None and p.dim() >= 2]
         data = [t for t in tensors if _param_of(t) is None and _rows(t)]
         if len(params) != 1 or len(data) != 1 or not _out_ok(op.output, data[0]):
             continue
@@ -107,12 +117,25 @@ def pairs(found: list[Use]) -> list[tuple[Use, Use]]:
     out: list[tuple[Use, Use]] = []
     for group in by.values():
         for a, b in zip(group, group[1:]):
-            if a.inp is b.inp or a.out is b.out or a.inp.shape[1:] != b.inp.shape[1:]:
+            if a.out is b.out or a.inp.shape[1:] != b.inp.shape[1:] or len(a.more) != len(b.more):
                 continue
-            if a.inp.data_ptr() == b.inp.data_ptr() and a.inp.shape == b.inp.shape:
+            if all(_same(s, t) for s, t in zip((a.inp, *a.more), (b.inp, *b.more))):
                 continue  # the same batch run twice (two dropout masks, R-Drop): one input
             out.append((a, b))
     return out[:MAX_PAIRS]
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a is b or (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride())
+
+
+def _keys(u: Use, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """One digest per row of all of a use's per-row inputs."""
+    pick = (lambda t: t) if rows is None else (lambda t: t.index_select(0, rows.to(t.device)))
+    k = dense_keys(pick(u.inp))
+    for t in u.more:
+        k = mix(k ^ (dense_keys(pick(t)).to(k.device) + _SALT))
+    return k
 
 
 class Probe:
@@ -125,8 +148,8 @@ class Probe:
         dev = b.out.device
         with torch.no_grad():
             self.rows_b = torch.linspace(0, nb - 1, min(nb, SAMPLE), device=b.inp.device).round().to(torch.int64)
-            ka = dense_keys(a.inp)
-            kb = dense_keys(b.inp.index_select(0, self.rows_b))
+            ka = _keys(a)
+            kb = _keys(b, self.rows_b).to(ka.device)
             order = torch.argsort(ka)
             sk = ka[order]
             pos = torch.searchsorted(sk, kb).clamp_(max=sk.numel() - 1)
