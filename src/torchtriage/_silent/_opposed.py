@@ -53,7 +53,6 @@ class Use:
     out: torch.Tensor
     frame: UserFrame | None
     more: tuple[torch.Tensor, ...] = ()  # the call's other per-row inputs (labels, masks)
-    frame: UserFrame | None
 
 
 def _param_of(t: Any) -> torch.Tensor | None:
