@@ -502,6 +502,13 @@ class SilentChecker(Checker):
     def _opposed(self, snap: Any) -> None:
         """Equal rows of two inputs that one set of weights saw in this step, trained toward opposite
         targets (`_opposed`): gradient hooks on the outputs, removed at the backward's end."""
+        try:
+            self._opposed_probes(snap)
+        except Exception as e:  # our bug: warn once, never the user's step
+            self._remove_probes()
+            self.session.internal_error("data.opposite_targets", e)
+
+    def _opposed_probes(self, snap: Any) -> None:
         found = uses(snap.record.ops, snap.record.calls, first_tensor, self.session.param_index.info)
         for a, b in pairs(found):
             key = ("opposed", b.frame.file, b.frame.line) if b.frame is not None else ("opposed", a.key)
