@@ -257,3 +257,43 @@ R_DROP = """
 def test_the_same_batch_run_twice_is_quiet(tmp_path):
     report, _ = _run(tmp_path, R_DROP)
     assert not _opposed(report)
+
+
+# Wide rows (digested on a sample of their cells) that differ only in the label cells: the
+# fixed Forward-Forward of pytorch/examples; equal digests are confirmed cell by cell
+WIDE_FIXED = """
+    import torch
+    import torch.nn as nn
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(400, 784, generator=g)
+    y = torch.randint(0, 10, (400,), generator=g)
+    y_neg = (y + torch.randint(1, 10, (400,), generator=g)) % 10
+
+    def overlay(x, y):
+        x_ = x.clone()
+        x_[:, :10] *= 0.0
+        x_[range(x.shape[0]), y] = x.max()
+        return x_
+
+    layer = nn.Linear(784, 50)
+    opt = torch.optim.Adam(layer.parameters(), lr=0.03)
+    pos, neg = overlay(x, y), overlay(x, y_neg)
+    for step in range(5):
+        g_pos = torch.relu(layer(pos)).pow(2).mean(1)
+        g_neg = torch.relu(layer(neg)).pow(2).mean(1)
+        loss = torch.log1p(torch.exp(torch.cat([2.0 - g_pos, g_neg - 2.0]))).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_wide_rows_that_differ_in_the_label_cells_only_are_quiet(tmp_path):
+    report, _ = _run(tmp_path, WIDE_FIXED)
+    assert not _opposed(report) and not alarms(report)
+    bug = WIDE_FIXED.replace("pos, neg = overlay(x, y), overlay(x, y_neg)",
+                             "pos, neg = overlay(x, y), overlay(x, y[torch.randperm(400, generator=g)])")
+    report, _ = _run(tmp_path, bug)
+    [f] = _opposed(report)
+    assert f.evidence["rows_sampled"] == 400 and f.evidence["rows_opposed"] == f.evidence["rows_equal"] >= 20

@@ -14,7 +14,8 @@ rows (at most `SAMPLE`) is digested and looked up among the first input's rows, 
 A gradient hook on each output keeps the rows' gradients; for each pair of equal rows the cosine
 of their two gradients is taken. All numbers ride the step's one read. The harm is measured: equal
 rows whose gradients point opposite ways (cosine below `OPPOSED`), at least `MIN_ROWS` of them and
-`MIN_SHARE` of the sampled rows, nearly all of the equal rows (`CONSISTENT`: a value target that
+`MIN_SHARE` of the sampled rows, nearly all of the equal rows (rows with little content, under half the
+median number of non-zero cells, as the all-zero output of dead units, are not compared) (`CONSISTENT`: a value target that
 moves both ways by chance, as a TD target on states that recur as next states, is not a pattern).
 """
 
@@ -152,8 +153,16 @@ class Probe:
             order = torch.argsort(ka)
             sk = ka[order]
             pos = torch.searchsorted(sk, kb).clamp_(max=sk.numel() - 1)
-            self.match = sk[pos] == kb
+            # a row with little content (dead units: all zeros after a ReLU) equals many rows by
+            # saying nothing; under half the median count of non-zero cells is not compared
+            nz = (b.inp.index_select(0, self.rows_b).flatten(1) != 0).sum(1)
+            self.match = (sk[pos] == kb) & (2 * nz >= nz.median()).to(kb.device) & (nz > 0).to(kb.device)
             self.rows_a = order[pos]
+            # digests of wide rows read a sample of their cells: equal digests are confirmed cell by cell
+            for ta, tb in zip((a.inp, *a.more), (b.inp, *b.more)):
+                ra = ta.index_select(0, self.rows_a.to(ta.device)).reshape(self.rows_a.numel(), -1)
+                rb = tb.index_select(0, self.rows_b.to(tb.device)).reshape(self.rows_b.numel(), -1).to(ra.device)
+                self.match &= (ra == rb).all(1).to(self.match.device)
         self.values = torch.zeros(4, dtype=torch.float64, device=dev)
         self.values[0] = float(self.rows_b.numel())
         self.grads: dict[str, torch.Tensor] = {}
