@@ -280,8 +280,8 @@ WIDE_FIXED = """
     opt = torch.optim.Adam(layer.parameters(), lr=0.03)
     pos, neg = overlay(x, y), overlay(x, y_neg)
     for step in range(5):
-        g_pos = torch.relu(layer(pos)).pow(2).mean(1)
-        g_neg = torch.relu(layer(neg)).pow(2).mean(1)
+        g_pos = torch.relu(layer(pos / pos.norm(dim=1, keepdim=True))).pow(2).mean(1)
+        g_neg = torch.relu(layer(neg / neg.norm(dim=1, keepdim=True))).pow(2).mean(1)
         loss = torch.log1p(torch.exp(torch.cat([2.0 - g_pos, g_neg - 2.0]))).mean()
         opt.zero_grad()
         loss.backward()

@@ -14,9 +14,10 @@ rows (at most `SAMPLE`) is digested and looked up among the first input's rows, 
 A gradient hook on each output keeps the rows' gradients; for each pair of equal rows the cosine
 of their two gradients is taken. All numbers ride the step's one read. The harm is measured: equal
 rows whose gradients point opposite ways (cosine below `OPPOSED`), at least `MIN_ROWS` of them and
-`MIN_SHARE` of the sampled rows, nearly all of the equal rows (rows with little content, under half the
-median number of non-zero cells, as the all-zero output of dead units, are not compared) (`CONSISTENT`: a value target that
-moves both ways by chance, as a TD target on states that recur as next states, is not a pattern).
+`MIN_SHARE` of the sampled rows, nearly all of the equal rows (`CONSISTENT`: a value target that moves
+both ways by chance, as a TD target on states that recur as next states, is not a pattern). Equal
+digests are confirmed cell by cell; rows with little content (under half the median number of
+non-zero cells: the all-zero output of dead units) are not compared.
 """
 
 from __future__ import annotations
