@@ -27,9 +27,9 @@ from torchtriage._leakage._runtime._fingerprint import dense_keys, row_keys, spa
 SCRIPTS = Path(__file__).parent / "zoo" / "leakage_run"
 
 
-def split_line(script: Path) -> int:
+def split_line(script: Path, tag: str = "# SPLIT") -> int:
     lines = script.read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if line.rstrip().endswith("# SPLIT"))
+    return next(i for i, line in enumerate(lines, 1) if line.rstrip().endswith(tag))
 
 
 def run_script(name: str, checks=("leakage",)):  # a tuple, never mutated
@@ -56,8 +56,11 @@ def test_standardized_before_a_split_by_time_is_an_error():
     # Drifting readings: the test rows (the last fifth) pull the mean 0.24 std away from the
     # training rows' own, twice what a random fifth would (0.12 at 4 sigmas).
     report, ns, path = run_script("leak_standardize_before_time_split.py")
-    assert data_findings(report) == [("data.preprocessing_fit_on_all", "error", split_line(path))]
+    # the line is the one that took the statistics (session 14), the split is in the message
+    assert data_findings(report) == [("data.preprocessing_fit_on_all", "error", split_line(path, "# STATS"))]
     ev = report.findings[0].evidence
+    assert ev["statistics_at"] == f"{path}:{split_line(path, '# STATS')}"
+    assert ev["split"] == f"{path}:{split_line(path)}"
     assert (ev["rows"], ev["train_rows"]) == (300, 240)
     assert ev["train_max_abs_mean"] > 2 * ev["random_split_max_abs_mean"]
 
@@ -83,7 +86,7 @@ def test_standardized_before_random_split():
     # The leak is real, but a random fifth of i.i.d. rows moves the statistics no more than chance:
     # nothing measurable changed, an info.
     report, ns, path = run_script("leak_standardize_before_split.py")
-    assert data_findings(report) == [("data.preprocessing_fit_on_all", "info", split_line(path))]
+    assert data_findings(report) == [("data.preprocessing_fit_on_all", "info", split_line(path, "# STATS"))]
     f = report.findings[0]
     assert f.evidence["rows"] == 300 and f.evidence["columns"] == 6 and f.evidence["train_rows"] == 240
     assert 1e-3 < f.evidence["train_max_abs_mean"] < f.evidence["random_split_max_abs_mean"]

@@ -48,6 +48,7 @@ from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules,
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
 from ._metricstate import MetricStates
 from ._node_site import INPUT_VERDICTS, input_module
+from ._opposed import Probe, pairs, uses
 from ._overflow import exp_nodes, overflow_verdict
 from ._pad_mask import PadAttention
 from ._plans import Plan, verdict_to_finding
@@ -106,6 +107,7 @@ class SilentChecker(Checker):
         self._backward_in_step = False
         self._sites: dict[tuple[Any, ...], tuple[Any, str | None]] = {}
         self._autocast: list[tuple[str, torch.dtype]] = []
+        self._probes: list[Probe] = []  # gradient hooks of the opposed-rows check, this backward only
         self._divisions_seen: set[int] = set()  # the taped ops already judged (a step's second backward)
         self._holders: dict[Any, Any] = {}  # a loss line -> the accumulator line found keeping it
         self._held_axis: list[Finding] = []  # softmax-axis findings, added at the end (`_add_held_axis`)
@@ -470,6 +472,7 @@ class SilentChecker(Checker):
             self._division_plans(snap.record.ops, root)
             self._batch_twice(snap, root)
             self._softmax_checks(root, snap)
+            self._opposed(snap)
         exp_sites = list(self.region.exp_sites) if self.region is not None else []
         if self.region is not None:
             self._analyze_region(root)
@@ -495,6 +498,33 @@ class SilentChecker(Checker):
             if key not in self._reported:
                 self._reported.add(key)
                 self._queue([plan], frame=frame, op="div")
+
+    def _opposed(self, snap: Any) -> None:
+        """Equal rows of two inputs that one set of weights saw in this step, trained toward opposite
+        targets (`_opposed`): gradient hooks on the outputs, removed at the backward's end."""
+        try:
+            self._opposed_probes(snap)
+        except Exception as e:  # our bug: warn once, never the user's step
+            self._remove_probes()
+            self.session.internal_error("data.opposite_targets", e)
+
+    def _opposed_probes(self, snap: Any) -> None:
+        found = uses(snap.record.ops, snap.record.calls, first_tensor, self.session.param_index.info)
+        for a, b in pairs(found):
+            key = ("opposed", b.frame.file, b.frame.line) if b.frame is not None else ("opposed", a.key)
+            if key in self._reported:
+                continue
+            probe = Probe(a, b)
+            self._probes.append(probe)
+            plan, step = probe.plan(), self._step
+
+            def done(vals: list[float], plan: Plan = plan, use: Any = b, key: Any = key, step: int = step) -> None:
+                v = plan.decide(vals)
+                if v is not None and key not in self._reported:
+                    self._reported.add(key)
+                    self._add(verdict_to_finding(v, frame=use.frame, step=step, op=use.op))
+
+            self.flags.add(plan.values, done)
 
     def _softmax_checks(self, root: torch.Tensor, snap: Any) -> None:
         """Softmax nodes of this loss's graph over a size-1 axis, or over another axis than the
@@ -641,7 +671,13 @@ class SilentChecker(Checker):
                                   evidence={"modules_affected": affected[:6]}))
         self._eval_forwards.clear()
 
+    def _remove_probes(self) -> None:
+        for probe in self._probes:
+            probe.remove()
+        self._probes = []
+
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
+        self._remove_probes()
         if self.zero.armed:
             self.zero.backward_ends()
 
@@ -666,6 +702,7 @@ class SilentChecker(Checker):
                                         "modules_affected": modules[:6]}))
 
     def on_step_end(self, step: int) -> None:
+        self._remove_probes()  # a backward that raised never reached on_backward_end
         self._leave_region()
         if self._leaving:
             self._pop_left_modes()
@@ -803,6 +840,7 @@ class SilentChecker(Checker):
         self.averaged.stale.clear()
 
     def on_end(self) -> None:
+        self._remove_probes()
         self.pads.close()
         self.sides.close()
         self.layouts.close()

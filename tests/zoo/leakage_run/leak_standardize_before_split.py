@@ -7,7 +7,7 @@ from torch.utils.data import DataLoader, TensorDataset, random_split
 g = torch.Generator().manual_seed(0)
 X = torch.randn(300, 6) * 3 + 5
 y = (X[:, 0] > 5).float()
-X = (X - X.mean(0)) / X.std(0)
+X = (X - X.mean(0)) / X.std(0)  # STATS
 train_ds, val_ds = random_split(TensorDataset(X, y), [240, 60], generator=g)  # SPLIT
 model = nn.Linear(6, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)

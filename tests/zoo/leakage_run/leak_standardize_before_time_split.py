@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader, Subset, TensorDataset
 torch.manual_seed(0)
 X = torch.randn(300, 6) + torch.linspace(0, 3, 300)[:, None]
 y = (X[:, 0] > X[:, 1]).float()
-X = (X - X.mean(0)) / X.std(0)
+X = (X - X.mean(0)) / X.std(0)  # STATS
 ds = TensorDataset(X, y)
 train_ds, test_ds = Subset(ds, list(range(240))), Subset(ds, list(range(240, 300)))  # SPLIT
 model = nn.Linear(6, 1)

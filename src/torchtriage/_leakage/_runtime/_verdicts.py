@@ -17,6 +17,7 @@ cross-validation trains one model per fold, and each is compared with its own fo
 from __future__ import annotations
 
 import dataclasses
+import linecache
 import math
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from ..._findings import Finding, from_catalogue
 from ..._frames import UserFrame
 from ._base import HELD, SKETCH_ROWS, Base, Draw
 from ._fingerprint import row_keys
+from ._statsline import statistics_line
 
 if TYPE_CHECKING:
     from ._checker import LeakageWatch
@@ -40,11 +42,13 @@ TRAIN_TOL = 1e-4  # a training part's |mean| above this is not standardized on i
 CHANCE_SIGMAS = 4.0
 
 
-def _finding(code: str, severity: str, key: str, draw: Draw, evidence: dict[str, Any], **fields: Any) -> Finding:
+def _finding(code: str, severity: str, key: str, draw: Draw, evidence: dict[str, Any], frame: UserFrame | None = None,
+             **fields: Any) -> Finding:
     fields.setdefault("where", draw.where)
     fields.setdefault("kind", draw.kind)
     return from_catalogue("data", f"data.{code}", f"leakage.run.{key}.message", fields=fields,
-                          cause_key=f"leakage.run.{key}.cause", next_key=f"leakage.run.{key}.next", frame=draw.frame,
+                          cause_key=f"leakage.run.{key}.cause", next_key=f"leakage.run.{key}.next",
+                          frame=frame or draw.frame,
                           evidence={"split": draw.where, "split_call": draw.kind, **evidence},
                           severity=severity, stage="data")
 
@@ -129,11 +133,17 @@ def queue_statistics(watch: LeakageWatch, draw: Draw) -> None:
         # Harm: the held-out rows moved the statistics the training rows were scaled with by more
         # than a random split of this size would (a split by time or by group); within that, the
         # leak is real but changed nothing measurable here.
+        evidence: dict[str, Any] = {"rows": n, "columns": columns, "train_rows": m,
+                                    "train_max_abs_mean": round(v[1], 6), "random_split_max_abs_mean": round(chance, 6)}
+        frame = draw.frame
+        at = statistics_line(frame.file, frame.line) if frame is not None else None
+        if frame is not None and at is not None:
+            # the line to change is the one that took the statistics, before the split
+            frame = dataclasses.replace(frame, line=at, source=linecache.getline(frame.file, at).strip())
+            evidence["statistics_at"] = f"{frame.file}:{at}"
         watch.session.add(_finding(
-            "preprocessing_fit_on_all", "error" if v[1] > chance else "info", "stats", draw,
-            {"rows": n, "columns": columns, "train_rows": m,
-             "train_max_abs_mean": round(v[1], 6), "random_split_max_abs_mean": round(chance, 6)},
-            n=n, train_mean=f"{v[1]:.3g}"))
+            "preprocessing_fit_on_all", "error" if v[1] > chance else "info", "stats", draw, evidence,
+            frame=frame, n=n, train_mean=f"{v[1]:.3g}"))
 
     watch.flags.add([full, dev, fitted], judge)
 
