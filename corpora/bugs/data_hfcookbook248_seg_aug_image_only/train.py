@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 
 class A:
-    """Minimal albumentations: geometric transforms move `image` and `mask` together."""
+    """Minimal albumentations with its call convention: Compose(...)(image=..., mask=...)."""
 
     class Compose:
         def __init__(self, transforms):
