@@ -326,7 +326,7 @@ def make_events(n, rng, num_queries=6, hits_per_track=6, num_noise=6):
         feats[e, :k] = feats[e, order]
         particle_hit[e, :, :k] = particle_hit[e][:, order]
     feats[..., 3] = np.arctan2(feats[..., 1], feats[..., 0])
-    # padded hit slots stay in the event as far-away dummies, never part of a track
+    # unused hit slots stay in the event as hits at the origin that belong to no track
     inputs = {"hit_features": torch.from_numpy(feats / np.array([6, 6, 6, np.pi], np.float32)),
               "hit_valid": torch.ones(n, num_hits, dtype=torch.bool)}
     targets = {"hit_valid": torch.ones(n, num_hits, dtype=torch.bool),
