@@ -15,32 +15,11 @@ lines are no answer.
 from __future__ import annotations
 
 import ast
-import contextlib
-import os
 from collections.abc import Iterable
 from typing import Any
 
 from ._frames import UserFrame, user_frame_of_line, user_functions_on_stack
-
-_trees: dict[str, tuple[float, ast.Module | None]] = {}  # file -> (mtime, parsed source)
-
-
-def _tree(path: str) -> ast.Module | None:
-    try:
-        mtime = os.stat(path).st_mtime
-    except OSError:
-        return None
-    hit = _trees.get(path)
-    if hit is not None and hit[0] == mtime:
-        return hit[1]
-    tree = None
-    with contextlib.suppress(OSError, SyntaxError, ValueError, UnicodeDecodeError):
-        with open(path, encoding="utf-8") as fh:
-            tree = ast.parse(fh.read(), path)
-    if len(_trees) > 256:
-        _trees.clear()
-    _trees[path] = (mtime, tree)
-    return tree
+from ._source import parsed
 
 
 def _callee(func: ast.expr) -> str | None:
@@ -123,7 +102,7 @@ def call_line(files: Iterable[str], names: set[str], score: Any) -> UserFrame | 
     running = user_functions_on_stack()
     scored: list[tuple[tuple[int, bool], str, int, str]] = []
     for path in dict.fromkeys(files):
-        tree = _tree(path)
+        tree = parsed(path)
         if tree is None:
             continue
         functions = None

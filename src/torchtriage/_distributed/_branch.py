@@ -10,31 +10,21 @@ is found in the file's source (parsed, never run) and returned as "train.py:9 if
 from __future__ import annotations
 
 import ast
-import functools
 import linecache
 import os
 import re
 
+from .._source import parsed
+
 _RANKISH = re.compile(r"\b(?:\w*rank\w*|RANK|is_(?:local_)?main_process|(?:local_)?process_index|"
                       r"is_global_zero|is_(?:local_)?zero)\b", re.IGNORECASE)
-
-
-@functools.lru_cache(maxsize=64)
-def _tree(path: str) -> ast.AST | None:
-    text = "".join(linecache.getlines(path))
-    if not text:
-        return None
-    try:
-        return ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
 
 
 def rank_branch(path: str | None, line: int | None) -> str | None:
     """The innermost branch on the rank around `path:line`, as "file.py:N <source line>"."""
     if not path or not line:
         return None
-    tree = _tree(path)
+    tree = parsed(path)
     if tree is None:
         return None
     found: ast.If | ast.While | ast.IfExp | None = None

@@ -33,9 +33,10 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .._built_at import _literal, _tree
+from .._built_at import _literal
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, is_user_file, user_files_on_stack, user_frame_of_line
+from .._source import parsed
 from .._transparent import our_hook, standing_aside
 from ._common import finding, num
 
@@ -162,7 +163,7 @@ def _momentum_line(mod: nn.Module, parent: nn.Module | None, momentum: float) ->
     files.extend(p for p in user_files_on_stack(2) if p not in files)  # (a builder function: nn.Sequential(...))
     best: tuple[int, int, str, str] | None = None
     for path in files[:8]:
-        tree = _tree(path)
+        tree = parsed(path)
         if tree is None:
             continue
         for node in ast.walk(tree):

@@ -29,6 +29,7 @@ from typing import Any
 
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, is_user_file
+from .._source import parsed
 from ._common import finding, num
 
 MIN_STEPS = 10
@@ -246,18 +247,6 @@ def _group_line(frames: list[types.FrameType], n: int, k: int) -> UserFrame | No
             file = f.f_code.co_filename
             return UserFrame(file, line, f.f_code.co_name, linecache.getline(file, line).strip())
     return None
-
-
-_parsed_files: dict[str, ast.Module | None] = {}
-
-
-def parsed(file: str) -> ast.Module | None:
-    if file not in _parsed_files:
-        if len(_parsed_files) > 64:
-            _parsed_files.clear()
-        text = "".join(linecache.getlines(file))
-        _parsed_files[file] = ast.parse(text) if text else None
-    return _parsed_files[file]
 
 
 def scope_of(tree: ast.Module, code: types.CodeType) -> ast.AST:

@@ -26,7 +26,7 @@ from typing import Any
 
 from .._finding import from_catalogue
 from .._frames import user_frame_of
-from ._lines import _tree
+from .._source import running_loop
 
 REL = 0.01  # the means differ by this share of the row mean: a warning
 _MEANS = frozenset({"mean", "average", "nanmean", "fmean"})
@@ -37,17 +37,10 @@ def batch_ratio_means(f: types.FrameType, sizes: list[int]) -> list[tuple[int, i
     the pass's batches of unequal `sizes`."""
     if len(sizes) < 2 or min(sizes) == max(sizes):
         return []
-    tree, _ = _tree(f.f_code.co_filename)
-    if tree is None:
+    found = running_loop(f)
+    if found is None:
         return []
-    line = f.f_lineno
-    func = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and n.lineno <= line <= (n.end_lineno or n.lineno) and n.name == f.f_code.co_name), None)
-    scope: ast.AST = func if func is not None else tree
-    loop = next((n for n in ast.walk(scope) if isinstance(n, (ast.For, ast.AsyncFor))
-                 and n.lineno <= line <= (n.iter.end_lineno or n.lineno)), None)
-    if loop is None:
-        return []
+    _, scope, loop = found
     assigned = _assigned(loop)
     after = [n for stmt in _following(getattr(scope, "body", []), loop) for n in ast.walk(stmt)]
     out = []

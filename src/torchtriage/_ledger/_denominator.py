@@ -32,9 +32,9 @@ from .._finding import from_catalogue
 from .._frames import user_frame_of, user_stack_frame
 from .._loaderstream import as_rows
 from .._loaderstream import tensors as batch_tensors
+from .._source import running_loop
 from ._batchmeans import _following, _resolve, batch_ratio_means, finding_of
 from ._batchmetrics import BatchMetrics
-from ._lines import _tree
 from ._units import frames_of, unit_findings
 from ._unsummed import unsummed_findings
 
@@ -190,17 +190,10 @@ def divisions(f: types.FrameType) -> list[tuple[ast.AST, str, int, Any]]:
     (node, the denominator's source, its value now, the object whose `len()` it is or None). A
     loop whose iterable changes (``for batch in loaders[phase]``) runs one pass per phase: a sum
     divided by another phase's loader is judged at that loader's pass."""
-    tree, _ = _tree(f.f_code.co_filename)
-    if tree is None:
+    found = running_loop(f)
+    if found is None:
         return []
-    line = f.f_lineno
-    func = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and n.lineno <= line <= (n.end_lineno or n.lineno) and n.name == f.f_code.co_name), None)
-    scope: ast.AST = func if func is not None else tree
-    loop = next((n for n in ast.walk(scope) if isinstance(n, (ast.For, ast.AsyncFor))
-                 and n.lineno <= line <= (n.iter.end_lineno or n.lineno)), None)
-    if loop is None:
-        return []
+    _, scope, loop = found
     summed, counted = _accumulated(loop)
     out: list[tuple[ast.AST, str, int, Any]] = []
     for node in ast.walk(loop):  # inside: a quotient added into a sum

@@ -28,8 +28,8 @@ from typing import Any
 
 from .._finding import from_catalogue
 from .._frames import is_user_file, user_frame_of
+from .._source import running_loop
 from ._batchmeans import _batch_size, _resolve
-from ._lines import _tree
 
 MAX_LOSSES = 64
 OFF = 0.05
@@ -141,17 +141,12 @@ def unit_findings(f: types.FrameType, units: LossUnits, batches: int, samples: i
                   step: int | None) -> list[Any]:
     """Findings for the divisions of a sum by a count of the other unit in the function `f` runs,
     for the loop that iterates the pass now ending (or the generator feeding it)."""
-    tree, _ = _tree(f.f_code.co_filename)
-    if tree is None or batches < 1 or samples <= batches:
+    if batches < 1 or samples <= batches:
         return []
-    line = f.f_lineno
-    func = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and n.lineno <= line <= (n.end_lineno or n.lineno) and n.name == f.f_code.co_name), None)
-    scope: ast.AST = func if func is not None else tree
-    loop = next((n for n in ast.walk(scope) if isinstance(n, (ast.For, ast.AsyncFor))
-                 and n.lineno <= line <= (n.iter.end_lineno or n.lineno)), None)
-    if loop is None:
+    running = running_loop(f)
+    if running is None:
         return []
+    _, scope, loop = running
     sums, counts, assigned, sizes = _loop_facts(loop)
     if not sums:
         return []

@@ -35,8 +35,8 @@ import torch
 
 from .._finding import from_catalogue
 from .._frames import user_frame_of
+from .._source import running_loop
 from ._batchmeans import _resolve
-from ._lines import _tree
 from ._units import _base, _denominator_unit, _loop_facts
 
 OFF = 0.05
@@ -183,17 +183,12 @@ def unsummed_findings(f: types.FrameType, batches: int, samples: int, loader: An
                       step: int | None) -> list[Any]:
     """Findings for the quotients of a never-accumulated name in the function `f` runs, for the
     loop that iterates the pass now ending. `losses`: the training losses recorded over the pass."""
-    tree, _ = _tree(f.f_code.co_filename)
-    if tree is None or batches < 2:
+    if batches < 2:
         return []
-    line = f.f_lineno
-    func = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and n.lineno <= line <= (n.end_lineno or n.lineno) and n.name == f.f_code.co_name), None)
-    scope: ast.AST = func if func is not None else tree
-    loop = next((n for n in ast.walk(scope) if isinstance(n, (ast.For, ast.AsyncFor))
-                 and n.lineno <= line <= (n.iter.end_lineno or n.lineno)), None)
-    if loop is None:
+    found = running_loop(f)
+    if found is None:
         return []
+    _, scope, loop = found
     sums, counts, _, _ = _loop_facts(loop)
     running = set(sums) | set(counts) | {  # names the loop accumulates (`x += ...`, `x = x + ...`)
         t.id for n in ast.walk(loop) if isinstance(n, ast.Assign) for t in n.targets

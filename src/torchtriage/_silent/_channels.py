@@ -35,6 +35,7 @@ import torch.nn as nn
 
 from .._findings import Severity, Stage
 from .._frames import UserFrame, find_frame, in_user_file, user_frame_from_stack, user_frame_of
+from .._source import parsed
 from .._transparent import our_hook, standing_aside
 from ._common import finding
 from ._flags import DeferredFlags
@@ -160,18 +161,9 @@ class ChannelLayoutWatch:
         self._handles.clear()
 
 
-_trees: dict[str, ast.Module | None] = {}
-
-
 def _assigned(path: str, first: int, now: int, name: str) -> int | None:
     """The last line before `now`, in the function starting at `first`, that assigns `name`."""
-    if path not in _trees:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                _trees[path] = ast.parse(fh.read(), path)
-        except (OSError, SyntaxError, ValueError):
-            _trees[path] = None
-    tree = _trees[path]
+    tree = parsed(path)
     if tree is None:
         return None
     fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))

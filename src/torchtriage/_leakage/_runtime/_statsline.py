@@ -14,17 +14,10 @@ from __future__ import annotations
 import ast
 import functools
 
+from ..._source import parsed
+
 _MEANS = frozenset({"mean", "nanmean", "std_mean", "var_mean"})
 _SPREADS = frozenset({"std", "var", "nanstd", "nanvar"})
-
-
-@functools.lru_cache(maxsize=32)
-def _tree(file: str) -> ast.Module | None:
-    try:
-        with open(file, encoding="utf-8") as fh:
-            return ast.parse(fh.read())
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
-        return None
 
 
 def _zero(node: ast.expr | None) -> bool:
@@ -67,7 +60,7 @@ def _scope(tree: ast.Module, line: int) -> list[ast.stmt]:
 @functools.lru_cache(maxsize=64)
 def statistics_line(file: str, split_line: int) -> int | None:
     """The line where the rows split at `split_line` had their statistics taken, or None."""
-    tree = _tree(file)
+    tree = parsed(file)
     if tree is None:
         return None
     best: dict[str, int] = {}
