@@ -32,7 +32,7 @@ from typing import Any
 
 from .._finding import from_catalogue
 from .._frames import user_frame_of_line, user_stack_frame
-from ._lines import _tree
+from .._source import parsed
 
 MODULE = "sklearn.metrics"
 FUNCTIONS = ("accuracy_score", "balanced_accuracy_score", "precision_score", "recall_score", "f1_score",
@@ -242,7 +242,7 @@ def _accumulated(call: _Call) -> list[tuple[int | None, str, int]]:
     """(component of the result, accumulator, line) for each place in the calling function that
     adds the call's result into an accumulator: ``acc += f(...)``, ``r = f(...); acc += r[i]``,
     ``scores.append(f(...))`` with the list averaged later in that function."""
-    tree, _ = _tree(call.file)
+    tree = parsed(call.file)
     if tree is None:
         return []
     func = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))

@@ -186,9 +186,9 @@ def built_line(made: UserFrame | None) -> UserFrame | None:
 
 @functools.lru_cache(maxsize=128)
 def _built(file: str, line: int) -> tuple[int, str] | None:
-    from ._lines import _tree
+    from .._source import parsed
 
-    tree, _ = _tree(file)
+    tree = parsed(file)
     if tree is None:
         return None
     call = next((n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or line)

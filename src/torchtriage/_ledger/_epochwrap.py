@@ -18,7 +18,7 @@ import inspect
 from typing import Any
 
 from .._frames import UserFrame, is_user_file, user_frame_of_line
-from ._lines import _tree
+from .._source import parsed
 
 DEPTH = 3
 
@@ -67,7 +67,7 @@ def class_line(cls: type) -> UserFrame | None:
     first = min(c.co_firstlineno for c in codes if c.co_filename == file)
     if not is_user_file(file):
         return None
-    tree, _ = _tree(file)
+    tree = parsed(file)
     for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, ast.ClassDef) and node.name == cls.__name__ \
                 and node.lineno <= first <= (node.end_lineno or node.lineno):

@@ -37,8 +37,8 @@ import torch
 
 from .._frames import UserFrame, in_user_file, released_locals, user_frame_of, user_frame_of_line, user_stack_frame
 from .._reach import when_reached
+from .._source import parsed
 from ._heldnames import SPLIT
-from ._lines import _tree
 from ._make import finding
 
 if TYPE_CHECKING:
@@ -225,7 +225,7 @@ def _loops(file: str) -> tuple[tuple[int, int, str, tuple[str, ...]], ...]:
     """Every `for` of a file: (first line, last line, the iterable's source, the names it binds)."""
     got = _LOOPS.get(file)
     if got is None:
-        tree, _ = _tree(file)
+        tree = parsed(file)
         found = []
         for node in ast.walk(tree) if tree is not None else ():
             if isinstance(node, (ast.For, ast.AsyncFor)):

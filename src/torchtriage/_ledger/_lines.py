@@ -1,8 +1,8 @@
 """What the user's source says about a loop over a loader: the loader's variable name, and the
 statements that leave a batch out (`continue`) or end the epoch early (`break`).
 
-Read once per loop line, with `ast`, from the file of the user's frame that iterates the loader;
-a file that cannot be read or parsed (a notebook cell, generated code) gives no lines.
+Read once per loop line, from the parsed source (`_source.parsed`) of the file of the user's frame
+that iterates the loader; a file that cannot be read or parsed gives no lines.
 """
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import linecache
 import re
+
+from .._source import parsed
 
 _FOR_IN = re.compile(r"\bin\s+(?:enumerate\(|tqdm\(|zip\()?\s*([A-Za-z_][\w.]*)")
 _ASSIGN = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?::[^=]*)?=\s*(?:[\w.]+\.)?DataLoader\(")
@@ -38,16 +41,6 @@ def assigned_name(source: str) -> str | None:
     return m.group(1) if m else None
 
 
-@functools.lru_cache(maxsize=64)
-def _tree(file: str) -> tuple[ast.Module | None, tuple[str, ...]]:
-    try:
-        with open(file, encoding="utf-8") as fh:
-            text = fh.read()
-        return ast.parse(text), tuple(text.splitlines())
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
-        return None, ()
-
-
 def skips(file: str, line: int) -> tuple[Skip, ...]:
     """The `continue` / `break` statements of the `for` loop on `line` (not those of loops
     nested in it), each with the line of its innermost enclosing `if`."""
@@ -56,7 +49,7 @@ def skips(file: str, line: int) -> tuple[Skip, ...]:
 
 @functools.lru_cache(maxsize=256)
 def _skips(file: str, line: int) -> tuple[Skip, ...]:
-    tree, lines = _tree(file)
+    tree = parsed(file)
     if tree is None:
         return ()
     loop = next((n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.AsyncFor)) and n.lineno == line), None)
@@ -71,7 +64,7 @@ def _skips(file: str, line: int) -> tuple[Skip, ...]:
                 continue  # their continue/break are theirs
             if isinstance(child, (ast.Continue, ast.Break)):
                 at = guard.lineno if guard is not None else child.lineno
-                src = lines[at - 1].strip() if 0 < at <= len(lines) else ""
+                src = linecache.getline(file, at).strip()
                 out.append(Skip("continue" if isinstance(child, ast.Continue) else "break", at, src))
                 continue
             visit(child, child if isinstance(child, ast.If) else guard)
@@ -89,7 +82,7 @@ def keyword_line(file: str, line: int, keyword: str) -> int | None:
 
 @functools.lru_cache(maxsize=256)
 def _keyword_line(file: str, line: int, keyword: str) -> int | None:
-    tree, _ = _tree(file)
+    tree = parsed(file)
     if tree is None:
         return None
     for node in ast.walk(tree):

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from .._frames import UserFrame, released_locals, user_frame_of_line, user_stack_frame
+from .._source import parsed
 from ._epochs import Loader
 from ._heldnames import SPLIT
-from ._lines import _tree
 from ._windows import slice_keys
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ class Unloaded:
 
 def _assigned(f: types.FrameType, name: str) -> UserFrame | None:
     """The last line of `f`'s function, up to now, that assigns `name`."""
-    tree, _ = _tree(f.f_code.co_filename)
+    tree = parsed(f.f_code.co_filename)
     if tree is None:
         return None
     first, now = f.f_code.co_firstlineno, f.f_lineno

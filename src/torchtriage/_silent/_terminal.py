@@ -35,7 +35,7 @@ import torch
 
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import is_user_file, user_frame_of, user_frame_of_line
-from .._ledger._lines import _tree
+from .._source import parsed
 
 MAX_FUNCTIONS = 256
 MAX_TRIES = 50
@@ -323,7 +323,7 @@ def _flag_sources(loop: ast.For, masks: set[str]) -> list[str]:
 
 
 def analyse(code: types.CodeType) -> list[_Candidate]:
-    tree, _ = _tree(code.co_filename)
+    tree = parsed(code.co_filename)
     if tree is None:
         return []
     if code.co_name == "<module>":  # a script's top level: its statements outside functions and classes
@@ -340,7 +340,7 @@ def analyse(code: types.CodeType) -> list[_Candidate]:
 
 
 def _function_of(code: types.CodeType) -> ast.AST | None:
-    tree, _ = _tree(code.co_filename)
+    tree = parsed(code.co_filename)
     if tree is None:
         return None
     return next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -350,7 +350,7 @@ def _function_of(code: types.CodeType) -> ast.AST | None:
 def helpers(f: types.FrameType) -> list[_Candidate]:
     """Carries in the user's functions the live frame's function calls (`returns =
     compute_gae(rewards, values, dones)`), their flag sources mapped to the caller's arguments."""
-    func = _function_of(f.f_code) if f.f_code.co_name != "<module>" else _tree(f.f_code.co_filename)[0]
+    func = _function_of(f.f_code) if f.f_code.co_name != "<module>" else parsed(f.f_code.co_filename)
     if func is None:
         return []
     out: list[_Candidate] = []
@@ -480,7 +480,7 @@ class TerminalMasks:
         return _finding(c, f, ends, int(flags.size), step)
 
     def _other_flags_used(self, f: types.FrameType, c: _Candidate) -> bool:
-        tree, _ = _tree(f.f_code.co_filename)
+        tree = parsed(f.f_code.co_filename)
         if tree is None:
             return False
         func = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
