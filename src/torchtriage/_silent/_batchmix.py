@@ -42,9 +42,17 @@ from ._mixsite import MixSite, batch_axis, locate_mix
 MIN_BATCH = 3  # sample 0 replaced by sample 1: at least one untouched sample besides the source
 
 
-def loss_batch(name: str, inp: Any, args: tuple[Any, ...]) -> int | None:
+POINTWISE_LOSSES = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+                              "binary_cross_entropy_with_logits", "soft_margin_loss", "poisson_nll_loss",
+                              "gaussian_nll_loss"})
+
+
+def loss_batch(name: str, inp: Any, args: tuple[Any, ...], target: Any = None) -> int | None:
     """The number of samples of a loss call whose API names its sample axis: `cross_entropy`,
-    `nll_loss`, the margin losses (input (N, C, ...): N), `ctc_loss` (log_probs (T, N, C): N)."""
+    `nll_loss`, the margin losses (input (N, C, ...): N), `ctc_loss` (log_probs (T, N, C): N);
+    a pointwise loss (`mse_loss`, `binary_cross_entropy_with_logits`, ...) whose input and
+    target share their leading axis: that axis, by convention (a time-major loss is told apart
+    by the probe: `_independent_along`)."""
     if not isinstance(inp, torch.Tensor):
         return None
     if name in ("cross_entropy", "nll_loss", "multi_margin_loss", "multilabel_margin_loss",
@@ -52,6 +60,9 @@ def loss_batch(name: str, inp: Any, args: tuple[Any, ...]) -> int | None:
         return int(inp.shape[0])
     if name == "ctc_loss" and inp.dim() == 3:
         return int(inp.shape[1])
+    if name in POINTWISE_LOSSES and inp.dim() >= 1 and isinstance(target, torch.Tensor) and target.dim() >= 1 \
+            and target.shape[0] == inp.shape[0]:
+        return int(inp.shape[0])
     return None
 
 
