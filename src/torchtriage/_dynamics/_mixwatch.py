@@ -6,8 +6,9 @@ The batch size is the DataLoader's count of sampler indices for the batch the st
 N, CTC's N, a pointwise loss's leading axis shared by input and target). The call probed is
 the root call that produced the loss: the call open when the loss is computed inside forward,
 else the last root call that returned. The probe's two calls run at the step's end (the user's
-step is over; two forwards under no_grad) and their numbers ride the next step's read (`defer`); only when the other samples changed does the probe go on (reads of
-its own, once: the finding's path).
+step is over; two forwards under no_grad) and their numbers ride the next step's read
+(`defer`); only when the other samples changed does the probe go on (reads of its own, once:
+the finding's path).
 """
 
 from __future__ import annotations
