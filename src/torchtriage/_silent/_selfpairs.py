@@ -1,0 +1,167 @@
+"""A contrastive loss whose positive pairs are each an embedding with itself
+(`silent.contrastive_self_pairs`).
+
+The invariant: in a contrastive (InfoNCE / NT-Xent / CLIP / MoCo) loss the positive of row i is
+another view of sample i, a different vector; the objective asks the encoder to bring the two
+together. When both views are the same rows (a slice taken twice, the first view passed for the
+second), every positive logit is the row's self-similarity: the loss is low from the first step
+and teaches nothing about invariance.
+
+Read from the cross-entropy call itself: its logits (N, C) and class indices y. The logits'
+graph is walked back through elementwise scalings and column concatenations (bounded) to the
+similarity products that make its columns: `A @ B.T` (an `mm` node: the labelled column of row i
+pairs A[i] with B[y_i - offset]) and `(q * k).sum(1)` (a row-wise dot product: q[i] with k[i]).
+The measured identity: the two vectors of every labelled pair equal bitwise. Numbers ride the
+step's read; nothing is copied beyond one gather of the paired rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .._findings import Severity
+from .._frames import UserFrame
+from ._plans import Plan, Verdict
+
+MAX_NODES = 48
+_PASS = frozenset({"DivBackward0", "DivBackward1", "MulBackward0", "MulBackward1", "SubBackward0", "SubBackward1",
+                   "AddBackward0", "AddBackward1", "NegBackward0", "CloneBackward0", "ToCopyBackward0",
+                   "MaskedFillBackward0", "MaskedFillBackward1"})
+
+
+def _out_shape(node: Any, index: int = 0) -> tuple[int, ...] | None:
+    try:
+        return tuple(node._input_metadata[index].shape)
+    except Exception:  # a node without metadata (a custom Function's): not followed
+        return None
+
+
+def _blocks(x: torch.Tensor) -> list[tuple[str, torch.Tensor, torch.Tensor, int]]:
+    """The similarity products behind the columns of the logits `x` (N, C): ("mm", A, B, offset):
+    columns offset.. are A @ B.T; ("row", q, k, offset): column offset is (q * k).sum(1)."""
+    found: list[tuple[str, torch.Tensor, torch.Tensor, int]] = []
+    root = x.grad_fn
+    if root is None:
+        return found
+    stack: list[tuple[Any, int, tuple[int, ...]]] = [(root, 0, tuple(x.shape))]
+    seen = 0
+    while stack and seen < MAX_NODES:
+        node, off, shp = stack.pop()
+        seen += 1
+        name = node.name()
+        if name == "MmBackward0":
+            a, bt = node._saved_self, node._saved_mat2
+            if a.dim() == 2 and bt.dim() == 2:
+                found.append(("mm", a, bt.t(), off))
+        elif name == "SumBackward1" and len(shp) == 2 and shp[1] == 1 and tuple(node._saved_dim) in ((1,), (-1,)):
+            child = node.next_functions[0][0]
+            if child is not None and child.name() == "MulBackward0":
+                q, k = child._saved_self, child._saved_other
+                if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() == 2 \
+                        and q.shape == k.shape:
+                    found.append(("row", q, k, off))
+        elif name == "CatBackward0" and len(shp) == 2 and node._saved_dim in (1, -1):
+            at = off
+            for child, index in node.next_functions:
+                width = _out_shape(child, index) if child is not None else None
+                if width is None or len(width) != 2:
+                    break  # a block of unknown width: the columns after it cannot be placed
+                stack.append((child, at, width))
+                at += width[1]
+        elif name in _PASS:
+            for child, index in node.next_functions:
+                if child is not None and _out_shape(child, index) == shp:
+                    stack.append((child, off, shp))
+    return found
+
+
+def self_pair_plans(x: Any, y: Any, ignore_index: int, record: Any) -> list[Plan]:
+    """The plans for one cross-entropy call with logits `x` (N, C) and class indices `y` (N,)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.grad_fn is None or not isinstance(y, torch.Tensor) \
+            or y.dim() != 1 or y.shape[0] != x.shape[0] or x.shape[0] < 2:
+        return []
+    n = x.shape[0]
+    hits = None
+    plans = []
+    for kind, a, b, off in _blocks(x):
+        if a.shape[0] != n or a.shape[1] < 2 or b.shape[1] != a.shape[1]:
+            continue
+        if kind == "mm":
+            j = y - off
+            valid = (y != ignore_index) & (j >= 0) & (j < b.shape[0])
+            paired = b[j.clamp(0, b.shape[0] - 1)]
+        else:
+            valid = y == off
+            paired = b
+        if hits is None:
+            hits = (x.detach().argmax(dim=1) == y).sum().float()
+        same = ((a == paired).all(dim=1) & valid).sum().float()
+        diff = torch.where(valid, (a.float() - paired.float()).abs().amax(dim=1), 0.0).amax()
+        width = b.shape[0] if kind == "mm" else 1
+        plans.append(Plan([valid.sum().float(), same, diff, hits],
+                          _judge(kind, n, tuple(x.shape), tuple(a.shape), tuple(b.shape), off, width,
+                                 _made_at(record, a, b), a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())))
+    return plans
+
+
+def _judge(kind: str, n: int, logits: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...], off: int,
+           width: int, at: UserFrame | None, shared: bool) -> Any:
+    def judge(v: list[float]) -> Verdict | None:
+        valid, same, diff, hits = int(v[0]), int(v[1]), v[2], int(v[3])
+        # every labelled pair of this product (most rows' positives are here) is a vector with itself
+        if valid < 2 or 2 * valid < n or same != valid:
+            return None
+        ev: dict[str, Any] = {
+            "logits": list(logits), "positives_in": f"columns {off}..{off + width - 1}" if width > 1 else f"column {off}",
+            "product": "A @ B.T" if kind == "mm" else "(q * k).sum(1)", "A": list(a), "B": list(b),
+            "identical_positive_pairs": f"{same}/{valid}", "max_abs_diff_positive_pairs": diff,
+            "same_storage": shared, "positive_is_row_max": f"{hits}/{n}"}
+        out: Verdict = dict(name="contrastive_self_pairs", severity=Severity.WARNING, same=same, rows=valid,
+                            hits=hits, n=n, evidence=ev)
+        if at is not None:
+            out["_frame"] = at
+        return out
+    return judge
+
+
+def _key(t: torch.Tensor) -> tuple[Any, ...]:
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+
+
+def _made_at(record: Any, a: torch.Tensor, b: torch.Tensor) -> UserFrame | None:
+    """The user's line that made B's rows from the same source as A's (a slice taken twice:
+    the second slice's line), from the step tape when it recorded both: the two chains of ops
+    are followed back (through each op's first tensor argument) while B's inputs are also A's."""
+    ops = getattr(record, "ops", None)
+    if not ops:
+        return None
+    made: dict[tuple[Any, ...], list[Any]] = {}
+    for op in ops:
+        if isinstance(op.output, torch.Tensor):
+            made.setdefault(_key(op.output), []).append(op)  # equal views made twice share a key
+
+    def chain(t: torch.Tensor) -> list[tuple[list[Any], tuple[Any, ...]]]:
+        out = []
+        for _ in range(8):
+            by = made.get(_key(t))
+            src = next((v for v in by[-1].args if isinstance(v, torch.Tensor)), None) if by else None
+            if by is None or src is None:
+                break
+            out.append((by, _key(src)))
+            t = src
+        return out
+
+    ca = chain(a)
+    inputs_a = {k for _, k in ca}
+    ops_a = {id(op) for by, _ in ca for op in by}
+    found = None
+    for by, k in chain(b):
+        if len(by) > 1:  # the same rows made twice (a slice taken again): the second making
+            found = by
+            break
+        if id(by[-1]) in ops_a or k not in inputs_a:  # A's own op: their common source is behind
+            break
+        found = by
+    return found[-1].frame if found else None
