@@ -38,13 +38,41 @@ def _out_shape(node: Any, index: int = 0) -> tuple[int, ...] | None:
         return None
 
 
-def _blocks(x: torch.Tensor) -> list[tuple[str, torch.Tensor, torch.Tensor, int]]:
+def _operands(node: Any, first: str, second: str, made: Any) -> tuple[Any, Any]:
+    """A product node's two operands: as autograd saved them, else (an operand that needs no
+    gradient is not saved: a queue, a no-grad key) the step tape's op whose output the node made."""
+    a, b = getattr(node, first, None), getattr(node, second, None)
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a, b
+    op = made(node)
+    args = [v for v in op.args if isinstance(v, torch.Tensor)] if op is not None else []
+    return (args[0], args[1]) if len(args) == 2 else (None, None)
+
+
+def _tape_by_node(record: Any) -> Any:
+    cache: dict[int, Any] | None = None
+
+    def made(node: Any) -> Any:
+        nonlocal cache
+        if cache is None:
+            cache = {}
+            for op in getattr(record, "ops", None) or ():
+                out = op.output
+                if isinstance(out, torch.Tensor) and out.grad_fn is not None:
+                    cache[id(out.grad_fn)] = (out.grad_fn, op)
+        hit = cache.get(id(node))
+        return hit[1] if hit is not None and hit[0] is node else None
+    return made
+
+
+def _blocks(x: torch.Tensor, record: Any = None) -> list[tuple[str, torch.Tensor, torch.Tensor, int]]:
     """The similarity products behind the columns of the logits `x` (N, C): ("mm", A, B, offset):
     columns offset.. are A @ B.T; ("row", q, k, offset): column offset is (q * k).sum(1)."""
     found: list[tuple[str, torch.Tensor, torch.Tensor, int]] = []
     root = x.grad_fn
     if root is None:
         return found
+    made = _tape_by_node(record)
     stack: list[tuple[Any, int, tuple[int, ...]]] = [(root, 0, tuple(x.shape))]
     seen = 0
     while stack and seen < MAX_NODES:
@@ -52,13 +80,13 @@ def _blocks(x: torch.Tensor) -> list[tuple[str, torch.Tensor, torch.Tensor, int]
         seen += 1
         name = node.name()
         if name == "MmBackward0":
-            a, bt = node._saved_self, node._saved_mat2
-            if a.dim() == 2 and bt.dim() == 2:
+            a, bt = _operands(node, "_saved_self", "_saved_mat2", made)
+            if a is not None and a.dim() == 2 and bt.dim() == 2:
                 found.append(("mm", a, bt.t(), off))
         elif name == "SumBackward1" and len(shp) == 2 and shp[1] == 1 and tuple(node._saved_dim) in ((1,), (-1,)):
             child = node.next_functions[0][0]
             if child is not None and child.name() == "MulBackward0":
-                q, k = child._saved_self, child._saved_other
+                q, k = _operands(child, "_saved_self", "_saved_other", made)
                 if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() == 2 \
                         and q.shape == k.shape:
                     found.append(("row", q, k, off))
@@ -85,7 +113,7 @@ def self_pair_plans(x: Any, y: Any, ignore_index: int, record: Any) -> list[Plan
     n = x.shape[0]
     hits = None
     plans = []
-    for kind, a, b, off in _blocks(x):
+    for kind, a, b, off in _blocks(x, record):
         if a.shape[0] != n or a.shape[1] < 2 or b.shape[1] != a.shape[1]:
             continue
         if kind == "mm":
@@ -130,38 +158,44 @@ def _key(t: torch.Tensor) -> tuple[Any, ...]:
     return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
 
 
+class _Call:
+    """A root model call seen as an op of the tape: its output made from its arguments."""
+
+    def __init__(self, call: Any) -> None:
+        self.args, self.frame, self.output = tuple(call.args) + tuple(call.kwargs.values()), call.frame, call.output
+
+
 def _made_at(record: Any, a: torch.Tensor, b: torch.Tensor) -> UserFrame | None:
-    """The user's line that made B's rows from the same source as A's (a slice taken twice:
-    the second slice's line), from the step tape when it recorded both: the two chains of ops
-    are followed back (through each op's first tensor argument) while B's inputs are also A's."""
+    """The user's line that made B's rows again from the source of A's, from the step tape (ops
+    and model calls, each followed back through its first tensor argument): the B-side op that
+    took the first tensor both chains share (the same rows encoded twice: the second call), or
+    of that tensor, the second making when it was made twice (a slice taken again)."""
     ops = getattr(record, "ops", None)
     if not ops:
         return None
     made: dict[tuple[Any, ...], list[Any]] = {}
-    for op in ops:
+    for op in [*ops, *(_Call(c) for c in getattr(record, "calls", ()))]:
         if isinstance(op.output, torch.Tensor):
             made.setdefault(_key(op.output), []).append(op)  # equal views made twice share a key
 
-    def chain(t: torch.Tensor) -> list[tuple[list[Any], tuple[Any, ...]]]:
+    def chain(t: torch.Tensor) -> list[list[Any]]:
         out = []
         for _ in range(8):
             by = made.get(_key(t))
-            src = next((v for v in by[-1].args if isinstance(v, torch.Tensor)), None) if by else None
-            if by is None or src is None:
+            if by is None:
                 break
-            out.append((by, _key(src)))
+            out.append(by)
+            src = next((v for v in by[-1].args if isinstance(v, torch.Tensor)), None)
+            if src is None:
+                break
             t = src
         return out
 
-    ca = chain(a)
-    inputs_a = {k for _, k in ca}
-    ops_a = {id(op) for by, _ in ca for op in by}
-    found = None
-    for by, k in chain(b):
-        if len(by) > 1:  # the same rows made twice (a slice taken again): the second making
-            found = by
-            break
-        if id(by[-1]) in ops_a or k not in inputs_a:  # A's own op: their common source is behind
-            break
-        found = by
-    return found[-1].frame if found else None
+    ops_a = {id(op) for by in chain(a) for op in by}
+    cb = chain(b)
+    for i, by in enumerate(cb):
+        if any(id(op) in ops_a for op in by):
+            if len(by) > 1:
+                return by[-1].frame  # type: ignore[no-any-return]
+            return cb[i - 1][-1].frame if i > 0 else None  # type: ignore[no-any-return]
+    return None
