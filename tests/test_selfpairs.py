@@ -78,7 +78,10 @@ def test_a_slice_taken_twice_names_the_second_slice():
             opt.zero_grad()
             loss.backward()
             opt.step()
-    f = _found(s.report)[0]
+    found = _found(s.report)
+    assert len(found) == 1
+    f = found[0]
+    assert f.evidence["both_views_are"] == "rows 0:10 of one (20, 4) tensor, sliced twice"
     import inspect
     src, start = inspect.getsourcelines(test_a_slice_taken_twice_names_the_second_slice)
     assert f.line == start + next(i for i, line in enumerate(src) if "b = emb[:10]" in line)

@@ -65,10 +65,11 @@ def _tape_by_node(record: Any) -> Any:
     return made
 
 
-def _blocks(x: torch.Tensor, record: Any = None) -> list[tuple[str, torch.Tensor, torch.Tensor, int]]:
+def _blocks(x: torch.Tensor, record: Any = None) -> list[tuple[str, torch.Tensor, torch.Tensor, int, torch.Tensor]]:
     """The similarity products behind the columns of the logits `x` (N, C): ("mm", A, B, offset):
-    columns offset.. are A @ B.T; ("row", q, k, offset): column offset is (q * k).sum(1)."""
-    found: list[tuple[str, torch.Tensor, torch.Tensor, int]] = []
+    columns offset.. are A @ B.T; ("row", q, k, offset): column offset is (q * k).sum(1). Last:
+    B as autograd saved it (B.T for a product: its graph, which a transpose made here lacks)."""
+    found: list[tuple[str, torch.Tensor, torch.Tensor, int, torch.Tensor]] = []
     root = x.grad_fn
     if root is None:
         return found
@@ -82,14 +83,14 @@ def _blocks(x: torch.Tensor, record: Any = None) -> list[tuple[str, torch.Tensor
         if name == "MmBackward0":
             a, bt = _operands(node, "_saved_self", "_saved_mat2", made)
             if a is not None and a.dim() == 2 and bt.dim() == 2:
-                found.append(("mm", a, bt.t(), off))
+                found.append(("mm", a, bt.t(), off, bt))
         elif name == "SumBackward1" and len(shp) == 2 and shp[1] == 1 and tuple(node._saved_dim) in ((1,), (-1,)):
             child = node.next_functions[0][0]
             if child is not None and child.name() == "MulBackward0":
                 q, k = _operands(child, "_saved_self", "_saved_other", made)
                 if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() == 2 \
                         and q.shape == k.shape:
-                    found.append(("row", q, k, off))
+                    found.append(("row", q, k, off, k))
         elif name == "CatBackward0" and len(shp) == 2 and node._saved_dim in (1, -1):
             at = off
             for child, index in node.next_functions:
@@ -105,15 +106,16 @@ def _blocks(x: torch.Tensor, record: Any = None) -> list[tuple[str, torch.Tensor
     return found
 
 
-def self_pair_plans(x: Any, y: Any, ignore_index: int, record: Any) -> list[Plan]:
-    """The plans for one cross-entropy call with logits `x` (N, C) and class indices `y` (N,)."""
+def self_pair_plans(x: Any, y: Any, ignore_index: int, record: Any, seen: set[Any]) -> list[Plan]:
+    """The plans for one cross-entropy call with logits `x` (N, C) and class indices `y` (N,);
+    `seen`: the pairs of tensors already reported (the checker's, for the run)."""
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.grad_fn is None or not isinstance(y, torch.Tensor) \
             or y.dim() != 1 or y.shape[0] != x.shape[0] or x.shape[0] < 2:
         return []
     n = x.shape[0]
     hits = None
     plans = []
-    for kind, a, b, off in _blocks(x, record):
+    for kind, a, b, off, b_saved in _blocks(x, record):
         if a.shape[0] != n or a.shape[1] < 2 or b.shape[1] != a.shape[1]:
             continue
         if kind == "mm":
@@ -128,30 +130,66 @@ def self_pair_plans(x: Any, y: Any, ignore_index: int, record: Any) -> list[Plan
         same = ((a == paired).all(dim=1) & valid).sum().float()
         diff = torch.where(valid, (a.float() - paired.float()).abs().amax(dim=1), 0.0).amax()
         width = b.shape[0] if kind == "mm" else 1
+        shared = a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
         plans.append(Plan([valid.sum().float(), same, diff, hits],
-                          _judge(kind, n, tuple(x.shape), tuple(a.shape), tuple(b.shape), off, width,
-                                 _made_at(record, a, b), a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())))
+                          _judge(kind, n, tuple(x.shape), (a, b), off, width, record, shared, seen, b_saved)))
     return plans
 
 
-def _judge(kind: str, n: int, logits: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...], off: int,
-           width: int, at: UserFrame | None, shared: bool) -> Any:
+def _judge(kind: str, n: int, logits: tuple[int, ...], pair: tuple[torch.Tensor, torch.Tensor], off: int,
+           width: int, record: Any, shared: bool, seen: set[Any], b_saved: torch.Tensor) -> Any:
+    a, b = tuple(pair[0].shape), tuple(pair[1].shape)
+
     def judge(v: list[float]) -> Verdict | None:
         valid, same, diff, hits = int(v[0]), int(v[1]), v[2], int(v[3])
         # every labelled pair of this product (most rows' positives are here) is a vector with itself
         if valid < 2 or 2 * valid < n or same != valid:
             return None
         ev: dict[str, Any] = {
-            "logits": list(logits), "positives_in": f"columns {off}..{off + width - 1}" if width > 1 else f"column {off}",
+            "logits": list(logits),
+            "positives_in": f"columns {off}..{off + width - 1}" if width > 1 else f"column {off}",
             "product": "A @ B.T" if kind == "mm" else "(q * k).sum(1)", "A": list(a), "B": list(b),
             "identical_positive_pairs": f"{same}/{valid}", "max_abs_diff_positive_pairs": diff,
             "same_storage": shared, "positive_is_row_max": f"{hits}/{n}"}
         out: Verdict = dict(name="contrastive_self_pairs", severity=Severity.WARNING, same=same, rows=valid,
                             hits=hits, n=n, evidence=ev)
+        key = frozenset(t.untyped_storage().data_ptr() for t in pair)
+        if key in seen:
+            return None  # the same two views' other direction (loss_a, loss_b): one finding
+        seen.add(key)
+        twice = _same_slice(pair[0], b_saved)
+        if twice:
+            ev["both_views_are"] = twice
+        at = _made_at(record, *pair)  # (the step's record, read on this path only)
         if at is not None:
             out["_frame"] = at
         return out
     return judge
+
+
+def _slices(t: torch.Tensor) -> list[Any]:
+    out, node = [], t.grad_fn
+    for _ in range(10):
+        if node is None:
+            break
+        if node.name() == "SliceBackward0":
+            out.append(node)
+        node = node.next_functions[0][0] if node.next_functions else None
+    return out
+
+
+def _same_slice(a: torch.Tensor, b: torch.Tensor) -> str:
+    """'rows 0:64 of one (128, 32) tensor, taken twice' when A and B come (through one-input
+    steps) from two slices of one tensor with the same bounds; '' otherwise."""
+    for sa in _slices(a):
+        for sb in _slices(b):
+            if sa is not sb and sa.next_functions[0][0] is sb.next_functions[0][0] and \
+                    (sa._saved_dim, sa._saved_start, sa._saved_end, sa._saved_step) == \
+                    (sb._saved_dim, sb._saved_start, sb._saved_end, sb._saved_step):
+                what = "rows" if sa._saved_dim == 0 else f"indices of dim {sa._saved_dim}"
+                return (f"{what} {sa._saved_start}:{sa._saved_end} of one {tuple(sa._saved_self_sym_sizes)} tensor, "
+                        "sliced twice")
+    return ""
 
 
 def _key(t: torch.Tensor) -> tuple[Any, ...]:
@@ -196,6 +234,6 @@ def _made_at(record: Any, a: torch.Tensor, b: torch.Tensor) -> UserFrame | None:
     for i, by in enumerate(cb):
         if any(id(op) in ops_a for op in by):
             if len(by) > 1:
-                return by[-1].frame  # type: ignore[no-any-return]
-            return cb[i - 1][-1].frame if i > 0 else None  # type: ignore[no-any-return]
+                return by[-1].frame
+            return cb[i - 1][-1].frame if i > 0 else None
     return None
