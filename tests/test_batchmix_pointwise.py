@@ -62,7 +62,8 @@ def test_the_buggy_runs_numbers_are_unchanged(make):
     assert watched == train()
 
 
-@pytest.mark.parametrize("make", [z.loop_time_major_mse, z.loop_deep_set, z.loop_bn_autoencoder, z.loop_graph_nodes])
+@pytest.mark.parametrize("make", [z.loop_time_major_mse, z.loop_deep_set, z.loop_bn_autoencoder, z.loop_graph_nodes,
+                                  z.loop_dense_gcn])
 def test_correct_look_alikes_are_quiet(make):
     s, _ = _watch(make)
     assert not _mixed(s.report), [f.message for f in _mixed(s.report)]

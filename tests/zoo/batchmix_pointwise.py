@@ -254,3 +254,37 @@ def loop_graph_nodes():
             out.append(loss.item())
         return out
     return model, opt, train
+
+
+class DenseGCN(nn.Module):
+    """One graph: node features (N, f), its normalised adjacency (N, N) kept as a buffer."""
+
+    def __init__(self, adj) -> None:
+        super().__init__()
+        self.register_buffer("adj", adj)
+        self.lin1 = nn.Linear(4, 8)
+        self.lin2 = nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.lin2(self.adj @ torch.relu(self.lin1(self.adj @ x)))
+
+
+def loop_dense_gcn():
+    torch.manual_seed(18)
+    a = (torch.rand(25, 25) < 0.15).float()
+    a = ((a + a.t() + torch.eye(25)) > 0).float()
+    adj = a / a.sum(dim=1, keepdim=True)
+    x, y = torch.randn(25, 4), torch.randn(25, 1)
+    model = DenseGCN(adj)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def train():
+        out = []
+        for _ in range(4):
+            loss = F.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out.append(loss.item())
+        return out
+    return model, opt, train
