@@ -12,7 +12,7 @@ graph is walked back through elementwise scalings and column concatenations (bou
 similarity products that make its columns: `A @ B.T` (an `mm` node: the labelled column of row i
 pairs A[i] with B[y_i - offset]) and `(q * k).sum(1)` (a row-wise dot product: q[i] with k[i]).
 The measured identity: the two vectors of every labelled pair equal bitwise. Numbers ride the
-step's read; nothing is copied beyond one gather of the paired rows.
+step's read; nothing is copied beyond one gather of the paired rows (the first MAX_ROWS).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from .._frames import UserFrame
 from ._plans import Plan, Verdict
 
 MAX_NODES = 48
+MAX_ROWS = 4096  # rows compared: the first ones of a large batch (a 2-D LM head's tokens), one gather each
 _PASS = frozenset({"DivBackward0", "DivBackward1", "MulBackward0", "MulBackward1", "SubBackward0", "SubBackward1",
                    "AddBackward0", "AddBackward1", "NegBackward0", "CloneBackward0", "ToCopyBackward0",
                    "MaskedFillBackward0", "MaskedFillBackward1"})
@@ -112,12 +113,17 @@ def self_pair_plans(x: Any, y: Any, ignore_index: int, record: Any, seen: set[An
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.grad_fn is None or not isinstance(y, torch.Tensor) \
             or y.dim() != 1 or y.shape[0] != x.shape[0] or x.shape[0] < 2:
         return []
-    n = x.shape[0]
+    rows = x.shape[0]
+    n = min(rows, MAX_ROWS)
+    y = y[:n]
     hits = None
     plans = []
     for kind, a, b, off, b_saved in _blocks(x, record):
-        if a.shape[0] != n or a.shape[1] < 2 or b.shape[1] != a.shape[1]:
+        if a.shape[0] != rows or a.shape[1] < 2 or b.shape[1] != a.shape[1]:
             continue
+        a_saved, a = a, a[:n]
+        if kind == "row":
+            b = b[:n]
         if kind == "mm":
             j = y - off
             valid = (y != ignore_index) & (j >= 0) & (j < b.shape[0])
@@ -126,19 +132,21 @@ def self_pair_plans(x: Any, y: Any, ignore_index: int, record: Any, seen: set[An
             valid = y == off
             paired = b
         if hits is None:
-            hits = (x.detach().argmax(dim=1) == y).sum().float()
+            hits = (x.detach()[:n].argmax(dim=1) == y).sum().float()
         same = ((a == paired).all(dim=1) & valid).sum().float()
         diff = torch.where(valid, (a.float() - paired.float()).abs().amax(dim=1), 0.0).amax()
         width = b.shape[0] if kind == "mm" else 1
         shared = a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
         plans.append(Plan([valid.sum().float(), same, diff, hits],
-                          _judge(kind, n, tuple(x.shape), (a, b), off, width, record, shared, seen, b_saved)))
+                          _judge(kind, n, tuple(x.shape), (a_saved, b_saved), off, width, record, shared, seen)))
     return plans
 
 
 def _judge(kind: str, n: int, logits: tuple[int, ...], pair: tuple[torch.Tensor, torch.Tensor], off: int,
-           width: int, record: Any, shared: bool, seen: set[Any], b_saved: torch.Tensor) -> Any:
-    a, b = tuple(pair[0].shape), tuple(pair[1].shape)
+           width: int, record: Any, shared: bool, seen: set[Any]) -> Any:
+    """`pair`: A and B as autograd saved them (B.T for a product)."""
+    a = tuple(pair[0].shape)
+    b = tuple(pair[1].shape)[::-1] if kind == "mm" else tuple(pair[1].shape)
 
     def judge(v: list[float]) -> Verdict | None:
         valid, same, diff, hits = int(v[0]), int(v[1]), v[2], int(v[3])
@@ -157,10 +165,13 @@ def _judge(kind: str, n: int, logits: tuple[int, ...], pair: tuple[torch.Tensor,
         if key in seen:
             return None  # the same two views' other direction (loss_a, loss_b): one finding
         seen.add(key)
-        twice = _same_slice(pair[0], b_saved)
+        twice = _same_slice(*pair)
         if twice:
             ev["both_views_are"] = twice
-        at = _made_at(record, *pair)  # (the step's record, read on this path only)
+        # (the step's record, read on this path only; B itself, else the B.T the product took)
+        at = _made_at(record, pair[0], pair[1].t() if kind == "mm" else pair[1])
+        if at is None and kind == "mm":
+            at = _made_at(record, *pair)
         if at is not None:
             out["_frame"] = at
         return out
