@@ -49,6 +49,11 @@ TORCH_PRIVATES = {
     "_saved_dim": "a softmax node's saved dim, to read which axis a loss normalised",
     "_saved_other": "a Div/Mul node's saved operand: the divisor a loss was normalised by (all-reduced "
                     "count) and the constants on it",
+    "_input_metadata": "an autograd node's output shapes: the width of each block a column concatenation of "
+                       "contrastive logits joined (CatBackward0 saves no sizes)",
+    "_saved_self": "a product node's saved operand (MmBackward0, MulBackward0): the two embeddings a "
+                   "contrastive logit compares, without re-running the forward",
+    "_saved_mat2": "MmBackward0's saved second operand (with _saved_self: the pair of a similarity product)",
     "_step_count": "an LR scheduler's step counter: 0 before its first step()",
     "_local_tensor": "a DTensor's local shard without to_local()'s autograd wrapper",
     "_dataset": "a DataLoader iterator's dataset (no public reference from the iterator to its loader), "

@@ -3,11 +3,12 @@ watched root model, on a training step of the warm-up whose batch size is known.
 
 The batch size is the DataLoader's count of sampler indices for the batch the step trains on
 (a listener of `_loaderstream`), else the sample axis of the step's loss call (`cross_entropy`'s
-N, CTC's N). The call probed is the root call that produced the loss: the call open when the loss
-is computed inside forward, else the last root call that returned. The probe's two calls run at
-the step's end (the user's step is over; two forwards under no_grad) and their numbers ride the
-next step's read (`defer`); only when the other samples changed does the probe go on (reads of
-its own, once: the finding's path).
+N, CTC's N, a pointwise loss's leading axis shared by input and target). The call probed is
+the root call that produced the loss: the call open when the loss is computed inside forward,
+else the last root call that returned. The probe's two calls run at the step's end (the user's
+step is over; two forwards under no_grad) and their numbers ride the next step's read
+(`defer`); only when the other samples changed does the probe go on (reads of its own, once:
+the finding's path).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class MixWatch:
         if self.loader_n is not None:
             n, source = self.loader_n, "loader"
         else:
-            found = loss_batch(call.name, call.input, call.args)
+            found = loss_batch(call.name, call.input, call.args, target)
             if found is None:
                 return
             n, source = found, "loss"

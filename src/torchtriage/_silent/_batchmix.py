@@ -13,7 +13,8 @@ The outputs of samples 1.. must not change (rounding aside). The batch size is k
 guessed: the DataLoader's count of sampler indices for the batch, else the sample axis of the
 loss call (`cross_entropy`'s N, CTC's N). The batch axis of an argument or output is its one
 axis of that size; the probe does nothing when an argument has two (a pair matrix, an adjacency)
-or an integer argument has none (`edge_index`: the samples are linked by the data), or when no
+or an integer argument has none (`edge_index`: the samples are linked by the data), or the
+model holds a tensor with two (an adjacency kept as a buffer or attribute), or when no
 output has one (a CLIP similarity matrix B x B is left out). When the batch size came from the
 loss and another axis of the input keeps its slices independent (a time-major (T, B, F) model
 whose loss reads (T, ...) first), the model is not judged.
@@ -42,9 +43,17 @@ from ._mixsite import MixSite, batch_axis, locate_mix
 MIN_BATCH = 3  # sample 0 replaced by sample 1: at least one untouched sample besides the source
 
 
-def loss_batch(name: str, inp: Any, args: tuple[Any, ...]) -> int | None:
+POINTWISE_LOSSES = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+                              "binary_cross_entropy_with_logits", "soft_margin_loss", "poisson_nll_loss",
+                              "gaussian_nll_loss"})
+
+
+def loss_batch(name: str, inp: Any, args: tuple[Any, ...], target: Any = None) -> int | None:
     """The number of samples of a loss call whose API names its sample axis: `cross_entropy`,
-    `nll_loss`, the margin losses (input (N, C, ...): N), `ctc_loss` (log_probs (T, N, C): N)."""
+    `nll_loss`, the margin losses (input (N, C, ...): N), `ctc_loss` (log_probs (T, N, C): N);
+    a pointwise loss (`mse_loss`, `binary_cross_entropy_with_logits`, ...) whose input and
+    target share their leading axis: that axis, by convention (a time-major loss is told apart
+    by the probe: `_independent_along`)."""
     if not isinstance(inp, torch.Tensor):
         return None
     if name in ("cross_entropy", "nll_loss", "multi_margin_loss", "multilabel_margin_loss",
@@ -52,6 +61,9 @@ def loss_batch(name: str, inp: Any, args: tuple[Any, ...]) -> int | None:
         return int(inp.shape[0])
     if name == "ctc_loss" and inp.dim() == 3:
         return int(inp.shape[1])
+    if name in POINTWISE_LOSSES and inp.dim() >= 1 and isinstance(target, torch.Tensor) and target.dim() >= 1 \
+            and target.shape[0] == inp.shape[0]:
+        return int(inp.shape[0])
     return None
 
 
@@ -256,6 +268,8 @@ def start_probe(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
     if local is None or n < MIN_BATCH or _uses_batch_statistics(local):
         return None
     model = local
+    if _links_samples(model, n):
+        return None
     lay = _layout(args, kwargs, n)
     if lay is None:
         return None
@@ -319,6 +333,17 @@ def _local_module(model: nn.Module) -> nn.Module | None:
     if any(type(p).__name__ == "DTensor" or type(p.data).__name__ == "DTensor" for p in model.parameters()):
         return None
     return model
+
+
+def _links_samples(model: nn.Module, n: int) -> bool:
+    """The model holds a tensor with two axes of the batch size (a graph's adjacency kept as a
+    buffer or attribute, dense or sparse): its "samples" are the nodes of one graph, linked by
+    design."""
+    for m in model.modules():
+        for t in (*m.buffers(recurse=False), *m.parameters(recurse=False), *m.__dict__.values()):
+            if isinstance(t, torch.Tensor) and t.dim() >= 2 and sum(1 for s in t.shape if s == n) >= 2:
+                return True
+    return False
 
 
 def _uses_batch_statistics(model: nn.Module) -> bool:

@@ -54,6 +54,7 @@ from ._pad_mask import PadAttention
 from ._plans import Plan, verdict_to_finding
 from ._region import LossRegion
 from ._sampling import TrainModeOutputs
+from ._selfpairs import self_pair_plans
 from ._sequence import token_plans
 from ._shapes import aligned, broadcast_finding, grows
 from ._sidecall import SideCalls
@@ -106,6 +107,7 @@ class SilentChecker(Checker):
         self._mask_leaving: list[MaskFollow] = []  # followers still to take off the stack
         self._backward_in_step = False
         self._sites: dict[tuple[Any, ...], tuple[Any, str | None]] = {}
+        self._pairs_seen: set[Any] = set()  # contrastive pairs already reported (`_selfpairs.py`)
         self._autocast: list[tuple[str, torch.dtype]] = []
         self._probes: list[Probe] = []  # gradient hooks of the opposed-rows check, this backward only
         self._divisions_seen: set[int] = set()  # the taped ops already judged (a step's second backward)
@@ -326,6 +328,11 @@ class SilentChecker(Checker):
             else:
                 whole = None
             plans += self._target_in_input_plans(ids, tgt)
+            if call.name == "cross_entropy" and is_index_tensor(tgt) and self._warm():
+                # on a taped step (the line that made the pairs), else on the warm-up's last
+                rec = self.session.snapshot.record if self.session.snapshot is not None else None
+                if rec is not None and (rec.taped or self._step >= self.warmup - 1):
+                    plans += self_pair_plans(inp, tgt, call.option("ignore_index", -100), rec, self._pairs_seen)
         self._queue(plans, frame=call.frame, op=call.name, module=call.module, inp=inp, whole=whole)
 
     def _follow_token_mask(self, call: LossCall) -> None:

@@ -41,6 +41,7 @@ def verdict_to_finding(v: Verdict, *, frame: UserFrame | None, step: int | None 
     v = dict(v)
     name = v.pop("name")
     v.pop("_node", None)  # the producer's node, for the checker to name its module
+    frame = v.pop("_frame", None) or frame  # a verdict that names another line than the loss's
     v.setdefault("op", op)
     return finding(name, frame=frame, step=step, module=v.pop("module", module), **v)
 
