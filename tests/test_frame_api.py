@@ -50,6 +50,8 @@ TORCH_PRIVATES = {
     "_saved_other": "a Div/Mul node's saved operand: the divisor a loss was normalised by (all-reduced "
                     "count) and the constants on it",
     "_step_count": "an LR scheduler's step counter: 0 before its first step()",
+    "_get_closed_form_lr": "an LR scheduler's lr at any last_epoch (get_lr() is chainable: it reads the "
+                           "group's current lr), to read what a never-stepped schedule would have given",
     "_local_tensor": "a DTensor's local shard without to_local()'s autograd wrapper",
     "_dataset": "a DataLoader iterator's dataset (no public reference from the iterator to its loader), "
                 "to follow a batch's sampler indices to the split in the leakage check",
