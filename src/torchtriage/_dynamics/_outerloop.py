@@ -99,7 +99,7 @@ class OuterLoop:
         self.steps = 0
         self.unknown = False
         self._last: list[Any] | None = None
-        self.files: set[str] = set()  # the user's files on the stack at the steps
+        self.codes: set[types.CodeType] = set()  # the user's functions on the stack at the steps
 
     def step(self, start: types.FrameType | None) -> None:
         """An optimizer step was called from the frames above `start`."""
@@ -111,7 +111,7 @@ class OuterLoop:
         while f is not None and len(frames) < MAX_FRAMES:
             if is_user_file(f.f_code.co_filename):
                 frames.append(f)
-                self.files.add(f.f_code.co_filename)
+                self.codes.add(f.f_code)
                 if (id(f), f.f_code) in self.built:
                     break
             f = f.f_back

@@ -67,15 +67,29 @@ def assigned_names(frames: list[types.FrameType]) -> set[str]:
     return names
 
 
-def step_called(files: set[str], names: set[str]) -> bool:
-    """Some `<name>.step(...)` call in these files, for one of `names`."""
+def _own_nodes(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of a function (or module) body, without the functions and classes it defines."""
+    out: list[ast.AST] = []
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        out.append(n)
+        todo.extend(ast.iter_child_nodes(n))
+    return out
+
+
+def step_called(codes: set[types.CodeType], names: set[str]) -> bool:
+    """Some `<name>.step(...)` call, for one of `names`, in the functions these code objects run
+    (the frames that built the scheduler and those that stepped its optimizer)."""
     if not names:
         return False
-    for path in files:
-        tree = parsed(path)
+    for code in codes:
+        tree = parsed(code.co_filename)
         if tree is None:
             continue
-        for n in ast.walk(tree):
+        for n in _own_nodes(scope_of(tree, code)):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step" \
                     and _terminal(n.func.value) in names:
                 return True

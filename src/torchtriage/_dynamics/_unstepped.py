@@ -57,11 +57,12 @@ class Made:
     passes: set[tuple[int, int]] = dataclasses.field(default_factory=set)
     loop: OuterLoop | None = None  # the user's loops around its optimizer's steps (no DataLoader)
     names: set[str] = dataclasses.field(default_factory=set)  # what the user's code calls it
-    files: set[str] = dataclasses.field(default_factory=set)  # the user's files it was built from
+    codes: set[types.CodeType] = dataclasses.field(default_factory=set)  # the user's frames that built it
     plan: Plan | None = None  # read at its optimizer's second step while it was still unstepped
     steps: int = 0  # its optimizer's steps after it was made
     moved: bool = False  # its optimizer's lr changed anyway (by hand, another scheduler)
     opt_kind: str = ""
+    hold: Any = None  # the scheduler itself until its plan is read (one nobody keeps is never stepped either)
 
 
 def _lrs(opt: Any) -> list[float | None]:
@@ -199,14 +200,16 @@ class UnsteppedSchedulers:
             if is_user_file(f.f_code.co_filename):
                 frames.append(f)
             f = f.f_back
+        m.hold = sched
         m.loop = OuterLoop({(id(fr), fr.f_code) for fr in frames})
         m.names = assigned_names(frames)
-        m.files = {fr.f_code.co_filename for fr in frames}
+        m.codes = {fr.f_code for fr in frames}
 
     def stepped(self, sched: Any) -> None:
         m = self.made.get(id(sched))
         if m is not None and m.ref() is sched:
             m.calls += 1
+            m.hold = None
 
     def on_begin(self, it: Any, loader: Any) -> None:  # a DataLoader pass begins (`_loaderstream`)
         key = id(loader)
@@ -228,7 +231,7 @@ class UnsteppedSchedulers:
                 elif not m.moved and _lrs(opt) != m.lrs:
                     m.moved = True
                 if m.steps == 2 and m.plan is None and (sched := m.ref()) is not None:
-                    m.plan = plan_of(sched)
+                    m.plan, m.hold = plan_of(sched), None
                 if self.current is not None:
                     m.passes.add(self.current)
                 elif not m.passes and m.loop is not None and not m.loop.unknown:
@@ -251,6 +254,8 @@ class UnsteppedSchedulers:
             f = self._by_epochs(m, sched) if m.passes else self._by_loop(m, sched)
             if f is not None:
                 out.append(f)
+        for m in self.made.values():
+            m.hold = None
         return out
 
     def _change(self, m: Made, sched: Any, due: int) -> tuple[int | None, list[float | None]]:
@@ -278,7 +283,7 @@ class UnsteppedSchedulers:
         if loop is None or loop.unknown or loop.iterations < MIN_EPOCHS:
             return None
         due = loop.iterations - 1
-        if step_called(m.files | loop.files, m.names):
+        if step_called(m.codes | loop.codes, m.names):
             return None  # the code steps it somewhere that never ran: a period never due, not this
         change, next_lrs = self._change(m, sched, due)
         if change is None or due < change:
