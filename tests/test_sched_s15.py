@@ -112,8 +112,9 @@ class CosineTrainer:
 
 def test_cosine_scheduler_built_in_a_class_trainer_and_never_stepped():
     model = mlp()
-    trainer = CosineTrainer(model, steps=30)
-    with torchtriage.watch(model, trainer.opt, on_anomaly="record", report=False) as s:
+    with torchtriage.watch(model, on_anomaly="record", report=False) as s:
+        trainer = CosineTrainer(model, steps=30)
+        s.watch_optimizer(trainer.opt)
         trainer.fit()
     [f] = codes(s.report, NEVER)
     assert (f.line, f.op, f.evidence["optimizer_steps"]) == (line("cos C"), "CosineAnnealingLR", 30)
@@ -296,7 +297,7 @@ def test_named_children_freeze_list_naming_a_class_token():
                                                             line("vit loop"))
     ev = f.evidence
     assert (ev["elements"], ev["frozen_tensors"], ev["loop_iterates"], ev["updated_after_first_step"]) == \
-        (8, 4, "named_children", True)
+        (8, 6, "named_children", True)
 
 
 def set_frozen(block):

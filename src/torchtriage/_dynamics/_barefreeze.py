@@ -40,6 +40,8 @@ from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, is_user_file, released_locals
 from .._source import parsed
 from ._common import finding
+from ._groups import scope_of
+from ._stepcalls import own_nodes
 
 NAME_ITERS = ("named_modules", "named_children")
 MAX_FRAMES = 8
@@ -126,8 +128,9 @@ def freeze_loops(path: str) -> list[FreezeLoop]:
 
 
 def _live(frames: list[types.FrameType], fl: FreezeLoop) -> dict[str, Any] | None:
-    """The namespace the loop's test runs in: its own frame's, or its function's arguments as
-    its live caller passed them."""
+    """The namespace the loop's test ran in: its own frame's, once the loop is behind the line the
+    frame runs now, or its function's arguments as a live caller passed them (a call above the
+    caller's current line, in the caller's own function)."""
     func = fl.func
     for f in frames:
         if f.f_code.co_filename != fl.path:
@@ -135,6 +138,8 @@ def _live(frames: list[types.FrameType], fl: FreezeLoop) -> dict[str, Any] | Non
         if func is None and f.f_code.co_name == "<module>" or \
                 isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.f_code.co_name == func.name and \
                 func.lineno <= f.f_code.co_firstlineno <= (func.end_lineno or func.lineno):
+            if (fl.loop.end_lineno or fl.loop.lineno) >= f.f_lineno:
+                return None  # not run yet (or still running): nothing to judge
             return {**f.f_globals, **released_locals(f)}
     if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
@@ -142,9 +147,11 @@ def _live(frames: list[types.FrameType], fl: FreezeLoop) -> dict[str, Any] | Non
         tree = parsed(f.f_code.co_filename)
         if tree is None:
             continue
-        for n in ast.walk(tree):
+        for n in own_nodes(scope_of(tree, f.f_code)):
             if not (isinstance(n, ast.Call) and (isinstance(n.func, ast.Name) and n.func.id == func.name or
                                                  isinstance(n.func, ast.Attribute) and n.func.attr == func.name)):
+                continue
+            if (n.end_lineno or n.lineno) >= f.f_lineno:
                 continue
             scope = {**f.f_globals, **released_locals(f)}
             bound = _bind(func, n, scope)

@@ -67,7 +67,7 @@ def assigned_names(frames: list[types.FrameType]) -> set[str]:
     return names
 
 
-def _own_nodes(scope: ast.AST) -> list[ast.AST]:
+def own_nodes(scope: ast.AST) -> list[ast.AST]:
     """The nodes of a function (or module) body, without the functions and classes it defines."""
     out: list[ast.AST] = []
     todo = list(ast.iter_child_nodes(scope))
@@ -89,7 +89,7 @@ def step_called(codes: set[types.CodeType], names: set[str]) -> bool:
         tree = parsed(code.co_filename)
         if tree is None:
             continue
-        for n in _own_nodes(scope_of(tree, code)):
+        for n in own_nodes(scope_of(tree, code)):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step" \
                     and _terminal(n.func.value) in names:
                 return True
