@@ -5,6 +5,7 @@ ways, and the look-alikes a correct program writes."""
 
 from __future__ import annotations
 
+import functools
 import pathlib
 import re
 
@@ -51,7 +52,7 @@ def test_per_step_lambda_never_stepped_in_a_single_loop_over_a_batch_source():
     with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda it: 1.0 if it < 20 else 0.5)  # <- lambda A
         source = batches(40)
-        for it in range(40):
+        for _it in range(40):
             x, y = next(source)
             opt.zero_grad()
             F.mse_loss(model(x), y).backward()
@@ -134,7 +135,7 @@ def test_never_stepped_look_alikes_are_quiet():
                 _epoch_trainer(model, opt, epochs=1, per_epoch=8)
             elif case == "plateau":  # its steps need a metric; it never reduced
                 plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=100)
-                _epoch_trainer(model, opt, epochs=3, per_epoch=4, sched_step=lambda: plateau.step(1.0))
+                _epoch_trainer(model, opt, epochs=3, per_epoch=4, sched_step=functools.partial(plateau.step, 1.0))
             elif case == "period_not_due":  # the code steps it every 1000 iterations; the run has 30
                 scheduler = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.5)
                 source = batches(30)
