@@ -171,7 +171,11 @@ class ScheduleWatch:
         """The lr of `opt`'s groups at this optimizer step (the clock optimizer's drive the
         warm-up and lr-0 rules)."""
         if self.zero.active:
-            self.zero.observe(opt, lrs_now)
+            try:
+                self.zero.observe(opt, lrs_now)
+            except Exception as e:  # our bookkeeping never breaks the user's step
+                self.zero.active = False
+                self.session.internal_error("dynamics.warmup_steps_at_lr_zero", e)
         if self.drift.pending:
             self.drift.optimizer_step(opt, lrs_now, first=id(opt) not in self.opt_steps)
         if (lrs_now == self.last_lr and self.zero_since is None and self.was_positive

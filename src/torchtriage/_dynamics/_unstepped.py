@@ -202,7 +202,10 @@ class UnsteppedSchedulers:
             f = f.f_back
         m.hold = sched
         m.loop = OuterLoop({(id(fr), fr.f_code) for fr in frames})
-        m.names = assigned_names(frames)
+        try:
+            m.names = assigned_names(frames)
+        except Exception:  # (a source that does not read as expected: no names, judged as never written)
+            m.loop = None
         m.codes = {fr.f_code for fr in frames}
 
     def stepped(self, sched: Any) -> None:
@@ -235,7 +238,10 @@ class UnsteppedSchedulers:
                 if self.current is not None:
                     m.passes.add(self.current)
                 elif not m.passes and m.loop is not None and not m.loop.unknown:
-                    m.loop.step(sys._getframe(1))
+                    try:
+                        m.loop.step(sys._getframe(1))
+                    except Exception:  # (the user's source or frames not as expected: no loop verdict)
+                        m.loop.unknown = True
                     if m.loop.unknown:
                         m.loop = None
 
