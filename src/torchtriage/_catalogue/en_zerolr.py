@@ -4,9 +4,6 @@ MESSAGES = {
     "dynamics.warmup_steps_at_lr_zero":
         "the first {steps} optimizer steps of {optimizer} ran at learning rate 0 ({share} of its {total} steps): "
         "they moved no parameter; the lr first became {lr} at step {at} ({scheduler})",
-    "dynamics.warmup_steps_at_lr_zero.one":
-        "the first optimizer step of {optimizer} ran at learning rate 0 and moved no parameter; the lr became "
-        "{lr} at step {at} ({scheduler}): a warm-up that starts at 0",
     "dynamics.warmup_steps_at_lr_zero.cause":
         "a warm-up whose factor is 0 at step 0 (step / warmup_steps) gives lr 0 until the scheduler is first "
         "stepped; stepped once per epoch or once per update of several optimizer steps, every step before that "

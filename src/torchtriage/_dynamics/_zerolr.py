@@ -12,9 +12,9 @@ Measured, per optimizer, at each of its steps until its lr first is positive (Py
 dynamics check already read; nothing after that): the steps at lr 0 in every group while some
 parameter had a gradient, the scheduler calls between them, and the change of a slice of one
 trained parameter over those steps (cloned at the first, compared at the first positive step,
-read once at the end). A single step at lr 0 is an info; two or more, then a positive lr, is
-`dynamics.warmup_steps_at_lr_zero` as a warning: its harm is its evidence (optimizer steps that
-moved nothing). A run that never leaves lr 0 is `gradient.lr_zero`'s.
+read once at the end). A single step at lr 0 is the design of a per-step warm-up from 0 and
+stays quiet; two or more, then a positive lr, is `dynamics.warmup_steps_at_lr_zero`, a warning:
+its harm is its evidence (optimizer steps that moved nothing). A run that never leaves lr 0 is `gradient.lr_zero`'s.
 """
 
 from __future__ import annotations
@@ -119,7 +119,9 @@ class ZeroLrSteps:
     def findings(self) -> list[Finding]:
         out: list[Finding] = []
         for o in self.opts.values():
-            if not o.zero or o.positive_at is None or o.positive_lr is None:
+            if o.zero < 2 or o.positive_at is None or o.positive_lr is None:
+                # (one step: a warm-up from 0 stepped after every optimizer step, as transformers'
+                # schedules are; the lost step is the schedule's design, not worth a line)
                 continue
             change = None
             if o.change is not None:
@@ -129,7 +131,6 @@ class ZeroLrSteps:
                     change = None
             if change is not None and change > 0:
                 continue  # the parameters moved after all: not an lr of 0 in effect
-            warn = o.zero >= 2
             share = o.zero / max(o.steps, 1)
             frame = o.sched_frame or o.built
             evidence: dict[str, Any] = {
@@ -142,10 +143,8 @@ class ZeroLrSteps:
             if change is not None:
                 evidence["parameter_sampled"] = o.param
                 evidence["max_abs_change_over_lr_0_steps"] = change
-            if warn:
-                evidence["harm"] = f"{o.zero} optimizer steps computed gradients and moved no parameter"
-            out.append(finding("warmup_steps_at_lr_zero", variant=None if warn else "one",
-                               severity=Severity.WARNING if warn else Severity.INFO, stage=Stage.OPTIMIZER,
+            evidence["harm"] = f"{o.zero} optimizer steps computed gradients and moved no parameter"
+            out.append(finding("warmup_steps_at_lr_zero", severity=Severity.WARNING, stage=Stage.OPTIMIZER,
                                step=o.first_zero, frame=frame, op=o.sched_kind or o.kind,
                                steps=o.zero, total=o.steps, share=f"{share:.1%}",
                                optimizer=o.kind, lr=num(o.positive_lr), at=o.positive_at,
