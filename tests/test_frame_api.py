@@ -55,6 +55,8 @@ TORCH_PRIVATES = {
                    "contrastive logit compares, without re-running the forward",
     "_saved_mat2": "MmBackward0's saved second operand (with _saved_self: the pair of a similarity product)",
     "_step_count": "an LR scheduler's step counter: 0 before its first step()",
+    "_get_closed_form_lr": "an LR scheduler's lr at any last_epoch (get_lr() is chainable: it reads the "
+                           "group's current lr), to read what a never-stepped schedule would have given",
     "_local_tensor": "a DTensor's local shard without to_local()'s autograd wrapper",
     "_dataset": "a DataLoader iterator's dataset (no public reference from the iterator to its loader), "
                 "to follow a batch's sampler indices to the split in the leakage check",

@@ -975,10 +975,13 @@ def loop_l1_regression():
 
 
 # ---------------------------------------------------------------------------- schedules and inits
-def loop_per_epoch_warmup_from_zero():
+def loop_per_epoch_warmup():
+    # (session 15: a factor of 0 at epoch 0, `epoch / 3`, runs the whole first epoch at lr 0 and is
+    # `dynamics.warmup_steps_at_lr_zero`, tests/test_sched_s15.py; per-step warm-ups from 0, which lose
+    # one step, stay in this zoo: zero_init_residual_with_warmup, linear_schedule_with_warmup_per_batch)
     model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: min(1.0, epoch / 3))  # epoch 0: lr 0
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: min(1.0, (epoch + 1) / 3))
     x, y = torch.randn(16, 6), torch.randint(0, 4, (16,))
 
     def train():

@@ -31,6 +31,7 @@ from .._nonfinite._sentinel import foreach_norm
 from .._silent._common import first_tensor, is_index_tensor
 from .._silent._node_site import node_site
 from .._zerograd import on_zero_grad
+from ._barefreeze import BareFreeze
 from ._bnmomentum import BnMomentum, fast_batchnorms
 from ._causal import probe, shift_share, token_ids
 from ._clipcfg import ClipConfig
@@ -125,6 +126,7 @@ class DynamicsChecker(Checker):
         self.layer_cache: tuple[list[weakref.ref[torch.Tensor]], list[str]] = ([], [])
         self.stepped = False
         self.decay_checked: set[int] = set()  # id(optimizer): weight decay by rank checked
+        self.bare = BareFreeze(session)  # a name-based module freeze that misses a bare parameter (`_barefreeze`)
         self.first_steps: set[int] = set()  # the steps at which an optimizer took its first step
         self.norm_decay: dict[int, MissedScales] = {}  # id(optimizer): norm scales decayed (`_normdecay`)
         self.bn_fast: BnMomentum | None = None  # BatchNorms with momentum >= 0.5 (`_bnmomentum`)
@@ -358,6 +360,12 @@ class DynamicsChecker(Checker):
         if id(optimizer) not in self.decay_checked:  # once per optimizer, at its first step
             self.decay_checked.add(id(optimizer))
             self.first_steps.add(step)
+            if not self.bare.done:
+                try:
+                    self.bare.first_step(sys._getframe(1))
+                except Exception as e:  # our bug: the run goes on
+                    self.bare.done = True
+                    session.internal_error("dynamics.freeze_missed_bare_parameter", e)
             self._add(decay_inverted(session, optimizer))
             missed = missed_norm_scales(session, optimizer, optimizer_frame(optimizer))
             if missed is not None:
@@ -469,6 +477,11 @@ class DynamicsChecker(Checker):
         self._consume(None)
         for f in self.sched.end_findings():
             self._add(f)
+        try:
+            for f in self.bare.findings():
+                self.session.add(f)  # (a warning carries its measured harm: not held)
+        except Exception as e:  # our bug: the report goes on
+            self.session.internal_error("dynamics.freeze_missed_bare_parameter", e)
         try:
             for f in self.groups.findings() + self.periodic.findings():
                 self._add(f)

@@ -37,6 +37,7 @@ from ._horizon import horizon_times_accumulation
 from ._plateau import PlateauWatch
 from ._ramps import Ramps
 from ._unstepped import UnsteppedSchedulers
+from ._zerolr import ZeroLrSteps
 
 EPOCH_SCALE = ("StepLR", "MultiStepLR", "ExponentialLR", "PolynomialLR", "CosineAnnealingLR")
 _OWN_STEP = ("ReduceLROnPlateau", "SequentialLR", "ChainedScheduler", "CosineAnnealingWarmRestarts")
@@ -96,6 +97,7 @@ class ScheduleWatch:
         self.ramps = Ramps()  # a warm-up that restarts (`_ramps`)
         self.drift = DriftWatch(session, lr_value)  # the schedule followed vs declared (`_drift`)
         self.backwards = 0  # backward calls of the run (the accumulation: per optimizer step)
+        self.zero = ZeroLrSteps(session)  # steps at lr 0 before the schedule's first positive lr (`_zerolr`)
 
     # ------------------------------------------------------------------ wiring
     def install(self) -> None:
@@ -122,6 +124,10 @@ class ScheduleWatch:
                 try:
                     watch.unstepped.stepped(sched)
                     watch.called(sched)
+                    if watch.zero.active:
+                        made = watch.unstepped.made.get(id(sched))
+                        watch.zero.scheduler_called(sched, user_frame_from_stack(2),
+                                                    made.frame if made is not None and made.ref() is sched else None)
                     opt = getattr(sched, "optimizer", None)
                     watch.drift.before_call(sched, watch.opt_steps.get(id(opt), 0), sys._getframe(1))
                     watch.plateau.before(sched, args, kwargs, user_frame_from_stack(2), watch.session.step)
@@ -164,6 +170,12 @@ class ScheduleWatch:
     def observe(self, opt: torch.optim.Optimizer, lrs_now: list[float | None]) -> list[Finding]:
         """The lr of `opt`'s groups at this optimizer step (the clock optimizer's drive the
         warm-up and lr-0 rules)."""
+        if self.zero.active:
+            try:
+                self.zero.observe(opt, lrs_now)
+            except Exception as e:  # our bookkeeping never breaks the user's step
+                self.zero.active = False
+                self.session.internal_error("dynamics.warmup_steps_at_lr_zero", e)
         if self.drift.pending:
             self.drift.optimizer_step(opt, lrs_now, first=id(opt) not in self.opt_steps)
         if (lrs_now == self.last_lr and self.zero_since is None and self.was_positive
@@ -261,7 +273,7 @@ class ScheduleWatch:
         return out
 
     def end_findings(self) -> list[Finding]:
-        out = self.scheduler_findings() + self.unstepped.findings()
+        out = self.scheduler_findings() + self.unstepped.findings() + self.zero.findings()
         out += self.drift.findings(self.opt_steps)
         out += self._horizons()
         ramps = self.ramps.finding()
