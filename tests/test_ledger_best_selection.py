@@ -48,7 +48,7 @@ def setup(seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor
 def train_epoch(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> list[float]:
     model.train()
     losses = []
-    for i in range(0, 24, 8):
+    for i in (torch.randperm(3) * 8).tolist():  # a shuffled loader: the last batch differs by epoch
         loss = F.mse_loss(model(x[i:i + 8]), y[i:i + 8])
         opt.zero_grad()
         loss.backward()
@@ -96,11 +96,11 @@ def test_trainer_class_saving_through_a_helper_method():
             self.best_val = float("inf")
 
         def save(self) -> None:
-            torch.save({"model": self.model.state_dict()}, os.path.join(self.folder, "best.ckpt"))  # <- save B
+            torch.save({"model": self.model.state_dict()}, os.path.join(self.folder, "best.ckpt"))
 
         def on_validation_end(self, val: float) -> None:
             if val < self.best_val:
-                self.save()
+                self.save()  # <- save B
             self.best_val = val
 
         def fit(self, vals: list[float]) -> None:
@@ -183,7 +183,7 @@ def test_trainer_class_keeping_its_last_loss():
         def run(self) -> None:
             for epoch in range(12):
                 self.model.train()
-                for i in range(0, 24, 8):
+                for i in (torch.randperm(3) * 8).tolist():
                     self.training_step(self.x[i:i + 8], self.y[i:i + 8])
                 self.end_of_epoch(epoch)
 
@@ -201,8 +201,8 @@ def test_engine_handler_with_a_score_function():
 
         def run(self, batches: list, epochs: int, evaluate) -> None:
             for _ in range(epochs):
-                for b in batches:
-                    self.output = self.step_fn(b)
+                for k in torch.randperm(len(batches)).tolist():
+                    self.output = self.step_fn(batches[k])
                 for h in self.handlers:
                     h(self)
                 evaluate()

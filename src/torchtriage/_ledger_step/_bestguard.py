@@ -117,7 +117,8 @@ def _leaves(node: ast.AST) -> set[str]:
 
 
 def _holds(node: ast.AST, line: int) -> bool:
-    return any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in getattr(node, "body", []) + getattr(node, "orelse", []))
+    block = getattr(node, "body", []) + getattr(node, "orelse", [])
+    return any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in block)
 
 
 def _exits(block: list[ast.stmt]) -> bool:
@@ -218,17 +219,13 @@ def _resolve(node: ast.AST, frame: types.FrameType) -> Any:
 
 
 def _return_line(code: types.CodeType) -> int:
+    """The line of the last `return` of the function `code` runs (its first line for a lambda)."""
     tree = parsed(code.co_filename)
-    if tree is not None:
-        for n in ast.walk(tree):
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
-                    and getattr(n, "lineno", -1) <= code.co_firstlineno + 3 \
-                    and (getattr(n, "decorator_list", None) and n.decorator_list[0].lineno == code.co_firstlineno
-                         or n.lineno == code.co_firstlineno):
-                if isinstance(n, ast.Lambda):
-                    return n.lineno
-                rets = [r for r in _own_nodes(n) if isinstance(r, ast.Return) and r.value is not None]
-                if rets:
-                    return rets[-1].lineno
-                return n.lineno
+    if tree is None or code.co_name == "<lambda>":
+        return code.co_firstlineno
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == code.co_name \
+                and (n.decorator_list[0].lineno if n.decorator_list else n.lineno) == code.co_firstlineno:
+            rets = [r for r in _own_nodes(n) if isinstance(r, ast.Return) and r.value is not None]
+            return max(r.lineno for r in rets) if rets else n.lineno
     return code.co_firstlineno

@@ -205,8 +205,9 @@ class BestSaves:
         if guarded:
             # the guard's score and the names that hold the same number at every write (`val_loss` saved
             # beside `score = -val_loss`): the saved dict's name is shown first
-            names = guarded | {n for n in names if all(any(abs(s.values[n]) == abs(s.values[g]) for g in guarded)
-                                                       for s in saves)}
+            records = {r for s in saves for g, _ in s.guards for r in g.records}
+            names = guarded | {n for n in names if _bare(n) not in records
+                               and all(any(abs(s.values[n]) == abs(s.values[g]) for g in guarded) for s in saves)}
         best: tuple[int, int, int, str, list[int]] | None = None  # (violations, -majority, order, name, bad)
         for name in sorted(names):
             series = [s.values[name] for s in saves]
@@ -347,7 +348,8 @@ def _first_change(series: list[float]) -> float:
 
 
 def _bare(key: str) -> str:
-    return key.split(":", 1)[-1].strip("[]'\"")
+    name = key.split(":", 1)[-1]
+    return name.strip("[]'\"") if name.startswith("[") else name  # a saved dict's key, or a name in the source
 
 
 def _recorded(saves: list[Save], key: str) -> int:
