@@ -5,12 +5,11 @@ evaluation loader delivered other values for the same samples in two passes (`_r
 `probe` reads one of those samples twice more from the loader's dataset, at the end of the run,
 with the torch, `random` and NumPy global generators saved before and restored after (the
 user's random stream is left as it was) and the session paused. A profile function
-(`sys.setprofile`, the previous one put back) notes the C calls that draw: torch's samplers
-(`rand*`, `randint`, `uniform_`, `normal_`, `bernoulli`, ...), the methods of a `random.Random`,
-NumPy's `RandomState` / `Generator`; for each, the innermost frame of the user's code and the
-line of the dataset's `__getitem__` that led to it. A draw inside another object than the
-dataset (`self.transform(x)` -> `RandomResizedCrop.__call__`) is a random transform; a draw in
-`__getitem__` itself (a pair's other sample drawn at random) is the dataset's own sampling.
+(`sys.setprofile`, the previous one put back) digests the three global generators' states when a
+function of the user's code is called and when it returns: one that returns with a state moved
+drew (the innermost first), with the line of the dataset's `__getitem__` that led to it. A draw
+inside another object than the dataset (`self.transform(x)` -> `RandomResizedCrop.__call__`) is a
+random transform; a draw in `__getitem__` itself (a pair's other sample drawn at random) is the dataset's own sampling.
 
 Evidence: the transform's class, the user's line that applies it, the largest difference of
 the two reads of the sample (and its scale).
@@ -32,11 +31,6 @@ from .._frames import UserFrame, in_user_file, user_frame_of, user_frame_of_line
 from .._loaderstream import tensors as sample_tensors
 from .._source import parsed
 
-_TORCH_DRAWS = frozenset({
-    "rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm", "bernoulli", "normal",
-    "multinomial", "poisson", "bernoulli_", "normal_", "uniform_", "random_", "exponential_", "geometric_",
-    "cauchy_", "log_normal_", "binomial"})
-
 
 @dataclasses.dataclass
 class Draw:
@@ -47,23 +41,11 @@ class Draw:
     scale: float  # the largest absolute value of the first read
 
 
-def _draws(arg: Any) -> bool:
-    name = getattr(arg, "__name__", "")
-    owner = getattr(arg, "__self__", None)
-    objclass = getattr(arg, "__objclass__", None)
-    if isinstance(owner, random.Random):
-        return True
-    if isinstance(owner, (np.random.RandomState, np.random.Generator)):
-        return True
-    if name in _TORCH_DRAWS:
-        if isinstance(owner, torch.Tensor) or owner is torch or isinstance(owner, types.ModuleType) \
-                and (owner.__name__ or "").startswith("torch"):
-            return True
-        if objclass is not None and issubclass(objclass, torch._C.TensorBase):
-            return True
-        module = getattr(arg, "__module__", None) or ""
-        return module.startswith("torch")
-    return False
+def _state() -> tuple[int, int, int]:
+    """The global generators' states, digested: torch's CPU generator, `random`'s, NumPy's."""
+    np_state: Any = np.random.get_state()
+    return (hash(torch.get_rng_state().numpy().tobytes()), hash(random.getstate()),
+            hash((int(np_state[2]), np_state[1].tobytes())))
 
 
 def _note(frame: types.FrameType, dataset: Any) -> tuple[str | None, UserFrame | None, UserFrame | None]:
@@ -92,10 +74,16 @@ def probe(session: Any, dataset: Any, index: int) -> Draw | None:
     py_state = random.getstate()
     np_state = np.random.get_state()
     found: list[tuple[str | None, UserFrame | None, UserFrame | None]] = []
+    calls: list[tuple[types.FrameType, tuple[int, int, int]]] = []
 
     def profile(frame: types.FrameType, event: str, arg: Any) -> None:
-        if event == "c_call" and len(found) < 8 and _draws(arg):
-            found.append(_note(frame, dataset))
+        # a function of the user's that returns with a generator's state moved drew (innermost first)
+        if event == "call" and len(calls) < 64 and in_user_file(frame):
+            calls.append((frame, _state()))
+        elif event == "return" and calls and calls[-1][0] is frame:
+            _, before = calls.pop()
+            if len(found) < 8 and _state() != before:
+                found.append(_note(frame, dataset))
 
     previous = sys.getprofile()
     try:
@@ -144,12 +132,18 @@ def _as_tensors(sample: Any) -> Any:
     return sample
 
 
-def dataset_line(made: UserFrame | None) -> UserFrame | None:
+def dataset_line(made: UserFrame | None, loop: UserFrame | None = None, name: str = "") -> UserFrame | None:
     """Where the dataset a loader reads was built: the loader's first argument at the line that made
     it (`DataLoader(test_set, ...)`), a name assigned last before that line (`test_set = Faces(...,
-    transform=test_transform)`); the loader's line when its dataset is built in the call itself."""
+    transform=test_transform)`); the loader's line when its dataset is built in the call itself. A
+    loader made before the session began is found by its name, assigned before the loop over it."""
     if made is None:
-        return None
+        if loop is None or not name:
+            return None
+        line = _assigned(loop.file, name, loop.line)
+        if not line:
+            return None
+        made = user_frame_of_line(loop.file, line, loop.function)
     tree = parsed(made.file)
     if tree is None:
         return None
@@ -157,11 +151,22 @@ def dataset_line(made: UserFrame | None) -> UserFrame | None:
     if call is None:
         return None
     first = call.args[0]
-    if not isinstance(first, ast.Name):
-        return made if isinstance(first, ast.Call) else None
-    best = 0
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Assign) and n.lineno < made.line and any(
-                isinstance(t, ast.Name) and t.id == first.id for t in n.targets):
-            best = max(best, n.lineno)
-    return user_frame_of_line(made.file, best, made.function) if best else None
+    if isinstance(first, ast.Call):
+        return made
+    target = ast.unparse(first) if isinstance(first, (ast.Name, ast.Attribute)) else ""
+    line = _assigned(made.file, target, made.line) if target else 0
+    return user_frame_of_line(made.file, line, made.function) if line else None
+
+
+def _assigned(file: str, name: str, before: int) -> int:
+    """The last line before `before` that assigns `name` (`test_set = ...`, `self.val_loader = ...`), else
+    the only one in the file."""
+    tree = parsed(file)
+    if tree is None:
+        return 0
+    lines = [n.lineno for n in ast.walk(tree)
+             if isinstance(n, ast.Assign) and any(ast.unparse(t) == name for t in n.targets)]
+    earlier = [n for n in lines if n < before]
+    if earlier:
+        return max(earlier)
+    return lines[0] if len(lines) == 1 else 0  # (a loop in a function defined before the line that made it)

@@ -110,12 +110,15 @@ class Repeatable:
 
 
     def _versions(self) -> int:
-        """The version counters of every parameter the optimizers hold, summed: unchanged between
+        """The version counters of every parameter the optimizers and watched models hold, summed: unchanged between
         two moments when no update ran between them."""
         sess = self.ledger.session
         if sess is None:
             return -1
-        return sum(p._version for o in sess.optimizers for g in o.param_groups for p in g["params"])
+        params = {id(p): p for o in sess.optimizers for g in o.param_groups for p in g["params"]}
+        for m in sess.models:
+            params.update((id(p), p) for p in m.parameters())
+        return sum(p._version for p in params.values()) if params else -1
 
 
 def judge(ledger: DataLedger, found: Repeatable) -> list[Any]:
@@ -166,7 +169,7 @@ def judge(ledger: DataLedger, found: Repeatable) -> list[Any]:
                             probe_max_difference=round(draw.difference, 6), probe_max_value=round(draw.scale, 6))
             fields.update(transform=draw.transform or "its __getitem__", applied=_short(draw.applied),
                           weights="; the same weights were evaluated in both passes" if same_weights else "")
-            built = dataset_line(entry.made)
+            built = dataset_line(entry.made, entry.frame, entry.name)
             if built is not None:
                 evidence["dataset_built_at"] = _at(built)
             out.append(finding("eval_inputs_random", "eval_random.transform", "warning",
