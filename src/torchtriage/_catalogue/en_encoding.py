@@ -56,4 +56,25 @@ MESSAGES = {
     "ledger.eval_random.next":
         "build the evaluation split from a dataset with the evaluation transform (the same files or indices, "
         "transform=test_transform), and keep random augmentation to the training loader",
+    "ledger.eval_random.transform.message":
+        "evaluation loader {loader} delivered other inputs for {changed} of {n} samples ({share}) in its second "
+        "pass than in its first{weights}: its dataset applies {transform} at {applied}, which draws at random, so "
+        "every evaluation scores another random draw of the data",
+    "ledger.eval_random.transform.cause":
+        "the evaluation pipeline holds a random transform (a random crop, flip, jitter or noise meant for "
+        "training): an evaluation is no longer a function of the weights, the same weights scored twice give "
+        "different scores, and the best epoch is picked partly on the draw",
+    "ledger.eval_random.transform.next":
+        "use deterministic evaluation transforms (Resize / CenterCrop instead of RandomResizedCrop / RandomCrop, "
+        "no flips or noise); for test-time augmentation on purpose, average several draws per sample with a fixed "
+        "generator",
+    "ledger.eval_random.same_weights.message":
+        "evaluation loader {loader} delivered other inputs for {changed} of {n} samples ({share}) in two passes "
+        "over the same weights (no update between them): its evaluation is random",
+    "ledger.eval_random.same_weights.cause":
+        "the evaluation samples are read through a dataset that draws at random: the same weights evaluated twice "
+        "get different inputs, so the score is a random draw and not a measure of the model",
+    "ledger.eval_random.same_weights.next":
+        "make the evaluation dataset deterministic (no random transform, a fixed generator for any sampling it "
+        "does), and compare two evaluations of one checkpoint: they must agree",
 }

@@ -173,4 +173,24 @@ MESSAGES = {
     "ledger.frozen_norm.next":
         "put the frozen layers back in eval() after every model.train() (override train() in the model, or "
         "call {module}.eval() right after it), or replace them by frozen normalization layers",
+    "ledger.best_checkpoint_regressed.cause.unguarded":
+        "the running best {record} is set from {metric} at line {record_line} after every evaluation, outside the "
+        "branch that saves: each save compares {metric} with the previous evaluation's value, not with the best so "
+        "far, so an evaluation that beats only its predecessor overwrites the best checkpoint with a worse one",
+    "ledger.best_checkpoint_on_training_loss":
+        "the best checkpoint {file} is chosen on {metric}, which at each of its {writes} writes equals the loss of the "
+        "training batch just trained on, while the run evaluated the model ({evaluations} evaluation forwards): "
+        "the file kept as the best is the one whose last training batch fit best, not the one that scored best on "
+        "held-out data (a model that overfits keeps being saved)",
+    "ledger.best_checkpoint_on_training_loss.no_evaluation":
+        "the best checkpoint {file} is chosen on {metric}, which at each of its {writes} writes equals the loss of the "
+        "training batch just trained on: one training batch's loss picks the model, not a held-out score",
+    "ledger.best_checkpoint_on_training_loss.cause":
+        "the score the best-checkpoint decision compares is read from the training step's output (the engine's last "
+        "output, the last batch's loss) instead of from the validation pass: it measures how well one training batch "
+        "is fit, it is noisy and it keeps falling as the model overfits",
+    "ledger.best_checkpoint_on_training_loss.next":
+        "score the best checkpoint on the validation result (attach the handler to the validator / evaluator, or "
+        "compare the validation loss or metric of that epoch); print the score compared at each save next to the "
+        "validation loss",
 }

@@ -41,4 +41,20 @@ MESSAGES = {
         "因此每一遍评估的都是不同的增强视图：用于挑选最佳模型的每轮指标部分是增强噪声，而且是在训练分布的输入上测得的",
     "ledger.eval_random.next":
         "用带评估变换的数据集构建评估划分（相同的文件或索引，transform=test_transform），随机增强只留给训练 loader",
+    "ledger.eval_random.transform.message":
+        "评估 loader {loader} 在第二遍中为 {n} 个样本里的 {changed} 个（{share}）交付了与第一遍不同的输入{weights}："
+        "它的数据集在 {applied} 应用了 {transform}，它会随机抽样，所以每次评估给出的都是数据的另一次随机抽样的得分",
+    "ledger.eval_random.transform.cause":
+        "评估流程中含有随机变换（本用于训练的随机裁剪、翻转、抖动或噪声）：评估不再只取决于权重，同一组权重评估两次"
+        "得分不同，最佳轮次部分是由随机抽样挑出的",
+    "ledger.eval_random.transform.next":
+        "使用确定性的评估变换（用 Resize / CenterCrop 代替 RandomResizedCrop / RandomCrop，不做翻转或加噪）；"
+        "若有意做测试时增强，请对每个样本的多次抽样取平均，并使用固定的生成器",
+    "ledger.eval_random.same_weights.message":
+        "评估 loader {loader} 在同一组权重的两遍评估中（其间没有更新）为 {n} 个样本里的 {changed} 个（{share}）"
+        "交付了不同的输入：它的评估是随机的",
+    "ledger.eval_random.same_weights.cause":
+        "评估样本经由一个随机抽样的数据集读取：同一组权重评估两次得到不同的输入，所以得分是一次随机抽样，而不是对模型的度量",
+    "ledger.eval_random.same_weights.next":
+        "让评估数据集确定化（不用随机变换，它做的任何抽样都用固定的生成器），并对同一个检查点评估两次：结果必须一致",
 }

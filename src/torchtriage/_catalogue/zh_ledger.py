@@ -149,4 +149,20 @@ MESSAGES = {
     "ledger.frozen_norm.next":
         "在每次 model.train() 之后把冻结的层重新设为 eval()（在模型中重写 train()，或紧接着调用 {module}.eval()），"
         "或者换成冻结的归一化层",
+    "ledger.best_checkpoint_regressed.cause.unguarded":
+        "目前最佳值 {record} 在第 {record_line} 行于每次评估后都被设为 {metric}，而不在保存的分支里：每次保存比较的是"
+        "{metric} 与上一次评估的值，而不是目前的最佳值，所以只比上一次好的评估会用更差的模型覆盖最佳检查点",
+    "ledger.best_checkpoint_on_training_loss":
+        "最佳检查点 {file} 按 {metric} 选择，而它在 {writes} 次写入时都等于刚训练过的那个训练批次的损失，"
+        "尽管运行中评估过模型（{evaluations} 次评估前向）：被保留为最佳的是最后一个训练批次拟合得最好的模型，"
+        "而不是在留出数据上得分最好的模型（过拟合的模型会一直被保存）",
+    "ledger.best_checkpoint_on_training_loss.no_evaluation":
+        "最佳检查点 {file} 按 {metric} 选择，而它在 {writes} 次写入时都等于刚训练过的那个训练批次的损失："
+        "选择模型的是一个训练批次的损失，而不是留出数据上的得分",
+    "ledger.best_checkpoint_on_training_loss.cause":
+        "最佳检查点的判断所比较的得分读自训练步的输出（引擎的最后输出、最后一个批次的损失），而不是验证过程："
+        "它衡量的是一个训练批次的拟合程度，噪声大，并且在模型过拟合时仍不断下降",
+    "ledger.best_checkpoint_on_training_loss.next":
+        "用验证结果给最佳检查点打分（把处理器挂到验证器 / 评估器上，或比较该轮的验证损失或指标）；在每次保存时"
+        "把比较的得分和验证损失一起打印出来",
 }

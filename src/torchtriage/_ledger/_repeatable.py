@@ -28,6 +28,7 @@ The line is where the loader was made.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,6 +37,7 @@ import torch
 from .._leakage._runtime._fingerprint import dense_keys
 from .._loaderstream import tensors as batch_tensors
 from ._epochs import Loader
+from ._evaldraw import dataset_line, probe
 from ._make import finding
 from ._make import label as _label
 
@@ -63,6 +65,10 @@ class Repeatable:
         self.draws: dict[tuple[int, int], _Draws] = {}  # (id of the Loader entry, pass) -> digests
         self.entries: dict[int, Loader] = {}
         self.own_sampler: set[int] = set()  # entries drawn by a sampler of the user's (episodes)
+        # id of the Loader entry -> its loader's dataset, kept from an evaluation loader's second pass to the
+        # end (the probe of `_evaldraw.py` reads a sample of it there; the user's function has often returned)
+        self.datasets: dict[int, Any] = {}
+        self.versions: dict[tuple[int, int], int] = {}  # (entry, pass) -> the optimizers' parameter versions then
 
     def on_begin(self, it: Any, loader: Any) -> None:
         p = self.ledger.follower.passes.get(it)
@@ -72,6 +78,11 @@ class Repeatable:
                  getattr(getattr(loader, "batch_sampler", None), "sampler", None))
         if any(x is not None and not (type(x).__module__ or "").startswith("torch.utils.data") for x in parts):
             self.own_sampler.add(id(p.loader))
+        dataset = getattr(loader, "dataset", None)
+        entry = p.loader
+        if dataset is not None and p.epoch.number == 1 and entry.summaries \
+                and not entry.summaries[0]["trained_batches"] and len(self.datasets) < 8:
+            self.datasets[id(entry)] = dataset
 
     def on_batch(self, it: Any, indices: Any, data: Any) -> None:
         p = self.ledger.follower.passes.get(it)
@@ -82,6 +93,8 @@ class Repeatable:
                                     or (id(entry), 0) not in self.draws):
             return  # a training loader (or one whose first pass was not followed)
         d = self.draws.setdefault((id(entry), p.epoch.number), _Draws())
+        if not d.roots:
+            self.versions[(id(entry), p.epoch.number)] = self._versions()
         roots = p.epoch.roots[-1]
         if d.rows >= MOST:
             return
@@ -94,6 +107,18 @@ class Repeatable:
             d.moments.append(moments(t))
         d.roots.append(roots)
         d.rows += roots.size
+
+
+    def _versions(self) -> int:
+        """The version counters of every parameter the optimizers and watched models hold, summed: unchanged between
+        two moments when no update ran between them."""
+        sess = self.ledger.session
+        if sess is None:
+            return -1
+        params = {id(p): p for o in sess.optimizers for g in o.param_groups for p in g["params"]}
+        for m in sess.models:
+            params.update((id(p), p) for p in m.parameters())
+        return sum(p._version for p in params.values()) if params else -1
 
 
 def judge(ledger: DataLedger, found: Repeatable) -> list[Any]:
@@ -122,15 +147,49 @@ def judge(ledger: DataLedger, found: Repeatable) -> list[Any]:
         # (training-distribution views, best epoch picked on noise). A dataset of its own that
         # draws at random (pairs, episodes, sampling by design) is only unusual: an info.
         carved = entry.root_token != 0 and any(e.trains and e.root_token == entry.root_token for e in ledger.loaders)
+        k = id(entry)
+        v0, v1 = found.versions.get((k, 0)), found.versions.get((k, 1))
+        same_weights = v0 is not None and v0 >= 0 and v0 == v1
+        evidence = {"samples_compared": len(common), "samples_changed": len(changed),
+                    "share_changed": round(len(changed) / len(common), 4), "examples": [int(i) for i in changed[:5]],
+                    "passes": [0, 1], "loader": entry.name, "dataset_shared_with_training": carved,
+                    "samples_with_other_values": len(valued), "same_weights_both_passes": same_weights}
+        fields = {"loader": _label(entry), "changed": len(changed), "n": len(common),
+                  "share": f"{len(changed) / len(common):.0%}"}
+        draw = None
+        if not carved and not moved and entry.whole and valued:
+            dataset = found.datasets.get(k)
+            if dataset is not None and ledger.session is not None:
+                draw = probe(ledger.session, dataset, int(valued[0]))
+        if draw is not None and (draw.transform is not None or same_weights):
+            # An evaluation dataset of its own whose transform draws, or whose two passes over unchanged
+            # weights read other values: the score is a draw (the transform and the spread measured)
+            evidence.update(random_in=draw.transform or "__getitem__", drawn_at=_at(draw.at),
+                            applied_at=_at(draw.applied), probe_sample=int(valued[0]),
+                            probe_max_difference=round(draw.difference, 6), probe_max_value=round(draw.scale, 6))
+            fields.update(transform=draw.transform or "its __getitem__", applied=_short(draw.applied),
+                          weights="; the same weights were evaluated in both passes" if same_weights else "")
+            built = dataset_line(entry.made, entry.frame, entry.name)
+            if built is not None:
+                evidence["dataset_built_at"] = _at(built)
+            out.append(finding("eval_inputs_random", "eval_random.transform", "warning",
+                               built or draw.applied or frame, fields, evidence))
+            continue
+        if same_weights and not moved and not carved:
+            out.append(finding("eval_inputs_random", "eval_random.same_weights", "warning", frame, fields, evidence))
+            continue
         out.append(finding(
             "eval_inputs_random", "eval_random", "warning" if carved and not moved else "info", frame,
-            {"loader": _label(entry), "changed": len(changed), "n": len(common),
-             "share": f"{len(changed) / len(common):.0%}"},
-            {"samples_compared": len(common), "samples_changed": len(changed),
-             "share_changed": round(len(changed) / len(common), 4), "examples": [int(i) for i in changed[:5]],
-             "passes": [0, 1], "loader": entry.name, "dataset_shared_with_training": carved,
-             "samples_with_other_values": len(valued)}))
+            fields, evidence))
     return out
+
+
+def _at(f: Any) -> str | None:
+    return f"{f.file}:{f.line}" if f is not None else None
+
+
+def _short(f: Any) -> str:
+    return f"{os.path.basename(f.file)}:{f.line}" if f is not None else "?"
 
 
 def _values(t: torch.Tensor) -> bool:

@@ -28,6 +28,7 @@ Cost: one wrapper on `torch.save`; a look at two frames' locals per call. No ten
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -36,7 +37,8 @@ from typing import Any
 import torch
 
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
-from .._frames import UserFrame, find_frame, in_user_file, user_frame_of
+from .._frames import UserFrame, find_frame, in_user_file, user_frame_of, user_frame_of_line
+from ._bestguard import Guard, guard_of, resolve_name
 
 MIN_SAVES = 3
 MAX_SAVES = 512  # writes kept per path
@@ -52,6 +54,11 @@ class Save:
     owner: dict[str, str]  # value name -> the class of that frame's `self`
     order: dict[str, int]  # value name -> 0 the saved dict, 1 the saving function, 2 its caller
     named: dict[str, float]  # every float in sight by its bare name (locals, `self`'s attributes)
+    path: str = ""
+    scores: frozenset[str] = frozenset()  # the names the save's guard compares with a running best
+    guards: tuple[tuple[Guard, str], ...] = ()  # (the guard, the file it is in)
+    losses: tuple[float, ...] = ()  # the last training losses the run recorded (the step's read)
+    evaluations: int = 0  # evaluation forwards (eval mode, no grad) seen before this save
 
 
 def _is_float(v: Any) -> bool:
@@ -70,6 +77,12 @@ class BestSaves:
     def __init__(self, session: Any) -> None:
         self.session = session
         self.paths: dict[str, list[Save]] = {}
+        self.sites: dict[tuple[str, int, int], list[Save]] = {}  # (file, line, id of its `self`) -> writes
+        self.evaluations = 0
+        self._site: tuple[str, int, int] | None = None
+
+    def evaluation_forward(self) -> None:
+        self.evaluations += 1
 
     def install(self) -> None:
         original = torch.save
@@ -96,6 +109,16 @@ class BestSaves:
             saves = self.paths[path] = []
         if len(saves) >= MAX_SAVES:
             return
+        save = self._read(obj, path)
+        saves.append(save)
+        site = self._site
+        if site is not None and (site in self.sites or len(self.sites) < MAX_PATHS):
+            group = self.sites.setdefault(site, [])
+            if len(group) < MAX_SAVES:
+                group.append(save)
+
+    def _read(self, obj: Any, path: str) -> Save:
+        self._site = None
         values: dict[str, float] = {}
         frames: dict[str, UserFrame] = {}
         owner: dict[str, str] = {}
@@ -112,11 +135,26 @@ class BestSaves:
                         frames[key] = user_frame_of(frame)
                     if me is not None:
                         owner[key] = type(me).__name__
+        if frame is not None:
+            self._site = (frame.f_code.co_filename, frame.f_lineno, id(frame.f_locals.get("self")))
         seen = 0
+        scores: set[str] = set()
+        guards: list[tuple[Guard, str]] = []
         while frame is not None and seen < 2:
             seen += 1
             uf = user_frame_of(frame)
             me = frame.f_locals.get("self")
+            g = guard_of(frame)
+            if g is not None and g.scores:
+                guards.append((g, frame.f_code.co_filename))
+                for name in g.scores:
+                    v = resolve_name(name, frame)
+                    if _is_float(v):
+                        key = f"{frame.f_code.co_name}:{name}"
+                        values[key], order[key], frames[key] = float(v), seen, uf
+                        scores.add(name)
+                        if me is not None:
+                            owner[key] = type(me).__name__
             for name, v in list(frame.f_locals.items()):
                 if _is_float(v):
                     key = f"{frame.f_code.co_name}:{name}"
@@ -127,7 +165,19 @@ class BestSaves:
                         owner[key] = type(me).__name__
             _attributes(me, named)
             frame = find_frame(in_user_file, frame.f_back, depth=64)
-        saves.append(Save(self.session.step, values, frames, owner, order, named))
+        return Save(self.session.step, values, frames, owner, order, named, path, frozenset(scores), tuple(guards),
+                    self._losses(), self.evaluations)
+
+    def _losses(self) -> tuple[float, ...]:
+        """The newest training losses the run recorded (every loss line's last, the one before the
+        first line's: a read judged one step late)."""
+        health = self.session.health
+        out: list[float] = []
+        for name in health.names():
+            if name == "loss" or name.startswith("loss "):
+                pts = health.points(name)[-2:] if name == "loss" else health.points(name)[-1:]
+                out.extend(v for _, v in pts if isinstance(v, float) and math.isfinite(v))
+        return tuple(out)
 
     # ------------------------------------------------------------------ judging
     def end(self) -> list[Finding]:
@@ -136,6 +186,12 @@ class BestSaves:
             f = self._judge(path, saves)
             if f is not None:
                 out.append(f)
+        for group in self.sites.values():
+            # a site writing a new file name each time (the step or the score in it): judged as one file
+            if len({s.path for s in group}) > 1 and all(len(self.paths.get(s.path, ())) < MIN_SAVES for s in group):
+                f = self._judge(group[-1].path, group)
+                if f is not None:
+                    out.append(f)
         return out
 
     def _judge(self, path: str, saves: list[Save]) -> Finding | None:
@@ -144,6 +200,14 @@ class BestSaves:
         names = set(saves[0].values)
         for s in saves[1:]:
             names &= set(s.values)
+        # the names the save's guard compares with a running best: the metric, when known
+        guarded = {n for n in names if 2 * sum(_bare(n) in s.scores for s in saves) >= len(saves)}
+        if guarded:
+            # the guard's score and the names that hold the same number at every write (`val_loss` saved
+            # beside `score = -val_loss`): the saved dict's name is shown first
+            records = {r for s in saves for g, _ in s.guards for r in g.records}
+            names = guarded | {n for n in names if _bare(n) not in records
+                               and all(any(abs(s.values[n]) == abs(s.values[g]) for g in guarded) for s in saves)}
         best: tuple[int, int, int, str, list[int]] | None = None  # (violations, -majority, order, name, bad)
         for name in sorted(names):
             series = [s.values[name] for s in saves]
@@ -152,11 +216,14 @@ class BestSaves:
             ups = sum(b > a for a, b in zip(series, series[1:]))
             downs = sum(b < a for a, b in zip(series, series[1:]))
             hits = _recorded(saves, name)
+            chosen = bool(guarded) or 2 * hits >= len(saves)
+            if chosen and _on_training_loss(saves, name):
+                return self._training(path, saves, name)
             if ups == 0 or downs == 0:
-                if hits == len(saves):
+                if hits == len(saves) or guarded:
                     return None  # monotone, recorded at every write: the tracked metric, and the file follows it
                 continue  # (a best-so-far record itself, or a value that only happens to grow)
-            if 2 * hits < len(saves):
+            if not chosen:
                 continue  # no best-so-far value kept beside it: not a best file's metric
             higher = _first_change(series) > 0  # a run improves first: its early writes say which way is better
             bad = _worse_writes(series, higher)
@@ -167,6 +234,38 @@ class BestSaves:
             return None
         name, bad = best[3], best[4]
         return self._finding(path, saves, name, bad)
+
+    def _training(self, path: str, saves: list[Save], name: str) -> Finding:
+        series = [s.values[name] for s in saves]
+        last = saves[-1]
+        metric = _bare(name)
+        frame = last.frames.get(name)
+        source = _source_of(saves, metric)
+        if source is not None:
+            frame = user_frame_of_line(source[0], source[1], "")
+        evaluated = last.evaluations > 0
+        evidence: dict[str, Any] = {
+            "path": path, "files": len({s.path for s in saves}), "writes": len(saves), "metric": metric,
+            "values_compared": [round(v, 6) for v in series[:SHOWN]] + (["..."] if len(series) > SHOWN else []),
+            "training_loss_at_write": [round(next(v for v in s.losses if _matches(s.values[name], (v,))), 6)
+                                       for s in saves[:SHOWN]] + (["..."] if len(saves) > SHOWN else []),
+            "steps_written": [s.step for s in saves[:SHOWN]] + (["..."] if len(saves) > SHOWN else []),
+            "evaluation_forwards_before_last_write": last.evaluations}
+        if source is not None:
+            evidence["score_computed_at"] = f"{source[0]}:{source[1]}"
+        save_frame = last.frames.get(name)
+        if save_frame is not None:
+            evidence["save_line"] = f"{save_frame.file}:{save_frame.line}"
+        fields = {"file": os.path.basename(path), "writes": len(saves), "metric": metric,
+                  "evaluations": last.evaluations}
+        key = "ledger.best_checkpoint_on_training_loss" + ("" if evaluated else ".no_evaluation")
+        return from_catalogue(Category.OTHER, "other.best_checkpoint_on_training_loss", key, fields=fields,
+                              cause_key="ledger.best_checkpoint_on_training_loss.cause",
+                              next_key="ledger.best_checkpoint_on_training_loss.next", frame=frame,
+                              evidence=evidence, source_line=True,
+                              severity=Severity.WARNING if evaluated else Severity.INFO,
+                              stage=Stage.PARAMETER, step=saves[0].step, op="torch.save",
+                              module=last.owner.get(name))
 
     def _finding(self, path: str, saves: list[Save], name: str, bad: list[int]) -> Finding:
         series = [s.values[name] for s in saves]
@@ -194,12 +293,29 @@ class BestSaves:
                   "best": f"{top_value:.6g}", "step": saves[first_bad].step,
                   "direction": "higher" if higher else "lower"}
         key = "ledger.best_checkpoint_regressed" + ("" if ends_worse else ".restored")
+        cause = "ledger.best_checkpoint_regressed.cause"
+        unguarded = _unguarded(saves, metric)
+        if unguarded is not None:
+            # the running best is set outside the branch that saves: it follows every evaluation
+            record, file, line = unguarded
+            evidence.update(best_record=record, record_set_every_evaluation_at=f"{file}:{line}")
+            fields.update(record=record, record_line=line)
+            cause = "ledger.best_checkpoint_regressed.cause.unguarded"
         return from_catalogue(Category.OTHER, "other.best_checkpoint_regressed", key, fields=fields,
-                              cause_key="ledger.best_checkpoint_regressed.cause",
+                              cause_key=cause,
                               next_key="ledger.best_checkpoint_regressed.next", frame=frame, evidence=evidence,
                               source_line=True, severity=Severity.WARNING if ends_worse else Severity.INFO,
                               stage=Stage.PARAMETER, step=saves[first_bad].step, op="torch.save",
                               module=last.owner.get(name))
+
+
+def _source_of(saves: list[Save], metric: str) -> tuple[str, int] | None:
+    for s in reversed(saves):
+        for g, _ in s.guards:
+            for name, file, line in g.sources:
+                if name == metric:
+                    return file, line
+    return None
 
 
 def _skips_evaluations(steps: list[int]) -> bool:
@@ -232,7 +348,8 @@ def _first_change(series: list[float]) -> float:
 
 
 def _bare(key: str) -> str:
-    return key.split(":", 1)[-1].strip("[]'\"")
+    name = key.split(":", 1)[-1]
+    return name.strip("[]'\"") if name.startswith("[") else name  # a saved dict's key, or a name in the source
 
 
 def _recorded(saves: list[Save], key: str) -> int:
@@ -253,3 +370,23 @@ def _worse_writes(series: list[float], higher: bool) -> list[int]:
         else:
             run = v
     return bad
+
+
+def _unguarded(saves: list[Save], metric: str) -> tuple[str, str, int] | None:
+    """(record, file, line): the running best compared with `metric` is assigned from it outside
+    every guard of the save."""
+    for s in reversed(saves):
+        for g, file in s.guards:
+            if g.unguarded is not None:
+                return ", ".join(sorted(g.records)), file, g.unguarded
+    return None
+
+
+def _matches(value: float, losses: tuple[float, ...]) -> bool:
+    return any(abs(abs(value) - abs(v)) <= 1e-6 * max(1.0, abs(v)) for v in losses)
+
+
+def _on_training_loss(saves: list[Save], name: str) -> bool:
+    """The value compared at every write is (up to its sign) the training loss the run had just
+    recorded: one training batch's loss chose the file."""
+    return all(s.losses and _matches(s.values[name], s.losses) for s in saves)
