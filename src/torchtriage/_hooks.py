@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch.nn.modules import module as _module_mod
 from torch.nn.modules.loss import _Loss
 from torch.optim import optimizer as _optim_mod
+from torch.utils import _pytree as pytree
 
 from ._checker import LOSS_FUNCTIONS, Checker, LossCall, overrides
 from ._errors import POLICY_ERRORS
@@ -50,6 +51,14 @@ if TYPE_CHECKING:
 _RAISED = object()  # marks the forward hook call PyTorch makes when forward raised
 DISCOVERY_STEPS = 3  # steps a discovering session keeps global module hooks to find models
 
+
+
+def _loss_like(module: nn.Module, args: tuple[Any, ...]) -> bool:
+    """A module with nothing to train called on a tensor that carries a graph (a model's output):
+    a hand-written loss module (`class FocalLoss(nn.Module)`), not a model to discover."""
+    if next(module.parameters(), None) is not None:
+        return False
+    return any(isinstance(a, torch.Tensor) and a.requires_grad for a in pytree.tree_leaves(args)[:16])
 
 class SessionHooks(HookOwner):
     """Installing, removing and running the session's hooks (mixed into `Session`). The hooks'
@@ -203,8 +212,10 @@ class SessionHooks(HookOwner):
             if self._depth == 0:
                 label = self._roots.get(module)  # (one weak-dict lookup: this runs every step)
                 if label is None:
-                    if isinstance(module, _Loss):
-                        # A loss module called by the user's loop is the loss stage, not a model.
+                    if isinstance(module, _Loss) or (self.discover and module not in self._names
+                                                     and _loss_like(module, args)):
+                        # A loss module called by the user's loop is the loss stage, not a model
+                        # (also a hand-written one: no parameters, fed a tensor that carries a graph).
                         self._begin_step_if_needed()
                         self.stage = Stage.LOSS
                         self._depth += 1

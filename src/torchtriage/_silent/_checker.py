@@ -587,9 +587,11 @@ class SilentChecker(Checker):
                     fixed = region.replay(s, root)
             grad_lo = s.lo.requires_grad and not s.hi.requires_grad
             pred, tgt = (s.lo, s.hi) if grad_lo else (s.hi, s.lo)
+            paired = s.kind == "paired"
             self._add(broadcast_finding(op=s.op, prediction_shape=shape(pred), target_shape=shape(tgt),
                                         result_shape=s.result_shape, computed=computed, fixed=fixed,
-                                        frame=s.frame, step=self._step))
+                                        frame=s.frame, step=self._step, paired=paired,
+                                        severity=Severity.WARNING if paired else Severity.ERROR))
         self._leave_region()
 
     def _exp_plans(self, root: torch.Tensor, sites: list[tuple[int, Any]]) -> None:
