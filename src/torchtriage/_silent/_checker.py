@@ -60,7 +60,7 @@ from ._sidecall import SideCalls
 from ._softmax_axis import axis_plans, locate, root_output_nodes, signature, singleton_verdicts, walk
 from ._target_mask import MaskFollow, mask_plan
 from ._terminal import TerminalMasks
-from ._whole import probe_call, reads_whole_input
+from ._whole import marks_padding, probe_call, reads_whole_input
 
 if TYPE_CHECKING:
     from .._session import Session
@@ -153,11 +153,13 @@ class SilentChecker(Checker):
         """A `labels_not_shifted` verdict on a model that reads its whole input (`_whole.py`), or
         the unmasked `pad_in_loss` of the same loss line after one."""
         if v["name"] == "pad_in_loss" and v.get("severity") is Severity.WARNING:
-            return frame in self._rebuilt
+            # a model told by its own mask argument that those positions are padding, whose loss
+            # still counts them: not what a reconstruction rebuilds
+            return frame in self._rebuilt and not marks_padding(whole, v.get("pad"))
         if v["name"] != "labels_not_shifted":
             return False
         model = whole[0]()
-        if model is None or not reads_whole_input(model, whole[1]):
+        if model is None or not reads_whole_input(model, *whole[1:]):
             return False
         self._rebuilt.add(frame)
         return True
@@ -317,11 +319,12 @@ class SilentChecker(Checker):
                 # batch of an evaluation pass, or none yet): its tokens are not this target's.
                 snap = None
             ids = snap.args[0] if snap is not None and snap.args else (snap.kwargs.get("input_ids") if snap else None)
-            if call.name == "cross_entropy" and is_index_tensor(tgt):
+            if call.name in ("cross_entropy", "nll_loss") and is_index_tensor(tgt):
                 mask = snap.kwargs.get("attention_mask") if snap is not None else None
                 plans += token_plans(tgt, ids, ignore_index=kw.get("ignore_index", -100),
                                      reduction=kw.get("reduction", "mean"), attention_mask=mask,
-                                     weighted=kw.get("weight") is not None, second=_second_tokens(snap, ids, tgt))
+                                     weighted=kw.get("weight") is not None, second=_second_tokens(snap, ids, tgt),
+                                     loss=call.name)
                 whole = probe_call(snap, ids) if plans else None
             else:
                 whole = None
