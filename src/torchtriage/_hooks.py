@@ -53,12 +53,19 @@ DISCOVERY_STEPS = 3  # steps a discovering session keeps global module hooks to 
 
 
 
-def _loss_like(module: nn.Module, args: tuple[Any, ...]) -> bool:
-    """A module with nothing to train called on a tensor that carries a graph (a model's output):
-    a hand-written loss module (`class FocalLoss(nn.Module)`), not a model to discover."""
+def _untrainable(module: nn.Module) -> bool:
+    """A module with no parameters, nor plain tensors that require grad (a model written with
+    `self.w = torch.randn(..., requires_grad=True)`): a loss, a pipeline object or a transform."""
     if next(module.parameters(), None) is not None:
         return False
+    return not any(isinstance(v, torch.Tensor) and v.requires_grad
+                   for m in module.modules() for v in vars(m).values())
+
+
+def _fed_graph(args: tuple[Any, ...]) -> bool:
+    """Some argument carries an autograd graph (a model's output)."""
     return any(isinstance(a, torch.Tensor) and a.requires_grad for a in pytree.tree_leaves(args)[:16])
+
 
 class SessionHooks(HookOwner):
     """Installing, removing and running the session's hooks (mixed into `Session`). The hooks'
@@ -212,13 +219,20 @@ class SessionHooks(HookOwner):
             if self._depth == 0:
                 label = self._roots.get(module)  # (one weak-dict lookup: this runs every step)
                 if label is None:
-                    if isinstance(module, _Loss) or (self.discover and module not in self._names
-                                                     and _loss_like(module, args)):
-                        # A loss module called by the user's loop is the loss stage, not a model
-                        # (also a hand-written one: no parameters, fed a tensor that carries a graph).
+                    if isinstance(module, _Loss):
+                        # A loss module called by the user's loop is the loss stage, not a model.
                         self._begin_step_if_needed()
                         self.stage = Stage.LOSS
                         self._depth += 1
+                        return
+                    if self.discover and module not in self._names and _untrainable(module):
+                        # Nothing to train: not a model to discover. Transparent (no depth), so
+                        # the models it calls are found at their own call and the ops between
+                        # them are the user's step code; fed a tensor that carries a graph, it
+                        # is a hand-written loss module (`class FocalLoss(nn.Module)`).
+                        if _fed_graph(args):
+                            self._begin_step_if_needed()
+                            self.stage = Stage.LOSS
                         return
                     if self.discover and module not in self._names and not called_functionally():
                         self.watch_model(module, _label_from_caller(module))

@@ -40,6 +40,7 @@ from ._batchtwice import batch_of, twice_plans
 from ._carried import GraphCarry, call_path, carried_finding
 from ._channels import ChannelLayoutWatch
 from ._common import finding, first_tensor, fmt, is_index_tensor, shape
+from ._clampsign import clamp_plans
 from ._divisor import division_plans
 from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
@@ -492,6 +493,8 @@ class SilentChecker(Checker):
         self._divisions_seen = {id(op) for op in ops}
         for plan, frame in division_plans(ops, root, judged):
             self._queue([plan], frame=frame, op="div")
+        for plan, frame in clamp_plans(ops, root, judged):
+            self._queue([plan], frame=frame, op="clamp")
 
     def _batch_twice(self, snap: Any, root: torch.Tensor) -> None:
         """A term of this loss divided by the batch size once too often (`_batchtwice`), one
