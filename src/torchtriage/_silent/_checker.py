@@ -39,8 +39,8 @@ from ._averaged import AveragedCopies
 from ._batchtwice import batch_of, twice_plans
 from ._carried import GraphCarry, call_path, carried_finding
 from ._channels import ChannelLayoutWatch
-from ._common import finding, first_tensor, fmt, is_index_tensor, shape
 from ._clampsign import clamp_plans
+from ._common import finding, first_tensor, fmt, is_index_tensor, shape
 from ._divisor import division_plans
 from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
