@@ -42,7 +42,7 @@ def reads_whole_input(model: nn.Module, ids: torch.Tensor, rest: tuple[Any, ...]
 
     if ids.dim() != 2 or ids.shape[1] < 4:
         return None
-    target = _Bound(model, rest, kw) if rest or kw else model
+    target = _Bound(model, rest, kw or {}) if rest or kw else model
     try:
         with probe_state(model, ids.device):
             report = causal_report(target, ids[:ROWS], ids.shape[1] // 2 - 1, None, None, names=model)
