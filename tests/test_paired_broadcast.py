@@ -206,3 +206,30 @@ def test_masked_sequence_loss_is_quiet():
         mask = (y > 0).float()
         return ((z - y).abs() * mask).sum() / mask.sum().clamp(min=1)
     assert not _quiet(masked)
+
+
+# ------------------------------------------- discovery: a module with nothing to train is no model
+class _Pipe(nn.Module):
+    """Holds the denoiser outside its submodules (a pipeline object) and computes the loss."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.__dict__["net"] = net  # not registered: the pipeline has no parameters
+
+    def forward(self, x):
+        return ((self.net(x) - x.flip(0)) ** 2).mean()
+
+
+def test_parameterless_pipeline_is_transparent_to_discovery():
+    torch.manual_seed(0)
+    net = nn.Linear(3, 3)
+    pipe = _Pipe(net)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with Session(discover=True, on_anomaly="record", report=False) as s:
+        for _ in range(4):
+            loss = pipe(torch.randn(5, 3))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    assert any(m is net for m in s.models) and not any(m is pipe for m in s.models)
+    assert s.step == 4 or s.steps_seen == 4
