@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch.nn.modules import module as _module_mod
 from torch.nn.modules.loss import _Loss
 from torch.optim import optimizer as _optim_mod
+from torch.utils import _pytree as pytree
 
 from ._checker import LOSS_FUNCTIONS, Checker, LossCall, overrides
 from ._errors import POLICY_ERRORS
@@ -49,6 +50,21 @@ if TYPE_CHECKING:
 
 _RAISED = object()  # marks the forward hook call PyTorch makes when forward raised
 DISCOVERY_STEPS = 3  # steps a discovering session keeps global module hooks to find models
+
+
+
+def _untrainable(module: nn.Module) -> bool:
+    """A module with no parameters, nor plain tensors that require grad (a model written with
+    `self.w = torch.randn(..., requires_grad=True)`): a loss, a pipeline object or a transform."""
+    if next(module.parameters(), None) is not None:
+        return False
+    return not any(isinstance(v, torch.Tensor) and v.requires_grad
+                   for m in module.modules() for v in vars(m).values())
+
+
+def _fed_graph(args: tuple[Any, ...]) -> bool:
+    """Some argument carries an autograd graph (a model's output)."""
+    return any(isinstance(a, torch.Tensor) and a.requires_grad for a in pytree.tree_leaves(args)[:16])
 
 
 class SessionHooks(HookOwner):
@@ -208,6 +224,15 @@ class SessionHooks(HookOwner):
                         self._begin_step_if_needed()
                         self.stage = Stage.LOSS
                         self._depth += 1
+                        return
+                    if self.discover and module not in self._names and _untrainable(module):
+                        # Nothing to train: not a model to discover. Transparent (no depth), so
+                        # the models it calls are found at their own call and the ops between
+                        # them are the user's step code; fed a tensor that carries a graph, it
+                        # is a hand-written loss module (`class FocalLoss(nn.Module)`).
+                        if _fed_graph(args):
+                            self._begin_step_if_needed()
+                            self.stage = Stage.LOSS
                         return
                     if self.discover and module not in self._names and not called_functionally():
                         self.watch_model(module, _label_from_caller(module))

@@ -39,6 +39,7 @@ from ._averaged import AveragedCopies
 from ._batchtwice import batch_of, twice_plans
 from ._carried import GraphCarry, call_path, carried_finding
 from ._channels import ChannelLayoutWatch
+from ._clampsign import clamp_plans
 from ._common import finding, first_tensor, fmt, is_index_tensor, shape
 from ._divisor import division_plans
 from ._exp_site import locate_in_forward, storage_of
@@ -61,7 +62,7 @@ from ._sidecall import SideCalls
 from ._softmax_axis import axis_plans, locate, root_output_nodes, signature, singleton_verdicts, walk
 from ._target_mask import MaskFollow, mask_plan
 from ._terminal import TerminalMasks
-from ._whole import probe_call, reads_whole_input
+from ._whole import marks_padding, probe_call, reads_whole_input
 
 if TYPE_CHECKING:
     from .._session import Session
@@ -155,11 +156,13 @@ class SilentChecker(Checker):
         """A `labels_not_shifted` verdict on a model that reads its whole input (`_whole.py`), or
         the unmasked `pad_in_loss` of the same loss line after one."""
         if v["name"] == "pad_in_loss" and v.get("severity") is Severity.WARNING:
-            return frame in self._rebuilt
+            # a model told by its own mask argument that those positions are padding, whose loss
+            # still counts them: not what a reconstruction rebuilds
+            return frame in self._rebuilt and not marks_padding(whole, v.get("pad"))
         if v["name"] != "labels_not_shifted":
             return False
         model = whole[0]()
-        if model is None or not reads_whole_input(model, whole[1]):
+        if model is None or not reads_whole_input(model, *whole[1:]):
             return False
         self._rebuilt.add(frame)
         return True
@@ -319,11 +322,12 @@ class SilentChecker(Checker):
                 # batch of an evaluation pass, or none yet): its tokens are not this target's.
                 snap = None
             ids = snap.args[0] if snap is not None and snap.args else (snap.kwargs.get("input_ids") if snap else None)
-            if call.name == "cross_entropy" and is_index_tensor(tgt):
+            if call.name in ("cross_entropy", "nll_loss") and is_index_tensor(tgt):
                 mask = snap.kwargs.get("attention_mask") if snap is not None else None
                 plans += token_plans(tgt, ids, ignore_index=kw.get("ignore_index", -100),
                                      reduction=kw.get("reduction", "mean"), attention_mask=mask,
-                                     weighted=kw.get("weight") is not None, second=_second_tokens(snap, ids, tgt))
+                                     weighted=kw.get("weight") is not None, second=_second_tokens(snap, ids, tgt),
+                                     loss=call.name)
                 whole = probe_call(snap, ids) if plans else None
             else:
                 whole = None
@@ -496,6 +500,8 @@ class SilentChecker(Checker):
         self._divisions_seen = {id(op) for op in ops}
         for plan, frame in division_plans(ops, root, judged):
             self._queue([plan], frame=frame, op="div")
+        for plan, frame in clamp_plans(ops, root, judged):
+            self._queue([plan], frame=frame, op="clamp")
 
     def _batch_twice(self, snap: Any, root: torch.Tensor) -> None:
         """A term of this loss divided by the batch size once too often (`_batchtwice`), one
@@ -594,9 +600,11 @@ class SilentChecker(Checker):
                     fixed = region.replay(s, root)
             grad_lo = s.lo.requires_grad and not s.hi.requires_grad
             pred, tgt = (s.lo, s.hi) if grad_lo else (s.hi, s.lo)
+            paired = s.kind == "paired"
             self._add(broadcast_finding(op=s.op, prediction_shape=shape(pred), target_shape=shape(tgt),
                                         result_shape=s.result_shape, computed=computed, fixed=fixed,
-                                        frame=s.frame, step=self._step))
+                                        frame=s.frame, step=self._step, paired=paired,
+                                        severity=Severity.WARNING if paired else Severity.ERROR))
         self._leave_region()
 
     def _exp_plans(self, root: torch.Tensor, sites: list[tuple[int, Any]]) -> None:

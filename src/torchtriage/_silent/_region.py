@@ -30,7 +30,7 @@ from .._frames import _HERE, UserFrame
 from .._modestack import push_mode, remove_mode
 from .._replayable import replayable
 from ._exp_site import EXP_FUNCS, storage_of
-from ._shapes import outer_sample_broadcast
+from ._shapes import outer_sample_broadcast, paired_batch_broadcast
 
 _BINARY = frozenset({
     torch.sub, torch.subtract, torch.Tensor.sub, torch.Tensor.__sub__, torch.Tensor.__rsub__,
@@ -50,6 +50,7 @@ class Suspect:
     result: torch.Tensor
     result_shape: tuple[int, ...]
     frame: UserFrame | None
+    kind: str = "outer"  # "outer": (N, 1) vs (N,); "paired": both sample axes kept, at two positions
 
 
 def _op_name(func: Any) -> str:
@@ -64,10 +65,18 @@ def outer_broadcast_suspect(index: int, func: Any, a: Any, b: Any, out: Any,
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and isinstance(out, torch.Tensor)):
         return None
     r = outer_sample_broadcast(tuple(a.shape), tuple(b.shape))
+    if r is not None:
+        lo, hi = (a, b) if a.dim() < b.dim() else (b, a)
+        return Suspect(index, _op_name(func), lo, hi, out, r, frame)
+    # The general case, a prediction against a target: exactly one operand carries the graph
+    # (two predictions or two targets paired on purpose, a pairwise distance, stay out).
+    if a.requires_grad == b.requires_grad:
+        return None
+    r = paired_batch_broadcast(tuple(a.shape), tuple(b.shape))
     if r is None:
         return None
-    lo, hi = (a, b) if a.dim() < b.dim() else (b, a)
-    return Suspect(index, _op_name(func), lo, hi, out, r, frame)
+    lo, hi = (b, a) if a.requires_grad else (a, b)  # the target is re-laid out as the prediction
+    return Suspect(index, _op_name(func), lo, hi, out, r, frame, kind="paired")
 
 
 class LossRegion:
@@ -122,6 +131,8 @@ class LossRegion:
     def replay(self, suspect: Suspect, root: torch.Tensor) -> float | None:
         """The root loss recomputed with the suspect's operands aligned; None when not replayable.
         Run with the session paused (its loss wrappers then call the function they wrap)."""
+        if suspect.lo.numel() != suspect.hi.numel():
+            return None
         env: dict[int, Any] = {id(suspect.lo): suspect.lo.reshape(suspect.hi.shape)}
         for op in self.ops()[suspect.index:]:
             leaves = pytree.tree_leaves((op.args, op.kwargs))

@@ -34,7 +34,8 @@ def _as_grid(target: torch.Tensor, ids: torch.Tensor) -> torch.Tensor | None:
 
 
 def token_plans(target: Any, ids: Any, *, ignore_index: int = -100, reduction: str = "mean",
-                attention_mask: Any = None, weighted: bool = False, second: Any = None) -> list[Plan]:
+                attention_mask: Any = None, weighted: bool = False, second: Any = None,
+                loss: str = "cross_entropy") -> list[Plan]:
     """Shift and PAD checks for a token-level `cross_entropy` target (no sync).
 
     `second` is another (B, T) integer tensor the model was called with (`model(src, tgt_in)`,
@@ -60,7 +61,7 @@ def token_plans(target: Any, ids: Any, *, ignore_index: int = -100, reduction: s
                 same_n = v[2]
             if valid_n < 2 or same_n / valid_n < _SAME:
                 return None
-            return dict(name="labels_not_shifted", severity=Severity.ERROR, loss="cross_entropy",
+            return dict(name="labels_not_shifted", severity=Severity.ERROR, loss=loss,
                         evidence={"input_ids_shape": shape(ids), "target_shape": shape(target),
                                   "positions_equal_to_input": f"{int(same_n)}/{int(valid_n)}"})
 
@@ -69,6 +70,16 @@ def token_plans(target: Any, ids: Any, *, ignore_index: int = -100, reduction: s
         return plans  # the user weighs or masks the per-token losses afterwards
     if grid is None and target.dim() == 2 and target.shape[1] > 2:
         grid = target
+    known = ids
+    if grid is None and is_index_tensor(ids) and ids.dim() == 2 and ids.shape[0] and target.dim() == 1 \
+            and ids.device == target.device and target.numel() % ids.shape[0] == 0:
+        # next-token labels flattened: (B * (T - s),) for inputs (B, T), aligned with ids[:, s:]
+        width = target.numel() // ids.shape[0]
+        if 1 <= ids.shape[1] - width <= 2:
+            grid, known = target.reshape(ids.shape[0], width), ids[:, ids.shape[1] - width:]
+    elif grid is not None and is_index_tensor(ids) and ids.dim() == 2 and grid.dim() == 2 \
+            and grid.shape[0] == ids.shape[0] and 1 <= ids.shape[1] - grid.shape[1] <= 2:
+        known = ids[:, ids.shape[1] - grid.shape[1]:]
     if grid is None or grid.dim() != 2 or grid.shape[1] < 3:
         return plans
     if is_index_tensor(attention_mask) or (
@@ -92,36 +103,41 @@ def token_plans(target: Any, ids: Any, *, ignore_index: int = -100, reduction: s
 
             plans.append(Plan([pad.sum(), torch.tensor(float(grid.numel()), device=grid.device)], judge_mask))
             return plans
-    # No mask: a PAD id shows as the most common last-position value, also frequent overall; when
-    # the input ids are known, those target positions must also be padding in the input (a
-    # frequent real label, like the "O" tag of NER, sits under varied input tokens).
-    last = grid[:, -1]
-    cand = torch.mode(last).values
-    counted = cand != ignore_index
-    is_cand = grid == cand
-    vals = [cand, counted, (last == cand).float().mean(), (grid[:, -2] == cand).float().mean(), is_cand.float().mean()]
+    # No mask: a PAD id shows as the most common value at the padded end of the rows (the last
+    # position, or the first one for left padding), also frequent overall; when the input ids are
+    # known, those target positions must also be padding in the input (a frequent real label,
+    # like the "O" tag of NER, sits under varied input tokens).
+    ids = known
     known_ids = is_index_tensor(ids) and ids.shape == grid.shape and ids.device == grid.device
-    if known_ids:
-        ids_pad = torch.mode(ids[:, -1]).values
-        vals.append((is_cand & (ids == ids_pad)).sum().float() / is_cand.sum().clamp_min(1))
-    else:
-        # Without the input ids, padding shows by where it sits: in the run at the end of each row
-        # (a frequent class of a multi-output target, such as per-edge congestion classes, sits
-        # anywhere in the row).
-        trailing = is_cand.flip(-1).cumprod(-1).flip(-1).bool()
-        vals.append((trailing & is_cand).sum().float() / is_cand.sum().clamp_min(1))
+    vals: list[torch.Tensor] = []
+    for end, nxt in ((-1, -2), (0, 1)):
+        edge = grid[:, end]
+        cand = torch.mode(edge).values
+        is_cand = grid == cand
+        vals += [cand, cand != ignore_index, (edge == cand).float().mean(), (grid[:, nxt] == cand).float().mean(),
+                 is_cand.float().mean()]
+        if known_ids:
+            ids_pad = torch.mode(ids[:, end]).values
+            vals.append((is_cand & (ids == ids_pad)).sum().float() / is_cand.sum().clamp_min(1))
+        else:
+            # Without the input ids, padding shows by where it sits: in the run at that end of
+            # each row (a frequent class of a multi-output target, such as per-edge congestion
+            # classes, sits anywhere in the row).
+            run = is_cand.flip(-1).cumprod(-1).flip(-1) if end == -1 else is_cand.cumprod(-1)
+            vals.append((run.bool() & is_cand).sum().float() / is_cand.sum().clamp_min(1))
 
     def judge_pad(v: list[float]) -> Verdict | None:
-        pad_id, counted_v, at_last, at_second, overall = v[:5]
-        if not counted_v or at_last < 0.5 or at_second < 0.25 or overall < 0.15:
-            return None
-        if known_ids and v[5] < 0.6:
-            return None
-        if not known_ids and v[5] < 0.9:
-            return None
-        return dict(name="pad_in_loss", severity=Severity.WARNING, pad=int(pad_id),
-                    evidence={"pad_id": int(pad_id), "share_of_target_tokens": round(overall, 3),
-                              "rows_ending_in_pad": round(at_last, 3), "ignore_index": ignore_index})
+        for left, side in ((False, v[:6]), (True, v[6:])):
+            pad_id, counted_v, at_end, at_next, overall, placed = side
+            if not counted_v or at_end < 0.5 or at_next < 0.25 or overall < 0.15:
+                continue
+            if placed < (0.6 if known_ids else 0.9):
+                continue
+            ev = {"pad_id": int(pad_id), "share_of_target_tokens": round(overall, 3),
+                  ("rows_starting_with_pad" if left else "rows_ending_in_pad"): round(at_end, 3),
+                  "ignore_index": ignore_index}
+            return dict(name="pad_in_loss", severity=Severity.WARNING, pad=int(pad_id), evidence=ev)
+        return None
 
     plans.append(Plan(vals, judge_pad))
     return plans

@@ -54,6 +54,29 @@ def outer_sample_broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int,
     return r
 
 
+def _size_at(s: tuple[int, ...], pos: int, rank: int) -> int:
+    """The size `s` has at position `pos` of a rank-`rank` broadcast (1 where it has no axis)."""
+    i = pos - (rank - len(s))
+    return s[i] if i >= 0 else 1
+
+
+def paired_batch_broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Both operands hold the same N >= 2 samples on their first axis, yet right-aligned
+    broadcasting puts those axes at two different positions of the result, each against a 1 (or
+    no axis) of the other: the result holds N x N sample pairs (`(N, 1, H, W)` against
+    `(N, 1, 1, H, W)` gives `(N, N, 1, H, W)`). The `(N, 1)` vs `(N,)` pattern is one case. A
+    deliberate pairing of two batches spells its axes out (`a[:, None] - b[None, :]`: `b`'s
+    first axis is 1), so it is not matched."""
+    r = grows(a, b)
+    if r is None or not a or not b or a[0] != b[0] or a[0] < 2:
+        return None
+    rank = len(r)
+    pa, pb = rank - len(a), rank - len(b)
+    if pa == pb or _size_at(b, pa, rank) != 1 or _size_at(a, pb, rank) != 1:
+        return None
+    return r
+
+
 def aligned(prediction: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Prediction and target with the same shape (the prediction's), when they hold as many elements."""
     if prediction.numel() != target.numel():
@@ -64,13 +87,17 @@ def aligned(prediction: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tenso
 def broadcast_finding(*, op: str, prediction_shape: tuple[int, ...], target_shape: tuple[int, ...],
                       result_shape: tuple[int, ...], computed: float | None, fixed: float | None,
                       frame: UserFrame | None, module: str | None = None, step: int | None = None,
-                      severity: Severity = Severity.ERROR) -> Finding:
+                      severity: Severity = Severity.ERROR, paired: bool = False) -> Finding:
+    evidence: dict[str, object] = {
+        "prediction_shape": prediction_shape, "target_shape": target_shape, "broadcast_shape": result_shape,
+        "loss_computed": fmt(computed) if computed is not None else "n/a",
+        "loss_aligned": fmt(fixed) if fixed is not None else "n/a"}
+    n = prediction_shape[0] if prediction_shape else 0
+    if paired:
+        evidence["targets_per_prediction"] = n
     return finding(
         "loss_broadcast", severity=severity, stage=Stage.LOSS, frame=frame, module=module, op=op, step=step,
-        evidence={"prediction_shape": prediction_shape, "target_shape": target_shape,
-                  "broadcast_shape": result_shape,
-                  "loss_computed": fmt(computed) if computed is not None else "n/a",
-                  "loss_aligned": fmt(fixed) if fixed is not None else "n/a"},
+        evidence=evidence, variant="paired" if paired else None, n=n,
         pred=list(prediction_shape), target=list(target_shape), result=list(result_shape))
 
 
