@@ -267,6 +267,46 @@ def test_the_prior_of_an_mse_loss_pools_the_targets_of_many_batches(tmp_path):
         f.evidence["prior"])
 
 
+# (4) a weighted regression (a flow-matching model's timestep weighting): the loss passed to backward
+#     is the MSE times a per-step weight near 2, so it sits near the targets' variance while the MSE
+#     itself learns to half of it; the targets' variance is no level of the weighted loss (session 15)
+WEIGHTED = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.manual_seed(13)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    w = torch.randn(8, 4) * 0.35
+    weights = torch.linspace(1.6, 2.4, 1000)
+
+    def training_loss(x, y):
+        t = torch.randint(0, 1000, (1,))
+        loss = F.mse_loss(model(x), y)
+        return loss * weights[t]
+
+    for step in range(240):
+        x = torch.randn(32, 8)
+        y = x @ w + torch.randn(32, 4)
+        loss = training_loss(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_a_weighted_mse_is_not_compared_with_its_targets_variance(tmp_path):
+    report, _ = _run(tmp_path, WEIGHTED)
+    assert _codes(report, "dynamics.loss_at_prior") == []
+    # the same program where the weight is constant 1: the MSE is the loss, and its prior applies
+    # to a model that cannot see its inputs
+    blind = WEIGHTED.replace("torch.linspace(1.6, 2.4, 1000)", "torch.ones(1000)").replace("model(x)", "model(x * 0)")
+    report, _ = _run(tmp_path, blind)
+    [f] = _codes(report, "dynamics.loss_at_prior")
+    assert f.severity.value == "warning" and f.evidence["prior_is"] == "target variance"
+
+
 # ---------------------------------------------------------------- a loss that grows and then settles
 # (1) a contrastive loop with a queue of negatives that starts empty (zeros): the first losses are
 #     near 0, rise to ~log(K) as the queue fills, then fall as the encoder learns
