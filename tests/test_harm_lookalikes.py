@@ -492,6 +492,33 @@ def test_a_divergence_read_from_losses_after_it():
     assert run(rise, 0, 5).severity is Severity.WARNING  # the run stops at the growth: no recovery seen
 
 
+def test_a_growth_to_one_outlier_batch_is_no_divergence():
+    # a heavy-tailed critic loss (session 15, TD3): small rises from a dip, then one batch with the
+    # largest TD errors (x600 in 5 steps), and the next batches back at the usual level while the
+    # level drifts up as the returns grow; the same growth kept by the next losses stays a warning
+    from torchtriage._dynamics._harm import HarmGate
+    from torchtriage._findings import Category, Finding, Severity
+
+    def run(values, at, now):
+        gate = HarmGate()
+        for i, v in enumerate(values):
+            gate.loss(i, v)
+            if i == now:
+                gate.hold(Finding(category=Category.NUMERICAL, code="dynamics.divergence", message="m",
+                                  severity=Severity.WARNING, step=at, evidence={"start_step": at, "step_now": now}))
+        [f] = gate.release()
+        return f
+
+    usual = [0.06, 0.09, 0.05, 3.4, 0.07, 0.11, 0.06, 0.08, 3.5, 0.05] * 2
+    rise = [0.027, 0.042, 0.05, 0.053, 3.53, 16.56]
+    drifting = [v * (1 + 0.05 * i) for i, v in enumerate([0.088, 0.082, 0.226] + usual + usual)]
+    f = run(usual + rise + drifting, 20, 25)
+    assert f.severity is Severity.INFO and f.evidence["transient"] is True
+    assert f.evidence["losses_after_peak"] == ["0.088", "0.0861", "0.2486"]
+    kept = run(usual + rise + [16.0, 17.5, 15.9] + [16 + 0.1 * (i % 4) for i in range(40)], 20, 25)
+    assert kept.severity is Severity.WARNING and "transient" not in kept.evidence
+
+
 # ---------------------------------------------------------------- BatchNorm in train() inside eval()
 # (1) an EMA teacher put in eval() with its BatchNorms back in train(), called before the student
 TEACHER_FIRST = """
