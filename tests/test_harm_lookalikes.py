@@ -267,6 +267,46 @@ def test_the_prior_of_an_mse_loss_pools_the_targets_of_many_batches(tmp_path):
         f.evidence["prior"])
 
 
+# (4) a weighted regression (a flow-matching model's timestep weighting): the loss passed to backward
+#     is the MSE times a per-step weight near 2, so it sits near the targets' variance while the MSE
+#     itself learns to half of it; the targets' variance is no level of the weighted loss (session 15)
+WEIGHTED = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.manual_seed(13)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    w = torch.randn(8, 4) * 0.35
+    weights = torch.linspace(1.6, 2.4, 1000)
+
+    def training_loss(x, y):
+        t = torch.randint(0, 1000, (1,))
+        loss = F.mse_loss(model(x), y)
+        return loss * weights[t]
+
+    for step in range(240):
+        x = torch.randn(32, 8)
+        y = x @ w + torch.randn(32, 4)
+        loss = training_loss(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_a_weighted_mse_is_not_compared_with_its_targets_variance(tmp_path):
+    report, _ = _run(tmp_path, WEIGHTED)
+    assert _codes(report, "dynamics.loss_at_prior") == []
+    # the same program where the weight is constant 1: the MSE is the loss, and its prior applies
+    # to a model that cannot see its inputs
+    blind = WEIGHTED.replace("torch.linspace(1.6, 2.4, 1000)", "torch.ones(1000)").replace("model(x)", "model(x * 0)")
+    report, _ = _run(tmp_path, blind)
+    [f] = _codes(report, "dynamics.loss_at_prior")
+    assert f.severity.value == "warning" and f.evidence["prior_is"] == "target variance"
+
+
 # ---------------------------------------------------------------- a loss that grows and then settles
 # (1) a contrastive loop with a queue of negatives that starts empty (zeros): the first losses are
 #     near 0, rise to ~log(K) as the queue fills, then fall as the encoder learns
@@ -450,6 +490,33 @@ def test_a_divergence_read_from_losses_after_it():
     f = run(restored, 20, 25)
     assert f.severity is Severity.INFO and f.evidence["loss_before_growth"] == "2.155"
     assert run(rise, 0, 5).severity is Severity.WARNING  # the run stops at the growth: no recovery seen
+
+
+def test_a_growth_to_one_outlier_batch_is_no_divergence():
+    # a heavy-tailed critic loss (session 15, TD3): small rises from a dip, then one batch with the
+    # largest TD errors (x600 in 5 steps), and the next batches back at the usual level while the
+    # level drifts up as the returns grow; the same growth kept by the next losses stays a warning
+    from torchtriage._dynamics._harm import HarmGate
+    from torchtriage._findings import Category, Finding, Severity
+
+    def run(values, at, now):
+        gate = HarmGate()
+        for i, v in enumerate(values):
+            gate.loss(i, v)
+            if i == now:
+                gate.hold(Finding(category=Category.NUMERICAL, code="dynamics.divergence", message="m",
+                                  severity=Severity.WARNING, step=at, evidence={"start_step": at, "step_now": now}))
+        [f] = gate.release()
+        return f
+
+    usual = [0.06, 0.09, 0.05, 3.4, 0.07, 0.11, 0.06, 0.08, 3.5, 0.05] * 2
+    rise = [0.027, 0.042, 0.05, 0.053, 3.53, 16.56]
+    drifting = [v * (1 + 0.05 * i) for i, v in enumerate([0.088, 0.082, 0.226] + usual + usual)]
+    f = run(usual + rise + drifting, 20, 25)
+    assert f.severity is Severity.INFO and f.evidence["transient"] is True
+    assert f.evidence["losses_after_peak"] == ["0.088", "0.0861", "0.2486"]
+    kept = run(usual + rise + [16.0, 17.5, 15.9] + [16 + 0.1 * (i % 4) for i in range(40)], 20, 25)
+    assert kept.severity is Severity.WARNING and "transient" not in kept.evidence
 
 
 # ---------------------------------------------------------------- BatchNorm in train() inside eval()

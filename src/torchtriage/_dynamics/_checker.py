@@ -269,8 +269,8 @@ class DynamicsChecker(Checker):
         self.flags.add([counts], done)
 
     def _set_prior(self, loss: str, variant: str, value: float, what: str) -> None:
-        if loss == "mse_loss" and self.targets.several:
-            self.prior = None  # the loss adds several MSE terms: one term's prior is no level of it
+        if loss == "mse_loss" and self.targets.no_level:
+            self.prior = None  # the loss adds several MSE terms, or weights it: one term's prior is no level of it
             return
         if value > 0 and math.isfinite(value):
             self.prior = (loss, variant, value, what)
@@ -310,6 +310,8 @@ class DynamicsChecker(Checker):
             self.writes.after.clear()  # (a backward accumulates into .grad in place: no write of the program's)
         if self.order.tracking:
             self.order.backward(roots)
+        if self._step < POOL_STEPS and self.targets.output is not None:
+            self.targets.backward(self._step, roots[0] if roots else None, self.flags.add)
         if not self.sentinel and roots and isinstance(roots[0], torch.Tensor) and roots[0].numel() == 1:
             value = roots[0].detach().float()
             grad = grads[0] if isinstance(grads, (tuple, list)) and grads else grads
@@ -569,7 +571,7 @@ class DynamicsChecker(Checker):
         if (self.prior is not None and self._step >= PRIOR_MIN_STEPS and self._step % 10 == 0
                 and "prior" not in self.reported):
             loss, variant, prior, what = self.prior
-            mean = at_prior(list(self.loss_recent), prior)
+            mean = None if loss == "mse_loss" and self.targets.no_level else at_prior(list(self.loss_recent), prior)
             if mean is not None:
                 self.reported.add("prior")
                 steps = self._step + 1

@@ -34,6 +34,11 @@ to a plateau the run then learns from (a contrastive loss that starts near 0 aga
 queue) cost the final result nothing: `info`, with the numbers. Both need 20 losses after the growth.
 When the loss that grew stops there (the range test's loop ends) and training goes on under another
 loss (another backward site: its own series), that training falling clearly is the run learning.
+(Session 15) A growth the loss does not keep is no divergence: when the 3 losses after its peak
+are back below the geometric middle of the level before it and the peak (a heavy-tailed series:
+an RL critic whose batch drew the transitions with the largest TD errors, 0.027 -> 16.6 in 5
+steps, then 0.088), it was one outlier batch reached by a run of small rises, an `info` with
+those losses as evidence (`transient`), unless a loss after it was non-finite.
 
 Findings whose harm is their own definition (updates too small to move the loss) are not held,
 nor are findings whose evidence
@@ -176,6 +181,7 @@ class HarmGate:
         before, before_spread = _level(before_window)
         settled, settled_spread = _level(settled_window)
         learned = False
+        transient = _transient(settled_window, before)
         if not broke and after is not None and math.isfinite(after) and after_growth >= LAST + len(settled_window):
             back = before is not None and after - before <= max(0.02 * abs(before), before_spread + after_spread)
             fell = settled is not None and settled - after > max(0.02 * abs(settled), settled_spread + after_spread)
@@ -200,11 +206,29 @@ class HarmGate:
         evidence["loss_at_end"] = num(after)
         evidence["nonfinite_after"] = broke
         evidence["run_kept_learning"] = learned
-        return f.replace(severity=Severity.INFO if learned else Severity.WARNING, evidence=evidence)
+        if transient is not None and not broke:
+            evidence["transient"] = True
+            evidence["losses_after_peak"] = [num(v) for v in transient]
+        return f.replace(severity=Severity.INFO if learned or (transient is not None and not broke)
+                         else Severity.WARNING, evidence=evidence)
 
     def _points(self) -> list[tuple[int, float]]:
         head_end = self.head[-1][0] if self.head else -1
         return self.head + [p for p in self.recent if p[0] > head_end]
+
+
+AFTER_PEAK = 3  # losses after a growth's peak that tell whether the loss kept it
+
+
+def _transient(settled_window: list[float], before: float | None) -> list[float] | None:
+    """The losses after a growth's peak when they fell back below the geometric middle of the level
+    before the growth and the peak (the growth was not kept), else None."""
+    if before is None or len(settled_window) < 1 + AFTER_PEAK:
+        return None
+    peak, after = settled_window[0], settled_window[1:1 + AFTER_PEAK]
+    if not (before > 0 and peak > before and all(math.isfinite(v) for v in after)):
+        return None
+    return after if statistics.median(after) <= math.sqrt(before * peak) else None
 
 
 def _int(v: object) -> int | None:

@@ -10,7 +10,12 @@ variance (the mean over columns) rides the step's one read, one number a step.
 
 The prior is the level of one MSE term: a step whose backward'd loss adds several MSE calls made
 with gradients (a twin critic's `mse(Q1, y) + mse(Q2, y)`) sits at a multiple of it, so such a
-run gets no MSE prior (`several`).
+run gets no MSE prior (`several`). So does a run whose backward'd loss is not the MSE's own value
+(session 15, `rescaled`): a per-step weight (a diffusion model's timestep weighting, an importance
+weight) or any other factor moves the recorded loss off the MSE's level, and a flow-matching DiT
+whose MSE was 0.87 against a constant predictor's 1.50 was called "at the targets' variance"
+from its weighted loss. Over the pooled steps, each step's backward root is compared with the
+step's last MSE output (the same tensor: nothing to read; else both ride the step's read).
 """
 
 from __future__ import annotations
@@ -32,6 +37,13 @@ class TargetMoments:
         self.step = -1
         self.calls = 0  # MSE calls with gradients in `step`
         self.several = False  # some step's loss adds several MSE terms
+        self.output: torch.Tensor | None = None  # the MSE output with gradients of `step`
+        self.rescaled = False  # some step's backward'd loss is not the MSE's value
+
+    @property
+    def no_level(self) -> bool:
+        """The recorded loss is not one MSE term's value: its targets' variance is no level of it."""
+        return self.several or self.rescaled
 
     def count(self, step: int, output: Any) -> None:
         """One MSE call; two with gradients in one step make the prior no level of the loss."""
@@ -41,6 +53,23 @@ class TargetMoments:
             self.step, self.calls = step, 0
         self.calls += 1
         self.several = self.several or self.calls > 1
+        self.output = output
+
+    def backward(self, step: int, root: Any, defer: Callable[[list[torch.Tensor], Any], None]) -> None:
+        """The step's backward: its root is the MSE output itself, or it must equal its value."""
+        out, self.output = self.output, None
+        if out is None or step != self.step or root is out:
+            return
+        if not (isinstance(root, torch.Tensor) and root.numel() == 1 and root.is_floating_point()):
+            self.rescaled = True
+            return
+
+        def done(v: list[float]) -> None:
+            a, b = v
+            if not abs(a - b) <= 1e-3 * max(abs(a), abs(b)) + 1e-12:
+                self.rescaled = True
+
+        defer([root.detach().float().reshape(()), out.detach().float().reshape(())], done)
 
     def add(self, inp: torch.Tensor, tgt: torch.Tensor, defer: Callable[[list[torch.Tensor], Any], None],
             done: Callable[[float], None]) -> None:

@@ -6,26 +6,43 @@ often arrive channels-last: (batch, H, W, C). `x.permute(0, 3, 1, 2)` moves the 
 "channel" plane is then a strip of the image with R, G, B interleaved along its rows. Nothing
 raises (the element count matches), and the model trains on scrambled pictures.
 
-The invariant every correct program keeps: the tensor a convolution receives is spatially
-coherent in its own layout, and no more coherent when read back as channels-last. This check
-measures it on the actual input of the convolutions that take few channels (2 to 4, the
-colour / sensor axis), at their first calls: the roughness of the input (the mean squared
-difference of spatial neighbours over twice the variance, per sample and channel: 0 for a
-smooth picture, 1 for noise), and the roughness of the same elements read as channels-last
-(`x.reshape(n, *spatial, C).movedim(-1, 1)`: the exact inverse of the mistake). When the
-second is a small fraction of the first, the data was channels-last and the reshape scrambled
-it. A correct input read that way is scrambled, so it only gets rougher; noise is as rough
-either way. A resize between the reshape and the convolution blurs the interleaving, and
-then nothing is said.
+The invariant every correct program keeps: a tensor whose element order comes from the data
+(not from a learned layer) reaches a convolution spatially coherent in its own layout, and no
+more coherent when read back as channels-last. Two things decide whether it applies:
+
+- provenance (session 15). Only a tensor laid out by the data can be channels-last data: one
+  made by a learned linear map (a convolution, a transposed convolution, a linear layer, a
+  matmul, an embedding) has the layout the network gives it, whatever it looks like (the
+  period-k artefacts of a stride-k upsampling read back with C = k look smooth; HiFi-GAN's
+  hidden maps did). So an input whose autograd graph holds such an op is not judged; a call
+  under no_grad to a trainable convolution (an evaluation, provenance unknown) is not judged
+  nor counted (a training call follows). A detached generator output has no graph: the
+  statistic below must hold on it by itself.
+- the statistic. Each (sample, channel) plane is standardised first (mean 0, variance 1), then
+  the roughness of the input (the mean squared difference of spatial neighbours over twice the
+  variance: 0 for a smooth picture, 1 for noise) and of the same elements read as channels-last
+  (`z.reshape(n, *spatial, C).movedim(-1, 1)`: the exact inverse of the mistake) are compared.
+  Standardising first matters: read back, each plane is a concatenation of pieces of all the
+  given channels, and channels with different offsets or scales (a generator's output at
+  initialisation, a discriminator's hidden maps) would make that plane's variance large and its
+  neighbour differences small, a smoothness that is only the offsets (session 15's false alarms
+  on GAN discriminators). For the real mistake the given "channels" are bands of one picture:
+  standardising each band leaves the picture smooth read back.
+When the second roughness is a small fraction of the first, the data was channels-last and the
+reshape scrambled it. A correct input read that way is scrambled, so it only gets rougher;
+noise is as rough either way. A resize between the reshape and the convolution blurs the
+interleaving, and then nothing is said.
 
 Cost: a forward pre-hook on those convolutions until each has been judged on `CALLS` calls
-(then removed); a few reductions over at most `SAMPLES` samples per call judged, read along with the step's one
-read (the report comes at the next optimizer step).
+(then removed, or after `MAX_SKIPPED` calls it did not judge); a walk of at most `GRAPH_NODES`
+autograd nodes and a few reductions over at most `SAMPLES` samples per call judged, read along
+with the step's one read (the report comes at the next optimizer step).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 import weakref
 from typing import Any
@@ -45,6 +62,10 @@ SAMPLES = 8  # samples of a batch measured
 MIN_ROUGH = 0.15  # the input as given must be at least this rough
 RATIO = 0.4  # read as channels-last, at most this fraction of that roughness
 MAX_MODULES = 64
+MAX_SKIPPED = 16  # calls not judged (no_grad evaluations, learned inputs) before the hook goes
+GRAPH_NODES = 256  # autograd nodes walked for an input's provenance
+# autograd nodes of the learned linear maps that give a tensor its layout
+_LEARNED = re.compile(r"^(?:\w*Conv\w*|Addmm|Mm|Bmm|Baddbmm|Addbmm|Addmv|Mv|Linear|Embedding\w*|Matmul|Einsum)Backward")
 
 
 def roughness(z: torch.Tensor) -> torch.Tensor:
@@ -66,8 +87,33 @@ def channels_last_reading(x: torch.Tensor) -> torch.Tensor | None:
     n, c, spatial = x.shape[0], x.shape[1], tuple(x.shape[2:])
     if any(s < 4 for s in spatial):
         return None
-    back = x.reshape(n, *spatial, c).movedim(-1, 1)
-    return torch.stack([roughness(x), roughness(back)])
+    dims = tuple(range(2, x.dim()))
+    z = x - x.mean(dim=dims, keepdim=True)
+    z = z / z.pow(2).mean(dim=dims, keepdim=True).sqrt().clamp_min(1e-30)  # each plane standardised
+    back = z.reshape(n, *spatial, c).movedim(-1, 1)
+    return torch.stack([roughness(z), roughness(back)])
+
+
+def learned_layout(x: torch.Tensor) -> str | None:
+    """The autograd node of a learned linear map (convolution, linear, matmul, embedding) that
+    `x` was computed through, else None: such a tensor's layout is the network's own. A graph
+    larger than `GRAPH_NODES` counts as learned (a data pipeline's graph is a few ops)."""
+    root = x.grad_fn
+    if root is None:
+        return None
+    seen, todo = {root}, [root]
+    while todo:
+        node = todo.pop()
+        name = type(node).__name__
+        if _LEARNED.match(name):
+            return name
+        for nxt, _ in getattr(node, "next_functions", ()):
+            if nxt is not None and nxt not in seen:
+                if len(seen) >= GRAPH_NODES:
+                    return "graph"
+                seen.add(nxt)
+                todo.append(nxt)
+    return None
 
 
 class ChannelLayoutWatch:
@@ -78,6 +124,7 @@ class ChannelLayoutWatch:
         self.flags = flags  # the numbers ride the step's one read
         self._handles: dict[int, Any] = {}
         self._calls: dict[int, int] = {}
+        self._skipped: dict[int, int] = {}
         self._reported: set[int] = set()
 
     def watch(self, model: nn.Module) -> None:
@@ -106,13 +153,17 @@ class ChannelLayoutWatch:
 
     def _judge(self, module: Any, model: nn.Module | None, path: str, args: tuple[Any, ...]) -> None:
         key = id(module)
+        x = args[0] if args else None
+        if isinstance(x, torch.Tensor) and not self._known_layout(module, x):
+            skipped = self._skipped.get(key, 0) + 1
+            self._skipped[key] = skipped
+            if skipped >= MAX_SKIPPED:
+                self._unhook(key)
+            return
         calls = self._calls.get(key, 0) + 1
         self._calls[key] = calls
         if calls >= CALLS:
-            h = self._handles.pop(key, None)
-            if h is not None:
-                h.remove()
-        x = args[0] if args else None
+            self._unhook(key)
         if not isinstance(x, torch.Tensor) or key in self._reported:
             return
         if x.dim() != len(module.weight.shape) or x.shape[1] != module.in_channels:
@@ -124,6 +175,21 @@ class ChannelLayoutWatch:
         shape, frame, step = list(x.shape), self._frame(model, x), self.session.step
         name = self.session.module_name(module) or path or type(module).__name__
         self.flags.add([read], lambda vals: self._report(key, name, shape, frame, step, vals[0], vals[1]))
+
+    def _unhook(self, key: int) -> None:
+        h = self._handles.pop(key, None)
+        if h is not None:
+            h.remove()
+
+    @staticmethod
+    def _known_layout(module: Any, x: torch.Tensor) -> bool:
+        """Whether the element order of `x` can be the data's: not computed through a learned
+        linear map, and not an evaluation call of a trainable convolution (under no_grad the
+        graph that would tell is missing; a training call follows)."""
+        if x.grad_fn is not None:
+            return learned_layout(x) is None
+        weight = getattr(module, "weight", None)
+        return torch.is_grad_enabled() or not (isinstance(weight, torch.Tensor) and weight.requires_grad)
 
     def _report(self, key: int, name: str, shape: list[int], frame: UserFrame | None, step: int,
                 given: float, last: float) -> None:
