@@ -54,6 +54,11 @@ TORCH_PRIVATES = {
     "_saved_self": "a product node's saved operand (MmBackward0, MulBackward0): the two embeddings a "
                    "contrastive logit compares, without re-running the forward",
     "_saved_mat2": "MmBackward0's saved second operand (with _saved_self: the pair of a similarity product)",
+    "_saved_start": "SliceBackward0's saved bounds (with _saved_end, _saved_step): two slices of one tensor "
+                    "with the same bounds are the same rows, named in the finding",
+    "_saved_end": "SliceBackward0's saved end (see _saved_start)",
+    "_saved_step": "SliceBackward0's saved step (see _saved_start)",
+    "_saved_self_sym_sizes": "SliceBackward0's saved input shape: the tensor the two slices were cut from",
     "_step_count": "an LR scheduler's step counter: 0 before its first step()",
     "_get_closed_form_lr": "an LR scheduler's lr at any last_epoch (get_lr() is chainable: it reads the "
                            "group's current lr), to read what a never-stepped schedule would have given",

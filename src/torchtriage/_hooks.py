@@ -79,6 +79,7 @@ class SessionHooks(HookOwner):
         stage: Stage | None
         _names: weakref.WeakKeyDictionary[nn.Module, str]
         _roots: weakref.WeakKeyDictionary[nn.Module, str]
+        _loss_like: weakref.WeakSet[nn.Module]
         _optimizers: list[weakref.ref[torch.optim.Optimizer]]
         _clock: weakref.ref[torch.optim.Optimizer] | None
         _broken: set[str]
@@ -233,6 +234,10 @@ class SessionHooks(HookOwner):
                         if _fed_graph(args):
                             self._begin_step_if_needed()
                             self.stage = Stage.LOSS
+                            # Watched all the same: called without a graph (an evaluation's
+                            # parameterless scorer, a link predictor's dot product) it is a model.
+                            self._loss_like.add(module)
+                            self.watch_model(module, _label_from_caller(module))
                         return
                     if self.discover and module not in self._names and not called_functionally():
                         self.watch_model(module, _label_from_caller(module))
@@ -240,6 +245,10 @@ class SessionHooks(HookOwner):
                     elif module not in self._names:
                         self._depth += 1
                         return
+                elif self._loss_like and module in self._loss_like and _fed_graph(args):
+                    self._begin_step_if_needed()
+                    self.stage = Stage.LOSS  # a hand-written loss module again: transparent
+                    return
                 self._begin_step_if_needed()
                 self.stage = Stage.FORWARD
                 if label is not None:
@@ -274,7 +283,7 @@ class SessionHooks(HookOwner):
                     self._emit("on_forward", module, name, args, kwargs, output)
             if self._depth == 0:
                 label = self._roots.get(module)
-                if label is not None:
+                if label is not None and not (self._loss_like and module in self._loss_like and _fed_graph(args)):
                     self.stage = Stage.LOSS
                     self._emit("on_root_forward", module, label, args, kwargs, output)
         except POLICY_ERRORS:

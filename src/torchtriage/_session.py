@@ -111,6 +111,7 @@ class Session(SessionHooks):
         self._models: list[weakref.ref[nn.Module]] = []
         self._names: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
         self._roots: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
+        self._loss_like: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # parameterless modules fed a graph
         self._optimizers: list[weakref.ref[torch.optim.Optimizer]] = []
         self._findings: dict[tuple[Any, ...], Finding] = {}
         self._order = itertools.count(1)

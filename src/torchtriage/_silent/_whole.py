@@ -62,6 +62,8 @@ def probe_call(snap: Any, ids: Any) -> tuple[Any, ...] | None:
         return None
     n = ids.shape[0]
     for a in (*snap.args[1:], *snap.kwargs.values()):
+        if isinstance(a, torch.Tensor) and a.layout != torch.strided:
+            return None  # a sparse or nested argument (a graph's adjacency): no rows to cut
         if isinstance(a, torch.Tensor) and a.shape == ids.shape and not a.is_floating_point() \
                 and a.dtype != torch.bool and bool(((a != 0) & (a != 1)).any()):
             return None  # a second token sequence (a decoder's input): the verdict is judged on it
