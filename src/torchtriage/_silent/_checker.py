@@ -52,6 +52,7 @@ from ._node_site import INPUT_VERDICTS, input_module
 from ._opposed import Probe, pairs, uses
 from ._overflow import exp_nodes, overflow_verdict
 from ._pad_mask import PadAttention
+from ._pairing import dense_input, is_dense_target, misaligned_plan
 from ._plans import Plan, verdict_to_finding
 from ._region import LossRegion
 from ._sampling import TrainModeOutputs
@@ -92,6 +93,8 @@ class SilentChecker(Checker):
         self.layouts = ChannelLayoutWatch(session, self.flags)
         self.region: LossRegion | None = None
         self._rebuilt: set[Any] = set()  # loss lines whose targets a whole-input model reconstructs
+        self._dense: dict[Any, int] = {}  # loss lines with a dense target -> warm-up calls measured (`_pairing`)
+        self._dense_pending: tuple[torch.Tensor, Any, str | None] | None = None  # a loss inside the root call
         self.sampling: TrainModeOutputs | None = None
         self._leaving: list[TrainModeOutputs] = []  # inactive modes still on the stack
         self._stochastic: weakref.WeakKeyDictionary[nn.Module, list[str]] = weakref.WeakKeyDictionary()
@@ -226,6 +229,7 @@ class SilentChecker(Checker):
             self._averaged("gap")
         self._last_step = step
         self._in_root = 0
+        self._dense_pending = None
         self._drop_mask_follow()
         self._averaged("observe", step)
         self._eval_forwards.clear()
@@ -242,6 +246,10 @@ class SilentChecker(Checker):
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
         self._in_root = max(0, self._in_root - 1)
+        if self._dense_pending is not None and not self._in_root:
+            tgt, frame, module = self._dense_pending
+            self._dense_pending = None
+            self._pairing(tgt, args, kwargs, frame, module)
         out = first_tensor(output)
         if not self._backward_in_step:  # the step's autocast, for a replay of its forward
             self._autocast = [(d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
@@ -304,6 +312,7 @@ class SilentChecker(Checker):
         if isinstance(out, torch.Tensor):
             self.graphs.mark(out, self._step, call.frame)
         self._follow_token_mask(call)
+        self._dense_target(call)
         if self._warm():
             self._warm_sites.add(call.frame)
         elif not self._new_loss_site(call):
@@ -338,6 +347,47 @@ class SilentChecker(Checker):
                 if rec is not None and (rec.taped or self._step >= self.warmup - 1):
                     plans += self_pair_plans(inp, tgt, call.option("ignore_index", -100), rec, self._pairs_seen)
         self._queue(plans, frame=call.frame, op=call.name, module=call.module, inp=inp, whole=whole)
+
+    def _dense_target(self, call: LossCall) -> None:
+        """A training loss whose target is dense (a mask, a depth map, an image) on the warm-up
+        steps: does it line up with the model's input (`_pairing.py`)? A loss computed inside
+        the model's forward waits for that call's end (its arguments)."""
+        tgt = call.target
+        if not self._warm() or not torch.is_grad_enabled() or torch.is_inference_mode_enabled() \
+                or not is_dense_target(tgt) or self._dense.get(call.frame, 0) >= self.warmup or len(self._dense) > 16:
+            return
+        if self._in_root:
+            if self._dense_pending is None:
+                self._dense_pending = (tgt, call.frame, call.module)
+            return
+        snap = self.session.snapshot
+        if snap is not None and snap.record.calls:
+            last = snap.record.calls[-1]  # the model call that made the prediction
+            self._pairing(tgt, last.args, last.kwargs, call.frame, call.module)
+
+    def _pairing(self, tgt: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any], frame: Any,
+                 module: str | None) -> None:
+        x = dense_input(tgt, args, kwargs)
+        if x is None:
+            return
+        self._dense[frame] = self._dense.get(frame, 0) + 1
+        try:
+            with self.session.paused(), own_modes_off(), torch.no_grad():
+                plan = misaligned_plan(x, tgt)
+        except Exception as e:  # our bug: the user's step goes on
+            self.session.internal_error("data.target_misaligned", e)
+            return
+        if plan is not None:
+            key = ("misaligned", frame)
+            step = self._step
+
+            def done(vals: list[float]) -> None:
+                v = plan.decide(vals)
+                if v is not None and key not in self._reported:
+                    self._reported.add(key)
+                    self._add(verdict_to_finding(v, frame=frame, step=step, op=None, module=module))
+
+            self.flags.add(plan.values, done)
 
     def _follow_token_mask(self, call: LossCall) -> None:
         """A per-token next-token loss (`reduction="none"`, targets shaped like the loss) of a
