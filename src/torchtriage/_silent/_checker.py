@@ -48,6 +48,7 @@ from ._intscale import int_scale_plans
 from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules, trainable_stochastic_modules
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
 from ._metricstate import MetricStates
+from ._mixweight import mix_weight_verdict
 from ._node_site import INPUT_VERDICTS, input_module
 from ._opposed import Probe, pairs, uses
 from ._overflow import exp_nodes, overflow_verdict
@@ -95,6 +96,8 @@ class SilentChecker(Checker):
         self._rebuilt: set[Any] = set()  # loss lines whose targets a whole-input model reconstructs
         self._dense: dict[Any, int] = {}  # loss lines with a dense target -> warm-up calls measured (`_pairing`)
         self._dense_pending: tuple[torch.Tensor, Any, str | None] | None = None  # a loss inside the root call
+        self._step_losses: list[tuple[Any, Any, Any, Any]] = []  # this step's training losses (`_mixweight`)
+        self._mix_holds = 0  # times the tape was kept on for a mixed loss seen after the warm-up
         self.sampling: TrainModeOutputs | None = None
         self._leaving: list[TrainModeOutputs] = []  # inactive modes still on the stack
         self._stochastic: weakref.WeakKeyDictionary[nn.Module, list[str]] = weakref.WeakKeyDictionary()
@@ -230,6 +233,7 @@ class SilentChecker(Checker):
         self._last_step = step
         self._in_root = 0
         self._dense_pending = None
+        self._step_losses.clear()
         self._drop_mask_follow()
         self._averaged("observe", step)
         self._eval_forwards.clear()
@@ -313,6 +317,8 @@ class SilentChecker(Checker):
             self.graphs.mark(out, self._step, call.frame)
         self._follow_token_mask(call)
         self._dense_target(call)
+        if isinstance(out, torch.Tensor) and out.numel() == 1 and out.requires_grad and len(self._step_losses) < 8:
+            self._step_losses.append((out, call.input, call.target, call.frame))
         if self._warm():
             self._warm_sites.add(call.frame)
         elif not self._new_loss_site(call):
@@ -529,6 +535,7 @@ class SilentChecker(Checker):
                                             snap.record if snap is not None else None)
                 if grown is not None:
                     self._add(carried_finding(grown, frame, self._step))
+        self._mixed_labels()
         if self._warm() and (snap := self.session.snapshot) is not None:
             self._division_plans(snap.record.ops, root)
             self._batch_twice(snap, root)
@@ -543,6 +550,30 @@ class SilentChecker(Checker):
                 self._queue_collapse()  # queued before optimizer.step(): read with the step's read
         if self._warm() or (self.exp_every > 0 and self._step % self.exp_every == 0):
             self._exp_plans(root, exp_sites)
+
+    def _mixed_labels(self) -> None:
+        """Two losses on one prediction with different targets (a mixed label): on a taped step,
+        the label weights against the pixels pasted (`_mixweight.py`); on a later step, the tape
+        is kept on for the next few steps (a loop that mixes some batches only)."""
+        losses, self._step_losses = self._step_losses, []
+        if len(losses) < 2 or not any(a[1] is b[1] and a[2] is not b[2] for a in losses for b in losses):
+            return
+        snap = self.session.snapshot
+        if snap is None:
+            return
+        if not snap.record.taped:
+            keeper = self.session.checker("snapshot")
+            if keeper is not None and self._mix_holds < 2:
+                self._mix_holds += 1
+                keeper.hold_tape(self._step + 6)
+            return
+        inputs = [t for c in snap.record.calls for t in (*c.args, *c.kwargs.values()) if isinstance(t, torch.Tensor)]
+        v = mix_weight_verdict(snap.record.ops, inputs, losses)
+        frame = next((f for _, _, _, f in losses if f is not None), None)
+        key = ("mixweight", frame)
+        if v is not None and key not in self._reported:
+            self._reported.add(key)
+            self._add(verdict_to_finding(v, frame=frame, step=self._step, op=None))
 
     def _division_plans(self, ops: list[Any], root: torch.Tensor) -> None:
         """The step's taped divisions that feed this loss, each judged once per step."""
