@@ -50,6 +50,7 @@ from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
 from ._metricstate import MetricStates
 from ._mixweight import mix_weight_verdict
 from ._node_site import INPUT_VERDICTS, input_module
+from ._noisetarget import noise_rows_plan
 from ._opposed import Probe, pairs, uses
 from ._overflow import exp_nodes, overflow_verdict
 from ._pad_mask import PadAttention
@@ -317,6 +318,7 @@ class SilentChecker(Checker):
             self.graphs.mark(out, self._step, call.frame)
         self._follow_token_mask(call)
         self._dense_target(call)
+        self._noise_target(call)
         if isinstance(out, torch.Tensor) and out.numel() == 1 and out.requires_grad and len(self._step_losses) < 8:
             self._step_losses.append((out, call.input, call.target, call.frame))
         if self._warm():
@@ -353,6 +355,30 @@ class SilentChecker(Checker):
                 if rec is not None and (rec.taped or self._step >= self.warmup - 1):
                     plans += self_pair_plans(inp, tgt, call.option("ignore_index", -100), rec, self._pairs_seen)
         self._queue(plans, frame=call.frame, op=call.name, module=call.module, inp=inp, whole=whole)
+
+    def _noise_target(self, call: LossCall) -> None:
+        """A training loss's target whose rows were overwritten with random noise on the tape
+        before the model call, on the warm-up steps (`_noisetarget.py`)."""
+        snap = self.session.snapshot
+        if not self._warm() or not torch.is_grad_enabled() or snap is None or not snap.record.taped \
+                or ("noise_target", call.frame) in self._reported:
+            return
+        tgt = call.target
+        if call.name in ELEMENTWISE_LOSSES and isinstance(tgt, torch.Tensor) and tgt.requires_grad \
+                and isinstance(call.input, torch.Tensor) and not call.input.requires_grad:
+            tgt = call.input  # a symmetric loss given (target, prediction)
+        plan = noise_rows_plan(snap.record.ops, tgt)
+        if plan is None:
+            return
+        key, step, frame = ("noise_target", call.frame), self._step, call.frame
+
+        def done(vals: list[float]) -> None:
+            v = plan.decide(vals)
+            if v is not None and key not in self._reported:
+                self._reported.add(key)
+                self._add(verdict_to_finding(v, frame=frame, step=step, op=v.get("op"), module=call.module))
+
+        self.flags.add(plan.values, done)
 
     def _dense_target(self, call: LossCall) -> None:
         """A training loss whose target is dense (a mask, a depth map, an image) on the warm-up
