@@ -57,3 +57,12 @@ def test_lambda_recomputed_from_the_box_is_quiet(make):
 
 def test_mixup_is_quiet():
     assert not _run(z.mixup).filter(code=CODE)
+
+
+def test_a_mixing_branch_first_taken_after_the_warm_up_is_found_on_a_later_step():
+    report = _run(z.cutmix_after_warmup)
+    found = report.filter(code=CODE)
+    assert len(found) == 1, [(f.code, f.line) for f in report.findings]
+    f = found[0]
+    assert f.step == 5 and f.line == _line("# mixed late")
+    assert (f.evidence["box"], f.evidence["label_weight_own"], f.evidence["pixel_share_kept"]) == ([6, 6], 0.3, 0.91)

@@ -102,3 +102,30 @@ def mixup(steps: int = 3):
             opt.step()
 
     return model, opt, train
+
+
+def cutmix_after_warmup(steps: int = 8):
+    """Plain batches first, CutMix from the fifth step on (the mixing branch first seen after the
+    warm-up): a fixed corner box with the sampled weight."""
+    g = torch.Generator().manual_seed(3)
+    images, labels = _data(g)
+    model = _net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def train():
+        for step in range(steps):
+            idx = torch.randperm(96, generator=g)[:16]
+            x, y = images[idx].clone(), labels[idx]
+            if step < 4:
+                loss = F.cross_entropy(model(x), y)
+            else:
+                lam = 0.3
+                perm = torch.randperm(16, generator=g)
+                x[:, :, 14:, 14:] = x[perm, :, 14:, 14:]
+                out = model(x)
+                loss = F.cross_entropy(out, y) * lam + F.cross_entropy(out, y[perm]) * (1 - lam)  # mixed late
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return model, opt, train

@@ -588,10 +588,10 @@ class SilentChecker(Checker):
         if snap is None:
             return
         if not snap.record.taped:
-            keeper = self.session.checker("snapshot")
-            if keeper is not None and self._mix_holds < 2:
+            hold = getattr(self.session.checker("snapshot"), "hold_tape", None)  # the snapshot keeper's
+            if hold is not None and self._mix_holds < 2:
                 self._mix_holds += 1
-                keeper.hold_tape(self._step + 6)
+                hold(self._step + 6)
             return
         inputs = [t for c in snap.record.calls for t in (*c.args, *c.kwargs.values()) if isinstance(t, torch.Tensor)]
         v = mix_weight_verdict(snap.record.ops, inputs, losses)
