@@ -48,7 +48,7 @@ from ._intscale import int_scale_plans
 from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules, trainable_stochastic_modules
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
 from ._metricstate import MetricStates
-from ._mixweight import mix_weight_verdict
+from ._mixweight import mix_weight_verdict, pasted_share
 from ._node_site import INPUT_VERDICTS, input_module
 from ._noisetarget import noise_rows_plan
 from ._opposed import Probe, pairs, uses
@@ -99,6 +99,7 @@ class SilentChecker(Checker):
         self._dense_pending: tuple[torch.Tensor, Any, str | None] | None = None  # a loss inside the root call
         self._step_losses: list[tuple[Any, Any, Any, Any]] = []  # this step's training losses (`_mixweight`)
         self._mix_holds = 0  # times the tape was kept on for a mixed loss seen after the warm-up
+        self._mix_judged: set[Any] = set()  # mixed-loss lines a taped step showed without a paste
         self.sampling: TrainModeOutputs | None = None
         self._leaving: list[TrainModeOutputs] = []  # inactive modes still on the stack
         self._stochastic: weakref.WeakKeyDictionary[nn.Module, list[str]] = weakref.WeakKeyDictionary()
@@ -585,7 +586,8 @@ class SilentChecker(Checker):
         if len(losses) < 2 or not any(a[1] is b[1] and a[2] is not b[2] for a in losses for b in losses):
             return
         snap = self.session.snapshot
-        if snap is None:
+        frame = next((f for _, _, _, f in losses if f is not None), None)
+        if snap is None or frame in self._mix_judged:
             return
         if not snap.record.taped:
             hold = getattr(self.session.checker("snapshot"), "hold_tape", None)  # the snapshot keeper's
@@ -595,7 +597,8 @@ class SilentChecker(Checker):
             return
         inputs = [t for c in snap.record.calls for t in (*c.args, *c.kwargs.values()) if isinstance(t, torch.Tensor)]
         v = mix_weight_verdict(snap.record.ops, inputs, losses)
-        frame = next((f for _, _, _, f in losses if f is not None), None)
+        if v is None and len(self._mix_judged) < 64 and pasted_share(snap.record.ops, inputs) is None:
+            self._mix_judged.add(frame)  # no paste on a taped step: no tape kept on for it later (mixup)
         key = ("mixweight", frame)
         if v is not None and key not in self._reported:
             self._reported.add(key)
