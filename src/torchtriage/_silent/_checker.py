@@ -48,10 +48,13 @@ from ._intscale import int_scale_plans
 from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules, trainable_stochastic_modules
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
 from ._metricstate import MetricStates
+from ._mixweight import mix_weight_verdict, pasted_share
 from ._node_site import INPUT_VERDICTS, input_module
+from ._noisetarget import noise_rows_plan
 from ._opposed import Probe, pairs, uses
 from ._overflow import exp_nodes, overflow_verdict
 from ._pad_mask import PadAttention
+from ._pairing import dense_input, is_dense_target, misaligned_plan
 from ._plans import Plan, verdict_to_finding
 from ._region import LossRegion
 from ._sampling import TrainModeOutputs
@@ -92,6 +95,11 @@ class SilentChecker(Checker):
         self.layouts = ChannelLayoutWatch(session, self.flags)
         self.region: LossRegion | None = None
         self._rebuilt: set[Any] = set()  # loss lines whose targets a whole-input model reconstructs
+        self._dense: dict[Any, int] = {}  # loss lines with a dense target -> warm-up calls measured (`_pairing`)
+        self._dense_pending: tuple[torch.Tensor, Any, str | None] | None = None  # a loss inside the root call
+        self._step_losses: list[tuple[Any, Any, Any, Any]] = []  # this step's training losses (`_mixweight`)
+        self._mix_holds = 0  # times the tape was kept on for a mixed loss seen after the warm-up
+        self._mix_judged: set[Any] = set()  # mixed-loss lines a taped step showed without a paste
         self.sampling: TrainModeOutputs | None = None
         self._leaving: list[TrainModeOutputs] = []  # inactive modes still on the stack
         self._stochastic: weakref.WeakKeyDictionary[nn.Module, list[str]] = weakref.WeakKeyDictionary()
@@ -226,6 +234,8 @@ class SilentChecker(Checker):
             self._averaged("gap")
         self._last_step = step
         self._in_root = 0
+        self._dense_pending = None
+        self._step_losses.clear()
         self._drop_mask_follow()
         self._averaged("observe", step)
         self._eval_forwards.clear()
@@ -242,6 +252,10 @@ class SilentChecker(Checker):
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
         self._in_root = max(0, self._in_root - 1)
+        if self._dense_pending is not None and not self._in_root:
+            tgt, frame, module = self._dense_pending
+            self._dense_pending = None
+            self._pairing(tgt, args, kwargs, frame, module)
         out = first_tensor(output)
         if not self._backward_in_step:  # the step's autocast, for a replay of its forward
             self._autocast = [(d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
@@ -304,6 +318,10 @@ class SilentChecker(Checker):
         if isinstance(out, torch.Tensor):
             self.graphs.mark(out, self._step, call.frame)
         self._follow_token_mask(call)
+        self._dense_target(call)
+        self._noise_target(call)
+        if isinstance(out, torch.Tensor) and out.numel() == 1 and out.requires_grad and len(self._step_losses) < 8:
+            self._step_losses.append((out, call.input, call.target, call.frame))
         if self._warm():
             self._warm_sites.add(call.frame)
         elif not self._new_loss_site(call):
@@ -338,6 +356,71 @@ class SilentChecker(Checker):
                 if rec is not None and (rec.taped or self._step >= self.warmup - 1):
                     plans += self_pair_plans(inp, tgt, call.option("ignore_index", -100), rec, self._pairs_seen)
         self._queue(plans, frame=call.frame, op=call.name, module=call.module, inp=inp, whole=whole)
+
+    def _noise_target(self, call: LossCall) -> None:
+        """A training loss's target whose rows were overwritten with random noise on the tape
+        before the model call, on the warm-up steps (`_noisetarget.py`)."""
+        snap = self.session.snapshot
+        if not self._warm() or not torch.is_grad_enabled() or snap is None or not snap.record.taped \
+                or ("noise_target", call.frame) in self._reported:
+            return
+        tgt = call.target
+        if call.name in ELEMENTWISE_LOSSES and isinstance(tgt, torch.Tensor) and tgt.requires_grad \
+                and isinstance(call.input, torch.Tensor) and not call.input.requires_grad:
+            tgt = call.input  # a symmetric loss given (target, prediction)
+        plan = noise_rows_plan(snap.record.ops, tgt)
+        if plan is None:
+            return
+        key, step, frame = ("noise_target", call.frame), self._step, call.frame
+
+        def done(vals: list[float]) -> None:
+            v = plan.decide(vals)
+            if v is not None and key not in self._reported:
+                self._reported.add(key)
+                self._add(verdict_to_finding(v, frame=frame, step=step, op=v.get("op"), module=call.module))
+
+        self.flags.add(plan.values, done)
+
+    def _dense_target(self, call: LossCall) -> None:
+        """A training loss whose target is dense (a mask, a depth map, an image) on the warm-up
+        steps: does it line up with the model's input (`_pairing.py`)? A loss computed inside
+        the model's forward waits for that call's end (its arguments)."""
+        tgt = call.target
+        if not self._warm() or not torch.is_grad_enabled() or torch.is_inference_mode_enabled() \
+                or not is_dense_target(tgt) or self._dense.get(call.frame, 0) >= self.warmup or len(self._dense) > 16:
+            return
+        if self._in_root:
+            if self._dense_pending is None:
+                self._dense_pending = (tgt, call.frame, call.module)
+            return
+        snap = self.session.snapshot
+        if snap is not None and snap.record.calls:
+            last = snap.record.calls[-1]  # the model call that made the prediction
+            self._pairing(tgt, last.args, last.kwargs, call.frame, call.module)
+
+    def _pairing(self, tgt: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any], frame: Any,
+                 module: str | None) -> None:
+        x = dense_input(tgt, args, kwargs)
+        if x is None:
+            return
+        self._dense[frame] = self._dense.get(frame, 0) + 1
+        try:
+            with self.session.paused(), own_modes_off(), torch.no_grad():
+                plan = misaligned_plan(x, tgt)
+        except Exception as e:  # our bug: the user's step goes on
+            self.session.internal_error("data.target_misaligned", e)
+            return
+        if plan is not None:
+            key = ("misaligned", frame)
+            step = self._step
+
+            def done(vals: list[float]) -> None:
+                v = plan.decide(vals)
+                if v is not None and key not in self._reported:
+                    self._reported.add(key)
+                    self._add(verdict_to_finding(v, frame=frame, step=step, op=None, module=module))
+
+            self.flags.add(plan.values, done)
 
     def _follow_token_mask(self, call: LossCall) -> None:
         """A per-token next-token loss (`reduction="none"`, targets shaped like the loss) of a
@@ -479,6 +562,7 @@ class SilentChecker(Checker):
                                             snap.record if snap is not None else None)
                 if grown is not None:
                     self._add(carried_finding(grown, frame, self._step))
+        self._mixed_labels()
         if self._warm() and (snap := self.session.snapshot) is not None:
             self._division_plans(snap.record.ops, root)
             self._batch_twice(snap, root)
@@ -493,6 +577,32 @@ class SilentChecker(Checker):
                 self._queue_collapse()  # queued before optimizer.step(): read with the step's read
         if self._warm() or (self.exp_every > 0 and self._step % self.exp_every == 0):
             self._exp_plans(root, exp_sites)
+
+    def _mixed_labels(self) -> None:
+        """Two losses on one prediction with different targets (a mixed label): on a taped step,
+        the label weights against the pixels pasted (`_mixweight.py`); on a later step, the tape
+        is kept on for the next few steps (a loop that mixes some batches only)."""
+        losses, self._step_losses = self._step_losses, []
+        if len(losses) < 2 or not any(a[1] is b[1] and a[2] is not b[2] for a in losses for b in losses):
+            return
+        snap = self.session.snapshot
+        frame = next((f for _, _, _, f in losses if f is not None), None)
+        if snap is None or frame in self._mix_judged:
+            return
+        if not snap.record.taped:
+            hold = getattr(self.session.checker("snapshot"), "hold_tape", None)  # the snapshot keeper's
+            if hold is not None and self._mix_holds < 2:
+                self._mix_holds += 1
+                hold(self._step + 6)
+            return
+        inputs = [t for c in snap.record.calls for t in (*c.args, *c.kwargs.values()) if isinstance(t, torch.Tensor)]
+        v = mix_weight_verdict(snap.record.ops, inputs, losses)
+        if v is None and len(self._mix_judged) < 64 and pasted_share(snap.record.ops, inputs) is None:
+            self._mix_judged.add(frame)  # no paste on a taped step: no tape kept on for it later (mixup)
+        key = ("mixweight", frame)
+        if v is not None and key not in self._reported:
+            self._reported.add(key)
+            self._add(verdict_to_finding(v, frame=frame, step=self._step, op=None))
 
     def _division_plans(self, ops: list[Any], root: torch.Tensor) -> None:
         """The step's taped divisions that feed this loss, each judged once per step."""

@@ -1,0 +1,69 @@
+"""A dense target that does not line up with its input: a geometric augmentation applied to the
+image only (`data.target_misaligned`, `_silent/_pairing.py`)."""
+
+from __future__ import annotations
+
+import pytest
+
+import torchtriage
+from torchtriage import Severity, Stage
+from zoo import pairing as z
+
+ZOO = z.__file__
+CODE = "data.target_misaligned"
+
+
+def _line(text: str) -> int:
+    with open(ZOO, encoding="utf-8") as fh:
+        hits = [i for i, line in enumerate(fh, 1) if text in line]
+    assert len(hits) == 1, (text, hits)
+    return hits[0]
+
+
+def _run(make, *args):
+    model, opt, train = make(*args)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        train()
+    return s.report
+
+
+def test_a_horizontal_flip_of_the_image_only_is_found():
+    report = _run(z.hflip_image_only, True)
+    found = report.filter(code=CODE)
+    assert len(found) == 1, [(f.code, f.line) for f in report.findings]
+    f = found[0]
+    assert (f.severity, f.stage, f.line) == (Severity.WARNING, Stage.DATA, _line("# the loss line"))
+    ev = f.evidence
+    assert ev["most_common_transform"] == "horizontal flip"
+    assert ev["samples_misaligned"] >= 4 and ev["samples_measured"] == 16
+    assert ev["explained_variance_moved"] > ev["explained_variance_given"] + 0.1
+    assert f.message.startswith("the dense target (mask / map) of ")
+    assert "horizontal flip" in f.message
+
+
+def test_a_rotation_of_the_image_only_with_the_loss_inside_forward_is_found():
+    report = _run(z.rotate_image_only, True)
+    found = report.filter(code=CODE)
+    assert len(found) == 1, [(f.code, f.line) for f in report.findings]
+    f = found[0]
+    assert f.line == _line("# the inner loss line")
+    assert "rotation" in f.evidence["most_common_transform"]
+
+
+def test_a_depth_map_left_in_place_while_the_image_is_cropped_is_found():
+    report = _run(z.crop_image_only, True)
+    found = report.filter(code=CODE)
+    assert len(found) == 1, [(f.code, f.line) for f in report.findings]
+    assert "shift" in found[0].evidence["most_common_transform"]
+
+
+@pytest.mark.parametrize("make", [z.hflip_image_only, z.rotate_image_only, z.crop_image_only])
+def test_the_transform_applied_to_both_is_quiet(make):
+    report = _run(make, False)
+    assert not report.filter(code=CODE), [(f.code, f.evidence) for f in report.filter(code=CODE)]
+
+
+@pytest.mark.parametrize("make", [z.denoising_autoencoder, z.masked_autoencoder, z.symmetric_scenes_flipped_alone])
+def test_correct_dense_targets_are_quiet(make):
+    report = _run(make)
+    assert not report.filter(code=CODE), [(f.code, f.evidence) for f in report.filter(code=CODE)]

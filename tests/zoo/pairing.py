@@ -1,0 +1,244 @@
+"""Dense targets and their inputs under augmentation: a geometric transform applied to the
+image only (and correct look-alikes: the transform applied to both, a denoising autoencoder,
+a masked autoencoder). Each builder returns (model, optimizer, train); `bug=False` is the
+fixed twin."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+COLORS = torch.tensor([[0.2, 0.5, 0.2], [0.3, 0.3, 0.35], [0.7, 0.65, 0.6], [0.8, 0.1, 0.1]])
+
+
+def scenes(n: int, g: torch.Generator, size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """Street-like scenes: sky/grass on top, road below, a sidewalk on one side, a car."""
+    masks = torch.zeros(n, size, size, dtype=torch.long)
+    for i in range(n):
+        horizon = int(torch.randint(10, 16, (1,), generator=g))
+        masks[i, horizon:] = 1
+        side = int(torch.randint(6, 12, (1,), generator=g))
+        if torch.rand(1, generator=g) < 0.5:
+            masks[i, horizon:, :side] = 2
+        else:
+            masks[i, horizon:, size - side:] = 2
+        cy = int(torch.randint(horizon, size - 6, (1,), generator=g))
+        cx = int(torch.randint(0, size - 10, (1,), generator=g))
+        masks[i, cy:cy + 6, cx:cx + 10] = 3
+    images = COLORS[masks].permute(0, 3, 1, 2) + 0.07 * torch.randn(n, 3, size, size, generator=g)
+    return images, masks
+
+
+class SegNet(nn.Module):
+    def __init__(self, classes: int = 4) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1),
+                                  nn.ReLU(), nn.Conv2d(16, classes, 1))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+# ------------------------------------------------------- a random horizontal flip of the image only
+def hflip_image_only(bug: bool, steps: int = 4):
+    g = torch.Generator().manual_seed(0)
+    images, masks = scenes(64, g)
+    model = SegNet()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def augment(x, y):
+        flip = torch.rand(x.shape[0], generator=g) < 0.5
+        x = torch.where(flip[:, None, None, None], x.flip(-1), x)
+        if not bug:
+            y = torch.where(flip[:, None, None], y.flip(-1), y)
+        return x, y
+
+    def train():
+        for step in range(steps):
+            idx = torch.randperm(64, generator=g)[:16]
+            x, y = augment(images[idx], masks[idx])
+            loss = F.cross_entropy(model(x), y)  # the loss line
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return model, opt, train
+
+
+# ------------------------------------- a random rotation of the image only, the loss inside forward
+class SegWithLoss(nn.Module):
+    """HF-style: `model(pixel_values, labels)` returns the loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = SegNet()
+
+    def forward(self, pixel_values, labels=None):
+        logits = self.net(pixel_values)
+        loss = F.cross_entropy(logits, labels) if labels is not None else None  # the inner loss line
+        return loss, logits
+
+
+def rotate(t: torch.Tensor, degrees: torch.Tensor, mode: str) -> torch.Tensor:
+    a = degrees * math.pi / 180
+    theta = torch.stack([torch.stack([a.cos(), -a.sin(), torch.zeros_like(a)], 1),
+                         torch.stack([a.sin(), a.cos(), torch.zeros_like(a)], 1)], 1)
+    grid = F.affine_grid(theta, list(t.shape), align_corners=False)
+    return F.grid_sample(t, grid, mode=mode, padding_mode="border", align_corners=False)
+
+
+def rotate_image_only(bug: bool, steps: int = 4):
+    g = torch.Generator().manual_seed(1)
+    images, masks = scenes(64, g)
+    model = SegWithLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train():
+        for step in range(steps):
+            idx = torch.randperm(64, generator=g)[:16]
+            deg = (torch.rand(16, generator=g) * 2 - 1) * 35
+            x = rotate(images[idx], deg, "bilinear")
+            y = masks[idx]
+            if not bug:
+                y = rotate(y[:, None].float(), deg, "nearest")[:, 0].long()
+            loss, _ = model(pixel_values=x, labels=y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return model, opt, train
+
+
+# -------------------------------------------- a depth map target, a random crop offset on the image only
+class DepthNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 1, 3, padding=1))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def depth_scenes(n: int, g: torch.Generator, size: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
+    """A floor whose depth grows towards the horizon and a few boxes in front of it; the image's
+    brightness falls with depth."""
+    rows = torch.linspace(1.0, 8.0, size)[:, None].expand(size, size)
+    depth = rows.expand(n, size, size).clone()
+    for i in range(n):
+        for _ in range(3):
+            y0, x0 = (int(v) for v in torch.randint(0, size - 12, (2,), generator=g))
+            d = float(torch.rand(1, generator=g)) * 3 + 0.5
+            depth[i, y0:y0 + 12, x0:x0 + 12] = d
+    shade = 1.0 / depth
+    image = torch.stack([shade, shade * 0.8, shade * 0.6], 1) + 0.02 * torch.randn(n, 3, size, size, generator=g)
+    return image, depth[:, None]
+
+
+def crop_image_only(bug: bool, steps: int = 4):
+    g = torch.Generator().manual_seed(2)
+    images, depths = depth_scenes(48, g)
+    model = DepthNet()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    pad = 6
+
+    def random_crop(x, y):
+        xp = F.pad(x, (pad, pad, pad, pad), mode="replicate")
+        yp = F.pad(y, (pad, pad, pad, pad), mode="replicate")
+        outs_x, outs_y = [], []
+        for i in range(x.shape[0]):
+            dy, dx = (int(v) for v in torch.randint(0, 2 * pad + 1, (2,), generator=g))
+            outs_x.append(xp[i, :, dy:dy + x.shape[2], dx:dx + x.shape[3]])
+            if bug:
+                outs_y.append(y[i])  # the depth map stays where it was
+            else:
+                outs_y.append(yp[i, :, dy:dy + y.shape[2], dx:dx + y.shape[3]])
+        return torch.stack(outs_x), torch.stack(outs_y)
+
+    def train():
+        for step in range(steps):
+            idx = torch.randperm(48, generator=g)[:12]
+            x, y = random_crop(images[idx], depths[idx])
+            loss = F.l1_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return model, opt, train
+
+
+# ------------------------------------------------------------------------------- correct look-alikes
+class AutoEncoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU())
+        self.dec = nn.ConvTranspose2d(8, 3, 4, stride=2, padding=1)
+
+    def forward(self, x):
+        return self.dec(self.enc(x))
+
+
+def denoising_autoencoder(steps: int = 4):
+    """Noisy input, clean target, flipped together."""
+    g = torch.Generator().manual_seed(3)
+    images, _ = scenes(64, g)
+    model = AutoEncoder()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def train():
+        for step in range(steps):
+            clean = images[torch.randperm(64, generator=g)[:16]]
+            flip = torch.rand(16, generator=g) < 0.5
+            clean = torch.where(flip[:, None, None, None], clean.flip(-1), clean)
+            noisy = clean + 0.3 * torch.randn(clean.shape, generator=g)
+            loss = F.mse_loss(model(noisy), clean)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return model, opt, train
+
+
+def masked_autoencoder(steps: int = 4):
+    """Patches of the input blanked out, the whole image the target."""
+    g = torch.Generator().manual_seed(4)
+    images, _ = scenes(64, g)
+    model = AutoEncoder()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def train():
+        for step in range(steps):
+            x = images[torch.randperm(64, generator=g)[:16]]
+            keep = (torch.rand(16, 1, 4, 4, generator=g) > 0.75).float()
+            keep = F.interpolate(keep, size=x.shape[-2:], mode="nearest")
+            loss = F.mse_loss(model(x * keep), x)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return model, opt, train
+
+
+def symmetric_scenes_flipped_alone(steps: int = 4):
+    """Left-right symmetric masks (a centred object): flipping the image alone changes nothing."""
+    g = torch.Generator().manual_seed(5)
+    masks = torch.zeros(64, 32, 32, dtype=torch.long)
+    for i in range(64):
+        r = int(torch.randint(4, 12, (1,), generator=g))
+        masks[i, 16 - r:16 + r, 16 - r:16 + r] = 1 + i % 3
+    images = COLORS[masks].permute(0, 3, 1, 2) + 0.07 * torch.randn(64, 3, 32, 32, generator=g)
+    model = SegNet()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def train():
+        for step in range(steps):
+            idx = torch.randperm(64, generator=g)[:16]
+            x = images[idx].flip(-1)
+            loss = F.cross_entropy(model(x), masks[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return model, opt, train
