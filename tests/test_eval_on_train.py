@@ -128,3 +128,67 @@ def test_the_validation_iterator_over_the_held_out_loader_is_quiet(tmp_path):
     source = ITERATOR.replace("valid_iter = iter(self.train_dl)", "valid_iter = iter(self.valid_dl)")
     report, _ = _run(tmp_path, source)
     assert not [f for f in report.findings if f.code == "data.split_overlap"]
+
+
+REPLAY = """
+import torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset, Sampler, SubsetRandomSampler
+
+class Jitter:
+    def __call__(self, x):
+        return x + 0.5 * torch.randn_like(x)
+
+class Plain:
+    def __call__(self, x):
+        return x
+
+class Points(Dataset):
+    def __init__(self, n, transform):
+        g = torch.Generator().manual_seed(3)
+        self.x = torch.randn(n, 10, generator=g)
+        self.y = (self.x.sum(1) > 0).long()
+        self.transform = transform
+    def __len__(self):
+        return len(self.x)
+    def __getitem__(self, i):
+        return self.transform(self.x[i]), self.y[i]
+
+class InOrder(Sampler):
+    def __init__(self, indices):
+        self.indices = indices
+    def __iter__(self):
+        return iter(self.indices)
+    def __len__(self):
+        return len(self.indices)
+
+torch.manual_seed(0)
+data = Points(240, %s())
+perm = torch.randperm(240).tolist()
+train_idx, valid_idx = perm[:180], perm[180:]
+train_dl = DataLoader(data, batch_size=30, sampler=SubsetRandomSampler(train_idx))
+valid_dl = DataLoader(data, batch_size=30, sampler=InOrder(valid_idx))  # HERE
+model = nn.Linear(10, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    model.train()
+    for x, y in train_dl:
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+    model.eval()
+    with torch.no_grad():
+        val_loss = sum(F.cross_entropy(model(x), y).item() for x, y in valid_dl)
+"""
+
+
+def test_a_validation_split_through_a_replaying_sampler_of_the_users_gets_the_training_draws(tmp_path):
+    """The sampler is the user's class, but it replays one index list: its passes are comparable."""
+    source = REPLAY % "Jitter"
+    report, _ = _run(tmp_path, source)
+    [f] = [f for f in report.findings if f.code == "data.eval_inputs_random"]
+    assert (f.severity.value, f.line) == ("warning", _line(source))
+    assert f.evidence["dataset_shared_with_training"] is True
+
+
+def test_a_replaying_sampler_over_a_fixed_transform_is_quiet(tmp_path):
+    report, _ = _run(tmp_path, REPLAY % "Plain")
+    assert not [f for f in report.findings if f.code == "data.eval_inputs_random"]
