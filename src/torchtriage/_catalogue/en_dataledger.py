@@ -46,4 +46,7 @@ MESSAGES = {
     "ledger.coverage_forwards.message": "{lost} of {rows} rows ({share}) given to the training forward at {where} never reached a backward pass: {forwards} of its {total} forwards built a graph that no backward went through",
     "ledger.coverage_forwards.cause": "the loop runs a training forward (gradients on, train() mode) and then leaves its loss behind, on a condition, before any backward reaches it (a small batch kept 'for accumulation' and reset by the next zero_grad(), a skipped step), so those rows are never trained on",
     "ledger.coverage_forwards.next": "backpropagate every forward's loss (for real accumulation: loss / k, backward() on every batch, step() and zero_grad() every k-th), or skip the rows before the forward",
+    "ledger.eval_on_train.message": "the {role} result named at `{statement}` is measured on the training loader {eval}: all {rows} samples it evaluated were trained on through loader {train} ({train_where}), while the program built a held-out loader, {held}",
+    "ledger.eval_on_train.cause": "the evaluation is handed (or iterates) the train loader instead of the {role} loader, so the reported {role} score is a training score: it cannot show overfitting, and a best epoch or model chosen from it is chosen on training data",
+    "ledger.eval_on_train.next": "pass the held-out loader to the evaluation ({held}), and keep a training score under a name that says so",
 }

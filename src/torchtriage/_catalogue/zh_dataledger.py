@@ -46,4 +46,7 @@ MESSAGES = {
     "ledger.coverage_forwards.message": "在 {where} 的训练前向传播所接收的 {rows} 行中，有 {lost} 行（{share}）从未进入反向传播：它的 {total} 次前向中有 {forwards} 次建立的计算图没有被任何 backward 经过",
     "ledger.coverage_forwards.cause": "循环执行了训练前向（启用梯度、train() 模式），随后在某个条件下把它的损失丢下，任何 backward 都没有到达它（一个“留待累积”的小批次被下一次 zero_grad() 清掉，或被跳过的步），这些行从未被训练",
     "ledger.coverage_forwards.next": "对每次前向的损失都做反向传播（真正的梯度累积：loss / k，每个批次都 backward()，每 k 个批次 step() 并 zero_grad()），或在前向之前就把这些行过滤掉",
+    "ledger.eval_on_train.message": "在 `{statement}` 处命名的{role}结果是在训练加载器 {eval} 上测得的：它评估的全部 {rows} 个样本都已通过加载器 {train}（{train_where}）训练过，而程序另外构建了留出加载器 {held}",
+    "ledger.eval_on_train.cause": "评估拿到（或遍历）的是训练加载器而不是{role}加载器，所以报告的{role}分数其实是训练分数：它无法显示过拟合，据此选出的最佳 epoch 或模型是在训练数据上选的",
+    "ledger.eval_on_train.next": "把留出加载器（{held}）交给评估，训练分数请用能说明其含义的名字单独记录",
 }

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from .._frames import UserFrame, user_frame_from_stack
+from .._frames import UserFrame, user_frame_from_stack, user_stack_frame
 from .._leakage._runtime._fingerprint import dense_keys
 from .._loaderstream import as_rows, stream
 from .._loaderstream import tensors as batch_tensors
 from ._epochs import MAX_KEYS, Epoch, Loader
 from ._epochwrap import inner_epochs, outer_epoch
+from ._evalnames import EvalNames
 from ._groups import columns, from_batch, from_indices
 from ._lines import assigned_name, loop_name
 from ._passes import dataset_size, promised
@@ -68,6 +69,7 @@ class Follower:
         self.last: Loader | None = None  # the loader that yielded the latest batch (the next forward's)
         self.unloaded = Unloaded(self)
         self.samplers = Samplers()
+        self.names = EvalNames()  # what the user calls each pass's result (`_evalnames.py`)
 
     def install(self) -> None:
         stream(self.session).listen("ledger.loader", self)
@@ -90,6 +92,8 @@ class Follower:
             self.made[loader] = frame
             self.unloaded.on_made(loader)  # held-out datasets beside it, which no loader may iterate
             self.samplers.on_made(loader)  # index samplers beside it, which no loader may be given
+            root = root_of(getattr(loader, "dataset", None))[0]
+            self.names.on_made(assigned_name(frame.source), frame, self.token(root))
 
     def on_reset(self, it: Any, loader: Any) -> None:
         old = self.passes.pop(it, None)
@@ -98,6 +102,7 @@ class Follower:
         frame = user_frame_from_stack(2)
         root, n, to_root = root_of(getattr(loader, "dataset", None))
         entry = self.find(loader, frame, root, n)
+        self.names.on_pass(entry, user_stack_frame(1))
         if not entry.epochs:  # its first pass: the samples it holds in memory, summarized (`_scaling.py`)
             entry.moments = summarize(root, n, to_root)
             entry.stored = stored(root, n, to_root)

@@ -20,8 +20,9 @@ whose changed samples hold the same values, only moved (a random flip, a rotatio
 turns: each sample's sum, sum of squares and sum of cubes, `moments`, agree), which measures the
 same data in every pass, seen from a symmetry. A loader that evaluates only samples a training
 loader trained on (train accuracy) is left alone, and so is one drawn by a sampler or batch
-sampler of the user's (an episode sampler's index names a class whose samples are drawn at random
-on purpose).
+sampler of the user's that draws (its two passes' index orders differ: an episode sampler's index
+names a class whose samples are drawn at random on purpose); one that replays an index list
+(`SubsetSampler(valid_idx)`) is judged.
 The line is where the loader was made.
 """
 
@@ -123,7 +124,7 @@ class Repeatable:
 
 def judge(ledger: DataLedger, found: Repeatable) -> list[Any]:
     pairs = [(e, found.draws[(k, 0)], found.draws[(k, 1)]) for k, e in found.entries.items()
-             if (k, 1) in found.draws and not e.trains and k not in found.own_sampler
+             if (k, 1) in found.draws and not e.trains and not (k in found.own_sampler and _drawn(e))
              and not _training_samples(e, ledger.loaders)]
     if not pairs:
         return []
@@ -182,6 +183,13 @@ def judge(ledger: DataLedger, found: Repeatable) -> list[Any]:
             "eval_inputs_random", "eval_random", "warning" if carved and not moved else "info", frame,
             fields, evidence))
     return out
+
+
+def _drawn(entry: Loader) -> bool:
+    """Its first two passes delivered other index orders (a sampler that draws: episodes); a sampler of
+    the user's that replays one index list (`SubsetSampler(valid_idx)`) does not."""
+    orders = [s.get("order") for s in entry.summaries[:2]]
+    return len(orders) < 2 or orders[0] is None or orders[0] != orders[1]
 
 
 def _at(f: Any) -> str | None:

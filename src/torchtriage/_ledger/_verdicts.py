@@ -59,8 +59,14 @@ def conclude(ledger: DataLedger) -> None:
         from ._roles import judge as roles
 
         found = roles(ledger, ledger.follower.samplers)  # the held-out loader given the training rows
-        for f in found or splits(ledger.loaders, ledger.follower):
+        found = found or splits(ledger.loaders, ledger.follower)
+        for f in found:
             session.add(f)
+        if not found:
+            from ._evalnames import judge as eval_names
+
+            for f in eval_names(ledger.follower.names, ledger.loaders):
+                session.add(f)
     from ._groups import verdicts
 
     for f in verdicts(ledger.loaders):

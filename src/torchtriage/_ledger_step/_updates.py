@@ -24,6 +24,7 @@ one compare and one read at the end. No device read before the end.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import weakref
 from typing import Any
@@ -65,6 +66,10 @@ class _Track:
     # a run that restores its weights once (rewinding, the best checkpoint reloaded at the end)
     # moved them in between; one that restores them after every step never did
     drift: torch.Tensor | None = None
+    holder: Any = None  # a weak reference to the optimizer holding it
+    # its optimizer stepped, in a judged step or not (one built per client or task whose steps fell between
+    # the judged ones, while its parameters' gradients were noted in judged backwards, did step)
+    stepped: bool = False
 
 
 def _sample(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -109,6 +114,12 @@ class UpdateWatch:
             lr = opt.param_groups[info.group or 0].get("lr") if opt is not None else None
             t = _Track(weakref.ref(p), p.dtype, index, _sample(p, index).clone(), zeros, zeros.bool(), info,
                        id(opt) if opt is not None else None, type(opt).__name__ if opt is not None else "", lr)
+            if opt is not None:
+                with contextlib.suppress(TypeError):
+                    t.holder = weakref.ref(opt)
+                t.stepped = _stepped(self.session, opt)
+            else:
+                t.stepped = False
             self.tracked[id(p)] = t
         assert t is not None
         if not fresh:
@@ -168,6 +179,8 @@ class UpdateWatch:
         not move); a freed one by what the judged steps saw."""
         with torch.no_grad():
             for t in self.tracked.values():
+                if not t.stepped and t.holder is not None:
+                    t.stepped = _stepped(self.session, t.holder())
                 p = t.ref()
                 if p is not None and p.dtype == t.dtype:
                     differ = _sample(p, t.index) != t.start
@@ -262,7 +275,7 @@ class UpdateWatch:
         if t.opt is not None:
             steps = self.steps.get(t.opt, 0)
             if steps == 0 and self.backwards >= MIN_BACKWARDS:
-                return "never"
+                return "never" if not t.stepped else None
             if steps < MIN_STEPS or (isinstance(t.lr, (int, float)) and t.lr == 0):
                 return None
             return "held"
@@ -326,6 +339,13 @@ class UpdateWatch:
                               frame=frame, evidence=evidence, source_line=frame is not None,
                               severity=Severity.WARNING, stage=Stage.OPTIMIZER, step=sess.step,
                               module=info.module, parameter=names[0])
+
+
+def _stepped(session: Any, opt: Any) -> bool:
+    """`opt` stepped at least once, in any step (the session sees every optimizer step, also those of the
+    steps this check sits out)."""
+    once = getattr(session, "_stepped_once", None)
+    return opt is not None and once is not None and opt in once
 
 
 def _on(x: torch.Tensor, device: torch.device) -> torch.Tensor:
