@@ -105,6 +105,7 @@ class SilentChecker(Checker):
         self._reported: set[tuple[Any, ...]] = set()
         self._warm_sites: set[Any] = set()  # the loss lines checked on the warm-up steps
         self._late_sites: dict[Any, int] = {}  # loss lines first called later -> calls checked
+        self._shape_sites: set[Any] = set()  # loss lines whose shapes only were checked (`_late_broadcast`)
         self._mask_sites: dict[Any, int] = {}  # per-token loss lines -> calls followed to their mask
         self._mask_follow: MaskFollow | None = None
         self._mask_leaving: list[MaskFollow] = []  # followers still to take off the stack
@@ -311,6 +312,7 @@ class SilentChecker(Checker):
         if self._warm():
             self._warm_sites.add(call.frame)
         elif not self._new_loss_site(call):
+            self._late_broadcast(call)
             return
         inp, tgt, kw = call.input, call.target, call.kwargs
         if not isinstance(inp, torch.Tensor) or not isinstance(tgt, torch.Tensor):
@@ -405,6 +407,17 @@ class SilentChecker(Checker):
             return False
         self._late_sites[call.frame] = seen + 1
         return True
+
+    def _late_broadcast(self, call: LossCall) -> None:
+        """The shapes of an elementwise loss line not checked otherwise (an evaluation's, under
+        no_grad, whose number picks the best trial): its first call, shapes only unless they grow."""
+        if call.name not in ELEMENTWISE_LOSSES or call.frame is None or call.frame in self._shape_sites \
+                or len(self._shape_sites) >= 64:
+            return
+        self._shape_sites.add(call.frame)
+        if isinstance(call.input, torch.Tensor) and isinstance(call.target, torch.Tensor):
+            with torch.no_grad():
+                self._builtin_broadcast(call)
 
     def _builtin_broadcast(self, call: LossCall) -> None:
         ps, ts = shape(call.input), shape(call.target)

@@ -11,7 +11,7 @@
                     a reference cycle through autograd's C++ nodes that Python's collector
                     cannot free. The tokens go on those `.grad` nodes.
 
-The harm is measured, never assumed: tokens from three or more steps that ended two or more
+The harm is measured, never assumed: tokens from six or more steps that ended two or more
 steps ago still alive, and more of them than at the previous step's end (memory that grows with
 the steps). A tensor that lives until the next iteration reassigns it keeps one step's graph.
 """
@@ -26,7 +26,7 @@ import torch
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from ._loop import GraphKeeper
 
-_MIN_STEPS = 3
+_MIN_STEPS = 6  # a short window of un-detached outputs (a deque of the last few for a plot) is bounded
 _LEAVES = 4096  # nodes walked from a create_graph backward's roots to its leaves
 
 
