@@ -779,7 +779,7 @@ class SilentChecker(Checker):
         outputs, grads = self.kept.verdicts(step)
         if grads is not None:
             self._add(kept_finding("grad", grads, step))
-        if outputs is not None and kept is None and not self.graphs.alive_before(step):
+        if outputs is not None and kept is None:
             # (a kept loss is reported as that)
             self._add(kept_finding("outputs", outputs, step, self.kept.outputs.holder_before(step)))
 
