@@ -121,7 +121,7 @@ class LedgerChecker(Checker):
 
     def wants_step(self, step: int) -> bool:
         return _cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending) \
-            or bool(self.discards is not None and self.discards.wanted()) \
+            or bool(self.discards is not None and self.discards.pending) \
             or not torch.is_grad_enabled() or torch.is_inference_mode_enabled()  # (an evaluation begins it)
 
     def on_root_forward_pre(self, model: torch.nn.Module, label: str) -> None:
@@ -156,7 +156,7 @@ class LedgerChecker(Checker):
 
     def on_step_begin(self, step: int) -> None:
         self._eval_only = not (_cadence.sampled(step) or bool(self.ledger is not None and self.ledger.pending)
-                               or bool(self.discards is not None and self.discards.wanted()))
+                               or bool(self.discards is not None and self.discards.pending))
         if self._eval_only:
             return  # the rest of the ledger sits this step out, as it would asleep
         if self._ended != step - 1:

@@ -241,7 +241,7 @@ class DiscardWatch:
                     break
 
     def wanted(self) -> bool:
-        return bool(self.pending) or self.spills.active
+        return bool(self.pending)
 
     def clipped(self, params: list[Any], result: Any) -> None:
         """The user's clip over `params` returned `result` (a norm tensor for clip_grad_norm_)."""
