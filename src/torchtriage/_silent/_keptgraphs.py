@@ -47,7 +47,7 @@ class GradKeeper(GraphKeeper):
 def leaves_reached(roots: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
     """The leaf tensors a backward from `roots` accumulates into (their AccumulateGrad nodes)."""
     seen: set[int] = set()
-    todo = [r.grad_fn for r in roots if isinstance(r, torch.Tensor) and r.grad_fn is not None]
+    todo: list[Any] = [r.grad_fn for r in roots if isinstance(r, torch.Tensor) and r.grad_fn is not None]
     out = []
     while todo and len(seen) < _LEAVES:
         fn = todo.pop()
