@@ -103,6 +103,7 @@ class SessionHooks(HookOwner):
         self._busy = 0  # > 0: a replay or probe runs, hooks ignore it
         self._in_event = 0  # > 0: a check's event handler runs (its ops are ours, not the user's)
         self._in_backward = 0
+        self.backward_create_graph = False  # the running backward's create_graph (the silent check reads it)
         self._in_loss = 0
         # Module hooks: global ones (every module call of every model goes through PyTorch's
         # slower call path and two Python hooks) while they are needed — to discover models
@@ -311,6 +312,7 @@ class SessionHooks(HookOwner):
             grads = args[0] if args else kwargs.get("grad_tensors")
             session._begin_step_if_needed()
             session.stage = Stage.BACKWARD
+            session.backward_create_graph = bool(kwargs.get("create_graph", args[2] if len(args) > 2 else False))
             session._emit("on_backward", roots, grads)
             # Forwards run inside backward (activation checkpointing recomputes) are not a new
             # step or stage: the forward hooks ignore them while this counter is up.

@@ -35,6 +35,7 @@ from .._frames import UserFrame, trims_errors, user_frame_from_stack
 from .._silent._region import _BINARY, RegionMode, _op_name
 from .._silent._shapes import outer_sample_broadcast
 from ._common import finding, num
+from ._constcompare import constant_compare, constant_finding
 from ._ignored import Compare, candidate, padding_ids
 from ._ignored import judge as judge_ignored
 
@@ -112,6 +113,8 @@ class MetricRegion(RegionMode):
         # a prediction compared with integer targets: a metric that may count ignored positions (`_ignored.py`)
         self.compares: list[Compare] = []
         self.ignore: set[int] = set()  # the run's loss ignore_index values (set by the check)
+        # a bool tensor compared with a number it can never equal (`(a == c) + (b == c)).eq(2)`)
+        self.constants: list[tuple[dict[str, Any], UserFrame | None, str | None]] = []
 
     @trims_errors
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
@@ -141,6 +144,11 @@ class MetricRegion(RegionMode):
             from_model = [isinstance(a, torch.Tensor) and id(a) in derived for a in args[:2]]
             if any(from_model) or any(isinstance(v, torch.Tensor) and id(v) in derived for v in kwargs.values()):
                 derived.update(id(t) for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
+            if func in _COMPARE and len(self.constants) < 4:
+                fields = constant_compare(func, args)
+                if fields is not None:
+                    made = next((f for f, _, _, o in reversed(self.ops) if o is args[0]), None)
+                    self.constants.append((fields, user_frame_from_stack(2), _made_by(made, self.ops, args[0])))
             if (func in _COMPARE or (self.evaluation and func in _BINARY)) and len(args) >= 2:
                 if from_model[0] != from_model[1]:  # a prediction against something else (the labels)
                     self._check(func, args[0], args[1], out)
@@ -212,6 +220,12 @@ class MetricRegion(RegionMode):
         if self.compares:
             compares, self.compares = self.compares, []
             judge_ignored(self, compares, self.ignore, padding_ids(self.session.models), step, reported, defer)
+        for fields, frame, made_by in self.constants:
+            const_key = ("constant_comparison", frame)
+            if const_key not in reported:
+                reported.add(const_key)
+                found.append(constant_finding(fields, frame, step, made_by))
+        self.constants = []
         for fields, frame in self.dims:
             dim_key = (fields["name"], frame)
             if dim_key in reported:
@@ -219,6 +233,18 @@ class MetricRegion(RegionMode):
             reported.add(dim_key)
             found.append(dim_finding(fields, frame, step))
         return found
+
+
+def _made_by(func: Any, ops: list[Any], t: Any) -> str | None:
+    """`add of two bool tensors (a logical or)` for the op that made `t`, when the region saw it."""
+    if func is None:
+        return None
+    name = _op_name(func)
+    args = next((a for f, a, _, o in reversed(ops) if o is t), ())
+    bools = [a for a in args[:2] if isinstance(a, torch.Tensor) and a.dtype == torch.bool]
+    if name in ("add", "__add__", "__radd__") and len(bools) == 2:
+        return f"{name} of two bool tensors (a logical or, never 2)"
+    return name
 
 
 def dim_finding(fields: dict[str, Any], frame: UserFrame | None, step: int | None,

@@ -43,6 +43,7 @@ import torch
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
 from .._zerograd import on_zero_grad
+from ._spilled import SpillWatch
 
 _SAMPLE = 32  # parameters followed per optimizer (strided over its groups)
 _MAX_AGE = 3  # steps a pass is followed before it is left undecided
@@ -107,6 +108,7 @@ class DiscardWatch:
         self._sample: dict[int, tuple[tuple[int, ...], list[weakref.ref[torch.Tensor]]]] = {}
         self._before: dict[int, tuple[int | None, int]] = {}
         self._in_step = 0
+        self.spills = SpillWatch(session)  # a pass's gradient left in another optimizer's .grad
 
     # ------------------------------------------------------------------ helpers
     def _followed(self) -> list[torch.Tensor]:
@@ -169,9 +171,12 @@ class DiscardWatch:
         self._before = {}
         if self._in_step:
             return  # a closure's evaluation inside optimizer.step(): the optimizer's own
+        self.spills.backward_begin()
         self._before = {id(p): self._grad_key(p) for p in self._followed()}
 
     def backward_end(self, step: int) -> None:
+        if not self._in_step:
+            self.spills.backward_end()
         before, self._before = self._before, {}
         if not before:
             return
@@ -190,9 +195,12 @@ class DiscardWatch:
 
     def zero_grad(self, params: Any) -> None:
         """A `zero_grad()` (of an optimizer or a module) is about to reset these tensors' grads."""
-        if not self.pending:
+        if not self.pending and not self.spills.active:
             return
         ids = {id(p) for p in params}
+        self.spills.reset(ids)
+        if not self.pending:
+            return
         frame: UserFrame | None = None
         for ps in list(self.pending):
             hit = [pid for pid in ps.params if pid in ids]
@@ -215,6 +223,8 @@ class DiscardWatch:
 
     def optimizer_step(self, opt: torch.optim.Optimizer) -> None:
         self._settle()
+        step = self.session.step
+        self.spills.stepped(opt, step)
         if not self.pending:
             return
         held = {id(p) for g in opt.param_groups for p in g["params"]}
@@ -227,6 +237,7 @@ class DiscardWatch:
                     site.applied += 1
                     site.note("applied", ps)
                     site.optimizers.add(type(opt).__name__)
+                    self.spills.pass_applied(ps.params, opt, ps.frame, step)
                     break
 
     def wanted(self) -> bool:
@@ -250,7 +261,7 @@ class DiscardWatch:
     # ------------------------------------------------------------------ judging
     def end(self) -> list[Finding]:
         self._settle()
-        out = []
+        out = self.spills.findings()
         for site in self.sites.values():
             total = site.applied + site.discarded
             if not site.applied or site.discarded < MIN_DISCARDED or site.discarded < MIN_SHARE * total:
@@ -279,7 +290,7 @@ def patch_zero_grad(session: Any, watch: DiscardWatch) -> None:
     """Tell `watch` about `Optimizer.zero_grad` / `Module.zero_grad` calls (`_zerograd`)."""
 
     def heard(obj: Any, kind: str, caller: Any) -> None:
-        if not watch.pending:
+        if not watch.pending and not watch.spills.active:
             return
         params = [p for g in obj.param_groups for p in g["params"]] if kind == "optimizer" else obj.parameters()
         if caller.f_code.co_name != "zero_grad" and isinstance(caller.f_locals.get("self"), torch.optim.Optimizer):

@@ -45,6 +45,7 @@ from ._divisor import division_plans
 from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
 from ._intscale import int_scale_plans
+from ._keptgraphs import KeptGraphs, kept_finding
 from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules, trainable_stochastic_modules
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
 from ._metricstate import MetricStates
@@ -85,6 +86,7 @@ class SilentChecker(Checker):
         self.flags = DeferredFlags()
         _deferred.ride(session, self.flags)  # read along with the step's one read
         self.graphs = GraphKeeper()
+        self.kept = KeptGraphs()  # model outputs and create_graph grads kept across steps
         self.terminal = TerminalMasks(session)  # bootstraps that cross episode ends (`_terminal`)
         self.carry = GraphCarry()  # graphs that grow across steps through a carried state
         self.zero = ZeroGradWatch()
@@ -111,6 +113,7 @@ class SilentChecker(Checker):
         self._reported: set[tuple[Any, ...]] = set()
         self._warm_sites: set[Any] = set()  # the loss lines checked on the warm-up steps
         self._late_sites: dict[Any, int] = {}  # loss lines first called later -> calls checked
+        self._shape_sites: set[Any] = set()  # loss lines whose shapes only were checked (`_late_broadcast`)
         self._mask_sites: dict[Any, int] = {}  # per-token loss lines -> calls followed to their mask
         self._mask_follow: MaskFollow | None = None
         self._mask_leaving: list[MaskFollow] = []  # followers still to take off the stack
@@ -257,6 +260,8 @@ class SilentChecker(Checker):
             self._dense_pending = None
             self._pairing(tgt, args, kwargs, frame, module)
         out = first_tensor(output)
+        if out is not None and out.grad_fn is not None:
+            self.kept.output(out, self._step, user_frame_from_stack(3) if self._warm() else None)
         if not self._backward_in_step:  # the step's autocast, for a replay of its forward
             self._autocast = [(d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
         grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
@@ -325,6 +330,7 @@ class SilentChecker(Checker):
         if self._warm():
             self._warm_sites.add(call.frame)
         elif not self._new_loss_site(call):
+            self._late_broadcast(call)
             return
         inp, tgt, kw = call.input, call.target, call.kwargs
         if not isinstance(inp, torch.Tensor) or not isinstance(tgt, torch.Tensor):
@@ -484,6 +490,17 @@ class SilentChecker(Checker):
             return False
         self._late_sites[call.frame] = seen + 1
         return True
+
+    def _late_broadcast(self, call: LossCall) -> None:
+        """The shapes of an elementwise loss line not checked otherwise (an evaluation's, under
+        no_grad, whose number picks the best trial): its first call, shapes only unless they grow."""
+        if call.name not in ELEMENTWISE_LOSSES or call.frame is None or call.frame in self._shape_sites \
+                or len(self._shape_sites) >= 64:
+            return
+        self._shape_sites.add(call.frame)
+        if isinstance(call.input, torch.Tensor) and isinstance(call.target, torch.Tensor):
+            with torch.no_grad():
+                self._builtin_broadcast(call)
 
     def _builtin_broadcast(self, call: LossCall) -> None:
         ps, ts = shape(call.input), shape(call.target)
@@ -803,6 +820,13 @@ class SilentChecker(Checker):
 
     def on_backward_end(self, roots: tuple[torch.Tensor, ...]) -> None:
         self._remove_probes()
+        if getattr(self.session, "backward_create_graph", False):
+            try:
+                params = {id(p) for m in self.session.models for p in m.parameters()}
+                params |= {id(p) for o in self.session.optimizers for g in o.param_groups for p in g["params"]}
+                self.kept.backward_done(roots, self._step, user_frame_from_stack(3), params)
+            except Exception as e:  # our bug: the user's step goes on
+                self.session.internal_error("silent.grad_graph_kept", e)
         if self.zero.armed:
             self.zero.backward_ends()
 
@@ -835,6 +859,7 @@ class SilentChecker(Checker):
         snap = self.session.snapshot
         if self._warm() and snap is not None and snap.record.ops:
             self.graphs.mark_holders(snap.record.ops)  # the taped ops on a loss (`total += loss`)
+            self.kept.outputs.mark_holders(snap.record.ops)  # and on a model output (a metric's)
         old = self.graphs.alive_before(step)
         # Evidence of an accumulator (`total += loss`, `losses.append(loss)`): one line's loss
         # graphs from two or more earlier steps still alive, so their number grows with the
@@ -861,6 +886,12 @@ class SilentChecker(Checker):
             # A memory fault (the values are right): the category says what runs out.
             self._add(finding("loss_graph_kept", severity=Severity.WARNING, stage=Stage.LOSS, frame=frame, step=step,
                               evidence=ev, category=Category.MEMORY))
+        outputs, grads = self.kept.verdicts(step)
+        if grads is not None:
+            self._add(kept_finding("grad", grads, step))
+        if outputs is not None and kept is None:
+            # (a kept loss is reported as that)
+            self._add(kept_finding("outputs", outputs, step, self.kept.outputs.holder_before(step)))
 
     def _queue_collapse(self) -> None:
         losses, self._losses = self._losses, []

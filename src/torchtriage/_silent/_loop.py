@@ -87,10 +87,11 @@ def _node(t: Any) -> Any:
         return None
 
 
-def _loss_step(t: Any) -> int | None:
-    """The step of the loss `t` is (its node carries a GraphKeeper token), else None."""
+def _loss_step(t: Any, key: str | None = None) -> int | None:
+    """The step of the loss `t` is (its node carries a GraphKeeper token, or a token under
+    `key`), else None."""
     fn = _node(t)
-    tok = fn.metadata.get(GraphKeeper.KEY) if fn is not None else None
+    tok = fn.metadata.get(key or GraphKeeper.KEY) if fn is not None else None
     return tok.step if isinstance(tok, _Token) else None
 
 
@@ -125,7 +126,7 @@ class GraphKeeper:
     def mark_holders(self, ops: list[Any]) -> None:
         """Tokens on the outputs of the taped ops (`TapeOp`) that took a loss as input."""
         for op in ops:
-            steps = [s for s in map(_loss_step, tree_leaves((op.args, op.kwargs))) if s is not None]
+            steps = [s for t in tree_leaves((op.args, op.kwargs)) if (s := _loss_step(t, self.KEY)) is not None]
             if not steps or op.frame is None:
                 continue
             for t in tree_leaves(op.output):

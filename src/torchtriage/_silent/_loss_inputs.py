@@ -23,6 +23,7 @@ from .._findings import Report, Severity
 from .._frames import user_frame_from_stack
 from ._common import is_index_tensor, shape
 from ._plans import Plan, Verdict, run_now
+from ._swapped import swapped_plan
 
 REGRESSION_LOSSES = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"})
 ELEMENTWISE_LOSSES = REGRESSION_LOSSES | {"soft_margin_loss", "poisson_nll_loss", "kl_div"}
@@ -159,6 +160,9 @@ def loss_plans(name: str, inp: Any, tgt: Any, kwargs: dict[str, Any]) -> list[Pl
     if not isinstance(inp, torch.Tensor) or not isinstance(tgt, torch.Tensor) or not inp.is_floating_point():
         return []
     plans: list[Plan] = []
+    swapped = swapped_plan(name, inp, tgt)
+    if swapped is not None:  # labels as the input, the model's output as the target
+        return [swapped]
     if name == "cross_entropy" and inp.dim() >= 2 and inp.shape[1] > 1:
         if is_index_tensor(tgt):
             plans.append(_probabilities(name, inp, 1, "probabilities_to_cross_entropy", Severity.ERROR))
