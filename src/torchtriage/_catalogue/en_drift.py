@@ -122,7 +122,7 @@ MESSAGES = {
     "dynamics.warmup_most_of_run":
         "the learning rate warmed up for {steps} of the run's {total} optimizer steps ({share}): it reached its "
         "peak {peak} at step {step} and the decay had {left} steps left (lr {end} at the end); the loss fell "
-        "{drop1} over the warm-up's first half and {drop2} over its second",
+        "by {drop1} over the warm-up's first half and by {drop2} over its second",
     "dynamics.warmup_most_of_run.cause":
         "the warm-up is a large fraction of the schedule (a warm-up fraction of 0.9 where 0.1 was meant, or "
         "warm-up steps counted in another unit than the total): most of the run trains below its learning "

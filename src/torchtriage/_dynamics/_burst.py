@@ -67,7 +67,7 @@ def burst_finding(c: Cadence, kind: str, calls: int, ran: int, epochs: int, lr_n
     if c.bursts < MIN_BURSTS or c.bursts < 0.5 * c.gaps or c.gaps > 0.5 * ran or ran <= 0:
         return None  # (every gap holds calls: a schedule counted in micro-batches)
     now = max((v for v in lr_now if v is not None), default=None)
-    per_epoch = epochs >= 2 and abs(c.gaps - epochs) <= max(1, 0.2 * epochs)  # once per DataLoader pass
+    per_epoch = epochs >= 2 and abs(c.bursts - epochs) <= max(1, 0.2 * epochs)  # once per DataLoader pass
     share = f"{now / peak:.3g}" if now is not None and peak > 0 else "n/a"
     return finding("scheduler_burst_steps", variant="epochs" if per_epoch else None, category=Category.OTHER,
                    stage=Stage.OPTIMIZER, step=c.step, frame=c.frame or frame, op=kind, module=kind, scheduler=kind,

@@ -16,13 +16,15 @@ series ("loss"), both already recorded each step. Judged only when the whole sch
     is the schedule's length. A warm-up longer than a run cut short never decays: not judged.
 
 The harm is measured on the loss: over the second half of the warm-up (lr from half its peak up)
-the loss fell more than over its first half, as many steps at a lower lr. A loss that falls faster
+the loss fell by a larger share (1.25x, in log terms) than over its first half, as many steps at a
+lower lr. A loss that falls faster
 as the lr rises was held back by the lr: the steps of the warm-up's first half were partly spent.
 A run whose loss fell most at the start (the usual curve) is not reported.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from .._findings import Category, Finding, Stage
@@ -35,6 +37,7 @@ MIN_STEPS = 20
 SHARE = 0.75  # of the run's optimizer steps spent warming up
 RISING = 0.9  # share of the warm-up's steps whose lr did not fall
 WINDOW = 5  # losses in each level compared
+FASTER = 1.25  # the second half's fall, in log terms, against the first's
 
 
 def long_warmup(lrs: list[Point], losses: list[Point], frame: UserFrame | None) -> Finding | None:
@@ -59,18 +62,21 @@ def long_warmup(lrs: list[Point], losses: list[Point], frame: UserFrame | None) 
     second = [v for s, v in loss if mid_step <= s <= top_step]
     if len(first) < 2 * WINDOW or len(second) < 2 * WINDOW:
         return None
-    drop1 = statistics.median(first[:WINDOW]) - statistics.median(first[-WINDOW:])
-    drop2 = statistics.median(second[:WINDOW]) - statistics.median(second[-WINDOW:])
-    if not drop2 > max(drop1, 0.0):
-        return None  # the loss fell most while the lr was low: the warm-up cost nothing measured
+    levels = [statistics.median(w) for w in (first[:WINDOW], first[-WINDOW:], second[:WINDOW], second[-WINDOW:])]
+    if min(levels) <= 0:
+        return None  # (a loss that is no positive error: its falls are not comparable as shares)
+    drop1, drop2 = 1 - levels[1] / levels[0], 1 - levels[3] / levels[2]  # the share each half took off
+    if not (drop2 > 0 and math.log1p(-min(drop2, 0.999)) < FASTER * math.log1p(-min(max(drop1, 0.0), 0.999))):
+        return None  # the loss fell as fast while the lr was low: the warm-up cost nothing measured
     share = (top + 1) / n
     return finding("warmup_most_of_run", category=Category.OTHER, stage=Stage.OPTIMIZER, step=top_step,
                    frame=frame, op="lr", steps=top + 1, total=n, share=f"{share:.0%}", peak=num(peak),
-                   end=num(lr[-1][1]), left=n - top - 1, drop1=num(drop1), drop2=num(drop2),
+                   end=num(lr[-1][1]), left=n - top - 1, drop1=f"{drop1:.0%}", drop2=f"{drop2:.0%}",
                    evidence={"warmup_steps": top + 1, "optimizer_steps": n, "warmup_share": f"{share:.0%}",
                              "lr_first": num(lr[0][1]), "lr_peak": num(peak), "lr_last": num(lr[-1][1]),
-                             "loss_drop_first_half_of_warmup": num(drop1),
-                             "loss_drop_second_half_of_warmup": num(drop2),
-                             "harm": f"the loss fell by {num(drop1)} over the warm-up's first half and by "
-                                     f"{num(drop2)} over its second: the lr held training back for {share:.0%} "
+                             "loss_levels": [num(v) for v in levels],
+                             "loss_fall_first_half_of_warmup": f"{drop1:.1%}",
+                             "loss_fall_second_half_of_warmup": f"{drop2:.1%}",
+                             "harm": f"the loss fell by {drop1:.0%} over the warm-up's first half and by "
+                                     f"{drop2:.0%} over its second: the lr held training back for {share:.0%} "
                                      "of the run"})
