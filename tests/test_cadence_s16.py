@@ -221,3 +221,35 @@ def test_short_warmup_is_quiet():
 
 def test_warmup_longer_than_a_run_cut_short_is_quiet():
     assert alarms(warmup_run(0.5, steps=200, stop=60)) == []
+
+
+# ---------------------------------------------------------------- a loss divided by an accumulation of 1
+
+
+def divided_by(setting: int, accum: int, optimizer: str) -> torchtriage.Report:
+    """A trainer divides the loss by its configured accumulation count while the loop accumulates
+    `accum` micro-batches (a framework told 1, the loop doing its own accumulation)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = (torch.optim.SGD(model.parameters(), lr=1e-2) if optimizer == "sgd"
+           else torch.optim.AdamW(model.parameters(), lr=1e-3))
+    g = torch.Generator().manual_seed(2)
+    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
+        for _ in range(12):
+            for _ in range(accum):
+                x = torch.randn(16, 8, generator=g)
+                loss = F.mse_loss(model(x), x.sum(1, keepdim=True))
+                (loss / setting).backward()  # <- divided
+            opt.step()
+            opt.zero_grad()
+    return s.report
+
+
+def test_loss_divided_by_an_accumulation_setting_of_one():
+    [f] = divided_by(1, 4, "adam").filter(code="dynamics.accumulation_not_divided")
+    assert f.severity is Severity.INFO and f.line == line("divided")  # Adam: scale-invariant, an info
+    assert f.evidence["loss_scaled_by"] == 1.0 and f.evidence["backward_calls_per_step"] == 4
+
+
+def test_loss_divided_by_the_accumulation_is_quiet():
+    assert divided_by(4, 4, "sgd").filter(code="dynamics.accumulation_not_divided") == []
