@@ -226,7 +226,7 @@ def test_warmup_longer_than_a_run_cut_short_is_quiet():
 # ---------------------------------------------------------------- a loss divided by an accumulation of 1
 
 
-def divided_by(setting: int, accum: int, optimizer: str) -> torchtriage.Report:
+def divided_by(setting: int, accum: int, optimizer: str, then: int | None = None) -> torchtriage.Report:
     """A trainer divides the loss by its configured accumulation count while the loop accumulates
     `accum` micro-batches (a framework told 1, the loop doing its own accumulation)."""
     torch.manual_seed(0)
@@ -239,7 +239,8 @@ def divided_by(setting: int, accum: int, optimizer: str) -> torchtriage.Report:
             for _ in range(accum):
                 x = torch.randn(16, 8, generator=g)
                 loss = F.mse_loss(model(x), x.sum(1, keepdim=True))
-                (loss / setting).backward()  # <- divided
+                scaled = loss / setting if then is None else loss / setting / then
+                scaled.backward()  # <- divided
             opt.step()
             opt.zero_grad()
     return s.report
@@ -253,3 +254,8 @@ def test_loss_divided_by_an_accumulation_setting_of_one():
 
 def test_loss_divided_by_the_accumulation_is_quiet():
     assert divided_by(4, 4, "sgd").filter(code="dynamics.accumulation_not_divided") == []
+
+
+def test_loss_divided_then_divided_by_one_is_quiet():
+    # the user's own division, then a framework's `loss / its_accumulation` told 1: a chain of scalings
+    assert divided_by(4, 4, "sgd", then=1).filter(code="dynamics.accumulation_not_divided") == []

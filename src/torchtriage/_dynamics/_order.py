@@ -42,6 +42,7 @@ from ._partial import PartialClips
 
 ADAPTIVE = ("Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "SparseAdam", "Adafactor")
 _SCALED = ("DivBackward", "MulBackward", "SumBackward")
+MAX_CHAIN = 8  # scaling nodes followed below a root
 
 
 class StepOrder:
@@ -176,7 +177,8 @@ class StepOrder:
                 f = hit()
                 if f is not None:
                     out.append(f)
-            elif len(scaled) == len(bw) and len(self.factors) == len(bw) and all(self.factors) \
+            elif len(scaled) == len(bw) and len(self.factors) == len(bw) \
+                    and all(t is not None for box in self.factors for t in box) \
                     and self.defer is not None and "accum" not in self.reported:
                 def measured(v: list[float], hit: Any = hit) -> None:
                     ratios = [g / go for g, go in zip(v[::2], v[1::2]) if go]
@@ -215,19 +217,45 @@ class StepOrder:
         return out
 
 
-def _factor(node: Any) -> list[Any]:
-    """A holder for the gradient a scaling root's node hands its first input (the factor it
-    applied, for a root whose gradient is 1), filled by a one-shot hook (public `Node.register_hook`)."""
-    box: list[Any] = []
+def _factor(root: Any) -> list[Any]:
+    """A holder for the factor a chain of scalings applied to a loss: the gradient the deepest
+    Div/Mul node of the chain below the root hands its graph input, and the root's own gradient
+    (`loss / 4` then a framework's `/ 1`: the product is 1/4), filled by one-shot hooks (public
+    `Node.register_hook`)."""
+    box: list[Any] = [None, None]
+    node, index = root, _graph_input(root)
+    for _ in range(MAX_CHAIN):
+        nxt = node.next_functions[index][0] if index is not None else None
+        if nxt is None or not nxt.name().startswith(_SCALED[:2]):
+            break
+        i = _graph_input(nxt)
+        if i is None:
+            break
+        node, index = nxt, i
+    if index is None:
+        return box
 
-    def hook(grad_inputs: tuple[Any, ...], grad_outputs: tuple[Any, ...]) -> None:
-        handle.remove()
-        g, go = grad_inputs[0] if grad_inputs else None, grad_outputs[0] if grad_outputs else None
-        if isinstance(g, torch.Tensor) and g.numel() == 1 and isinstance(go, torch.Tensor) and go.numel() == 1:
-            box.extend((g.detach(), go.detach()))  # (divided on the host, after the read)
+    def deep(grad_inputs: tuple[Any, ...], grad_outputs: tuple[Any, ...], at: int = index) -> None:
+        handles[0].remove()
+        g = grad_inputs[at] if len(grad_inputs) > at else None
+        if isinstance(g, torch.Tensor) and g.numel() == 1:
+            box[0] = g.detach()
 
-    handle = node.register_hook(hook)
+    def top(grad_inputs: tuple[Any, ...], grad_outputs: tuple[Any, ...]) -> None:
+        handles[-1].remove()
+        go = grad_outputs[0] if grad_outputs else None
+        if isinstance(go, torch.Tensor) and go.numel() == 1:
+            box[1] = go.detach()
+
+    handles = [node.register_hook(deep)]
+    handles.append(root.register_hook(top))
     return box
+
+
+def _graph_input(node: Any) -> int | None:
+    """The one input of `node` that carries a graph (a scaling's loss, not its constant)."""
+    found = [i for i, (fn, _) in enumerate(node.next_functions) if fn is not None]
+    return found[0] if len(found) == 1 else None
 
 
 def _parameters(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any], list[Any]]:
