@@ -12,9 +12,9 @@ seen. Under `torchtriage run` the script is imported inside the session, so it i
     forward of a watched model, all from the same line (a micro-batch loop; two different losses
     on two lines, like a DCGAN discriminator's real and fake terms, are a sum on purpose), and
     no root is scaled (its autograd node is not a Div/Mul by a constant, nor a sum). A root that is
-    a Div/Mul has its factor measured (session 16): a hook on the root's node keeps the gradient it
-    hands its first input (1 / divisor), read on the deferred read; a factor of exactly 1 on every
-    micro-batch (`loss / gradient_accumulation_steps` where that setting is 1: a framework that
+    a Div/Mul has its factor measured (session 16): hooks on the deepest Div/Mul of the chain below the
+    root and on the root keep the gradient the chain hands the loss and the root's own, read on the
+    deferred read; a factor of exactly 1 on every micro-batch (`loss / gradient_accumulation_steps` where that setting is 1: a framework that
     divides by its own accumulation count, told 1) is no scaling.
 
 Both show on every step they occur in, and each call site costs a stack walk: they are watched
