@@ -14,8 +14,9 @@ seen. Under `torchtriage run` the script is imported inside the session, so it i
     no root is scaled (its autograd node is not a Div/Mul by a constant, nor a sum). A root that is
     a Div/Mul has its factor measured (session 16): hooks on the deepest Div/Mul of the chain below the
     root and on the root keep the gradient the chain hands the loss and the root's own, read on the
-    deferred read; a factor of exactly 1 on every micro-batch (`loss / gradient_accumulation_steps` where that setting is 1: a framework that
-    divides by its own accumulation count, told 1) is no scaling.
+    deferred read; a factor of exactly 1 on every micro-batch (`loss / gradient_accumulation_steps`
+    where that setting is 1: a framework that divides by its own accumulation count, told 1) is no
+    scaling.
 
 Both show on every step they occur in, and each call site costs a stack walk: they are watched
 on the steps of `_cadence.sampled` only (`tracking`, set for the next step at each step's end);
