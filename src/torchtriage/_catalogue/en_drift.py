@@ -92,4 +92,42 @@ MESSAGES = {
     "dynamics.scheduler_decay_lost.next":
         "build the new optimizer at the lr the schedule had reached (scheduler.get_last_lr()), or keep the "
         "optimizer and change its param groups, or carry the scheduler's state (last_epoch) over",
+    "dynamics.scheduler_burst_steps":
+        "{scheduler} is stepped {most} times in a row with no optimizer step between, at {bursts} places: {calls} "
+        "scheduler steps where it was stepped at {gaps} places; {skipped} of its learning rates were never used by "
+        "an optimizer step, and the lr is now {lr_now} ({share} of its peak)",
+    "dynamics.scheduler_burst_steps.epochs":
+        "{scheduler} is stepped {most} times in a row with no optimizer step between, at each epoch boundary: "
+        "{calls} scheduler steps in the run's {epochs} epochs ({per_epoch} per epoch); {skipped} of its learning "
+        "rates were never used by an optimizer step, and the lr is now {lr_now} ({share} of its peak)",
+    "dynamics.scheduler_burst_steps.cause":
+        "the code that steps the scheduler fires on several consecutive batches (a per-epoch step tested with "
+        "`index % epoch_length < accumulation`, or called on batches where the optimizer does not step): each "
+        "extra call moves the schedule a position the optimizer never trains at, so the decay runs several "
+        "times faster than its cadence",
+    "dynamics.scheduler_burst_steps.next":
+        "step the scheduler only where the optimizer steps, and once per unit its horizon counts (once per epoch "
+        "for step_size / milestones in epochs)",
+    "dynamics.schedule_past_end":
+        "{scheduler} was stepped {calls} times but its schedule ends sooner: its learning rate annealed to its "
+        "floor {floor} ({floor_share} of its peak) at its step {horizon}, then climbed back to {back} "
+        "({back_share} of the peak {peak}) while training went on",
+    "dynamics.schedule_past_end.cause":
+        "the schedule's horizon (total steps, T_max, num_training_steps) counts fewer steps than the scheduler is "
+        "given: built for global steps or epochs and stepped at every optimizer step or batch, or a total computed "
+        "too small; past its end a cosine rises again",
+    "dynamics.schedule_past_end.next":
+        "step the scheduler once per unit its horizon counts (once per global step, after all its optimizer "
+        "steps), or build it for the number of times it is stepped (optimizer steps per global step x steps)",
+    "dynamics.warmup_most_of_run":
+        "the learning rate warmed up for {steps} of the run's {total} optimizer steps ({share}): it reached its "
+        "peak {peak} at step {step} and the decay had {left} steps left (lr {end} at the end); the loss fell "
+        "by {drop1} over the warm-up's first half and by {drop2} over its second",
+    "dynamics.warmup_most_of_run.cause":
+        "the warm-up is a large fraction of the schedule (a warm-up fraction of 0.9 where 0.1 was meant, or "
+        "warm-up steps counted in another unit than the total): most of the run trains below its learning "
+        "rate, and the loss falls faster as the lr rises, so the early steps were held back",
+    "dynamics.warmup_most_of_run.next":
+        "set the warm-up to a small share of the run (warmup fraction / ratio 0.01-0.1 of the total steps, "
+        "counted in the same unit), and check which of two warm-up settings the scheduler reads",
 }

@@ -77,4 +77,33 @@ MESSAGES = {
         "新调度器的计数从 0 开始：调度从第一个值重新开始",
     "dynamics.scheduler_decay_lost.next":
         "用调度器已达到的学习率（scheduler.get_last_lr()）创建新的优化器，或保留优化器只修改参数组，或沿用调度器的状态（last_epoch）",
+    "dynamics.scheduler_burst_steps":
+        "{scheduler} 在两次优化器更新之间被连续调用 {most} 次，共有 {bursts} 处如此：它只在 {gaps} 处被调用，却走了 "
+        "{calls} 步；其中 {skipped} 个学习率从未被任何一次优化器更新使用，当前学习率为 {lr_now}（峰值的 {share}）",
+    "dynamics.scheduler_burst_steps.epochs":
+        "{scheduler} 在每个 epoch 的边界处被连续调用 {most} 次，中间没有优化器更新：{epochs} 个 epoch 中走了 "
+        "{calls} 步（每个 epoch {per_epoch} 步）；其中 {skipped} 个学习率从未被任何一次优化器更新使用，当前学习率为 "
+        "{lr_now}（峰值的 {share}）",
+    "dynamics.scheduler_burst_steps.cause":
+        "调用调度器的代码在连续几个批次上都触发（用 `index % epoch_length < accumulation` 判断的按 epoch 调用，"
+        "或在优化器不更新的批次上调用）：每次多余的调用都让调度跳过一个优化器从未使用的位置，衰减比预期快几倍",
+    "dynamics.scheduler_burst_steps.next":
+        "只在优化器更新时调用调度器，并且按其时间跨度的单位调用一次（step_size / milestones 以 epoch 计时，每个 epoch 一次）",
+    "dynamics.schedule_past_end":
+        "{scheduler} 被调用了 {calls} 次，但它的调度更早结束：学习率在它的第 {horizon} 步退火到下限 {floor}"
+        "（峰值的 {floor_share}），随后在训练继续时又回升到 {back}（峰值 {peak} 的 {back_share}）",
+    "dynamics.schedule_past_end.cause":
+        "调度的时间跨度（总步数、T_max、num_training_steps）比调度器实际被调用的次数少：按全局步或 epoch 构建，"
+        "却在每次优化器更新或每个批次调用，或总步数算小了；过了终点，余弦会重新上升",
+    "dynamics.schedule_past_end.next":
+        "按调度时间跨度的单位调用调度器（每个全局步在其所有优化器更新之后调用一次），或按实际调用次数构建调度"
+        "（每个全局步的优化器更新次数 × 步数）",
+    "dynamics.warmup_most_of_run":
+        "学习率预热占了本次运行 {total} 次优化器更新中的 {steps} 次（{share}）：它在第 {step} 步才达到峰值 {peak}，"
+        "衰减只剩 {left} 步（结束时学习率为 {end}）；损失在预热前半段下降了 {drop1}，后半段下降了 {drop2}",
+    "dynamics.warmup_most_of_run.cause":
+        "预热占调度的比例过大（本应是 0.1 的预热比例写成了 0.9，或预热步数与总步数的单位不同）："
+        "大部分训练在低于设定学习率的情况下进行，损失随学习率上升而下降得更快，说明前面的更新被学习率拖慢了",
+    "dynamics.warmup_most_of_run.next":
+        "把预热设为运行的一小部分（总步数的 0.01-0.1，用同一单位计算），并确认调度器实际读取的是哪一个预热设置",
 }

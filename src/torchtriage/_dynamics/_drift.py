@@ -29,8 +29,10 @@ import torch
 
 from .._findings import Category, Finding, Stage
 from .._frames import UserFrame, optimizer_frame, user_frame_from_stack
+from ._burst import Cadence, burst_finding
 from ._common import finding, num
 from ._horizon import declared_schedule
+from ._pastend import PastEnd
 
 WRAPS_MIN = 2  # a decaying schedule that climbed back to its peak this often has wrapped
 NEAR_ZERO = 0.0101
@@ -106,6 +108,8 @@ class _Track:
         self.params: frozenset[int] = frozenset()  # ids of its optimizer's parameters (at its first call)
         self.lost: tuple[int, float, float, float, str, int, UserFrame | None] | None = None
         self.lost_at: tuple[int, int] = (0, 0)  # (its calls, its optimizer's steps) when it was replaced
+        self.cadence = Cadence()  # its calls per gap between two optimizer steps (`_burst`)
+        self.past_end = PastEnd()  # its lr against its own floor (`_pastend`)
 
 
 class DriftWatch:
@@ -154,6 +158,8 @@ class DriftWatch:
                 t.extra_frame = user_frame_from_stack(3)
                 if t.last_site is not None:
                     t.regular_line = (t.last_site[0].co_filename, t.last_site[1])
+        if t.cadence.call(opt_steps) and t.cadence.frame is None:  # a call in a burst: its line, once
+            t.cadence.first(self.session.step, user_frame_from_stack(3))
         t.calls += 1
         t.opt_id = id(opt)
         t.last_epoch = getattr(sched, "last_epoch", None)
@@ -189,6 +195,7 @@ class DriftWatch:
         now = max((v for v in t.fresh if v is not None), default=None)
         if now is None or t.peak <= 0:
             return
+        t.past_end.lr(t.calls, now, t.peak, self.session.step)
         if not t.low and now <= NEAR_ZERO * t.peak:
             t.low, t.low_at = True, t.calls
             if t.first_low is None:
@@ -266,8 +273,11 @@ class DriftWatch:
             if t.reported or (t.opt_id not in opt_steps and t.lost is None):
                 continue  # an optimizer the session does not watch: its steps are not counted
             total = opt_steps[t.opt_id]
-            f = (self._lost(t, opt_steps) or self._extra(t, total) or self._wrapped(t, total) or self._undone(t)
-                 or (self._not_resumed(t) if t.opt_id not in resumed else None))
+            f = (self._lost(t, opt_steps) or self._extra(t, total)
+                 or burst_finding(t.cadence, t.kind, t.calls, total, self.epochs, t.fresh, t.peak, t.frame)
+                 or self._wrapped(t, total)
+                 or t.past_end.finding(t.kind, t.calls, total, t.fresh, t.peak, t.frame)
+                 or self._undone(t) or (self._not_resumed(t) if t.opt_id not in resumed else None))
             if f is not None:
                 t.reported = True
                 if f.code == "dynamics.scheduler_not_resumed":

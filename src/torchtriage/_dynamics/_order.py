@@ -11,7 +11,12 @@ seen. Under `torchtriage run` the script is imported inside the session, so it i
     step() evaluates the closure several times): >= 2 backward calls per optimizer step, each after its own
     forward of a watched model, all from the same line (a micro-batch loop; two different losses
     on two lines, like a DCGAN discriminator's real and fake terms, are a sum on purpose), and
-    no root is scaled (its autograd node is not a Div/Mul by a constant, nor a sum).
+    no root is scaled (its autograd node is not a Div/Mul by a constant, nor a sum). A root that is
+    a Div/Mul has its factor measured (session 16): hooks on the deepest Div/Mul of the chain below the
+    root and on the root keep the gradient the chain hands the loss and the root's own, read on the
+    deferred read; a factor of exactly 1 on every micro-batch (`loss / gradient_accumulation_steps`
+    where that setting is 1: a framework that divides by its own accumulation count, told 1) is no
+    scaling.
 
 Both show on every step they occur in, and each call site costs a stack walk: they are watched
 on the steps of `_cadence.sampled` only (`tracking`, set for the next step at each step's end);
@@ -38,6 +43,7 @@ from ._partial import PartialClips
 
 ADAPTIVE = ("Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "SparseAdam", "Adafactor")
 _SCALED = ("DivBackward", "MulBackward", "SumBackward")
+MAX_CHAIN = 8  # scaling nodes followed below a root
 
 
 class StepOrder:
@@ -59,6 +65,8 @@ class StepOrder:
         self.partial = PartialClips()  # clips between two backward calls of one step (`_partial`)
         self.defer: Any = None  # the dynamics check's deferred read (`DeferredFlags.add`)
         self.config: Any = None  # clipping the configuration turned off (`_clipcfg.ClipConfig`), every call
+        self.factors: list[Any] = []  # per Div/Mul root of this step: [the factor it applied] (set by its hook)
+        self.pending: list[Finding] = []  # findings decided on a deferred read, handed out at the next step
 
     def track(self, on: bool) -> None:
         """Whether the next step is watched; a step left out leaves nothing behind."""
@@ -137,6 +145,8 @@ class StepOrder:
         self.partial.backward()
         if self.backwards and scalar and self.frame is None:
             self.frame = user_frame_from_stack(4)
+        if scalar and node.startswith(_SCALED[:2]) and root is not None and root.grad_fn is not None:
+            self.factors.append(_factor(root.grad_fn))
         self.backwards.append((self.forward_since_backward and scalar, node, site))
         self.forward_since_backward = False
 
@@ -159,23 +169,94 @@ class StepOrder:
         if self.defer is not None and not self.closure:
             self.partial.step(step, len(self.backwards), self.defer)
         bw = self.backwards
+        out, self.pending = self.pending + out, []
         if (not self.closure and len(bw) >= 2 and all(own for own, _, _ in bw) and len({site for _, _, site in bw}) == 1
-                and self.frame is not None and not any(node.startswith(_SCALED) for _, node, _ in bw)):
-            self.accum_hits += 1
-            if self.accum_hits == 2 and "accum" not in self.reported:
-                self.reported.add("accum")
-                kind = type(opt).__name__
-                adaptive = kind in ADAPTIVE
-                out.append(finding("accumulation_not_divided", category=Category.GRADIENT, stage=Stage.BACKWARD,
-                                   severity=Severity.INFO if adaptive else Severity.WARNING, step=step,
-                                   frame=self.frame, op="backward", count=len(bw), optimizer=kind,
-                                   cause="dynamics.accumulation_not_divided.cause" + (".adaptive" if adaptive else ""),
-                                   evidence={"backward_calls_per_step": len(bw), "loss_node": bw[0][1],
-                                             "optimizer": kind}))
+                and self.frame is not None and not any(node.startswith(("SumBackward",)) for _, node, _ in bw)):
+            scaled = [node for _, node, _ in bw if node.startswith(_SCALED)]
+            hit = functools.partial(self._hit, step, self.frame, len(bw), bw[0][1], type(opt).__name__)
+            if not scaled:
+                f = hit()
+                if f is not None:
+                    out.append(f)
+            elif len(scaled) == len(bw) and len(self.factors) == len(bw) \
+                    and all(t is not None for box in self.factors for t in box) \
+                    and self.defer is not None and "accum" not in self.reported:
+                def measured(v: list[float], hit: Any = hit) -> None:
+                    ratios = [g / go for g, go in zip(v[::2], v[1::2]) if go]
+                    if len(ratios) * 2 == len(v) and all(abs(x - 1.0) <= 1e-6 for x in ratios):
+                        f = hit(factor=ratios[0])  # divided (or multiplied) by exactly 1
+                        if f is not None:
+                            self.pending.append(f)
+                self.defer([t.reshape(()).float() for box in self.factors for t in box], measured)
+        self.factors = []
         self.backwards = []
         self.clip = None
         self.frame = None
         return out
+
+
+    def _hit(self, step: int, frame: UserFrame, count: int, node: str, kind: str,
+             factor: float | None = None) -> Finding | None:
+        """A step whose micro-batch losses were summed unscaled; the second such step is reported."""
+        self.accum_hits += 1
+        if self.accum_hits != 2 or "accum" in self.reported:
+            return None
+        self.reported.add("accum")
+        adaptive = kind in ADAPTIVE
+        evidence: dict[str, Any] = {"backward_calls_per_step": count, "loss_node": node, "optimizer": kind}
+        if factor is not None:
+            evidence["loss_scaled_by"] = factor  # a Div / Mul whose factor is 1
+        return finding("accumulation_not_divided", category=Category.GRADIENT, stage=Stage.BACKWARD,
+                       severity=Severity.INFO if adaptive else Severity.WARNING, step=step,
+                       frame=frame, op="backward", count=count, optimizer=kind,
+                       cause="dynamics.accumulation_not_divided.cause" + (".adaptive" if adaptive else ""),
+                       evidence=evidence)
+
+    def flush(self) -> list[Finding]:
+        """Findings decided on the last deferred read."""
+        out, self.pending = self.pending, []
+        return out
+
+
+def _factor(root: Any) -> list[Any]:
+    """A holder for the factor a chain of scalings applied to a loss: the gradient the deepest
+    Div/Mul node of the chain below the root hands its graph input, and the root's own gradient
+    (`loss / 4` then a framework's `/ 1`: the product is 1/4), filled by one-shot hooks (public
+    `Node.register_hook`)."""
+    box: list[Any] = [None, None]
+    node, index = root, _graph_input(root)
+    for _ in range(MAX_CHAIN):
+        nxt = node.next_functions[index][0] if index is not None else None
+        if nxt is None or not nxt.name().startswith(_SCALED[:2]):
+            break
+        i = _graph_input(nxt)
+        if i is None:
+            break
+        node, index = nxt, i
+    if index is None:
+        return box
+
+    def deep(grad_inputs: tuple[Any, ...], grad_outputs: tuple[Any, ...], at: int = index) -> None:
+        handles[0].remove()
+        g = grad_inputs[at] if len(grad_inputs) > at else None
+        if isinstance(g, torch.Tensor) and g.numel() == 1:
+            box[0] = g.detach()
+
+    def top(grad_inputs: tuple[Any, ...], grad_outputs: tuple[Any, ...]) -> None:
+        handles[-1].remove()
+        go = grad_outputs[0] if grad_outputs else None
+        if isinstance(go, torch.Tensor) and go.numel() == 1:
+            box[1] = go.detach()
+
+    handles = [node.register_hook(deep)]
+    handles.append(root.register_hook(top))
+    return box
+
+
+def _graph_input(node: Any) -> int | None:
+    """The one input of `node` that carries a graph (a scaling's loss, not its constant)."""
+    found = [i for i, (fn, _) in enumerate(node.next_functions) if fn is not None]
+    return found[0] if len(found) == 1 else None
 
 
 def _parameters(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any], list[Any]]:

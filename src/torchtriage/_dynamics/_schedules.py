@@ -29,7 +29,7 @@ from torch.optim import lr_scheduler as lrs
 from .._catalogue import msg
 from .._errors import TriageInternalWarning
 from .._findings import Finding, Severity, Stage
-from .._frames import UserFrame, user_frame_from_stack, user_stacklevel
+from .._frames import UserFrame, optimizer_frame, user_frame_from_stack, user_stacklevel
 from .._loaderstream import stream
 from ._common import finding, num
 from ._drift import DriftWatch
@@ -37,6 +37,7 @@ from ._horizon import horizon_times_accumulation
 from ._plateau import PlateauWatch
 from ._ramps import Ramps
 from ._unstepped import UnsteppedSchedulers
+from ._warmuplen import long_warmup
 from ._zerolr import ZeroLrSteps
 
 EPOCH_SCALE = ("StepLR", "MultiStepLR", "ExponentialLR", "PolynomialLR", "CosineAnnealingLR")
@@ -279,6 +280,11 @@ class ScheduleWatch:
         ramps = self.ramps.finding()
         if ramps is not None:
             out.append(ramps)
+        opt = self.lr_opt() if self.lr_opt is not None else None
+        health = self.session.health
+        long = long_warmup(health.points("lr"), health.points("loss"), optimizer_frame(opt) if opt else None)
+        if long is not None:
+            out.append(long)
         first, last = self.first_lr, self.last_lr
         if (first and last and self.lr_steps >= WARMUP_MIN_STEPS and self.rose and not self.fell
                 and self.last_change == 1 and "warmup" not in self.reported):
