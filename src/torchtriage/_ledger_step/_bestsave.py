@@ -74,8 +74,9 @@ def _is_float(v: Any) -> bool:
 
 
 class BestSaves:
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, checkpoints: Any = None) -> None:
         self.session = session
+        self.checkpoints = checkpoints  # `_resume.CheckpointWatch`: every write, for what a resume restores
         self.paths: dict[str, list[Save]] = {}
         self.sites: dict[tuple[str, int, int], list[Save]] = {}  # (file, line, id of its `self`) -> writes
         self.evaluations = 0
@@ -93,6 +94,8 @@ class BestSaves:
             if isinstance(f, (str, os.PathLike)) and not watch.session.busy:
                 try:
                     watch.note(obj, f)
+                    if watch.checkpoints is not None:
+                        watch.checkpoints.saved(obj, f)
                 except Exception as e:  # our bug: the user's file is written regardless
                     watch.session.internal_error("step_ledger.best_save", e)
             return original(obj, f, *args, **kwargs)
