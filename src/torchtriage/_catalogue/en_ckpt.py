@@ -27,4 +27,24 @@ MESSAGES = {
     "ckpt.refrozen.next":
         "on resume, unfreeze every module whose unfreeze epoch is already past (e.g. when current_epoch >= "
         "unfreeze_at_epoch), or save and restore requires_grad with the checkpoint",
+    "ckpt.name_swapped":
+        "{count} checkpoint files are named with swapped values: in '{example}' the number after '{a}' is "
+        "{ta}, the value of '{b}', and the number after '{b}' is {tb}, the value of '{a}'; a checkpoint chosen by "
+        "its name is chosen on the wrong metric",
+    "ckpt.name_swapped.cause":
+        "the format string's placeholders are filled in another order than its labels "
+        "('{a}_{{}}_{b}_{{}}'.format({b}, {a}))",
+    "ckpt.name_swapped.next":
+        "use named placeholders ('{a}_{{{a}}}_{b}_{{{b}}}' or an f-string) so each value sits after its own label",
+    "ckpt.test_not_best":
+        "the evaluation after training runs on the weights of the last step ({final}), not on the best model the "
+        "loop saved at {saved} (its last write was at step {best}): no load_state_dict ran before this test, and "
+        "the {rejected} validations after that write were not saved, each worse than the best",
+    "ckpt.test_not_best.cause":
+        "the loop keeps the best model in a checkpoint file, but the model object keeps training after it; the "
+        "test after training uses the model in memory (the last epoch's), which the loop's own comparison "
+        "rejected",
+    "ckpt.test_not_best.next":
+        "load the best checkpoint into the model (model.load_state_dict(torch.load(best_path)[...])) before "
+        "the final evaluation, or say in the report that the last model is tested",
 }

@@ -22,4 +22,20 @@ MESSAGES = {
     "ckpt.refrozen.next":
         "恢复时解冻所有解冻轮次已过的模块（例如 current_epoch >= unfreeze_at_epoch 时），"
         "或者随检查点保存并恢复 requires_grad",
+    "ckpt.name_swapped":
+        "{count} 个检查点文件名中的数值被交换：在 '{example}' 中，'{a}' 后面的数字是 {ta}，即 '{b}' 的值，"
+        "而 '{b}' 后面的数字是 {tb}，即 '{a}' 的值；按文件名挑选的检查点是按错误的指标挑选的",
+    "ckpt.name_swapped.cause":
+        "格式字符串的占位符填入顺序与标签顺序不同（'{a}_{{}}_{b}_{{}}'.format({b}, {a})）",
+    "ckpt.name_swapped.next":
+        "使用具名占位符（'{a}_{{{a}}}_{b}_{{{b}}}' 或 f-string），让每个值紧跟在自己的标签后面",
+    "ckpt.test_not_best":
+        "训练后的评估用的是最后一步（{final}）的权重，而不是循环在 {saved} 保存的最佳模型（最后一次写入在第 {best} 步）："
+        "测试前没有运行 load_state_dict，而那次写入之后的 {rejected} 次验证都没有被保存，每一次都比最佳更差",
+    "ckpt.test_not_best.cause":
+        "循环把最佳模型保存在检查点文件中，但模型对象在那之后继续训练；训练后的测试使用内存中的模型"
+        "（最后一轮的），而循环自己的比较已经否决了它",
+    "ckpt.test_not_best.next":
+        "在最终评估之前把最佳检查点载入模型（model.load_state_dict(torch.load(best_path)[...])），"
+        "或在报告中说明测试的是最后的模型",
 }

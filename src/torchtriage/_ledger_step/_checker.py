@@ -131,6 +131,8 @@ class LedgerChecker(Checker):
     def on_root_forward_pre(self, model: torch.nn.Module, label: str) -> None:
         if self.best_saves is not None and not model.training and not torch.is_grad_enabled():
             self.best_saves.evaluation_forward()
+            if self.checkpoints is not None:
+                self.checkpoints.final.eval_forward(model)
         if self.evalrandom is not None:
             self.evalrandom.root_forward(model)
             if not model.training:

@@ -40,6 +40,9 @@ import torch
 
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
+from ._ckptname import MIN_SAVES as MIN_NAMED
+from ._ckptname import NameWatch
+from ._finaltest import FinalTest
 
 COMPARED = 16  # parameters compared at a model load
 DEPTH = 3  # levels of a loaded object searched for state dicts
@@ -139,7 +142,8 @@ class CheckpointWatch:
         self.restores: list[Restore] = []
         self.steps: dict[int, int] = {}
         self.reported: set[tuple[str, str | None, int | None]] = set()
-        self.findings: list[Finding] = []
+        self.names = NameWatch()
+        self.final = FinalTest(session)
 
     # ------------------------------------------------------------------ wrappers
     def install(self) -> None:
@@ -180,10 +184,12 @@ class CheckpointWatch:
         self.pending = [p for p in self.pending if p.step == self.session.step][-(KEEP - 1):]
         self.pending.append(Loaded(obj, path, user_frame_from_stack(3), self.session.step, path in self.written))
 
-    def saved(self, obj: Any, f: Any) -> None:
-        """`torch.save(obj, f)` (called by the `torch.save` wrapper of `_bestsave`)."""
+    def saved(self, obj: Any, f: Any, save: Any = None) -> None:
+        """`torch.save(obj, f)` (called by the `torch.save` wrapper of `_bestsave`, with its record)."""
+        self.final.saved(save, isinstance(obj, torch.nn.Module) or bool(_mappings(obj)))
         if isinstance(f, (str, os.PathLike)):
             self.written.add(os.path.abspath(os.fspath(f)))
+            self.names.saved(os.fspath(f), 1)
         if not isinstance(obj, Mapping):
             return
         values = _scalars(obj)
@@ -220,6 +226,7 @@ class CheckpointWatch:
     def module_load(self, module: torch.nn.Module, state_dict: Mapping[str, Any]) -> None:
         """Before an outermost `Module.load_state_dict(state_dict)`: does it take the weights a
         `torch.load` of this step just read?"""
+        self.final.module_loaded()
         self.pending = [p for p in self.pending if p.step == self.session.step]
         if not self.pending:
             return
@@ -322,7 +329,7 @@ class CheckpointWatch:
                                         step=self.session.step))
 
     def end(self) -> list[Finding]:
-        out: list[Finding] = []
+        out: list[Finding] = self._names() + self.final.end()
         for rs in self.restores:
             opt = rs.opt()
             if opt is None or self.steps.get(id(opt), 0) - rs.steps < MIN_STEPS:
@@ -361,11 +368,27 @@ class CheckpointWatch:
         return out
 
 
+    def _names(self) -> list[Finding]:
+        out = []
+        for count, (a, b, ta, tb, example), frame in self.names.sites.values():
+            if count < MIN_NAMED:
+                continue
+            fields = {"a": a, "b": b, "ta": ta, "tb": tb, "example": example, "count": count}
+            evidence = {"file_name": example, "label": a, "written_after_it": ta, "value_of_" + a: tb,
+                        "other_label": b, "written_after_other": tb, "value_of_" + b: ta, "saves": count}
+            out.append(from_catalogue(Category.OTHER, "checkpoint.name_swapped", "ckpt.name_swapped",
+                                      fields=fields, cause_key="ckpt.name_swapped.cause",
+                                      next_key="ckpt.name_swapped.next", frame=frame, evidence=evidence,
+                                      source_line=True, severity=Severity.WARNING, stage=Stage.OPTIMIZER,
+                                      step=self.session.step))
+        return out
+
+
 def _nested(obj: Any, depth: int = 0) -> list[tuple[str, Any]]:
     """The object and its nested mappings (any content)."""
     out: list[tuple[str, Any]] = [("", obj)]
     if isinstance(obj, Mapping) and depth < DEPTH:
-        for k, v in list(obj.items())[:64]:
+        for v in list(obj.values())[:64]:
             if isinstance(v, Mapping):
                 out.extend(_nested(v, depth + 1))
     return out
