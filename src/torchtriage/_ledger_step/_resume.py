@@ -128,7 +128,7 @@ class Restore:
     opt: weakref.ref[torch.optim.Optimizer]
     params: list[tuple[weakref.ref[torch.Tensor], int]]  # parameters with restored state, version then
     others: list[tuple[weakref.ref[torch.Tensor], int]]  # the optimizer's other parameters, version then
-    steps: int  # the optimizer's steps when restored
+    steps: int  # the session's training steps when restored
     frame: UserFrame | None
 
 
@@ -219,7 +219,7 @@ class CheckpointWatch:
                 if isinstance(p, torch.Tensor):
                     (params if opt.state.get(p) else others).append((weakref.ref(p), p._version))
         if params:
-            self.restores.append(Restore(weakref.ref(opt), params, others, self.steps.get(id(opt), 0),
+            self.restores.append(Restore(weakref.ref(opt), params, others, self.session.step,
                                          user_frame_from_stack(3)))
             del self.restores[:-8]
 
@@ -332,7 +332,7 @@ class CheckpointWatch:
         out: list[Finding] = self._names() + self.final.end()
         for rs in self.restores:
             opt = rs.opt()
-            if opt is None or self.steps.get(id(opt), 0) - rs.steps < MIN_STEPS:
+            if opt is None or self.session.step - rs.steps < MIN_STEPS:
                 continue
             frozen: list[torch.Tensor] = []
             moved = 0
@@ -353,7 +353,7 @@ class CheckpointWatch:
                     names.extend(n for n, p in m.named_parameters() if id(p) in ids)
             if not names:
                 continue
-            steps = self.steps.get(id(opt), 0) - rs.steps
+            steps = self.session.step - rs.steps
             fields = {"count": len(frozen), "first": names[0], "steps": steps,
                       "values": sum(p.numel() for p in frozen), "optimizer": type(opt).__name__}
             evidence = {"parameters": names[:10], "count": len(frozen), "values": fields["values"],
