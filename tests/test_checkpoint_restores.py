@@ -1,9 +1,9 @@
 """Checkpoints read back into the run: a restore whose copy loop takes none of the weights read
-(`other.checkpoint.not_loaded`, variant unchanged), a resume that restarts its epoch counter and
-best score (`other.checkpoint.resume_reset`), a resume that freezes again parameters it had been
+(`checkpoint.not_loaded`, variant unchanged), a resume that restarts its epoch counter and
+best score (`other.checkpoint_resume_reset`), a resume that freezes again parameters it had been
 training (`gradient.resume_refrozen`), checkpoint names with swapped label values
-(`other.checkpoint.name_swapped`) and a test after training on the last weights instead of the
-best saved (`other.checkpoint.test_not_best`). Written the ways users write them, with the
+(`other.checkpoint_name_swapped`) and a test after training on the last weights instead of the
+best saved (`other.checkpoint_test_not_best`). Written the ways users write them, with the
 correct look-alikes that stay quiet."""
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def _resume_run(fixed: bool) -> torchtriage.Report:
 
 
 def test_resume_that_restarts_the_iteration_counter_and_best():
-    [f] = codes(_resume_run(False), "checkpoint.resume_reset")
+    [f] = codes(_resume_run(False), "other.checkpoint_resume_reset")
     assert (f.severity, f.category, f.line) == (Severity.WARNING, Category.OTHER, line("resume"))
     assert f.evidence["counters_reset"] == [{"key": "iter", "restored": 4, "written_after_resume": 1}]
 
@@ -161,7 +161,7 @@ def test_fine_tuning_from_a_file_another_run_wrote_is_quiet():
         for epoch in range(3):
             train_epoch(model, opt)
             torch.save({"iter": epoch + 1, "model": model.state_dict()}, os.path.join(folder, f"ft_{epoch}.pt"))
-    assert not codes(s.report, "checkpoint.resume_reset")
+    assert not codes(s.report, "other.checkpoint_resume_reset")
 
 
 # ------------------------------------------------ 3. a resume that freezes what it trained
@@ -215,13 +215,13 @@ def _named_run(fixed: bool) -> torchtriage.Report:
 
 
 def test_checkpoint_name_with_loss_and_accuracy_swapped():
-    [f] = codes(_named_run(False), "checkpoint.name_swapped")
+    [f] = codes(_named_run(False), "other.checkpoint_name_swapped")
     assert (f.severity, f.category, f.line) == (Severity.WARNING, Category.OTHER, line("named save"))
     assert {f.evidence["label"], f.evidence["other_label"]} == {"loss", "acc"} and f.evidence["saves"] == 3
 
 
 def test_checkpoint_name_in_the_order_of_its_labels_is_quiet():
-    assert not codes(_named_run(True), "checkpoint.name_swapped")
+    assert not codes(_named_run(True), "other.checkpoint_name_swapped")
 
 
 # ------------------------------------------------ 5. a test on the last weights, not the best
@@ -250,14 +250,14 @@ def _test_run(fixed: bool, test: bool = True) -> torchtriage.Report:
 
 
 def test_test_after_training_on_the_last_weights():
-    [f] = codes(_test_run(False), "checkpoint.test_not_best")
+    [f] = codes(_test_run(False), "other.checkpoint_test_not_best")
     assert (f.severity, f.category, f.line) == (Severity.WARNING, Category.OTHER, line("test"))
     assert f.evidence["validations_after_best_not_saved"] >= 2
 
 
 def test_test_after_loading_the_best_is_quiet():
-    assert not codes(_test_run(True), "checkpoint.test_not_best")
+    assert not codes(_test_run(True), "other.checkpoint_test_not_best")
 
 
 def test_training_without_a_test_is_quiet():
-    assert not codes(_test_run(False, test=False), "checkpoint.test_not_best")
+    assert not codes(_test_run(False, test=False), "other.checkpoint_test_not_best")

@@ -147,7 +147,7 @@ class FinalTest:
                         "last_optimizer_step": final, "validations_after_best_not_saved": len(rejected),
                         "load_state_dict_before_test": False,
                         "best_save_line": f"{site.frame.file}:{site.frame.line}" if site.frame else None}
-            out.append(from_catalogue(Category.OTHER, "checkpoint.test_not_best", "ckpt.test_not_best",
+            out.append(from_catalogue(Category.OTHER, "other.checkpoint_test_not_best", "ckpt.test_not_best",
                                       fields=fields, cause_key="ckpt.test_not_best.cause",
                                       next_key="ckpt.test_not_best.next", frame=frame, evidence=evidence,
                                       source_line=True, severity=Severity.WARNING, stage=Stage.FORWARD,

@@ -322,7 +322,7 @@ class CheckpointWatch:
         if save is not None:
             evidence["saved_at"] = f"{save.file}:{save.line}"
         variant = "best" if bests else "counter"
-        self.session.add(from_catalogue(Category.OTHER, "checkpoint.resume_reset", f"ckpt.resume_reset.{variant}",
+        self.session.add(from_catalogue(Category.OTHER, "other.checkpoint_resume_reset", f"ckpt.resume_reset.{variant}",
                                         fields=fields, cause_key="ckpt.resume_reset.cause",
                                         next_key="ckpt.resume_reset.next", frame=r.frame, evidence=evidence,
                                         source_line=True, severity=Severity.WARNING, stage=Stage.OPTIMIZER,
@@ -376,7 +376,7 @@ class CheckpointWatch:
             fields = {"a": a, "b": b, "ta": ta, "tb": tb, "example": example, "count": count}
             evidence = {"file_name": example, "label": a, "written_after_it": ta, "value_of_" + a: tb,
                         "other_label": b, "written_after_other": tb, "value_of_" + b: ta, "saves": count}
-            out.append(from_catalogue(Category.OTHER, "checkpoint.name_swapped", "ckpt.name_swapped",
+            out.append(from_catalogue(Category.OTHER, "other.checkpoint_name_swapped", "ckpt.name_swapped",
                                       fields=fields, cause_key="ckpt.name_swapped.cause",
                                       next_key="ckpt.name_swapped.next", frame=frame, evidence=evidence,
                                       source_line=True, severity=Severity.WARNING, stage=Stage.OPTIMIZER,
