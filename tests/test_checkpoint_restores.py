@@ -112,6 +112,19 @@ def test_plain_load_of_a_pretrained_file_is_quiet():
     assert not loud(s.report)
 
 
+def test_teacher_loaded_then_student_reset_to_its_own_copy_is_quiet():
+    import copy
+    path = os.path.join(tempfile.mkdtemp(), "teacher.pt")
+    torch.save(net(3).state_dict(), path)
+    with torchtriage.watch(discover=True, on_anomaly="record", report=False) as s:
+        teacher, student = net(1), net(2)
+        start = copy.deepcopy(student.state_dict())
+        teacher.load_state_dict(torch.load(path))
+        student.load_state_dict(start)  # the same architecture, reset to its own initialization
+        train_epoch(student, torch.optim.SGD(student.parameters(), lr=0.1))
+    assert not codes(s.report, "checkpoint.not_loaded")
+
+
 # ------------------------------------------------ 2. a resume that restarts its counter and best
 def fit(folder: str, iters: int, resume: str | None, fixed: bool = False) -> nn.Module:
     model = net(0)

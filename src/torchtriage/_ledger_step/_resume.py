@@ -105,7 +105,7 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class Loaded:
     obj: Any
     path: str
@@ -139,8 +139,8 @@ class CheckpointWatch:
         self.written: set[str] = set()
         self.history: dict[frozenset[str], list[dict[str, float | int]]] = {}
         self.resumed: Resumed | None = None
+        self.restored: Loaded | None = None  # the last checkpoint whose weights reached a model
         self.restores: list[Restore] = []
-        self.steps: dict[int, int] = {}
         self.reported: set[tuple[str, str | None, int | None]] = set()
         self.names = NameWatch()
         self.final = FinalTest(session)
@@ -205,14 +205,17 @@ class CheckpointWatch:
             hist.append(values)
 
     def stepped(self, opt: torch.optim.Optimizer) -> None:
-        self.steps[id(opt)] = self.steps.get(id(opt), 0) + 1
         if self.pending and self.pending[-1].step != self.session.step:
             self.pending = []  # (a training step: the objects read before are not kept alive)
+        if self.restored is not None and self.restored.step != self.session.step:
+            self.restored = None
 
     def optimizer_restored(self, opt: torch.optim.Optimizer, state_dict: Any) -> None:
-        for ld in self.pending:
-            if any(m is state_dict for _, m in _nested(ld.obj)):
+        for ld in [*self.pending, *([self.restored] if self.restored is not None else [])]:
+            if not ld.optimizer_restored and any(m is state_dict for _, m in _nested(ld.obj)):
                 ld.optimizer_restored = True
+                if ld is self.restored:
+                    self._restored(ld)
         params, others = [], []
         for g in opt.param_groups:
             for p in g["params"]:
@@ -260,6 +263,9 @@ class CheckpointWatch:
                     return
 
     def _restored(self, ld: Loaded) -> None:
+        # its weights reached a model: not judged again for another one
+        self.pending = [p for p in self.pending if p is not ld]
+        self.restored = ld
         if ld.written_here or ld.optimizer_restored:
             self.resumed = Resumed(ld.path, ld.frame, _scalars(ld.obj))
 
