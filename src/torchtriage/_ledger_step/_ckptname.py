@@ -95,9 +95,11 @@ class NameWatch:
     def saved(self, path: str, skip: int) -> None:
         import os
         hit = swapped(os.path.basename(path), skip + 1)
-        if hit is None or hit[1] is None:
+        if hit is None:
             return
         (a, b, ta, tb), where = hit
+        if where is None:
+            return
         key = (where.file, where.line)
         entry = self.sites.setdefault(key, [0, (a, b, ta, tb, os.path.basename(path)), where])
         entry[0] += 1

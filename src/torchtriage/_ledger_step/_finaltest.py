@@ -52,7 +52,7 @@ class BestSite:
 
 
 def _site(skip: int) -> tuple[tuple[str, int], ...] | None:
-    frames = []
+    frames: list[Any] = []
     f = find_frame(in_user_file, sys._getframe(skip), depth=128)
     while f is not None and len(frames) < 64:
         frames.append(f)

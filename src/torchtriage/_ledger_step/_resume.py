@@ -78,7 +78,7 @@ def _mappings(obj: Any, path: str = "", depth: int = 0) -> list[tuple[str, Mappi
     return out
 
 
-def _match(params: dict[str, torch.Tensor], sd: Mapping[Any, Any]) -> dict[str, torch.Tensor]:
+def _match(params: Mapping[str, torch.Tensor], sd: Mapping[Any, Any]) -> dict[str, torch.Tensor]:
     """The model's parameter name -> the state dict's tensor of that name (or with a wrapper's
     prefix) and shape."""
     out: dict[str, torch.Tensor] = {}
@@ -216,7 +216,8 @@ class CheckpointWatch:
                 ld.optimizer_restored = True
                 if ld is self.restored:
                     self._restored(ld)
-        params, others = [], []
+        params: list[tuple[weakref.ref[torch.Tensor], int]] = []
+        others: list[tuple[weakref.ref[torch.Tensor], int]] = []
         for g in opt.param_groups:
             for p in g["params"]:
                 if isinstance(p, torch.Tensor):
