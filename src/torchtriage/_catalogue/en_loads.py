@@ -33,4 +33,16 @@ MESSAGES = {
     "loads.not_loaded.next.raised":
         "save the unwrapped model (model.module.state_dict()), or strip the prefix when loading: "
         "{{k.removeprefix('{strip}'): v for k, v in sd.items()}}",
+    "loads.not_loaded.unchanged":
+        "the checkpoint {file} read at {read} holds {held} of {model}'s {total} parameters ({where}), but this "
+        "load_state_dict set {model}'s own values: none of the {compared} compared parameters changed, and each "
+        "still differs from the checkpoint's; the model keeps the weights it had before the restore",
+    "loads.not_loaded.cause.unchanged":
+        "the dict given to load_state_dict was built from the model's own state_dict() and filled only with the "
+        "checkpoint entries whose names matched: the checkpoint keeps its weights under another key (e.g. "
+        "'model_state_dict', 'state_dict', 'model') or another prefix, so nothing was copied and the load "
+        "restored the model onto itself",
+    "loads.not_loaded.next.unchanged":
+        "load the state dict stored inside the checkpoint (ckpt['model_state_dict'] or the key it was saved "
+        "under), and check that load_state_dict(..., strict=True) accepts it",
 }

@@ -30,4 +30,15 @@ MESSAGES = {
     "loads.not_loaded.next.raised":
         "保存未包装的模型（model.module.state_dict()），或在加载时去掉前缀："
         "{{k.removeprefix('{strip}'): v for k, v in sd.items()}}",
+    "loads.not_loaded.unchanged":
+        "在 {read} 读取的检查点 {file} 含有 {model} 的 {total} 个参数中的 {held} 个（{where}），但这次 "
+        "load_state_dict 载入的是 {model} 自己的值：比较的 {compared} 个参数没有一个改变，且都与检查点中的不同；"
+        "模型保留了恢复之前的权重",
+    "loads.not_loaded.cause.unchanged":
+        "传给 load_state_dict 的字典由模型自己的 state_dict() 构造，只填入名字匹配的检查点条目：检查点把权重存放在"
+        "另一个键（如 'model_state_dict'、'state_dict'、'model'）或另一个前缀下，所以什么也没复制，"
+        "这次加载把模型恢复成了它自己",
+    "loads.not_loaded.next.unchanged":
+        "载入检查点内部保存的 state dict（ckpt['model_state_dict'] 或保存时用的键），并确认 "
+        "load_state_dict(..., strict=True) 能接受它",
 }

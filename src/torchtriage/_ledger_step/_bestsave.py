@@ -74,8 +74,9 @@ def _is_float(v: Any) -> bool:
 
 
 class BestSaves:
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, checkpoints: Any = None) -> None:
         self.session = session
+        self.checkpoints = checkpoints  # `_resume.CheckpointWatch`: every write, for what a resume restores
         self.paths: dict[str, list[Save]] = {}
         self.sites: dict[tuple[str, int, int], list[Save]] = {}  # (file, line, id of its `self`) -> writes
         self.evaluations = 0
@@ -92,7 +93,9 @@ class BestSaves:
             __tracebackhide__ = True
             if isinstance(f, (str, os.PathLike)) and not watch.session.busy:
                 try:
-                    watch.note(obj, f)
+                    made = watch.note(obj, f)
+                    if watch.checkpoints is not None:
+                        watch.checkpoints.saved(obj, f, made)
                 except Exception as e:  # our bug: the user's file is written regardless
                     watch.session.internal_error("step_ledger.best_save", e)
             return original(obj, f, *args, **kwargs)
@@ -100,15 +103,15 @@ class BestSaves:
         save.__wrapped__ = original  # type: ignore[attr-defined]
         self.session.patch(torch, "save", save)
 
-    def note(self, obj: Any, f: Any) -> None:
+    def note(self, obj: Any, f: Any) -> Save | None:
         path = os.path.abspath(os.fspath(f))
         saves = self.paths.get(path)
         if saves is None:
             if len(self.paths) >= MAX_PATHS:
-                return
+                return None
             saves = self.paths[path] = []
         if len(saves) >= MAX_SAVES:
-            return
+            return None
         save = self._read(obj, path)
         saves.append(save)
         site = self._site
@@ -116,6 +119,7 @@ class BestSaves:
             group = self.sites.setdefault(site, [])
             if len(group) < MAX_SAVES:
                 group.append(save)
+        return save
 
     def _read(self, obj: Any, path: str) -> Save:
         self._site = None

@@ -33,6 +33,7 @@ from ._moves import FrozenMoves
 from ._origins import Origins
 from ._plainweights import PlainWeights
 from ._ranks import RankWatch
+from ._resume import CheckpointWatch
 from ._selfload import Snapshots
 from ._sinks import GradSinks
 from ._stale import StaleSteps
@@ -75,6 +76,7 @@ class LedgerChecker(Checker):
         self.plain: PlainWeights | None = None
         self.baseline: BaselineWatch | None = None
         self.unfreeze: UnfreezeWatch | None = None
+        self.checkpoints: CheckpointWatch | None = None
         self._walked = False
 
     def on_start(self, session: Any) -> None:
@@ -100,12 +102,14 @@ class LedgerChecker(Checker):
         for opt in session.optimizers:
             self.unfreeze.optimizer(opt)
         patch_zero_grad(session, self.discards)
-        self.best_saves = BestSaves(session)
+        self.checkpoints = CheckpointWatch(session)
+        self.checkpoints.install()
+        self.best_saves = BestSaves(session, self.checkpoints)
         self.best_saves.install()
         snapshots = Snapshots(session)
         snapshots.install()
         self.origins = Origins(session)
-        LoadWatch(session, snapshots, self.origins).install()
+        LoadWatch(session, snapshots, self.origins, self.checkpoints).install()
 
     def on_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         if self.origins is not None:
@@ -127,6 +131,8 @@ class LedgerChecker(Checker):
     def on_root_forward_pre(self, model: torch.nn.Module, label: str) -> None:
         if self.best_saves is not None and not model.training and not torch.is_grad_enabled():
             self.best_saves.evaluation_forward()
+            if self.checkpoints is not None:
+                self.checkpoints.final.eval_forward(model)
         if self.evalrandom is not None:
             self.evalrandom.root_forward(model)
             if not model.training:
@@ -236,6 +242,8 @@ class LedgerChecker(Checker):
             self.updates.step_pre(optimizer)
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.stepped(optimizer)
         if self._eval_only:
             return
         if self.discards is not None:
@@ -286,6 +294,9 @@ class LedgerChecker(Checker):
                 self.session.add(f)
         if self.unfreeze is not None and self.session is not None and self.updates is not None:
             for f in self.unfreeze.end(self.updates.steps):
+                self.session.add(f)
+        if self.checkpoints is not None and self.session is not None:
+            for f in self.checkpoints.end():
                 self.session.add(f)
         if self.ranks is not None and self.session is not None:
             for f in self.ranks.end():

@@ -106,10 +106,11 @@ def judge_load(module: torch.nn.Module, state_dict: Mapping[str, Any], result: A
 class LoadWatch:
     """Wraps `nn.Module.load_state_dict` for the session (restored on exit)."""
 
-    def __init__(self, session: Any, snapshots: Any = None, origins: Any = None) -> None:
+    def __init__(self, session: Any, snapshots: Any = None, origins: Any = None, checkpoints: Any = None) -> None:
         self.session = session
         self.snapshots = snapshots  # `_selfload.Snapshots`: a reference snapshot restored onto itself
         self.origins = origins  # `_origins.Origins`: weights still mostly the trained model's initialization
+        self.checkpoints = checkpoints  # `_resume.CheckpointWatch`: does the load take what torch.load read
         self.depth = 0
         self.reported: set[tuple[str | None, int | None]] = set()
 
@@ -128,6 +129,8 @@ class LoadWatch:
                         f = watch.origins.judge(self, state_dict)
                     if f is not None:
                         watch.session.add(f)
+                    if watch.checkpoints is not None:
+                        watch.checkpoints.module_load(self, state_dict)
                 except Exception as e:  # our bug: the user's load happens regardless
                     watch.session.internal_error("step_ledger.load_state_dict", e)
             watch.depth += 1

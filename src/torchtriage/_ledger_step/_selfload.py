@@ -95,6 +95,8 @@ class Snapshots:
         changed = _versions(state_dict) - versions
         if changed <= 0:
             return None  # the weights are those of the snapshot: the load changes nothing, and loses nothing
+        if step == self.session.step:
+            return None  # no training step since: the writes are the caller filling the dict in place
         held, shared = aliased(module, state_dict)
         if held == 0 or shared < held:
             return None
