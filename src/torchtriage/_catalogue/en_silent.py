@@ -6,6 +6,7 @@ MESSAGES = {
     "silent.channels_last_reshaped.next": "move the channel axis with x.{perm} (then .contiguous() or .reshape if needed) before any reshape that merges other axes; check by plotting x[0] as an image",
     "silent.loss_broadcast": "prediction {pred} and target {target} broadcast to {result} in {op}: every prediction is compared with every target",
     "silent.loss_broadcast.paired": "prediction {pred} and target {target} broadcast to {result} in {op}: both keep their batch axis of {n} samples, at two different places, so each prediction is scored against all {n} targets of the batch (pairwise over the batch)",
+    "silent.loss_broadcast.select": "masked_select's input {pred} and mask {target} broadcast to {result}: every element of the input is selected once per True of the mask, so the mask drops nothing (padded positions are averaged in with the real ones)",
     "silent.loss_broadcast.cause": "the two shapes differ by an axis of size 1 (a missing squeeze, or an unsqueeze on one side), so broadcasting builds an outer product over the samples instead of pairing sample i with target i",
     "silent.loss_broadcast.next": "make both shapes equal on the sample axis (e.g. prediction.squeeze(-1) or target.unsqueeze(-1)); avoid a bare squeeze() that also drops a batch axis of size 1",
     "silent.probabilities_to_cross_entropy": "{loss} received probabilities ({producer} output), but it applies log_softmax itself: softmax is applied twice",

@@ -6,6 +6,7 @@ MESSAGES = {
     "silent.channels_last_reshaped.next": "先用 x.{perm} 移动通道轴（需要时再 .contiguous() 或 .reshape），再做合并其他轴的 reshape；可把 x[0] 画成图像检查",
     "silent.loss_broadcast": "预测 {pred} 与目标 {target} 在 {op} 中广播成 {result}：每个预测都和每个目标相比",
     "silent.loss_broadcast.paired": "预测 {pred} 与目标 {target} 在 {op} 中广播成 {result}：两者都保留了 {n} 个样本的批量轴，却位于不同位置，于是每个预测都与批内全部 {n} 个目标相比（在批量上两两配对）",
+    "silent.loss_broadcast.select": "masked_select 的输入 {pred} 与掩码 {target} 广播成 {result}：输入的每个元素按掩码中 True 的个数被重复选出，掩码什么也没有去掉（填充位置与真实位置一起被平均）",
     "silent.loss_broadcast.cause": "两个形状相差一个长度为 1 的轴（少了 squeeze，或一侧多了 unsqueeze），广播在样本上构成了外积，而不是把样本 i 与目标 i 配对",
     "silent.loss_broadcast.next": "在样本轴上统一形状（如 prediction.squeeze(-1) 或 target.unsqueeze(-1)）；不要直接用 squeeze()，以免批量为 1 时把批量轴也挤掉",
     "silent.probabilities_to_cross_entropy": "{loss} 收到的是概率（{producer} 的输出），但它自己会做 log_softmax：softmax 被用了两次",

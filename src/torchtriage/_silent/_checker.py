@@ -730,7 +730,7 @@ class SilentChecker(Checker):
             paired = s.kind == "paired"
             self._add(broadcast_finding(op=s.op, prediction_shape=shape(pred), target_shape=shape(tgt),
                                         result_shape=s.result_shape, computed=computed, fixed=fixed,
-                                        frame=s.frame, step=self._step, paired=paired,
+                                        frame=s.frame, step=self._step, paired=paired, select=s.kind == "select",
                                         severity=Severity.WARNING if paired else Severity.ERROR))
         self._leave_region()
 
