@@ -58,6 +58,7 @@ from ._pad_mask import PadAttention
 from ._pairing import dense_input, is_dense_target, misaligned_plan
 from ._plans import Plan, verdict_to_finding
 from ._region import LossRegion
+from ._statechain import StateChain, state_finding
 from ._sampling import TrainModeOutputs
 from ._selfpairs import self_pair_plans
 from ._sequence import token_plans
@@ -129,6 +130,7 @@ class SilentChecker(Checker):
         self._last_step = -1  # the last step taken part in
         self._in_root = 0  # root model calls in progress (a loss computed inside the model's forward)
         self._scaled_read: set[int] = set()  # tape ops already read for integer data scaling
+        self.states = StateChain()  # a state carried with its graph across forwards (`_statechain.py`)
         keeper = session.checker("snapshot")
         if keeper is not None and self.warmup > 0:
             keeper.hold_tape(self.warmup)  # the loss region reads the step tape on the warm-up steps
@@ -247,6 +249,8 @@ class SilentChecker(Checker):
 
     def on_root_forward_pre(self, model: nn.Module, label: str) -> None:
         self._in_root += 1
+        if self._in_root == 1:
+            self.states.before(model)
 
     def on_exception(self, exc: BaseException) -> None:
         self._drop_mask_follow()
@@ -255,6 +259,11 @@ class SilentChecker(Checker):
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
         self._in_root = max(0, self._in_root - 1)
+        if not self._in_root:
+            calls = self.states.after(model, args, kwargs)
+            if calls is not None:
+                self._add(state_finding(label, self.states.names(model), calls, user_frame_from_stack(3),
+                                        self._step))
         if self._dense_pending is not None and not self._in_root:
             tgt, frame, module = self._dense_pending
             self._dense_pending = None
@@ -550,6 +559,7 @@ class SilentChecker(Checker):
         if self.averaged.pairs:
             self._averaged("mark", False)
         self._backward_in_step = True
+        self.states.reset()
         if self._train_in_eval:
             if self.sampling is not None:
                 # a no-grad forward whose outputs made the loss given to backward() was the
