@@ -58,13 +58,13 @@ from ._pad_mask import PadAttention
 from ._pairing import dense_input, is_dense_target, misaligned_plan
 from ._plans import Plan, verdict_to_finding
 from ._region import LossRegion
-from ._statechain import StateChain, state_finding
 from ._sampling import TrainModeOutputs
 from ._selfpairs import self_pair_plans
 from ._sequence import token_plans
 from ._shapes import aligned, broadcast_finding, grows
 from ._sidecall import SideCalls
 from ._softmax_axis import axis_plans, locate, root_output_nodes, signature, singleton_verdicts, walk
+from ._statechain import StateChain, state_finding
 from ._target_mask import MaskFollow, mask_plan
 from ._terminal import TerminalMasks
 from ._whole import marks_padding, probe_call, reads_whole_input
