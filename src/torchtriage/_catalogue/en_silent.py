@@ -99,6 +99,18 @@ MESSAGES = {
     "lab.failed": "{what}: the check {check} failed: {error}",
     "lab.nothing": "{what}: the check {check} found nothing",
     "lab.footer": "{found}/4 faults diagnosed; scope: the numeric paths and the group check, not whether a model generalizes",
+    "silent.padding_reaches_real":
+        "{where} is given its input's padding ({source}), yet setting the padded positions to zero changes its "
+        "outputs at the real positions by up to {diff} (outputs up to {scale}): the padded values enter the "
+        "statistics of the real ones",
+    "silent.padding_reaches_real.cause":
+        "a masked reduction over the padded axis uses every position (a mean or std that sums padded frames but "
+        "divides by the number of valid ones, an unmasked sum or max): each sequence's result depends on how much "
+        "padding its batch needed and what the padding holds, so the same sample is normalised differently in "
+        "different batches",
+    "silent.padding_reaches_real.next":
+        "zero (or exclude) the padded positions before each masked sum, mean or std (x = x.masked_fill(~mask, 0)), "
+        "and count the squared deviations of the valid positions only",
     "silent.pad_attended":
         "{where} ({model}) was called on right-padded ids (pad {pad}) without an attention_mask: its outputs at "
         "the real tokens depend on the padding",

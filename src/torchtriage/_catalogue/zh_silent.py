@@ -99,6 +99,14 @@ MESSAGES = {
     "lab.failed": "{what}：检查 {check} 出错：{error}",
     "lab.nothing": "{what}：检查 {check} 没有发现问题",
     "lab.footer": "诊断出 {found}/4 个故障；范围：数值路径与分组检查，不代表模型已能泛化",
+    "silent.padding_reaches_real":
+        "{where} 拿到了输入的填充信息（{source}），但把填充位置置零后，它在真实位置上的输出最多改变 {diff}（输出最大 {scale}）："
+        "填充值进入了真实位置的统计量",
+    "silent.padding_reaches_real.cause":
+        "沿填充轴的掩码归约用到了全部位置（均值或标准差对填充帧求和却除以有效帧数、未加掩码的求和或最大值）：每个序列的结果取决于"
+        "所在批次需要多少填充以及填充里是什么，同一个样本在不同批次中被归一化得不同",
+    "silent.padding_reaches_real.next":
+        "在每次掩码求和、均值或标准差之前把填充位置置零（或排除）（x = x.masked_fill(~mask, 0)），并且只统计有效位置的平方偏差",
     "silent.pad_attended":
         "{where}（{model}）在右侧填充的 id（pad {pad}）上被调用却没有传 attention_mask：真实 token 处的输出依赖于填充",
     "silent.pad_attended.cause":

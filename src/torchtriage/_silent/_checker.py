@@ -55,6 +55,7 @@ from ._noisetarget import noise_rows_plan
 from ._opposed import Probe, pairs, uses
 from ._overflow import exp_nodes, overflow_verdict
 from ._pad_mask import PadAttention
+from ._pad_values import PadValues
 from ._pairing import dense_input, is_dense_target, misaligned_plan
 from ._plans import Plan, verdict_to_finding
 from ._region import LossRegion
@@ -94,6 +95,7 @@ class SilentChecker(Checker):
         self.averaged = AveragedCopies(session)
         self.metric_states = MetricStates(session)
         self.pads = PadAttention(session)
+        self.pad_values = PadValues(session)  # padded values reaching real positions (`_pad_values.py`)
         self.sides = SideCalls(session, self._side_call)
         self.layouts = ChannelLayoutWatch(session, self.flags)
         self.region: LossRegion | None = None
@@ -221,6 +223,11 @@ class SilentChecker(Checker):
         except Exception as e:
             self.pads.close()
             self.session.internal_error("silent.pad_attended", e)
+        try:
+            self.pad_values.watch(model)
+        except Exception as e:
+            self.pad_values.close()
+            self.session.internal_error("silent.padding_reaches_real", e)
 
     def wants_step(self, step: int) -> bool:
         try:
@@ -1008,6 +1015,7 @@ class SilentChecker(Checker):
     def on_end(self) -> None:
         self._remove_probes()
         self.pads.close()
+        self.pad_values.close()
         self.sides.close()
         self.layouts.close()
         self._drop_mask_follow()
