@@ -16,7 +16,8 @@ more tensors. Which calls: a floating-point input `x` (two or more axes) and, am
 arguments, either an integer vector of `x.shape[0]` lengths whose largest equals the size of an
 axis of `x` (and some row is shorter), or a boolean / 0-1 `(B, T)` mask whose `T` is the size of
 such an axis (a sequence axis). The output compared is the module's first tensor, when it has
-`x`'s shape (position-aligned), at the real positions.
+`x`'s shape (position-aligned), at the real positions, or `x`'s shape without the padded axis
+(pooled over it), everywhere.
 
 Cost: a forward hook on those modules for their first `_CALLS` calls (a read of the lengths or
 mask, two replays of the module when padding holds non-zero values), then removed.
@@ -56,9 +57,9 @@ def _takes_two(module: nn.Module) -> bool:
     return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
 
 
-def valid_positions(x: torch.Tensor, other: torch.Tensor) -> tuple[torch.Tensor, str] | None:
-    """A boolean mask of x's shape that is True at the real positions, and what gave it (lengths
-    or a mask), when `other` is a lengths vector or a padding mask of `x`'s batch; else None.
+def valid_positions(x: torch.Tensor, other: torch.Tensor) -> tuple[torch.Tensor, str, int] | None:
+    """A boolean mask of x's shape that is True at the real positions, what gave it (lengths or a
+    mask) and the padded axis, when `other` is a lengths vector or a padding mask of `x`'s batch; else None.
     Reads `other` once (its largest and smallest value)."""
     b = x.shape[0]
     if other.dim() == 1 and other.shape[0] == b and not other.is_floating_point() and other.dtype != torch.bool:
@@ -70,13 +71,13 @@ def valid_positions(x: torch.Tensor, other: torch.Tensor) -> tuple[torch.Tensor,
         keep = torch.arange(hi, device=x.device).view(1, hi) < other.view(b, 1).to(x.device)
         view = [1] * x.dim()
         view[0], view[a] = b, hi
-        return keep.view(view).expand(x.shape), "lengths"
+        return keep.view(view).expand(x.shape), "lengths", a
     if other.dim() == 2 and other.shape[0] == b and other.shape[1] >= 2:
         t = other.shape[1]
         axes = [a for a in range(1, x.dim()) if x.shape[a] == t]
         if not axes:
             return None
-        m = other if other.dtype == torch.bool else other
+        m = other
         if m.dtype != torch.bool:
             if m.is_floating_point() or m.is_complex():
                 return None
@@ -87,7 +88,7 @@ def valid_positions(x: torch.Tensor, other: torch.Tensor) -> tuple[torch.Tensor,
         a = axes[-1]
         view = [1] * x.dim()
         view[0], view[a] = b, t
-        return m.to(x.device).view(view).expand(x.shape), "mask"
+        return m.to(x.device).view(view).expand(x.shape), "mask", a
     return None
 
 
@@ -141,29 +142,37 @@ class PadValues:
             return  # a replay with some arguments that are not tensors: not this call's shape of inputs
         out = first_tensor(output)
         xs = [(i, t) for i, t in tensors if t.is_floating_point() and t.dim() >= 2]
-        if len(xs) != 1 or not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(xs[0][1].shape):
+        if len(xs) != 1 or not isinstance(out, torch.Tensor):
             return
         xi, x = xs[0]
         for i, other in tensors:
             if i == xi or other.shape[0:1] != x.shape[0:1]:
                 continue
             found = valid_positions(x, other)
-            if found is not None:
-                self._probe(module, args, xi, x, found[0], found[1], i, out)
-                return
+            if found is None:
+                continue
+            real, source, axis = found
+            pooled = tuple(x.shape[:axis]) + tuple(x.shape[axis + 1:])
+            if tuple(out.shape) == tuple(x.shape):
+                self._probe(module, args, xi, x, real, source, i, real)
+            elif tuple(out.shape) == pooled:  # the padded axis reduced: every output is a real one
+                self._probe(module, args, xi, x, real, source, i, torch.ones(pooled, dtype=torch.bool))
+            return
 
     def _probe(self, module: nn.Module, args: tuple[Any, ...], xi: int, x: torch.Tensor, real: torch.Tensor,
-               source: str, mi: int, out: torch.Tensor) -> None:
+               source: str, mi: int, keep: torch.Tensor) -> None:
+        """Replays with the padded values as given and zeroed; `keep`: the outputs compared."""
         pad_abs = float(x.detach().masked_fill(real, 0).abs().amax())
         if not pad_abs > 0:
             return  # the padding holds zeros: zeroing it cannot show anything
         zeroed = x.detach().masked_fill(~real, 0)
         given = self._replay(module, args)
         changed = self._replay(module, args[:xi] + (zeroed,) + args[xi + 1:])
-        if given is None or changed is None or given.shape != x.shape or changed.shape != x.shape:
+        if given is None or changed is None or given.shape != keep.shape or changed.shape != keep.shape:
             return
-        diff = float((given.float() - changed.float()).masked_fill(~real, 0).abs().amax())
-        scale = float(given.float().masked_fill(~real, 0).abs().amax())
+        keep = keep.to(given.device)
+        diff = float((given.float() - changed.float()).masked_fill(~keep, 0).abs().amax())
+        scale = float(given.float().masked_fill(~keep, 0).abs().amax())
         self._unhook(module)
         if not diff > _TOL * max(1.0, scale):
             return
