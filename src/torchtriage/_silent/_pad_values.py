@@ -194,6 +194,8 @@ class PadValues:
         attrs = [(m, {k: v for k, v in vars(m).items() if k not in _OWN}) for m in module.modules()]
         buffers = [(b, b.detach().clone()) for b in module.buffers()]
         rng = torch.get_rng_state()
+        cuda = [(d, torch.cuda.get_rng_state(d))
+                for d in {t.device for t in args if isinstance(t, torch.Tensor) and t.is_cuda}]
         try:
             module.eval()
             with torch.no_grad(), self.session.paused():
@@ -210,6 +212,8 @@ class PadValues:
                     if not torch.equal(b, v):
                         b.copy_(v)
             torch.set_rng_state(rng)
+            for device, state in cuda:
+                torch.cuda.set_rng_state(state, device)
         return out if isinstance(out, torch.Tensor) else None
 
     def close(self) -> None:
