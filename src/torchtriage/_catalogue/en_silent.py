@@ -6,6 +6,7 @@ MESSAGES = {
     "silent.channels_last_reshaped.next": "move the channel axis with x.{perm} (then .contiguous() or .reshape if needed) before any reshape that merges other axes; check by plotting x[0] as an image",
     "silent.loss_broadcast": "prediction {pred} and target {target} broadcast to {result} in {op}: every prediction is compared with every target",
     "silent.loss_broadcast.paired": "prediction {pred} and target {target} broadcast to {result} in {op}: both keep their batch axis of {n} samples, at two different places, so each prediction is scored against all {n} targets of the batch (pairwise over the batch)",
+    "silent.loss_broadcast.select": "masked_select's input {pred} and mask {target} broadcast to {result}: every element of the input is selected once per True of the mask, so the mask drops nothing (padded positions are averaged in with the real ones)",
     "silent.loss_broadcast.cause": "the two shapes differ by an axis of size 1 (a missing squeeze, or an unsqueeze on one side), so broadcasting builds an outer product over the samples instead of pairing sample i with target i",
     "silent.loss_broadcast.next": "make both shapes equal on the sample axis (e.g. prediction.squeeze(-1) or target.unsqueeze(-1)); avoid a bare squeeze() that also drops a batch axis of size 1",
     "silent.probabilities_to_cross_entropy": "{loss} received probabilities ({producer} output), but it applies log_softmax itself: softmax is applied twice",
@@ -65,6 +66,9 @@ MESSAGES = {
     "silent.loss_graph_kept.carried.cause": "the graph reached by backward() grows by one step's worth of nodes every step (retain_graph=True keeps the earlier steps' graphs alive): memory and backward time grow with the step, and gradients flow into batches that were already trained on",
     "silent.loss_graph_kept.carried.next": "detach {name} between steps ({name} = {name}.detach(), or repackage_hidden for a tuple: truncated backpropagation through time) and drop retain_graph=True",
     "silent.loss_graph_kept.carried.next.unnamed": "detach the state carried between steps (h = h.detach()) and drop retain_graph=True",
+    "silent.loss_graph_kept.state": "{name} is carried from one forward call to the next with its autograd graph and no backward in between: the hidden state entering this call holds the graphs of the previous {n} batches, all alive at once",
+    "silent.loss_graph_kept.state.cause": "the state a forward returns (an RNN's (h, c) stored on the model or passed back in) is fed to the next batch without detach(), outside torch.no_grad(): every batch's graph hangs off the previous one, memory grows with each batch, and each prediction depends on the state an unrelated previous batch left",
+    "silent.loss_graph_kept.state.next": "evaluate under torch.no_grad(), and start each batch from a fresh state (or detach it: state = state.detach()); do not keep the returned state on the model unless it is meant to carry over",
     "silent.loss_graph_kept.cause": "an accumulator like `total += loss` or `losses.append(loss)` holds every step's graph, so memory grows each step; a smaller batch will not fix it",
     "silent.loss_graph_kept.next": "accumulate loss.item() or loss.detach() instead of the loss tensor",
     "silent.loss_graph_kept.outputs": "model outputs of {n} earlier steps are still alive with their autograd graph, and more each step",
@@ -95,6 +99,18 @@ MESSAGES = {
     "lab.failed": "{what}: the check {check} failed: {error}",
     "lab.nothing": "{what}: the check {check} found nothing",
     "lab.footer": "{found}/4 faults diagnosed; scope: the numeric paths and the group check, not whether a model generalizes",
+    "silent.padding_reaches_real":
+        "{where} is given its input's padding ({source}), yet setting the padded positions to zero changes its "
+        "outputs at the real positions by up to {diff} (outputs up to {scale}): the padded values enter the "
+        "statistics of the real ones",
+    "silent.padding_reaches_real.cause":
+        "a masked reduction over the padded axis uses every position (a mean or std that sums padded frames but "
+        "divides by the number of valid ones, an unmasked sum or max): each sequence's result depends on how much "
+        "padding its batch needed and what the padding holds, so the same sample is normalised differently in "
+        "different batches",
+    "silent.padding_reaches_real.next":
+        "zero (or exclude) the padded positions before each masked sum, mean or std (x = x.masked_fill(~mask, 0)), "
+        "and count the squared deviations of the valid positions only",
     "silent.pad_attended":
         "{where} ({model}) was called on right-padded ids (pad {pad}) without an attention_mask: its outputs at "
         "the real tokens depend on the padding",

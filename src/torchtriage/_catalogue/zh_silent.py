@@ -6,6 +6,7 @@ MESSAGES = {
     "silent.channels_last_reshaped.next": "先用 x.{perm} 移动通道轴（需要时再 .contiguous() 或 .reshape），再做合并其他轴的 reshape；可把 x[0] 画成图像检查",
     "silent.loss_broadcast": "预测 {pred} 与目标 {target} 在 {op} 中广播成 {result}：每个预测都和每个目标相比",
     "silent.loss_broadcast.paired": "预测 {pred} 与目标 {target} 在 {op} 中广播成 {result}：两者都保留了 {n} 个样本的批量轴，却位于不同位置，于是每个预测都与批内全部 {n} 个目标相比（在批量上两两配对）",
+    "silent.loss_broadcast.select": "masked_select 的输入 {pred} 与掩码 {target} 广播成 {result}：输入的每个元素按掩码中 True 的个数被重复选出，掩码什么也没有去掉（填充位置与真实位置一起被平均）",
     "silent.loss_broadcast.cause": "两个形状相差一个长度为 1 的轴（少了 squeeze，或一侧多了 unsqueeze），广播在样本上构成了外积，而不是把样本 i 与目标 i 配对",
     "silent.loss_broadcast.next": "在样本轴上统一形状（如 prediction.squeeze(-1) 或 target.unsqueeze(-1)）；不要直接用 squeeze()，以免批量为 1 时把批量轴也挤掉",
     "silent.probabilities_to_cross_entropy": "{loss} 收到的是概率（{producer} 的输出），但它自己会做 log_softmax：softmax 被用了两次",
@@ -65,6 +66,9 @@ MESSAGES = {
     "silent.loss_graph_kept.carried.cause": "backward() 经过的计算图每步增加一步的节点（retain_graph=True 让之前各步的计算图一直存活）：内存和反向传播时间随步数增长，梯度还会流入已训练过的批次",
     "silent.loss_graph_kept.carried.next": "在步与步之间 detach {name}（{name} = {name}.detach()，元组用 repackage_hidden：截断的时间反向传播），并去掉 retain_graph=True",
     "silent.loss_graph_kept.carried.next.unnamed": "在步与步之间 detach 传递的状态（h = h.detach()），并去掉 retain_graph=True",
+    "silent.loss_graph_kept.state": "{name} 连同自动求导图从一次前向调用带到下一次，中间没有 backward：进入本次调用的隐藏状态同时持有前 {n} 个批次的计算图",
+    "silent.loss_graph_kept.state.cause": "前向返回的状态（保存在模型上或再传回的 RNN (h, c)）未 detach()、也不在 torch.no_grad() 下就喂给下一个批次：每个批次的图都挂在前一个上，内存随批次增长，且每个预测都依赖于无关的前一批次留下的状态",
+    "silent.loss_graph_kept.state.next": "在 torch.no_grad() 下评估，并让每个批次从新的状态开始（或 state = state.detach()）；除非确实要延续，否则不要把返回的状态保存在模型上",
     "silent.loss_graph_kept.cause": "像 `total += loss` 或 `losses.append(loss)` 这样的累加保留了每一步的计算图，显存逐步增长；减小批量并不能解决",
     "silent.loss_graph_kept.next": "累加 loss.item() 或 loss.detach()，而不是损失张量本身",
     "silent.loss_graph_kept.outputs": "之前 {n} 步的模型输出连同计算图仍然存活，而且每步都在增加",
@@ -95,6 +99,14 @@ MESSAGES = {
     "lab.failed": "{what}：检查 {check} 出错：{error}",
     "lab.nothing": "{what}：检查 {check} 没有发现问题",
     "lab.footer": "诊断出 {found}/4 个故障；范围：数值路径与分组检查，不代表模型已能泛化",
+    "silent.padding_reaches_real":
+        "{where} 拿到了输入的填充信息（{source}），但把填充位置置零后，它在真实位置上的输出最多改变 {diff}（输出最大 {scale}）："
+        "填充值进入了真实位置的统计量",
+    "silent.padding_reaches_real.cause":
+        "沿填充轴的掩码归约用到了全部位置（均值或标准差对填充帧求和却除以有效帧数、未加掩码的求和或最大值）：每个序列的结果取决于"
+        "所在批次需要多少填充以及填充里是什么，同一个样本在不同批次中被归一化得不同",
+    "silent.padding_reaches_real.next":
+        "在每次掩码求和、均值或标准差之前把填充位置置零（或排除）（x = x.masked_fill(~mask, 0)），并且只统计有效位置的平方偏差",
     "silent.pad_attended":
         "{where}（{model}）在右侧填充的 id（pad {pad}）上被调用却没有传 attention_mask：真实 token 处的输出依赖于填充",
     "silent.pad_attended.cause":

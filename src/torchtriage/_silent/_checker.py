@@ -55,6 +55,7 @@ from ._noisetarget import noise_rows_plan
 from ._opposed import Probe, pairs, uses
 from ._overflow import exp_nodes, overflow_verdict
 from ._pad_mask import PadAttention
+from ._pad_values import PadValues
 from ._pairing import dense_input, is_dense_target, misaligned_plan
 from ._plans import Plan, verdict_to_finding
 from ._region import LossRegion
@@ -64,6 +65,7 @@ from ._sequence import token_plans
 from ._shapes import aligned, broadcast_finding, grows
 from ._sidecall import SideCalls
 from ._softmax_axis import axis_plans, locate, root_output_nodes, signature, singleton_verdicts, walk
+from ._statechain import StateChain, state_finding
 from ._target_mask import MaskFollow, mask_plan
 from ._terminal import TerminalMasks
 from ._whole import marks_padding, probe_call, reads_whole_input
@@ -93,6 +95,7 @@ class SilentChecker(Checker):
         self.averaged = AveragedCopies(session)
         self.metric_states = MetricStates(session)
         self.pads = PadAttention(session)
+        self.pad_values = PadValues(session)  # padded values reaching real positions (`_pad_values.py`)
         self.sides = SideCalls(session, self._side_call)
         self.layouts = ChannelLayoutWatch(session, self.flags)
         self.region: LossRegion | None = None
@@ -129,6 +132,7 @@ class SilentChecker(Checker):
         self._last_step = -1  # the last step taken part in
         self._in_root = 0  # root model calls in progress (a loss computed inside the model's forward)
         self._scaled_read: set[int] = set()  # tape ops already read for integer data scaling
+        self.states = StateChain()  # a state carried with its graph across forwards (`_statechain.py`)
         keeper = session.checker("snapshot")
         if keeper is not None and self.warmup > 0:
             keeper.hold_tape(self.warmup)  # the loss region reads the step tape on the warm-up steps
@@ -219,6 +223,11 @@ class SilentChecker(Checker):
         except Exception as e:
             self.pads.close()
             self.session.internal_error("silent.pad_attended", e)
+        try:
+            self.pad_values.watch(model)
+        except Exception as e:
+            self.pad_values.close()
+            self.session.internal_error("silent.padding_reaches_real", e)
 
     def wants_step(self, step: int) -> bool:
         try:
@@ -247,6 +256,8 @@ class SilentChecker(Checker):
 
     def on_root_forward_pre(self, model: nn.Module, label: str) -> None:
         self._in_root += 1
+        if self._in_root == 1:
+            self.states.before(model)
 
     def on_exception(self, exc: BaseException) -> None:
         self._drop_mask_follow()
@@ -255,6 +266,11 @@ class SilentChecker(Checker):
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
         self._in_root = max(0, self._in_root - 1)
+        if not self._in_root:
+            calls = self.states.after(model, args, kwargs)
+            if calls is not None:
+                self._add(state_finding(label, self.states.names(model), calls, user_frame_from_stack(3),
+                                        self._step))
         if self._dense_pending is not None and not self._in_root:
             tgt, frame, module = self._dense_pending
             self._dense_pending = None
@@ -550,6 +566,7 @@ class SilentChecker(Checker):
         if self.averaged.pairs:
             self._averaged("mark", False)
         self._backward_in_step = True
+        self.states.reset()
         if self._train_in_eval:
             if self.sampling is not None:
                 # a no-grad forward whose outputs made the loss given to backward() was the
@@ -730,7 +747,7 @@ class SilentChecker(Checker):
             paired = s.kind == "paired"
             self._add(broadcast_finding(op=s.op, prediction_shape=shape(pred), target_shape=shape(tgt),
                                         result_shape=s.result_shape, computed=computed, fixed=fixed,
-                                        frame=s.frame, step=self._step, paired=paired,
+                                        frame=s.frame, step=self._step, paired=paired, select=s.kind == "select",
                                         severity=Severity.WARNING if paired else Severity.ERROR))
         self._leave_region()
 
@@ -998,6 +1015,7 @@ class SilentChecker(Checker):
     def on_end(self) -> None:
         self._remove_probes()
         self.pads.close()
+        self.pad_values.close()
         self.sides.close()
         self.layouts.close()
         self._drop_mask_follow()

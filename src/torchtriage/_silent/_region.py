@@ -30,7 +30,7 @@ from .._frames import _HERE, UserFrame
 from .._modestack import push_mode, remove_mode
 from .._replayable import replayable
 from ._exp_site import EXP_FUNCS, storage_of
-from ._shapes import outer_sample_broadcast, paired_batch_broadcast
+from ._shapes import grows, outer_sample_broadcast, paired_batch_broadcast
 
 _BINARY = frozenset({
     torch.sub, torch.subtract, torch.Tensor.sub, torch.Tensor.__sub__, torch.Tensor.__rsub__,
@@ -38,6 +38,7 @@ _BINARY = frozenset({
     torch.mul, torch.multiply, torch.Tensor.mul, torch.Tensor.__mul__, torch.Tensor.__rmul__,
     torch.div, torch.true_divide, torch.Tensor.div, torch.Tensor.__truediv__, torch.Tensor.__rtruediv__,
 })
+_SELECT = frozenset({torch.masked_select, torch.Tensor.masked_select})
 _MAX_OPS = 512  # the loss code is a handful of ops; past this we stop checking
 
 
@@ -50,7 +51,8 @@ class Suspect:
     result: torch.Tensor
     result_shape: tuple[int, ...]
     frame: UserFrame | None
-    kind: str = "outer"  # "outer": (N, 1) vs (N,); "paired": both sample axes kept, at two positions
+    kind: str = "outer"  # "outer": (N, 1) vs (N,); "paired": both sample axes kept, at two positions;
+    # "select": a masked_select whose input and mask both broadcast (the mask selects nothing)
 
 
 def _op_name(func: Any) -> str:
@@ -79,6 +81,20 @@ def outer_broadcast_suspect(index: int, func: Any, a: Any, b: Any, out: Any,
     return Suspect(index, _op_name(func), lo, hi, out, r, frame, kind="paired")
 
 
+def select_broadcast_suspect(index: int, a: Any, mask: Any, out: Any,
+                             frame: UserFrame | None) -> Suspect | None:
+    """A `masked_select(input, mask)` whose input and mask both broadcast (`(N, 1)` against a
+    `(N,)` mask gives `(N, N)`): every input element is selected once per True of the mask, so
+    the mask removes nothing, or None. A mask broadcast over a feature axis (`(N, D)` against
+    `(N, 1)`) does not grow past the input and is not matched."""
+    if not (isinstance(a, torch.Tensor) and isinstance(mask, torch.Tensor) and isinstance(out, torch.Tensor)):
+        return None
+    r = grows(tuple(a.shape), tuple(mask.shape))
+    if r is None:
+        return None
+    return Suspect(index, "masked_select", mask, a, out, r, frame, kind="select")
+
+
 class LossRegion:
     """A window on the step tape, from a root forward's end to backward; reads, changes nothing."""
 
@@ -95,6 +111,11 @@ class LossRegion:
         for i, op in enumerate(self.ops()):
             if op.func in _BINARY and len(op.args) >= 2:
                 s = outer_broadcast_suspect(i, op.func, op.args[0], op.args[1], op.output, op.frame)
+                if s is not None:
+                    found.append(s)
+            elif op.func in _SELECT and len(op.args) + len(op.kwargs) >= 2:
+                mask = op.args[1] if len(op.args) >= 2 else op.kwargs.get("mask")
+                s = select_broadcast_suspect(i, op.args[0], mask, op.output, op.frame)
                 if s is not None:
                     found.append(s)
         return found

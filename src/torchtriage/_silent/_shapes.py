@@ -87,7 +87,8 @@ def aligned(prediction: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tenso
 def broadcast_finding(*, op: str, prediction_shape: tuple[int, ...], target_shape: tuple[int, ...],
                       result_shape: tuple[int, ...], computed: float | None, fixed: float | None,
                       frame: UserFrame | None, module: str | None = None, step: int | None = None,
-                      severity: Severity = Severity.ERROR, paired: bool = False) -> Finding:
+                      severity: Severity = Severity.ERROR, paired: bool = False,
+                      select: bool = False) -> Finding:
     evidence: dict[str, object] = {
         "prediction_shape": prediction_shape, "target_shape": target_shape, "broadcast_shape": result_shape,
         "loss_computed": fmt(computed) if computed is not None else "n/a",
@@ -97,7 +98,7 @@ def broadcast_finding(*, op: str, prediction_shape: tuple[int, ...], target_shap
         evidence["targets_per_prediction"] = n
     return finding(
         "loss_broadcast", severity=severity, stage=Stage.LOSS, frame=frame, module=module, op=op, step=step,
-        evidence=evidence, variant="paired" if paired else None, n=n,
+        evidence=evidence, variant="paired" if paired else ("select" if select else None), n=n,
         pred=list(prediction_shape), target=list(target_shape), result=list(result_shape))
 
 
