@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import torchtriage
+from _lines import line_in
 from torchtriage import Severity
 from zoo import batchmix_pointwise as z
 
@@ -13,10 +14,7 @@ ZOO = z.__file__
 
 
 def _line(text: str) -> int:
-    with open(ZOO, encoding="utf-8") as fh:
-        hits = [i for i, line in enumerate(fh, 1) if text in line]
-    assert len(hits) == 1, (text, hits)
-    return hits[0]
+    return line_in(ZOO, text, unique=True)
 
 
 def _watch(make, *args):

@@ -4,21 +4,14 @@ write it, and the guards that stay quiet."""
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 import torch.nn as nn
 
+from _lines import line_in
 from torchtriage import Category, Severity
 from torchtriage._session import Session
 
-
-def _line(fn, text: str) -> int:
-    src, start = inspect.getsourcelines(fn)
-    for i, line in enumerate(src):
-        if text in line:
-            return start + i
-    raise AssertionError(text)
+_line = line_in
 
 
 def _run(model, loop, discover=False):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from _lines import line_in
 from _torchrun import free_port, launched, torchrun
 from torchtriage import Finding, Report
 from torchtriage._distributed import _merge
@@ -28,8 +29,7 @@ pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torc
 
 
 def _line(script: str, text: str) -> int:
-    lines = (ZOO / script).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if text in line)
+    return line_in(ZOO / script, text)
 
 
 def _run(tmp_path, script, *tt_args, script_args=(), timeout=120, run_dir="run"):

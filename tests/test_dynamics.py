@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchtriage
+from _lines import line_in
 from torchtriage import Category, Severity, Stage
 from torchtriage._dynamics._causal import probe as _probe
 from torchtriage._series import HEAD, MIDDLE, TAIL, SeriesStore
@@ -22,10 +23,7 @@ ZOO = z.__file__
 
 
 def _line(text: str) -> int:
-    with open(ZOO, encoding="utf-8") as fh:
-        hits = [i for i, line in enumerate(fh, 1) if text in line]
-    assert len(hits) == 1, (text, hits)
-    return hits[0]
+    return line_in(ZOO, text, unique=True)
 
 
 def _watch(make, *args, checks="default"):

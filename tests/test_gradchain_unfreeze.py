@@ -12,14 +12,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchtriage
+from _lines import marked
 from torchtriage import Severity
 
 HERE = str(Path(__file__))
 
 
-def line_of(marker: str) -> int:
-    lines = Path(HERE).read_text(encoding="utf-8").splitlines()
-    return next(i for i, text in enumerate(lines, 1) if text.rstrip().endswith(f"# {marker}"))
+line_of = marked(Path(HERE))
 
 
 def found(report):

@@ -16,16 +16,11 @@ import torch.nn.functional as F
 from tests.zoo import gradients as zoo
 
 import torchtriage
+from _lines import line_in
 from torchtriage import Category, Severity, Stage
 from torchtriage.report import render_json  # noqa: F401  (JSON renderer is part of the contract)
 
-
-def _line(obj, marker):
-    src, start = inspect.getsourcelines(obj)
-    for i, text in enumerate(src):
-        if marker in text:
-            return start + i
-    raise AssertionError(f"{marker!r} not in {obj}")
+_line = line_in
 
 
 def _data(seed=0, n=16):

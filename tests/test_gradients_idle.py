@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchtriage
+from _lines import line_in
 from torchtriage import Severity
 
 HERE = Path(__file__)
@@ -71,7 +72,7 @@ def _loud(report):
 
 
 def _line(marker):
-    return next(i for i, text in enumerate(HERE.read_text().splitlines(), 1) if text.rstrip().endswith(marker))
+    return line_in(HERE, marker, ending=True)
 
 
 def test_an_encoder_optimizer_that_never_steps_is_an_error_at_its_line():

@@ -14,23 +14,17 @@ Each written the ways users write it, with the quiet versions beside it."""
 from __future__ import annotations
 
 import collections
-import inspect
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from _lines import line_in
 from torchtriage import Category, Severity
 from torchtriage._session import Session
 
-
-def _line(fn, text: str) -> int:
-    src, start = inspect.getsourcelines(fn)
-    for i, line in enumerate(src):
-        if text in line:
-            return start + i
-    raise AssertionError(text)
+_line = line_in
 
 
 def _session(loop, checks, *args):

@@ -14,12 +14,13 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Subset, TensorDataset, random_split
 
 import torchtriage
+from _lines import line_in
 
 HERE = Path(__file__)
 
 
 def _line(marker: str) -> int:
-    return next(i for i, text in enumerate(HERE.read_text().splitlines(), 1) if text.rstrip().endswith(marker))
+    return line_in(HERE, marker, ending=True)
 
 
 def _fit(model, opt, train_loader, eval_loaders, epochs=2):

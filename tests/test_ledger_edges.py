@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
+from _lines import line_in
 from test_ledger import run_script
 
 
@@ -14,8 +15,7 @@ def _run(tmp_path, source):
     return run_script("prog.py", tmp_path, checks=None, source=textwrap.dedent(source))[0]
 
 
-def _line(source, marker="# HERE"):
-    return next(i for i, s in enumerate(textwrap.dedent(source).splitlines(), 1) if marker in s)
+_line = line_in
 
 
 def _reverse(report):

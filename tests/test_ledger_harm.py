@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
+from _lines import line_in
 from test_ledger import run_script
 
 PASS_CODES = {"data.eval_duplicates", "data.eval_lost"}
@@ -16,8 +17,7 @@ def _run(tmp_path, source, name="prog.py", checks=("data_ledger",)):
     return run_script(name, tmp_path, checks=checks, source=textwrap.dedent(source))
 
 
-def _line(source, marker="# HERE"):
-    return next(i for i, s in enumerate(textwrap.dedent(source).splitlines(), 1) if marker in s)
+_line = line_in
 
 
 # ---------------------------------------------------------------- evaluation passes (eval_lost)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
+from _lines import line_in
 from test_ledger import run_script
 
 
@@ -16,8 +17,7 @@ def _run(tmp_path, source, checks=("data_ledger",)):
     return run_script("prog.py", tmp_path, checks=checks, source=textwrap.dedent(source))
 
 
-def _line(source, marker="# HERE"):
-    return next(i for i, s in enumerate(textwrap.dedent(source).splitlines(), 1) if marker in s)
+_line = line_in
 
 
 def _overlaps(report):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from _lines import line_in
 from _torchrun import triaged
 
 ZOO = Path(__file__).resolve().parent / "zoo" / "step_ranks"
@@ -20,8 +21,7 @@ OURS = ("distributed.ranks_drift", "distributed.grad_summed", "gradient.sharded_
 
 
 def line_of(script: str, marker: str) -> int:
-    lines = (ZOO / script).read_text().splitlines()
-    return next(i for i, text in enumerate(lines, 1) if text.rstrip().endswith(f"# {marker}"))
+    return line_in(ZOO / script, f"# {marker}", ending=True)
 
 
 def run(tmp_path, script, mode):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import textwrap
 
+from _lines import line_in
 from test_ledger import run_script
 
 
@@ -17,8 +18,7 @@ def _run(tmp_path, source):
     return run_script(name, tmp_path, checks=("data_ledger",), source=textwrap.dedent(source))
 
 
-def _line(source, marker="# HERE"):
-    return next(i for i, s in enumerate(textwrap.dedent(source).splitlines(), 1) if marker in s)
+_line = line_in
 
 
 def _data(report):

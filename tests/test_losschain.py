@@ -6,20 +6,16 @@ with look-alikes that stay quiet."""
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import torchtriage
+from _lines import line_in
 from torchtriage import Category, Severity
 
-
-def _line(fn, text: str) -> int:
-    src, start = inspect.getsourcelines(fn)
-    return start + next(i for i, s in enumerate(src) if text in s)
+_line = line_in
 
 
 def _watch(model, opt):

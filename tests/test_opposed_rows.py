@@ -9,6 +9,7 @@ import textwrap
 
 import torch
 
+from _lines import line_in
 from test_ledger import alarms, run_script
 
 
@@ -17,7 +18,7 @@ def _run(tmp_path, source):
 
 
 def _line(source: str, tag: str = "# HERE") -> int:
-    return next(i for i, line in enumerate(textwrap.dedent(source).splitlines(), 1) if line.rstrip().endswith(tag))
+    return line_in(source, tag, ending=True)
 
 
 def _opposed(report):

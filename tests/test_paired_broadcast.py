@@ -4,23 +4,16 @@ batch. Programs written the ways users write them, and the look-alikes that stay
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from _lines import line_in
 from torchtriage import Severity
 from torchtriage._session import Session
 from torchtriage._silent._shapes import paired_batch_broadcast
 
-
-def _line(fn, text: str) -> int:
-    src, start = inspect.getsourcelines(fn)
-    for i, line in enumerate(src):
-        if text in line:
-            return start + i
-    raise AssertionError(text)
+_line = line_in
 
 
 def _run(loop, *, discover: bool = True, model=None, opt=None):

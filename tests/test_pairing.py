@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import torchtriage
+from _lines import line_in, run_watched
 from torchtriage import Severity, Stage
 from zoo import pairing as z
 
@@ -14,17 +14,10 @@ CODE = "data.target_misaligned"
 
 
 def _line(text: str) -> int:
-    with open(ZOO, encoding="utf-8") as fh:
-        hits = [i for i, line in enumerate(fh, 1) if text in line]
-    assert len(hits) == 1, (text, hits)
-    return hits[0]
+    return line_in(ZOO, text, unique=True)
 
 
-def _run(make, *args):
-    model, opt, train = make(*args)
-    with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
-        train()
-    return s.report
+_run = run_watched
 
 
 def test_a_horizontal_flip_of_the_image_only_is_found():

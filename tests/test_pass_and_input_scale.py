@@ -11,6 +11,7 @@ import textwrap
 
 import pytest
 
+from _lines import line_in
 from test_ledger import alarms, run_script
 
 ALL = None  # run_script's "default" checks
@@ -21,7 +22,7 @@ def _run(tmp_path, source, checks=ALL):
 
 
 def _line(source: str) -> int:
-    return next(i for i, line in enumerate(textwrap.dedent(source).splitlines(), 1) if line.rstrip().endswith("# HERE"))
+    return line_in(source, ending=True)
 
 
 def _codes(report, code):

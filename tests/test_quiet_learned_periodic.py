@@ -6,14 +6,13 @@ slow rise of an RL-like loss harmed nothing at once."""
 
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import torchtriage
+from _lines import line_in
 from torchtriage import Finding, Severity
 from torchtriage._dynamics._harm import HarmGate
 from torchtriage._findings import Category
@@ -30,9 +29,7 @@ def _watch(model, opt, steps, batch):
     return s.report
 
 
-def _line(obj, text):
-    src, start = inspect.getsourcelines(obj)
-    return start + next(i for i, t in enumerate(src) if text in t)
+_line = line_in
 
 
 class AdaptiveGraph(nn.Module):

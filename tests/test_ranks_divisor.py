@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from _lines import marked
 from _torchrun import triaged
 
 ZOO = Path(__file__).resolve().parent / "zoo" / "step_ranks"
@@ -18,9 +19,7 @@ pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torc
                                 reason="torch.distributed with gloo is needed")
 
 
-def line_of(marker: str) -> int:
-    lines = (ZOO / SCRIPT).read_text().splitlines()
-    return next(i for i, text in enumerate(lines, 1) if text.rstrip().endswith(f"# {marker}"))
+line_of = marked(ZOO / SCRIPT)
 
 
 def run(tmp_path, mode):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from _lines import marked
 from _torchrun import triaged
 
 ZOO = Path(__file__).resolve().parent / "zoo" / "step_ranks"
@@ -21,9 +22,7 @@ pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torc
 OURS = ("distributed.ranks_drift", "distributed.replicas_drift", "distributed.grad_summed")
 
 
-def line_of(marker: str) -> int:
-    lines = (ZOO / SCRIPT).read_text().splitlines()
-    return next(i for i, text in enumerate(lines, 1) if text.rstrip().endswith(f"# {marker}"))
+line_of = marked(ZOO / SCRIPT)
 
 
 def run(tmp_path, mode):

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import torchtriage
+from _lines import line_in
 from _torchrun import torchrun
 
 ZOO = Path(__file__).resolve().parent / "zoo" / "rerun"
@@ -24,8 +25,7 @@ DIST = Path(__file__).resolve().parent / "zoo" / "distributed"
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
-def _line(path: Path, text: str) -> int:
-    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+_line = line_in
 
 
 def _env() -> dict[str, str]:

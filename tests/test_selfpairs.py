@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import torchtriage
+from _lines import line_in
 from torchtriage import Severity, Stage
 from zoo import selfpairs as z
 
@@ -16,10 +17,7 @@ CODE = "silent.contrastive_self_pairs"
 
 
 def _line(text: str) -> int:
-    with open(ZOO, encoding="utf-8") as fh:
-        hits = [i for i, line in enumerate(fh, 1) if text in line]
-    assert len(hits) == 1, (text, hits)
-    return hits[0]
+    return line_in(ZOO, text, unique=True)
 
 
 def _watch(make, *args):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
+from _lines import line_in
 from test_ledger import run_script
 from torchtriage._leakage._runtime._statsline import statistics_line
 
@@ -15,8 +16,8 @@ def _run(tmp_path, source):
     return run_script("prog.py", tmp_path, checks=("leakage",), source=textwrap.dedent(source))
 
 
-def _line(source: str, tag: str) -> int:
-    return next(i for i, line in enumerate(textwrap.dedent(source).splitlines(), 1) if line.rstrip().endswith(tag))
+def _line(source: str, tag: str = "# HERE") -> int:
+    return line_in(source, tag, ending=True)
 
 
 def _prep(report):

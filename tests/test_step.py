@@ -4,22 +4,15 @@ losses, metrics, several model calls, functional code — with the op, the user'
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 import torch.nn as nn
 from tests.zoo import step as zoo
 
 import torchtriage
+from _lines import line_in
 from torchtriage import Severity, Stage
 
-
-def _line(obj, marker):
-    src, start = inspect.getsourcelines(obj)
-    for i, text in enumerate(src):
-        if marker in text:
-            return start + i
-    raise AssertionError(f"{marker!r} not in {obj}")
+_line = line_in
 
 
 def _errors(s):

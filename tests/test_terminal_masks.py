@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from _lines import line_in
 from test_ledger import run_script
 
 
@@ -18,7 +19,7 @@ def _run(tmp_path, source):
 
 
 def _line(source: str, tag: str = "# HERE") -> int:
-    return next(i for i, line in enumerate(textwrap.dedent(source).splitlines(), 1) if line.rstrip().endswith(tag))
+    return line_in(source, tag, ending=True)
 
 
 UNUSED = "silent.bootstrap_ignores_done"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import importlib.util
-import inspect
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 import torch
 
 import torchtriage
+from _lines import line_in
 from torchtriage import Category
 
 _SPEC = importlib.util.spec_from_file_location("triage_labelled", Path(__file__).parent / "data" / "triage_labelled.py")
@@ -88,8 +88,7 @@ def _triage(fn):
 
 
 def _line(fn, marker="# BUG"):
-    lines, start = inspect.getsourcelines(fn)
-    return start + next(i for i, line in enumerate(lines) if marker in line)
+    return line_in(fn, marker)
 
 
 def test_expanded_tensor_written_in_place_is_layout():

@@ -13,13 +13,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchtriage
+from _lines import marked
 
 HERE = Path(__file__)
 
 
-def line_of(marker: str) -> int:
-    lines = HERE.read_text(encoding="utf-8").splitlines()
-    return next(i for i, text in enumerate(lines, 1) if text.rstrip().endswith(f"# {marker}"))
+line_of = marked(HERE)
 
 
 def _gan():
