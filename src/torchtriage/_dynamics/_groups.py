@@ -87,6 +87,11 @@ class GroupSettings:
             if not g.get("params"):
                 info = _empty_group(self.session, groups, k)
                 if info is not None:
+                    if info["kind"] == "1-D" and not _named_in_source(frames, info["meant_names"], groups):
+                        # no name the user wrote points at the 1-D tensors: the no-decay group may be
+                        # meant for tensors this model does not have (a quantizer's scales). (An empty
+                        # decay group leaves every matrix undecayed: harm whatever its test was.)
+                        info.update(harm=False, meant=0, meant_numel=0, examples=[], kind="")
                     line = _group_line(frames, len(groups), k)
                     info["frame"] = line or frame
                     info["optimizer"] = type(opt).__name__
@@ -203,13 +208,42 @@ def _empty_group(session: Any, groups: list[dict[str, Any]], k: int) -> dict[str
             break
     infos = session.param_index.infos()
     names = []
-    for p in meant[:4]:
+    for p in meant[:256]:
         info = infos.get(id(p))
         names.append(info.qualname if info is not None else "?")
     return {"group": g, "index": k, "groups": len(groups), "settings": ", ".join(f"{a}={diff[a]}" for a in diff),
             "others": ", ".join(f"{a}={'/'.join(map(str, others[a]))}" for a in diff),
             "sizes": [len(h.get("params", [])) for h in groups], "harm": bool(meant), "meant": len(meant),
-            "meant_numel": sum(p.numel() for p in meant), "examples": names, "kind": kind}
+            "meant_numel": sum(p.numel() for p in meant), "examples": names[:4], "meant_names": names,
+            "kind": kind}
+
+
+def _named_in_source(frames: list[types.FrameType], names: list[str], groups: list[dict[str, Any]]) -> bool:
+    """Whether a string the user wrote where the optimizer was built (the functions of the user
+    frames around its construction, or a module's top-level code, and the functions of that file
+    they call) is part of the name of a tensor the empty group was meant for (`"bias"`,
+    `"LayerNorm.weight"`): the name test was written for them. Group option keys (`"params"`,
+    `"weight_decay"`) do not count."""
+    options = {key for g in groups for key in g} | {"params"}
+    for f in frames:
+        try:
+            tree = parsed(f.f_code.co_filename)
+        except (OSError, SyntaxError, ValueError):
+            continue
+        if tree is None:
+            continue
+        scope = scope_of(tree, f.f_code)
+        body: list[ast.AST] = [n for n in getattr(scope, "body", []) if not isinstance(n, ast.ClassDef)]
+        if scope is tree:
+            body = [n for n in body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        called = {n.func.id if isinstance(n.func, ast.Name) else n.func.attr for top in body
+                  for n in ast.walk(top) if isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute))}
+        body += [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in called]
+        words = {n.value for top in body for n in ast.walk(top) if isinstance(n, ast.Constant)
+                 and isinstance(n.value, str) and 2 <= len(n.value) <= 64 and n.value not in options}
+        if any(w in name for w in words for name in names):
+            return True
+    return False
 
 
 def _user_frame(f: types.FrameType) -> UserFrame:
