@@ -52,6 +52,15 @@ MESSAGES = {
     "ledger.frozen_moved.next":
         "set their .grad to None when freezing (p.grad = None, or zero_grad(set_to_none=True)), or take them "
         "out of the optimizer's param groups",
+    "ledger.frozen_moved.nograd":
+        "{opt}.step() moved {count} frozen parameter(s) (requires_grad=False, no .grad: {first}, ...) from step "
+        "{step} on: their values changed by up to {change} although no gradient reached them",
+    "ledger.frozen_moved.nograd.cause":
+        "torch's optimizers skip a parameter whose .grad is None; this optimizer does not (it fills a missing grad "
+        "with zeros, or updates every tensor it holds), so {settings} keeps changing the weights that were frozen",
+    "ledger.frozen_moved.nograd.next":
+        "skip parameters whose .grad is None in the optimizer's step (`if p.grad is None: continue`), or leave the "
+        "frozen parameters out of its param groups",
     "ledger.not_moved.low":
         "{count} parameter(s) of {model} ({first}, ...) had non-zero gradients and {opt} stepped {steps} time(s), "
         "yet {share} of their sampled values never changed: the weights are {dtype} and the updates round away",

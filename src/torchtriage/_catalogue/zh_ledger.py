@@ -44,6 +44,14 @@ MESSAGES = {
         "（zero_grad(set_to_none=False) 会留下零），所以 {settings} 仍在移动它们，尽管它们已被冻结",
     "ledger.frozen_moved.next":
         "冻结时把它们的 .grad 设为 None（p.grad = None，或 zero_grad(set_to_none=True)），或把它们移出优化器的参数组",
+    "ledger.frozen_moved.nograd":
+        "{opt}.step() 从第 {step} 步起移动了 {count} 个冻结参数（requires_grad=False，没有 .grad：{first} 等）："
+        "虽然没有梯度到达它们，它们的值仍变化了最多 {change}",
+    "ledger.frozen_moved.nograd.cause":
+        "torch 的优化器会跳过 .grad 为 None 的参数；这个优化器不跳过（它用零填充缺失的梯度，或更新它持有的每个张量），"
+        "因此 {settings} 不断改变本应冻结的权重",
+    "ledger.frozen_moved.nograd.next":
+        "在优化器的 step 中跳过 .grad 为 None 的参数（`if p.grad is None: continue`），或把冻结的参数移出其参数组",
     "ledger.not_moved.low":
         "{model} 的 {count} 个参数（{first} 等）有非零梯度，{opt} 也执行了 {steps} 次 step，"
         "但其采样值中有 {share} 从未改变：权重是 {dtype}，更新被舍入掉了",

@@ -271,6 +271,9 @@ class LedgerChecker(Checker):
         if self.discards is not None and self.session is not None:
             for f in self.discards.end():
                 self.session.add(f)
+        if self.moves is not None and self.session is not None:
+            for f in self.moves.end():
+                self.session.add(f)
         if self.best_saves is not None and self.session is not None:
             for f in self.best_saves.end():
                 self.session.add(f)

@@ -267,7 +267,6 @@ class GradSinks:
     def _finding(self, items: list[tuple[_Sink, list[float]]], loud: bool) -> Finding:
         s, (g0, g1, norm) = items[0]
         names = [it[0].name or f"tensor {list(it[0].shape)}" for it in items]
-        mod = s.module() if s.module is not None else None
         module = _common([it[0].module_name for it in items])
         mode = "train" if s.in_train else "eval"
         evidence: dict[str, Any] = {
