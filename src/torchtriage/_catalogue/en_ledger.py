@@ -61,6 +61,16 @@ MESSAGES = {
     "ledger.frozen_moved.nograd.next":
         "skip parameters whose .grad is None in the optimizer's step (`if p.grad is None: continue`), or leave the "
         "frozen parameters out of its param groups",
+    "ledger.step_repeated":
+        "{opt}.step() ran again on the gradients it had already applied ({repeats} of {steps} judged steps, with "
+        "no backward since the step before): the same gradients moved the parameters twice",
+    "ledger.step_repeated.cause":
+        "two calls step this optimizer for one backward (here and at {other}): a training-step wrapper that "
+        "already calls optimizer.step() (or scaler.step(optimizer)) and the loop's own optimizer.step() after it; "
+        "every batch is applied twice and the optimizer's state and step count advance twice",
+    "ledger.step_repeated.next":
+        "keep one optimizer.step() per backward: drop the loop's call when the wrapper steps (or the wrapper's), "
+        "and compare the optimizer's step count with the number of batches",
     "ledger.not_moved.low":
         "{count} parameter(s) of {model} ({first}, ...) had non-zero gradients and {opt} stepped {steps} time(s), "
         "yet {share} of their sampled values never changed: the weights are {dtype} and the updates round away",

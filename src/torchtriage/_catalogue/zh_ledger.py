@@ -52,6 +52,14 @@ MESSAGES = {
         "因此 {settings} 不断改变本应冻结的权重",
     "ledger.frozen_moved.nograd.next":
         "在优化器的 step 中跳过 .grad 为 None 的参数（`if p.grad is None: continue`），或把冻结的参数移出其参数组",
+    "ledger.step_repeated":
+        "{opt}.step() 在已经应用过的梯度上再次运行（{steps} 次被检查的步中有 {repeats} 次，自上一步以来没有反向传播）："
+        "同一梯度让参数移动了两次",
+    "ledger.step_repeated.cause":
+        "一次反向传播对应两次对该优化器的 step 调用（此处和 {other}）：训练步包装器已经调用 optimizer.step()"
+        "（或 scaler.step(optimizer)），循环之后又自己调用一次；每个批次被应用两次，优化器的状态和步数也前进两次",
+    "ledger.step_repeated.next":
+        "每次反向传播只保留一次 optimizer.step()：包装器已调用时去掉循环中的调用（或包装器中的），并把优化器的步数与批次数比较",
     "ledger.not_moved.low":
         "{model} 的 {count} 个参数（{first} 等）有非零梯度，{opt} 也执行了 {steps} 次 step，"
         "但其采样值中有 {share} 从未改变：权重是 {dtype}，更新被舍入掉了",

@@ -38,6 +38,7 @@ from ._selfload import Snapshots
 from ._sinks import GradSinks
 from ._stale import StaleSteps
 from ._terms import Event, Flow, skeleton, terms_of
+from ._twice import RepeatedSteps
 from ._unfreeze import UnfreezeWatch
 from ._updates import UpdateWatch
 
@@ -73,6 +74,7 @@ class LedgerChecker(Checker):
         self._previous: list[Event] = []
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
         self.sinks: GradSinks | None = None
+        self.twice: RepeatedSteps | None = None
         self.plain: PlainWeights | None = None
         self.baseline: BaselineWatch | None = None
         self.unfreeze: UnfreezeWatch | None = None
@@ -96,6 +98,7 @@ class LedgerChecker(Checker):
         self.ranks = RankWatch(session)
         self.evalrandom = EvalRandomWatch(session)
         self.sinks = GradSinks(session)
+        self.twice = RepeatedSteps(session)
         self.plain = PlainWeights(session)
         self.baseline = BaselineWatch(session)
         self.unfreeze = UnfreezeWatch(session)
@@ -218,6 +221,8 @@ class LedgerChecker(Checker):
             self.sinks.backward_end()
         if self.stale is not None:
             self.stale.backward_end(roots)
+        if self.twice is not None:
+            self.twice.backward_end()
         if self.discards is not None and self.session is not None:
             self.discards.backward_end(self.session.step)
 
@@ -236,6 +241,8 @@ class LedgerChecker(Checker):
             self.flags.pre(optimizer)
         if self.stale is not None:
             self.stale.step_pre(optimizer)
+        if self.twice is not None:
+            self.twice.step_pre(optimizer)
         if self.ranks is not None:
             self.ranks.optimizer_step(optimizer)
         if self.updates is not None:
@@ -250,6 +257,8 @@ class LedgerChecker(Checker):
             self.discards.step_left()
         if self.moves is not None:
             self.moves.post(optimizer)
+        if self.twice is not None:
+            self.twice.step_post(optimizer)
         if self.flags is not None:
             self.flags.post(optimizer)
         if self.updates is not None:
@@ -270,6 +279,9 @@ class LedgerChecker(Checker):
             self._report(self.ledger.end())
         if self.discards is not None and self.session is not None:
             for f in self.discards.end():
+                self.session.add(f)
+        if self.twice is not None and self.session is not None:
+            for f in self.twice.end():
                 self.session.add(f)
         if self.moves is not None and self.session is not None:
             for f in self.moves.end():
