@@ -71,6 +71,15 @@ MESSAGES = {
     "ledger.step_repeated.next":
         "keep one optimizer.step() per backward: drop the loop's call when the wrapper steps (or the wrapper's), "
         "and compare the optimizer's step count with the number of batches",
+    "ledger.step_counter":
+        "{opt}'s step counter {counter} advances by {per} per optimizer.step() (at all {steps} judged steps; it "
+        "reads {value}): the step count its bias correction and step-indexed rules use is not the number of steps",
+    "ledger.step_counter.cause":
+        "the counter is incremented inside the loop over the group's parameters (or more than once in it), so it "
+        "advances once per tensor instead of once per step, and each tensor sees a different count",
+    "ledger.step_counter.next":
+        "increment the counter once per group and step, before the loop over its parameters, and check that it "
+        "equals the number of optimizer steps",
     "ledger.not_moved.low":
         "{count} parameter(s) of {model} ({first}, ...) had non-zero gradients and {opt} stepped {steps} time(s), "
         "yet {share} of their sampled values never changed: the weights are {dtype} and the updates round away",

@@ -60,6 +60,14 @@ MESSAGES = {
         "（或 scaler.step(optimizer)），循环之后又自己调用一次；每个批次被应用两次，优化器的状态和步数也前进两次",
     "ledger.step_repeated.next":
         "每次反向传播只保留一次 optimizer.step()：包装器已调用时去掉循环中的调用（或包装器中的），并把优化器的步数与批次数比较",
+    "ledger.step_counter":
+        "{opt} 的步数计数器 {counter} 每次 optimizer.step() 前进 {per}（在全部 {steps} 次被检查的步中；当前为 {value}）："
+        "其偏差校正和按步计算的规则所用的步数不是实际步数",
+    "ledger.step_counter.cause":
+        "计数器在遍历参数组中参数的循环里递增（或在其中递增不止一次），因此每个张量前进一次而不是每步前进一次，"
+        "且每个张量看到的步数各不相同",
+    "ledger.step_counter.next":
+        "每个参数组每步只在遍历其参数的循环之前递增一次计数器，并检查它等于优化器的步数",
     "ledger.not_moved.low":
         "{model} 的 {count} 个参数（{first} 等）有非零梯度，{opt} 也执行了 {steps} 次 step，"
         "但其采样值中有 {share} 从未改变：权重是 {dtype}，更新被舍入掉了",

@@ -22,6 +22,7 @@ from .._frames import UserFrame, user_frame_from_stack
 from ._amp import ScaledGradWatch
 from ._baseline import BaselineWatch
 from ._bestsave import BestSaves
+from ._counter import StepCounters
 from ._discarded import DiscardWatch, patch_zero_grad
 from ._dropout import EvalDropoutWatch
 from ._evalrandom import EvalRandomWatch
@@ -75,6 +76,7 @@ class LedgerChecker(Checker):
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
         self.sinks: GradSinks | None = None
         self.twice: RepeatedSteps | None = None
+        self.counters: StepCounters | None = None
         self.plain: PlainWeights | None = None
         self.baseline: BaselineWatch | None = None
         self.unfreeze: UnfreezeWatch | None = None
@@ -99,6 +101,7 @@ class LedgerChecker(Checker):
         self.evalrandom = EvalRandomWatch(session)
         self.sinks = GradSinks(session)
         self.twice = RepeatedSteps(session)
+        self.counters = StepCounters(session)
         self.plain = PlainWeights(session)
         self.baseline = BaselineWatch(session)
         self.unfreeze = UnfreezeWatch(session)
@@ -243,6 +246,8 @@ class LedgerChecker(Checker):
             self.stale.step_pre(optimizer)
         if self.twice is not None:
             self.twice.step_pre(optimizer)
+        if self.counters is not None:
+            self.counters.step_pre(optimizer)
         if self.ranks is not None:
             self.ranks.optimizer_step(optimizer)
         if self.updates is not None:
@@ -259,6 +264,8 @@ class LedgerChecker(Checker):
             self.moves.post(optimizer)
         if self.twice is not None:
             self.twice.step_post(optimizer)
+        if self.counters is not None:
+            self.counters.step_post(optimizer)
         if self.flags is not None:
             self.flags.post(optimizer)
         if self.updates is not None:
@@ -279,6 +286,9 @@ class LedgerChecker(Checker):
             self._report(self.ledger.end())
         if self.discards is not None and self.session is not None:
             for f in self.discards.end():
+                self.session.add(f)
+        if self.counters is not None and self.session is not None:
+            for f in self.counters.end():
                 self.session.add(f)
         if self.twice is not None and self.session is not None:
             for f in self.twice.end():
