@@ -118,7 +118,7 @@ class StepCounters:
 
     def end(self) -> list[Finding]:
         out = []
-        for key, (ref, counters) in self.opts.items():
+        for key, (_, counters) in self.opts.items():
             bad = [c for c in counters.values() if c.steps >= MIN_STEPS and c.over == c.steps]
             if not bad:
                 continue
