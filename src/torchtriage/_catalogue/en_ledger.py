@@ -80,6 +80,16 @@ MESSAGES = {
     "ledger.step_counter.next":
         "increment the counter once per group and step, before the loop over its parameters, and check that it "
         "equals the number of optimizer steps",
+    "ledger.optimizer_load_failed":
+        "{opt}.load_state_dict() raised ({error}) and the run went on: the {held} optimizer states of the loaded "
+        "dict never reached this optimizer ({n} parameters), which took {steps} steps from a fresh, empty state",
+    "ledger.optimizer_load_failed.cause":
+        "the state dict does not fit this optimizer (its groups hold another number of parameters: the saved state "
+        "of another optimizer, files swapped on resume), and the code that catches the exception only logs it, so "
+        "the resumed run restarts Adam's moments and step count from zero",
+    "ledger.optimizer_load_failed.next":
+        "load each saved optimizer state into the optimizer it was saved from, and let a failed resume raise (or "
+        "check len(optimizer.state) after loading)",
     "ledger.not_moved.low":
         "{count} parameter(s) of {model} ({first}, ...) had non-zero gradients and {opt} stepped {steps} time(s), "
         "yet {share} of their sampled values never changed: the weights are {dtype} and the updates round away",

@@ -68,6 +68,14 @@ MESSAGES = {
         "且每个张量看到的步数各不相同",
     "ledger.step_counter.next":
         "每个参数组每步只在遍历其参数的循环之前递增一次计数器，并检查它等于优化器的步数",
+    "ledger.optimizer_load_failed":
+        "{opt}.load_state_dict() 抛出异常（{error}）而运行继续进行：加载的字典中的 {held} 个优化器状态从未进入该优化器"
+        "（{n} 个参数），它从一个全新的空状态走了 {steps} 步",
+    "ledger.optimizer_load_failed.cause":
+        "该状态字典不适合这个优化器（其参数组的参数个数不同：是另一个优化器保存的状态，恢复时文件被对调），"
+        "而捕获异常的代码只记录了它，因此恢复的运行把 Adam 的矩估计和步数从零重新开始",
+    "ledger.optimizer_load_failed.next":
+        "把每个保存的优化器状态加载到保存它的那个优化器中，并让失败的恢复抛出异常（或在加载后检查 len(optimizer.state)）",
     "ledger.not_moved.low":
         "{model} 的 {count} 个参数（{first} 等）有非零梯度，{opt} 也执行了 {steps} 次 step，"
         "但其采样值中有 {share} 从未改变：权重是 {dtype}，更新被舍入掉了",
