@@ -55,7 +55,7 @@ class FailedLoads:
             return
         state = state_dict.get("state") if isinstance(state_dict, Mapping) else None
         held = len(state) if isinstance(state, Mapping) else 0
-        frame = user_frame_from_stack(4)
+        frame = user_frame_from_stack(3)  # the user's load_state_dict line (`called_from`: its caller)
         outer = None
         if frame is not None:
             f: Any = sys._getframe(1)
