@@ -222,7 +222,7 @@ def test_one_step_per_backward_accumulation_and_closures_are_quiet():
     def lbfgs() -> None:
         opt = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=3)
         for x, y in batches(10):
-            def closure():
+            def closure(x=x, y=y):
                 opt.zero_grad()
                 loss = F.mse_loss(model(x), y)
                 loss.backward()
