@@ -46,6 +46,7 @@ from .._frames import UserFrame, is_our_file, user_frame_from_stack
 from .._gradients._graph import grad_fn_of
 
 WALKS = 6  # judged backwards walked per set of optimizers
+MAX_SETS = 64  # sets of (optimizers, models' parameters) walked (a model re-creating parameters each step)
 MIN_REACHED = 2  # judged backwards that reached a parameter before it is judged (a sampled pair)
 MIN_STEPS = 3  # optimizer steps in the run before anything is judged
 SAMPLE = 32
@@ -154,7 +155,7 @@ class GradSinks:
         # optimizer was built (a pruning or quantization wrapper swapped in mid-run) is a new set
         params = hash(tuple(id(p) for m in self.session.models for p in m.parameters()))
         key = (*sorted(id(o) for o in opts), params)
-        if not opts or self.walks.get(key, 0) >= WALKS:
+        if not opts or self.walks.get(key, 0) >= WALKS or (key not in self.walks and len(self.walks) >= MAX_SETS):
             return None
         self.walks[key] = self.walks.get(key, 0) + 1
         held = {id(p) for o in opts for g in o.param_groups for p in g["params"]}
