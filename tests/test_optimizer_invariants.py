@@ -102,6 +102,8 @@ def test_layers_replaced_after_the_optimizer_was_built_are_named():
     assert f.severity is Severity.WARNING
     assert set(f.evidence["parameters"]) >= {"model.2.weight", "model.4.weight"}
     assert f.evidence["module_mode"] == "train" and f.evidence["optimizers"] == 1
+    assert f.evidence["module_types"] == ["Masked"]
+    assert f.evidence["optimizer_holds_parameters_the_model_replaced"] == 4  # the old Linears' weights and biases
 
 
 def test_optimizer_rebuilt_after_the_replacement_is_quiet():

@@ -143,6 +143,8 @@ class GradSinks:
         self.last_nodes: list[Any] = []  # the last walk's nodes (for the plain-weight watch)
         self.held_seen: set[int] = set()  # parameters an optimizer held at a walk (it may be gone at the end)
         self.optimizers_seen = 0  # the most optimizers known at a walk (they may be freed before the end)
+        self.model_ids: set[int] = set()  # parameters the watched models had at a walk
+        self.gone = 0  # the most held Parameters the models no longer had at a walk after a change
 
     def stepped(self) -> None:
         self.steps += 1
@@ -153,13 +155,21 @@ class GradSinks:
         opts = self.session.optimizers
         # per set of optimizers and of the watched models' parameters: a layer replaced after the
         # optimizer was built (a pruning or quantization wrapper swapped in mid-run) is a new set
-        params = hash(tuple(id(p) for m in self.session.models for p in m.parameters()))
-        key = (*sorted(id(o) for o in opts), params)
+        ids = tuple(id(p) for m in self.session.models for p in m.parameters())
+        key = (*sorted(id(o) for o in opts), hash(ids))
         if not opts or self.walks.get(key, 0) >= WALKS or (key not in self.walks and len(self.walks) >= MAX_SETS):
             return None
         self.walks[key] = self.walks.get(key, 0) + 1
         held = {id(p) for o in opts for g in o.param_groups for p in g["params"]}
         self.held_seen |= held
+        if self.walks[key] == 1 and len(self.walks) > 1:
+            # the models' parameters changed: the Parameters an optimizer holds that no watched model
+            # has any more (the layers a replacement took out) are the other half of the story
+            now = set(ids)
+            gone = [p for o in opts for g in o.param_groups for p in g["params"]
+                    if isinstance(p, nn.Parameter) and id(p) not in now and id(p) in self.model_ids]
+            self.gone = max(self.gone, len(gone))
+        self.model_ids |= set(ids)
         order, trained, parents = walk(roots, held)
         frame: UserFrame | None = None
         fresh: list[_Sink] = []
@@ -277,7 +287,11 @@ class GradSinks:
             "optimizers": max(len(self.session.optimizers), self.optimizers_seen), "moved": False,
             "first_norm": round(norm, 6), "grad_sample_norm_first": float(f"{g0:.4g}"),
             "grad_sample_norm_end": float(f"{g1:.4g}"), "module_mode": mode,
-            "on_trained_path": s.on_path > 0}
+            "on_trained_path": s.on_path > 0,
+            "module_types": sorted({type(m).__name__ for it in items if it[0].module is not None
+                                    and (m := it[0].module()) is not None})[:4]}
+        if self.gone:
+            evidence["optimizer_holds_parameters_the_model_replaced"] = self.gone
         fields = {"count": len(items), "module": module or names[0], "first": names[0], "reached": s.reached,
                   "g0": f"{g0:.3g}", "g1": f"{g1:.3g}", "mode": mode}
         variant = "sink" if loud else "sink_quiet"
