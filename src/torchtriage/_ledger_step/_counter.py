@@ -65,7 +65,7 @@ class StepCounters:
         self.frames: dict[int, UserFrame | None] = {}
 
     def _read(self, opt: torch.optim.Optimizer) -> list[tuple[str, Any, float, Any]]:
-        out = []
+        out: list[tuple[str, Any, float, Any]] = []
         for gi, g in enumerate(opt.param_groups[:8]):
             betas = g.get("betas")
             betas = betas if isinstance(betas, tuple) and len(betas) == 2 and all(

@@ -47,7 +47,8 @@ class FrozenMoves:
     def pre(self, opt: torch.optim.Optimizer) -> None:
         if id(opt) in self.reported:
             return
-        noted, gradless = [], []
+        noted: list[tuple[weakref.ref[torch.Tensor], int, int]] = []
+        gradless: list[tuple[weakref.ref[torch.Tensor], int, int]] = []
         for gi, g in enumerate(opt.param_groups):
             for p in g["params"]:
                 if isinstance(p, torch.Tensor) and not p.requires_grad:

@@ -165,9 +165,9 @@ class GradSinks:
         if self.walks[key] == 1 and len(self.walks) > 1:
             # the models' parameters changed: the Parameters an optimizer holds that no watched model
             # has any more (the layers a replacement took out) are the other half of the story
-            now = set(ids)
+            current = set(ids)
             gone = [p for o in opts for g in o.param_groups for p in g["params"]
-                    if isinstance(p, nn.Parameter) and id(p) not in now and id(p) in self.model_ids]
+                    if isinstance(p, nn.Parameter) and id(p) not in current and id(p) in self.model_ids]
             self.gone = max(self.gone, len(gone))
         self.model_ids |= set(ids)
         order, trained, parents = walk(roots, held)
@@ -198,9 +198,9 @@ class GradSinks:
                     s.on_path += 1
         if fresh:
             self._name(fresh)
-        for s in now:
-            mod = s.module() if s.module is not None else None
-            s.in_train += mod is None or mod.training
+        for sink in now:
+            mod = sink.module() if sink.module is not None else None
+            sink.in_train += mod is None or mod.training
         return order
 
     def backward_end(self) -> None:
