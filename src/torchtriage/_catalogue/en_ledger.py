@@ -52,6 +52,44 @@ MESSAGES = {
     "ledger.frozen_moved.next":
         "set their .grad to None when freezing (p.grad = None, or zero_grad(set_to_none=True)), or take them "
         "out of the optimizer's param groups",
+    "ledger.frozen_moved.nograd":
+        "{opt}.step() moved {count} frozen parameter(s) (requires_grad=False, no .grad: {first}, ...) from step "
+        "{step} on: their values changed by up to {change} although no gradient reached them",
+    "ledger.frozen_moved.nograd.cause":
+        "torch's optimizers skip a parameter whose .grad is None; this optimizer does not (it fills a missing grad "
+        "with zeros, or updates every tensor it holds), so {settings} keeps changing the weights that were frozen",
+    "ledger.frozen_moved.nograd.next":
+        "skip parameters whose .grad is None in the optimizer's step (`if p.grad is None: continue`), or leave the "
+        "frozen parameters out of its param groups",
+    "ledger.step_repeated":
+        "{opt}.step() ran again on the gradients it had already applied ({repeats} of {steps} judged steps, with "
+        "no backward since the step before): the same gradients moved the parameters twice",
+    "ledger.step_repeated.cause":
+        "two calls step this optimizer for one backward (here and at {other}): a training-step wrapper that "
+        "already calls optimizer.step() (or scaler.step(optimizer)) and the loop's own optimizer.step() after it; "
+        "every batch is applied twice and the optimizer's state and step count advance twice",
+    "ledger.step_repeated.next":
+        "keep one optimizer.step() per backward: drop the loop's call when the wrapper steps (or the wrapper's), "
+        "and compare the optimizer's step count with the number of batches",
+    "ledger.step_counter":
+        "{opt}'s step counter {counter} advances by {per} per optimizer.step() (at all {steps} judged steps; it "
+        "reads {value}): the step count its bias correction and step-indexed rules use is not the number of steps",
+    "ledger.step_counter.cause":
+        "the counter is incremented inside the loop over the group's parameters (or more than once in it), so it "
+        "advances once per tensor instead of once per step, and each tensor sees a different count",
+    "ledger.step_counter.next":
+        "increment the counter once per group and step, before the loop over its parameters, and check that it "
+        "equals the number of optimizer steps",
+    "ledger.optimizer_load_failed":
+        "{opt}.load_state_dict() raised ({error}) and the run went on: the {held} optimizer states of the loaded "
+        "dict never reached this optimizer ({n} parameters), which took {steps} steps from a fresh, empty state",
+    "ledger.optimizer_load_failed.cause":
+        "the state dict does not fit this optimizer (its groups hold another number of parameters: the saved state "
+        "of another optimizer, files swapped on resume), and the code that catches the exception only logs it, so "
+        "the resumed run restarts Adam's moments and step count from zero",
+    "ledger.optimizer_load_failed.next":
+        "load each saved optimizer state into the optimizer it was saved from, and let a failed resume raise (or "
+        "check len(optimizer.state) after loading)",
     "ledger.not_moved.low":
         "{count} parameter(s) of {model} ({first}, ...) had non-zero gradients and {opt} stepped {steps} time(s), "
         "yet {share} of their sampled values never changed: the weights are {dtype} and the updates round away",

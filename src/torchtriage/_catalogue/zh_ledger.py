@@ -44,6 +44,38 @@ MESSAGES = {
         "（zero_grad(set_to_none=False) 会留下零），所以 {settings} 仍在移动它们，尽管它们已被冻结",
     "ledger.frozen_moved.next":
         "冻结时把它们的 .grad 设为 None（p.grad = None，或 zero_grad(set_to_none=True)），或把它们移出优化器的参数组",
+    "ledger.frozen_moved.nograd":
+        "{opt}.step() 从第 {step} 步起移动了 {count} 个冻结参数（requires_grad=False，没有 .grad：{first} 等）："
+        "虽然没有梯度到达它们，它们的值仍变化了最多 {change}",
+    "ledger.frozen_moved.nograd.cause":
+        "torch 的优化器会跳过 .grad 为 None 的参数；这个优化器不跳过（它用零填充缺失的梯度，或更新它持有的每个张量），"
+        "因此 {settings} 不断改变本应冻结的权重",
+    "ledger.frozen_moved.nograd.next":
+        "在优化器的 step 中跳过 .grad 为 None 的参数（`if p.grad is None: continue`），或把冻结的参数移出其参数组",
+    "ledger.step_repeated":
+        "{opt}.step() 在已经应用过的梯度上再次运行（{steps} 次被检查的步中有 {repeats} 次，自上一步以来没有反向传播）："
+        "同一梯度让参数移动了两次",
+    "ledger.step_repeated.cause":
+        "一次反向传播对应两次对该优化器的 step 调用（此处和 {other}）：训练步包装器已经调用 optimizer.step()"
+        "（或 scaler.step(optimizer)），循环之后又自己调用一次；每个批次被应用两次，优化器的状态和步数也前进两次",
+    "ledger.step_repeated.next":
+        "每次反向传播只保留一次 optimizer.step()：包装器已调用时去掉循环中的调用（或包装器中的），并把优化器的步数与批次数比较",
+    "ledger.step_counter":
+        "{opt} 的步数计数器 {counter} 每次 optimizer.step() 前进 {per}（在全部 {steps} 次被检查的步中；当前为 {value}）："
+        "其偏差校正和按步计算的规则所用的步数不是实际步数",
+    "ledger.step_counter.cause":
+        "计数器在遍历参数组中参数的循环里递增（或在其中递增不止一次），因此每个张量前进一次而不是每步前进一次，"
+        "且每个张量看到的步数各不相同",
+    "ledger.step_counter.next":
+        "每个参数组每步只在遍历其参数的循环之前递增一次计数器，并检查它等于优化器的步数",
+    "ledger.optimizer_load_failed":
+        "{opt}.load_state_dict() 抛出异常（{error}）而运行继续进行：加载的字典中的 {held} 个优化器状态从未进入该优化器"
+        "（{n} 个参数），它从一个全新的空状态走了 {steps} 步",
+    "ledger.optimizer_load_failed.cause":
+        "该状态字典不适合这个优化器（其参数组的参数个数不同：是另一个优化器保存的状态，恢复时文件被对调），"
+        "而捕获异常的代码只记录了它，因此恢复的运行把 Adam 的矩估计和步数从零重新开始",
+    "ledger.optimizer_load_failed.next":
+        "把每个保存的优化器状态加载到保存它的那个优化器中，并让失败的恢复抛出异常（或在加载后检查 len(optimizer.state)）",
     "ledger.not_moved.low":
         "{model} 的 {count} 个参数（{first} 等）有非零梯度，{opt} 也执行了 {steps} 次 step，"
         "但其采样值中有 {share} 从未改变：权重是 {dtype}，更新被舍入掉了",

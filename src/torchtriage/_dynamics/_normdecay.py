@@ -78,7 +78,9 @@ class MissedScales:
         change = moved / n
         harm = not self.coupled and decay >= SHARE * change
         share = decay / change if change > 0 else float("inf")
-        return finding("norm_weights_decayed", category=Category.OTHER, stage=Stage.OPTIMIZER, step=self.step,
+        # a silent training fault (the dynamics' default category): the run goes on with the
+        # gains pulled toward 0, nothing in the user's code or settings is wrong on its own
+        return finding("norm_weights_decayed", category=Category.SILENT, stage=Stage.OPTIMIZER, step=self.step,
                        severity=Severity.WARNING if harm else Severity.INFO, frame=self.frame, op=self.optimizer,
                        module=self.names[0].rsplit(".", 1)[0], parameter=", ".join(self.names[:3]),
                        wd=num(self.wd), scales=len(self.names), free=self.free,

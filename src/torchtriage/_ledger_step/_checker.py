@@ -22,6 +22,7 @@ from .._frames import UserFrame, user_frame_from_stack
 from ._amp import ScaledGradWatch
 from ._baseline import BaselineWatch
 from ._bestsave import BestSaves
+from ._counter import StepCounters
 from ._discarded import DiscardWatch, patch_zero_grad
 from ._dropout import EvalDropoutWatch
 from ._evalrandom import EvalRandomWatch
@@ -38,6 +39,7 @@ from ._selfload import Snapshots
 from ._sinks import GradSinks
 from ._stale import StaleSteps
 from ._terms import Event, Flow, skeleton, terms_of
+from ._twice import RepeatedSteps
 from ._unfreeze import UnfreezeWatch
 from ._updates import UpdateWatch
 
@@ -73,6 +75,8 @@ class LedgerChecker(Checker):
         self._previous: list[Event] = []
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
         self.sinks: GradSinks | None = None
+        self.twice: RepeatedSteps | None = None
+        self.counters: StepCounters | None = None
         self.plain: PlainWeights | None = None
         self.baseline: BaselineWatch | None = None
         self.unfreeze: UnfreezeWatch | None = None
@@ -96,6 +100,8 @@ class LedgerChecker(Checker):
         self.ranks = RankWatch(session)
         self.evalrandom = EvalRandomWatch(session)
         self.sinks = GradSinks(session)
+        self.twice = RepeatedSteps(session)
+        self.counters = StepCounters(session)
         self.plain = PlainWeights(session)
         self.baseline = BaselineWatch(session)
         self.unfreeze = UnfreezeWatch(session)
@@ -218,6 +224,8 @@ class LedgerChecker(Checker):
             self.sinks.backward_end()
         if self.stale is not None:
             self.stale.backward_end(roots)
+        if self.twice is not None:
+            self.twice.backward_end()
         if self.discards is not None and self.session is not None:
             self.discards.backward_end(self.session.step)
 
@@ -236,6 +244,10 @@ class LedgerChecker(Checker):
             self.flags.pre(optimizer)
         if self.stale is not None:
             self.stale.step_pre(optimizer)
+        if self.twice is not None:
+            self.twice.step_pre(optimizer)
+        if self.counters is not None:
+            self.counters.step_pre(optimizer)
         if self.ranks is not None:
             self.ranks.optimizer_step(optimizer)
         if self.updates is not None:
@@ -250,6 +262,10 @@ class LedgerChecker(Checker):
             self.discards.step_left()
         if self.moves is not None:
             self.moves.post(optimizer)
+        if self.twice is not None:
+            self.twice.step_post(optimizer)
+        if self.counters is not None:
+            self.counters.step_post(optimizer)
         if self.flags is not None:
             self.flags.post(optimizer)
         if self.updates is not None:
@@ -270,6 +286,15 @@ class LedgerChecker(Checker):
             self._report(self.ledger.end())
         if self.discards is not None and self.session is not None:
             for f in self.discards.end():
+                self.session.add(f)
+        if self.counters is not None and self.session is not None:
+            for f in self.counters.end():
+                self.session.add(f)
+        if self.twice is not None and self.session is not None:
+            for f in self.twice.end():
+                self.session.add(f)
+        if self.moves is not None and self.session is not None:
+            for f in self.moves.end():
                 self.session.add(f)
         if self.best_saves is not None and self.session is not None:
             for f in self.best_saves.end():

@@ -42,6 +42,7 @@ from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
 from ._ckptname import MIN_SAVES as MIN_NAMED
 from ._ckptname import NameWatch
+from ._failedload import FailedLoads
 from ._finaltest import FinalTest
 
 COMPARED = 16  # parameters compared at a model load
@@ -144,6 +145,7 @@ class CheckpointWatch:
         self.reported: set[tuple[str, str | None, int | None]] = set()
         self.names = NameWatch()
         self.final = FinalTest(session)
+        self.failed_loads = FailedLoads(session)
 
     # ------------------------------------------------------------------ wrappers
     def install(self) -> None:
@@ -163,8 +165,17 @@ class CheckpointWatch:
 
         def load_state_dict(self: torch.optim.Optimizer, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
-            out = restore(self, state_dict, *args, **kwargs)
+            try:
+                out = restore(self, state_dict, *args, **kwargs)
+            except Exception as exc:
+                if not watch.session.busy:
+                    try:
+                        watch.failed_loads.raised(self, state_dict, exc)
+                    except Exception as e:  # our bug: the user's exception goes on regardless
+                        watch.session.internal_error("step_ledger.checkpoint", e)
+                raise
             if not watch.session.busy:
+                watch.failed_loads.loaded(self)
                 try:
                     watch.optimizer_restored(self, state_dict)
                 except Exception as e:  # our bug: the optimizer is restored regardless
@@ -205,6 +216,7 @@ class CheckpointWatch:
             hist.append(values)
 
     def stepped(self, opt: torch.optim.Optimizer) -> None:
+        self.failed_loads.stepped(opt)
         if self.pending and self.pending[-1].step != self.session.step:
             self.pending = []  # (a training step: the objects read before are not kept alive)
         if self.restored is not None and self.restored.step != self.session.step:
@@ -336,7 +348,7 @@ class CheckpointWatch:
                                         step=self.session.step))
 
     def end(self) -> list[Finding]:
-        out: list[Finding] = self._names() + self.final.end()
+        out: list[Finding] = self._names() + self.final.end() + self.failed_loads.end()
         for rs in self.restores:
             opt = rs.opt()
             if opt is None or self.session.step - rs.steps < MIN_STEPS:

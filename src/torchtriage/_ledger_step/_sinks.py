@@ -9,7 +9,8 @@ optimizer holds it, `zero_grad()` never clears it (it grows), and it never moves
 trained through a fixed random projection.
 
 Seen from the backward graph, not from the watched models: at the judged backwards (the ledger's
-sampled steps; a walk at most `WALKS` times per set of optimizers) the graph is walked from the
+sampled steps; a walk at most `WALKS` times per set of optimizers and of the watched models'
+parameters, so a layer replaced after the optimizer was built is walked again) the graph is walked from the
 roots to its `AccumulateGrad` leaves. A leaf that is an `nn.Parameter` and that no optimizer's
 `param_groups` holds is a candidate; its values (a sample) and gradient (a sample) are kept. Its
 consumer op is noted too: whether another input of that op depends on parameters an optimizer
@@ -45,6 +46,7 @@ from .._frames import UserFrame, is_our_file, user_frame_from_stack
 from .._gradients._graph import grad_fn_of
 
 WALKS = 6  # judged backwards walked per set of optimizers
+MAX_SETS = 64  # sets of (optimizers, models' parameters) walked (a model re-creating parameters each step)
 MIN_REACHED = 2  # judged backwards that reached a parameter before it is judged (a sampled pair)
 MIN_STEPS = 3  # optimizer steps in the run before anything is judged
 SAMPLE = 32
@@ -67,6 +69,7 @@ class _Sink:
     frame: UserFrame | None = None
     grad_seen: bool = False
     order: int = 0  # its place among its module's parameters
+    in_train: int = 0  # walks at which its module was in train() mode (the end may find it in eval())
 
 
 def walk(roots: Any, held: set[int]) -> tuple[list[Any], dict[int, bool], dict[int, list[Any]]]:
@@ -135,10 +138,13 @@ class GradSinks:
     def __init__(self, session: Any) -> None:
         self.session = session
         self.sinks: dict[int, _Sink] = {}
-        self.walks: dict[tuple[int, ...], int] = {}
+        self.walks: dict[tuple[int, ...], int] = {}  # (optimizer ids..., models' parameters)
         self.steps = 0  # optimizer steps heard (judged ones)
         self.last_nodes: list[Any] = []  # the last walk's nodes (for the plain-weight watch)
         self.held_seen: set[int] = set()  # parameters an optimizer held at a walk (it may be gone at the end)
+        self.optimizers_seen = 0  # the most optimizers known at a walk (they may be freed before the end)
+        self.model_ids: set[int] = set()  # parameters the watched models had at a walk
+        self.gone = 0  # the most held Parameters the models no longer had at a walk after a change
 
     def stepped(self) -> None:
         self.steps += 1
@@ -147,15 +153,28 @@ class GradSinks:
         """A judged backward is about to run: walk its graph (at most `WALKS` times per set of
         optimizers). Returns the walk's nodes, or None when not walked."""
         opts = self.session.optimizers
-        key = tuple(sorted(id(o) for o in opts))
-        if not opts or self.walks.get(key, 0) >= WALKS:
+        # per set of optimizers and of the watched models' parameters: a layer replaced after the
+        # optimizer was built (a pruning or quantization wrapper swapped in mid-run) is a new set
+        ids = tuple(id(p) for m in self.session.models for p in m.parameters())
+        key = (*sorted(id(o) for o in opts), hash(ids))
+        if not opts or self.walks.get(key, 0) >= WALKS or (key not in self.walks and len(self.walks) >= MAX_SETS):
             return None
         self.walks[key] = self.walks.get(key, 0) + 1
         held = {id(p) for o in opts for g in o.param_groups for p in g["params"]}
         self.held_seen |= held
+        if self.walks[key] == 1 and len(self.walks) > 1:
+            # the models' parameters changed: the Parameters an optimizer holds that no watched model
+            # has any more (the layers a replacement took out) are the other half of the story
+            current = set(ids)
+            gone = [p for o in opts for g in o.param_groups for p in g["params"]
+                    if isinstance(p, nn.Parameter) and id(p) not in current and id(p) in self.model_ids]
+            self.gone = max(self.gone, len(gone))
+        self.model_ids |= set(ids)
         order, trained, parents = walk(roots, held)
         frame: UserFrame | None = None
         fresh: list[_Sink] = []
+        now: list[_Sink] = []
+        self.optimizers_seen = max(self.optimizers_seen, len(opts))
         with torch.no_grad():
             for node in order:
                 var = getattr(node, "variable", None)
@@ -174,10 +193,14 @@ class GradSinks:
                                                     tuple(var.shape), frame=frame)
                     fresh.append(s)
                 s.reached += 1
+                now.append(s)
                 if on_trained_path(node, trained, parents):
                     s.on_path += 1
         if fresh:
             self._name(fresh)
+        for sink in now:
+            mod = sink.module() if sink.module is not None else None
+            sink.in_train += mod is None or mod.training
         return order
 
     def backward_end(self) -> None:
@@ -246,7 +269,7 @@ class GradSinks:
             # adapters, requires_grad left on), is deliberate: info. A layer appended to a model
             # after its optimizer was built holds nothing an optimizer holds: loud.
             inside = mod is not None and any(id(q) in held or id(q) in self.held_seen for q in mod.parameters())
-            loud = (mod is None or mod.training) and s.on_path > 0 and not inside
+            loud = s.in_train > 0 and s.on_path > 0 and not inside
             groups.setdefault((s.module_name.rpartition(".")[0] if "." in s.module_name else s.module_name,
                                loud), []).append((s, [g0, g1, norm]))
         return [self._finding(sorted(items, key=lambda it: it[0].order), loud)
@@ -255,17 +278,20 @@ class GradSinks:
     def _finding(self, items: list[tuple[_Sink, list[float]]], loud: bool) -> Finding:
         s, (g0, g1, norm) = items[0]
         names = [it[0].name or f"tensor {list(it[0].shape)}" for it in items]
-        mod = s.module() if s.module is not None else None
         module = _common([it[0].module_name for it in items])
-        mode = "train" if mod is None or mod.training else "eval"
+        mode = "train" if s.in_train else "eval"
         evidence: dict[str, Any] = {
             "parameters": names[:10], "count": len(items),
             "values": sum(int(torch.Size(it[0].shape).numel()) for it in items),
             "judged_backwards_reaching_them": s.reached, "in_optimizer": False,
-            "optimizers": len(self.session.optimizers), "moved": False,
+            "optimizers": max(len(self.session.optimizers), self.optimizers_seen), "moved": False,
             "first_norm": round(norm, 6), "grad_sample_norm_first": float(f"{g0:.4g}"),
             "grad_sample_norm_end": float(f"{g1:.4g}"), "module_mode": mode,
-            "on_trained_path": s.on_path > 0}
+            "on_trained_path": s.on_path > 0,
+            "module_types": sorted({type(m).__name__ for it in items if it[0].module is not None
+                                    and (m := it[0].module()) is not None})[:4]}
+        if self.gone:
+            evidence["optimizer_holds_parameters_the_model_replaced"] = self.gone
         fields = {"count": len(items), "module": module or names[0], "first": names[0], "reached": s.reached,
                   "g0": f"{g0:.3g}", "g1": f"{g1:.3g}", "mode": mode}
         variant = "sink" if loud else "sink_quiet"
