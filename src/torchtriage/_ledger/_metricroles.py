@@ -122,6 +122,11 @@ def _fills(scope: ast.AST, name: str) -> list[ast.expr]:
     for n in ast.walk(scope):
         if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets):
             out.append(n.value)
+        elif isinstance(n, ast.Assign):  # `_, p = out.max(1)`: the value's component at p's place
+            for t in n.targets:
+                if isinstance(t, (ast.Tuple, ast.List)):
+                    out.extend(ast.Subscript(value=n.value, slice=ast.Constant(i), ctx=ast.Load())
+                               for i, e in enumerate(t.elts) if isinstance(e, ast.Name) and e.id == name)
         elif isinstance(n, (ast.AugAssign, ast.AnnAssign)) and isinstance(n.target, ast.Name) \
                 and n.target.id == name and n.value is not None:
             out.append(n.value)
