@@ -147,7 +147,8 @@ SWAPPED = """
 """
 _PREDS = {
     "argmax_weighted_f1": ("preds.extend(torch.argmax(logits, dim=1).tolist())",
-                           "score = metrics.f1_score(\n            preds,  # HERE\n            golds, average='weighted')",
+                           "score = metrics.f1_score(\n            preds,  # HERE\n"
+                           "            golds, average='weighted')",
                            "f1_score"),
     "max_indices_precision": ("_, p = logits.max(1)\n                preds += p.tolist()",
                               "score = metrics.precision_score(preds, golds, average='macro', zero_division=0)  # HERE",
