@@ -95,7 +95,7 @@ class Unreset:
 
 def _kept(loop: ast.AST) -> list[tuple[ast.expr, int]]:
     """(collection, line) of each `L.append(v)` / `L += [v]` in the loop."""
-    out = []
+    out: list[tuple[ast.expr, int]] = []
     for node in ast.walk(loop):
         if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.value, ast.List) \
                 and len(node.value.elts) == 1:
