@@ -21,3 +21,13 @@ MESSAGES.update({
     "units.cause": "a running mean is right only when the sum and the count count the same things: batch means over the number of batches, or per-batch sums (loss times the batch size, a reduction='sum' loss) over the number of samples. Mixing them scales the figure by the batch size, and a further count of another loader scales it again; comparisons with the validation loss, or between runs with different batch sizes, are off by that factor.",
     "units.next": "Sum loss.item() * batch_size and divide by the number of samples (or sum the batch means and divide by the number of batches); drop factors that count another loader.",
 })
+MESSAGES.update({
+    "unreset.message": "{collection} keeps one value per batch and line {line} averages it, but it is never emptied between passes: it holds {kept} values, the {batches} of this pass and {earlier} of earlier passes, so the mean reported is {whole} where this pass's batches give {own} (created at line {made})",
+    "unreset.cause": "the list is created once, before the loop that repeats the pass: every epoch appends its batches to those of all earlier epochs, and the figure printed after epoch k is the running mean since the start of training. It lags behind the model, flattens its progress and misreports the train/validation gap.",
+    "unreset.next": "Create the list at the start of each pass (move `{collection} = []` inside the epoch loop), or average only this pass's entries.",
+})
+MESSAGES.update({
+    "metricroles.message": "{metric} is called with {first} as y_true and {second} as y_pred, but {first} holds the model's predictions and {second} the targets: on these {rows} rows the call returns {reported}, with the arguments in scikit-learn's order (y_true, y_pred) it is {right}",
+    "metricroles.cause": "scikit-learn's metrics read their first argument as the ground truth. Precision and recall trade places when the two are swapped, a weighted average weighs each class by its count in y_true (here: how often the model predicts it), and labels= / pos_label select classes of the truth: the reported metric measures something else and ranks models wrongly.",
+    "metricroles.next": "Pass the targets first: {metric}({second}, {first}, ...), or name the arguments (y_true=..., y_pred=...).",
+})

@@ -21,3 +21,13 @@ MESSAGES.update({
     "units.cause": "滑动均值只有在累加和计数统计同一种东西时才正确：批均值除以批数，或逐批求和（损失乘以批大小，或 reduction='sum' 的损失）除以样本数。混用会让数值按批大小缩放，再乘以另一个加载器的长度还会再缩放一次；与验证损失的比较、不同批大小运行之间的比较都会偏差这个倍数。",
     "units.next": "累加 loss.item() * batch_size 并除以样本数（或累加批均值并除以批数）；去掉计数另一个加载器的因子。",
 })
+MESSAGES.update({
+    "unreset.message": "{collection} 每个 batch 保存一个值，第 {line} 行对其取平均，但它在各轮之间从未清空：它保存了 {kept} 个值，本轮 {batches} 个、之前各轮 {earlier} 个，所以报告的均值为 {whole}，而本轮的 batch 给出的是 {own}（创建于第 {made} 行）",
+    "unreset.cause": "该列表只在重复各轮的循环之前创建一次：每个 epoch 都把自己的 batch 追加到之前所有 epoch 的值之后，第 k 个 epoch 之后打印的数字是从训练开始以来的滑动均值。它落后于模型，抹平了模型的进步，并误报训练/验证的差距。",
+    "unreset.next": "在每轮开始时创建该列表（把 `{collection} = []` 移到 epoch 循环内部），或只对本轮的条目取平均。",
+})
+MESSAGES.update({
+    "metricroles.message": "{metric} 以 {first} 作为 y_true、{second} 作为 y_pred 调用，但 {first} 保存的是模型的预测，{second} 是目标：在这 {rows} 行上调用返回 {reported}，按 scikit-learn 的参数顺序（y_true, y_pred）则为 {right}",
+    "metricroles.cause": "scikit-learn 的指标把第一个参数当作真实标签。两者互换时 precision 与 recall 互换，加权平均按 y_true 中各类的数量（这里是模型预测它的次数）加权，labels= / pos_label 选的是真实标签的类别：报告的指标度量的是别的东西，会错误地排序模型。",
+    "metricroles.next": "把目标放在前面：{metric}({second}, {first}, ...)，或用关键字参数（y_true=..., y_pred=...）。",
+})

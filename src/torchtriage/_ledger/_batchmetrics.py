@@ -33,11 +33,13 @@ from typing import Any
 from .._finding import from_catalogue
 from .._frames import user_frame_of_line, user_stack_frame
 from .._source import parsed
+from ._metricroles import swapped_roles
 
 MODULE = "sklearn.metrics"
 FUNCTIONS = ("accuracy_score", "balanced_accuracy_score", "precision_score", "recall_score", "f1_score",
              "fbeta_score", "precision_recall_fscore_support", "roc_auc_score", "average_precision_score",
              "matthews_corrcoef", "jaccard_score", "cohen_kappa_score")
+ROLE_CALLS = 20  # calls per site judged for arguments in the wrong order
 MAX_ROWS = 200_000  # rows kept per call site and pass
 REL = 0.01
 
@@ -65,6 +67,8 @@ class BatchMetrics:
         self.done = False
         self.finder: _Finder | None = None
         self.found: dict[tuple[str, int], tuple[tuple[bool, float], Any]] = {}
+        self.judged: dict[tuple[str, int], int] = {}  # call site -> calls judged for swapped arguments
+        self.swapped: dict[tuple[str, int], tuple[float, Any]] = {}
         if MODULE in sys.modules:
             self.patch()
         else:
@@ -120,9 +124,30 @@ class BatchMetrics:
         if f is None:
             return
         rest = {k: v for k, v in kwargs.items() if k not in ("y_true", "y_pred", "y_score")}
-        self.calls.append(_Call(next(self.seq), func, name, t.copy(), p.copy(), rest, out, f))
+        call = _Call(next(self.seq), func, name, t.copy(), p.copy(), rest, out, f)
+        self.calls.append(call)
+        self._roles(call)
         if len(self.calls) > 20_000:
             del self.calls[:10_000]
+
+    def _roles(self, call: _Call) -> None:
+        """The call's arguments in scikit-learn's order (`_metricroles`), judged on a site's first calls."""
+        key = (call.file, call.line)
+        seen = self.judged.get(key, 0)
+        if seen >= ROLE_CALLS:
+            return
+        self.judged[key] = seen + 1
+        self.depth += 1
+        try:
+            found = swapped_roles(call)
+        finally:
+            self.depth -= 1
+        if found is None:
+            return
+        gap = abs(found.evidence["value_reported"] - found.evidence["value_in_order"])
+        old = self.swapped.get(key)
+        if old is None or gap > old[0]:
+            self.swapped[key] = (gap, found)
 
     def mark(self) -> int:
         """The sequence number a pass that begins now starts after."""
@@ -209,7 +234,7 @@ class BatchMetrics:
             sys.meta_path.remove(self.finder)
         self.finder = None
         self.calls.clear()
-        return [f for _, f in self.found.values()]
+        return [f for _, f in self.found.values()] + [f for _, f in self.swapped.values()]
 
 
 def _host(x: Any) -> Any:

@@ -36,6 +36,7 @@ from .._source import running_loop
 from ._batchmeans import _following, _resolve, batch_ratio_means, finding_of
 from ._batchmetrics import BatchMetrics
 from ._units import frames_of, unit_findings
+from ._unreset import Unreset
 from ._unsummed import unsummed_findings
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class Denominators:
         self.found: dict[tuple[str, int], Any] = {}
         self.marks: dict[int, int] = {}  # id(iterator) -> the last scikit-learn metric call before its pass
         self.metrics: BatchMetrics | None = None
+        self.unreset = Unreset()  # per-batch collections averaged each pass and never emptied
         try:
             self.metrics = BatchMetrics(ledger.session)  # per-batch metric scores added up over a pass
         except Exception as e:
@@ -120,6 +122,12 @@ class Denominators:
                                            getattr(getattr(self.ledger, "session", None), "step", None)):
                     self.found.setdefault((found.file, found.line), found)
         self._unsummed(f, c, loader, begun)
+        try:
+            self.unreset.on_pass(f, c[0], getattr(getattr(self.ledger, "session", None), "step", None))
+        except Exception as e:  # our bug must never reach the user's code
+            session = getattr(self.ledger, "session", None)
+            if session is not None:
+                session.internal_error("data_ledger.unreset", e)
         if len(sizes) == c[0]:
             for line, _, fields in batch_ratio_means(f, sizes):
                 found = finding_of(f, line, fields, getattr(getattr(self.ledger, "session", None), "step", None))
@@ -167,7 +175,7 @@ class Denominators:
 
     def end(self) -> list[Any]:
         metrics = self.metrics.end() if self.metrics is not None else []
-        return list(self.found.values()) + metrics
+        return list(self.found.values()) + metrics + self.unreset.end()
 
 
 def _shards(loader: Any) -> int:
