@@ -471,3 +471,22 @@ def test_cosine_t_max_in_epochs_per_batch_stays_a_warning_while_the_loss_falls()
     assert (f.severity, f.line, f.step) == (Severity.WARNING, line("per batch, T_max in epochs"), 8)
     assert f.evidence["harm"] == "the lr reached its minimum at step 8 and climbed back towards its initial value"
     assert "run_kept_learning" not in f.evidence  # not held: its harm is the lr it measured
+
+
+@pytest.mark.parametrize("factor", [lambda s: 1.0, lambda s: 0.5])
+def test_a_constant_schedule_restarted_on_resume_is_no_warning(factor):
+    """A constant LambdaLR (a config's "constant" schedule) gives its optimizer the same lr at
+    any position: restarting it on resume changes no lr the run uses."""
+    report = _resume(lambda o: lrs.LambdaLR(o, factor), False, False)
+    loud = [f for f in report.filter(code="dynamics.scheduler_not_resumed") if f.severity != Severity.INFO]
+    assert loud == [], [(f.code, f.severity, f.evidence) for f in loud]
+    infos = report.filter(code="dynamics.scheduler_not_resumed")
+    assert [f.evidence.get("same_lr_at_both_positions") for f in infos] in ([], [True])
+
+
+def test_a_warmup_that_ended_before_the_checkpoint_restarted_on_resume_warns():
+    """A short linear warm-up, then flat: the resumed run should be past it, the restarted one
+    warms up again (a lower lr for its first steps)."""
+    f = only(_resume(lambda o: lrs.LambdaLR(o, lambda s: min(1.0, (s + 1) / 4)), False, False),
+             "dynamics.scheduler_not_resumed")
+    assert f.severity == Severity.WARNING and "same_lr_at_both_positions" not in f.evidence

@@ -4,6 +4,7 @@ image only (`data.target_misaligned`, `_silent/_pairing.py`)."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from _lines import line_in, run_watched
 from torchtriage import Severity, Stage
@@ -56,7 +57,22 @@ def test_the_transform_applied_to_both_is_quiet(make):
     assert not report.filter(code=CODE), [(f.code, f.evidence) for f in report.filter(code=CODE)]
 
 
-@pytest.mark.parametrize("make", [z.denoising_autoencoder, z.masked_autoencoder, z.symmetric_scenes_flipped_alone])
+@pytest.mark.parametrize("make", [z.denoising_autoencoder, z.masked_autoencoder, z.symmetric_scenes_flipped_alone,
+                                  z.critic_then_reconstruction])
 def test_correct_dense_targets_are_quiet(make):
     report = _run(make)
     assert not report.filter(code=CODE), [(f.code, f.evidence) for f in report.filter(code=CODE)]
+
+
+def test_a_call_that_took_the_prediction_as_its_input_is_not_the_input_of_the_target():
+    """A critic (or any second model) scoring the prediction: its argument is the prediction
+    itself, or a detached view of it, not an input the target is a map of."""
+    from torchtriage._silent._pairing import dense_input
+
+    tgt = torch.rand(8, 1, 16, 16)
+    image = torch.rand(8, 3, 16, 16)
+    pred = torch.rand(8, 1, 16, 16, requires_grad=True)
+    assert dense_input(tgt, (image,), {}, pred) is image  # the model that made the prediction
+    assert dense_input(tgt, (pred, torch.rand(8, 5)), {}, pred) is None
+    assert dense_input(tgt, (pred.detach(),), {}, pred) is None
+    assert dense_input(tgt, (), {"x": pred[:, :1]}, pred) is None

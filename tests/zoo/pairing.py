@@ -242,3 +242,53 @@ def symmetric_scenes_flipped_alone(steps: int = 4):
             opt.step()
 
     return model, opt, train
+
+
+# ------------------------------------- a critic scoring the prediction before the dense loss
+class MapGenerator(nn.Module):
+    """A code vector to a 1 x 32 x 32 map (no spatial input at all)."""
+
+    def __init__(self, code: int = 8) -> None:
+        super().__init__()
+        self.fc = nn.Linear(code, 64 * 4 * 4)
+        self.up = nn.Sequential(nn.Upsample(scale_factor=8, mode="nearest"), nn.Conv2d(64, 1, 3, padding=1),
+                                nn.Tanh())
+
+    def forward(self, z):
+        return self.up(self.fc(z).view(-1, 64, 4, 4))
+
+
+class MapCritic(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(1, 8, 4, 2, 1), nn.LeakyReLU(0.2), nn.Conv2d(8, 1, 16))
+
+    def forward(self, m):
+        return self.body(m)
+
+
+def critic_then_reconstruction(steps: int = 4):
+    """A conditional generator of decay maps (no image in: a code of the scene) with an
+    adversarial term and an L1 term; the critic is called on the generated map before the L1
+    loss, so the last model call took the prediction as its input."""
+    g = torch.Generator().manual_seed(6)
+    rate = torch.rand(64, 1, generator=g)
+    code = torch.cat([rate, torch.randn(64, 7, generator=g)], 1)
+    t = torch.linspace(0, 1, 32)
+    decay = torch.exp(-t.view(1, 1, 1, 32) / (0.05 + 0.4 * rate.view(64, 1, 1, 1)) * (1 + t.view(1, 1, 32, 1)))
+    maps = (2 * decay - 1 + 0.3 * torch.randn(64, 1, 32, 32, generator=g) * decay).clamp(-1, 1)
+    gen, critic = MapGenerator(), MapCritic()
+    model = nn.ModuleDict({"gen": gen, "critic": critic})
+    opt = torch.optim.Adam(gen.parameters(), lr=1e-3)
+
+    def train():
+        for step in range(steps):
+            idx = torch.randperm(64, generator=g)[:16]
+            fake = gen(code[idx])
+            adv = F.mse_loss(critic(fake), torch.ones(16, 1, 1, 1))
+            loss = adv + 10 * F.l1_loss(fake, maps[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return model, opt, train

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from .._findings import Category, Finding, Stage
+from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, optimizer_frame, user_frame_from_stack
 from ._burst import Cadence, burst_finding
 from ._common import finding, num
@@ -362,7 +362,11 @@ class DriftWatch:
         expected = unseen * rate
         if expected < 2 or first >= 0.5 * expected:
             return None
+        # the harm is an lr other than the schedule's: a factor that is the same at the steps this
+        # run took and at the steps it should have taken (a constant LambdaLR) lost nothing
+        flat = _flat(t.schedule, (first, int(round(expected))), t.calls)
         return finding("scheduler_not_resumed", category=Category.OTHER, stage=Stage.OPTIMIZER, step=0,
+                       severity=Severity.INFO if flat else Severity.WARNING,
                        frame=t.frame, op=t.kind,
                        module=t.kind, scheduler=t.kind, unseen=int(unseen), last_epoch=first,
                        expected=int(round(expected)), rate=f"{rate:.3g}",
@@ -370,6 +374,19 @@ class DriftWatch:
                                  "scheduler_last_epoch_at_first_step": first,
                                  "scheduler_steps_per_optimizer_step": f"{rate:.3g}",
                                  "expected_last_epoch": int(round(expected)),
+                                 **({"same_lr_at_both_positions": True} if flat else {}),
                                  "harm": f"the schedule restarted {int(round(expected)) - first} scheduler steps "
                                          "behind the optimizer it drives"})
 
+
+def _flat(schedule: Any, starts: tuple[int, int], calls: int) -> bool:
+    """Does a LambdaLR's factor (`declared_schedule`: a pure function of the step) take one value
+    over `calls` steps from each start (at most 256 probes each)? False when it is not known."""
+    if not callable(schedule) or calls < 1:
+        return False
+    try:
+        stride = max(1, calls // 256)
+        vals = [float(schedule(s)) for a in starts for s in range(a, a + calls + 1, stride)]
+    except Exception:  # a factor that needs more than a step number: not probed
+        return False
+    return all(math.isclose(v, vals[0], rel_tol=1e-9, abs_tol=1e-15) for v in vals)

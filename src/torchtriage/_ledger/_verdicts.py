@@ -181,6 +181,8 @@ def splits(loaders: list[Loader], follower: Any = None) -> list[Any]:
         for t in train:
             if e.models and t.models and not e.models & t.models:
                 continue  # another model evaluates (k-fold: each fold's model on its own fold)
+            if e.root_token and e.root_token == t.root_token and _pass_over_everything(e, t):
+                continue
             f = _by_index(e, t) if e.root_token and e.root_token == t.root_token else _by_content(e, t)
             if f is None:
                 f = _by_windows(e, t)
@@ -262,6 +264,15 @@ def _by_index(e: Loader, t: Loader) -> Any:
     if n == int(t.trained_on.sum()) == count:
         return None  # the training samples themselves, measured (train accuracy)
     return _split_finding(e, t, count, n, int(np.flatnonzero(both)[0]), "index", "error")
+
+
+def _pass_over_everything(e: Loader, t: Loader) -> bool:
+    """One pass over the whole dataset the training part was cut from, by a loader not named for
+    an evaluation (`full_loader`): every sample's features, embeddings or predictions, the
+    training part included by design, not a held-out set (that one is evaluated each epoch, or
+    named so)."""
+    return e.whole and not t.whole and len(e.summaries) < 2 and role(e) is None \
+        and "eval" not in e.name.lower()
 
 
 def _by_windows(e: Loader, t: Loader, key: str = "window_split") -> Any:

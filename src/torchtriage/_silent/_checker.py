@@ -101,7 +101,7 @@ class SilentChecker(Checker):
         self.region: LossRegion | None = None
         self._rebuilt: set[Any] = set()  # loss lines whose targets a whole-input model reconstructs
         self._dense: dict[Any, int] = {}  # loss lines with a dense target -> warm-up calls measured (`_pairing`)
-        self._dense_pending: tuple[torch.Tensor, Any, str | None] | None = None  # a loss inside the root call
+        self._dense_pending: tuple[torch.Tensor, Any, str | None, Any] | None = None  # a loss inside the root call
         self._step_losses: list[tuple[Any, Any, Any, Any]] = []  # this step's training losses (`_mixweight`)
         self._mix_holds = 0  # times the tape was kept on for a mixed loss seen after the warm-up
         self._mix_judged: set[Any] = set()  # mixed-loss lines a taped step showed without a paste
@@ -272,9 +272,9 @@ class SilentChecker(Checker):
                 self._add(state_finding(label, self.states.names(model), calls, user_frame_from_stack(3),
                                         self._step))
         if self._dense_pending is not None and not self._in_root:
-            tgt, frame, module = self._dense_pending
+            tgt, frame, module, pred = self._dense_pending
             self._dense_pending = None
-            self._pairing(tgt, args, kwargs, frame, module)
+            self._pairing(tgt, args, kwargs, frame, module, pred)
         out = first_tensor(output)
         if out is not None and out.grad_fn is not None:
             self.kept.output(out, self._step, user_frame_from_stack(3) if self._warm() else None)
@@ -413,16 +413,16 @@ class SilentChecker(Checker):
             return
         if self._in_root:
             if self._dense_pending is None:
-                self._dense_pending = (tgt, call.frame, call.module)
+                self._dense_pending = (tgt, call.frame, call.module, call.input)
             return
         snap = self.session.snapshot
         if snap is not None and snap.record.calls:
             last = snap.record.calls[-1]  # the model call that made the prediction
-            self._pairing(tgt, last.args, last.kwargs, call.frame, call.module)
+            self._pairing(tgt, last.args, last.kwargs, call.frame, call.module, call.input)
 
     def _pairing(self, tgt: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any], frame: Any,
-                 module: str | None) -> None:
-        x = dense_input(tgt, args, kwargs)
+                 module: str | None, pred: Any = None) -> None:
+        x = dense_input(tgt, args, kwargs, pred)
         if x is None:
             return
         self._dense[frame] = self._dense.get(frame, 0) + 1

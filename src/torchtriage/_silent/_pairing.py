@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .._findings import Severity, Stage
-from ._common import is_index_tensor, shape
+from ._common import is_index_tensor, same_storage, shape
 from ._plans import Plan, Verdict
 
 _SIDE = 64  # inputs larger than this are subsampled (every s-th pixel) to at most this side
@@ -54,10 +54,17 @@ for _fname, _fh, _fv in (("", False, False), ("horizontal flip", True, False), (
         _TRANSFORMS.append((" + ".join(_parts), _fh, _fv, _deg, _sx, _sy))
 
 
-def dense_input(tgt: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+def dense_input(tgt: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any],
+                pred: Any = None) -> torch.Tensor | None:
     """The model's input that `tgt` is a dense target of: a float tensor with the target's batch
-    size and spatial dims (the last two), at most `_MAX_CHANNELS` channels."""
+    size and spatial dims (the last two), at most `_MAX_CHANNELS` channels. The call must have
+    made the loss's prediction `pred`: a call that took the prediction as an argument (a
+    discriminator or a critic scoring the generator's output, a second model stacked on the
+    first) did not, and its inputs are not what the target is a map of."""
     if not is_dense_target(tgt):
+        return None
+    if isinstance(pred, torch.Tensor) and any(isinstance(a, torch.Tensor) and same_storage(a, pred)
+                                              for a in (*args, *kwargs.values())):
         return None
     n, hw = tgt.shape[0], tuple(tgt.shape[-2:])
     for x in (*args, *kwargs.values()):
