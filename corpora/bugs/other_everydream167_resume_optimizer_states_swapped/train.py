@@ -379,7 +379,7 @@ def run(args, start_epoch, end_epoch, ckpt_dir, data, val):
 def main():
     g = torch.Generator().manual_seed(0)
     data = make_data(2048, g)
-    val = make_data(512, torch.Generator().manual_seed(0))
+    val = make_data(512, torch.Generator().manual_seed(1))
     val = (val[0][:512], val[1][:512])
     with tempfile.TemporaryDirectory() as ckpt:
         args = Args()
