@@ -79,6 +79,8 @@ class Pair:
     norms: list[float] = field(default_factory=list)  # ||p|| at each reading
     still: int = 0  # readings of consecutive steps at which the copy did not move
     frame: UserFrame | None = None  # the update's line
+    gaps: list[tuple[int, float, float]] = field(default_factory=list)  # (step, ||s - p||, ||p||) at every reading
+    roots: tuple[Any, Any] = (None, None)  # weak references to the copy's model and the parameter's
 
 
 @dataclass
@@ -135,6 +137,10 @@ class AveragedCopies:
         self.where: dict[int, str] = {}  # id of a module or tensor -> the path it was reached by
         self.calls = UpdateCalls(session)  # the update's calls against the optimizer steps (`_emacalls`)
         self.inline = InlineWrites()  # the copy's writes between backward calls (`_emacalls`)
+        self.roots: dict[int, nn.Module] | None = None  # id of a module -> its watched model
+        self.attrs: dict[int, str] | None = None
+        self.names: dict[int, str] = {}  # id of a copy's or a parameter's model -> its name
+        self.used: dict[int, UserFrame | None] = {}  # id of a copy's model -> the line of its first call followed
 
     # ------------------------------------------------------------------ discovery
     def first_step(self) -> None:
@@ -212,6 +218,8 @@ class AveragedCopies:
             if owner is not None:
                 holder = self._module_path(owner[0]) + "." + owner[1]
             pair = Pair(weakref.ref(t), weakref.ref(p), names.name(p) or "?", holder)
+            if owner is not None and id(p) in owners:
+                pair.roots = (self._root(owner[0], True), self._root(owners[id(p)][0], False))
             self.pairs.append(pair)
             self.inline.follow(t, holder)
             if owner is not None and id(p) in owners:
@@ -219,6 +227,25 @@ class AveragedCopies:
                 if type(src) is type(owner[0]) and src is not owner[0]:
                     by_module.setdefault(id(owner[0]), pair)
                     self._buffers(owner[0], src, pair)
+
+    def _root(self, module: nn.Module, follow: bool) -> weakref.ref[nn.Module]:
+        """The watched model holding `module` (else `module`); the first one's calls are followed
+        (`_frozencopy`: the line a copy is used at)."""
+        if self.roots is None:
+            self.roots = {id(s): m for m in self.session.models for s in m.modules()}
+        root = self.roots.get(id(module), module)
+        if id(root) not in self.names:  # the user's name for it (`self.target_actor`), else its label
+            if self.attrs is None:
+                self.attrs = _attr_names()
+            self.names[id(root)] = self.attrs.get(id(root)) or self.session.model_label(root) or type(root).__name__
+        if follow and id(root) not in self.used:
+            self.used[id(root)] = None
+            def pre(mod: nn.Module, args: Any) -> None:
+                __tracebackhide__ = True
+                if self.used.get(id(mod)) is None:
+                    self.used[id(mod)] = user_frame_from_stack(1)
+            self.hooks.append(root.register_forward_pre_hook(our_hook(pre)))
+        return weakref.ref(root)
 
     def _buffers(self, copy: nn.Module, src: nn.Module, pair: Pair) -> None:
         for b in self.buffers:
@@ -293,6 +320,7 @@ class AveragedCopies:
                 for k, row in zip(idx, stats.cpu().tolist()):
                     moved_by, n1, q1, n2, q2, dist2, norm2 = row
                     pair = self.pairs[k]
+                    pair.gaps.append((step, dist2 ** 0.5, norm2 ** 0.5))
                     if moved_by > 0 and (q1 > 0 or q2 > 0):
                         pair.coeffs.append(max(n1 / q1 if q1 > 0 else -1e30, n2 / q2 if q2 > 0 else -1e30))
                         pair.dists.append(dist2 ** 0.5)
@@ -438,6 +466,24 @@ _MODULE_STATE = ("_parameters", "_buffers", "_modules", "_forward_hooks", "_forw
 _LEAVES = (str, bytes, int, float, bool, complex, type(None), types.ModuleType, types.FunctionType,
            types.BuiltinFunctionType, types.MethodType, type)
 _OURS = __name__.split(".")[0] + "."
+
+
+def _attr_names() -> dict[int, str]:
+    """id of a module -> the user's name for it on the stack: a local (`target_net`) or an attribute
+    of one (`self.target_actor`, `agent.critic_target`), innermost frame first."""
+    out: dict[int, str] = {}
+    f: Any = sys._getframe(1)
+    while f is not None:
+        if not is_our_file(f.f_code.co_filename):
+            for k, v in list(f.f_locals.items()):
+                if isinstance(v, nn.Module):
+                    out.setdefault(id(v), k)
+                elif not isinstance(v, _LEAVES) and isinstance(d := getattr(v, "__dict__", None), dict):
+                    for a, m in list(d.items())[:MAX_ITEMS]:
+                        if isinstance(m, nn.Module):
+                            out.setdefault(id(m), f"{k}.{a}")
+        f = f.f_back
+    return out
 
 
 def _by_path(path: str, params: list[torch.Tensor], names: Any) -> list[torch.Tensor]:

@@ -36,6 +36,7 @@ from .._findings import Category, Finding, Severity, Stage
 from .._frames import user_frame_from_stack, user_stack_frame
 from .._modestack import own_modes_off
 from ._averaged import AveragedCopies
+from ._frozencopy import frozen_copies
 from ._batchtwice import batch_of, twice_plans
 from ._carried import GraphCarry, call_path, carried_finding
 from ._channels import ChannelLayoutWatch
@@ -994,6 +995,25 @@ class SilentChecker(Checker):
                               evidence=ev, copy=st["module"], buffers=", ".join(st["buffers"]), example=st["example"],
                               copy_value=st["copy_value"], source_value=st["source_value"]))
         self.averaged.stale.clear()
+        for fr in frozen_copies(self.averaged.pairs, self.averaged.names, self.averaged.used):
+            sib = fr["sibling_pair"]
+            ev = {"copy": fr["copy"], "model": fr["model"], "copy_updates_measured": 0,
+                  "copy_readings_unmoved": min(p.still for p in fr["pairs"]),
+                  "distance_first": fmt(fr["distance_first"]), "distance_last": fmt(fr["distance_last"]),
+                  "model_norm": fmt(fr["model_norm"]), "steps": [fr["first_step"], fr["last_step"]],
+                  "sibling_copy": fr["sibling_copy"], "sibling_model": fr["sibling_model"],
+                  "sibling_updates_measured": len(sib.coeffs),
+                  "sibling_update_coefficient_median": round(sorted(sib.coeffs)[len(sib.coeffs) // 2], 6)}
+            if sib.frame is not None:
+                ev["sibling_updated_at"] = f"{os.path.basename(sib.frame.file)}:{sib.frame.line}"
+            used = fr["used_at"]
+            if used is not None:
+                ev["copy_used_at"] = f"{os.path.basename(used.file)}:{used.line}"
+            self._add(finding("target_copy_frozen", severity=Severity.WARNING, stage=Stage.OPTIMIZER,
+                              frame=used or sib.frame, module=fr["copy"], evidence=ev, copy=fr["copy"],
+                              model=fr["model"], first=ev["distance_first"], last=ev["distance_last"],
+                              norm=ev["model_norm"], sibling=fr["sibling_copy"], sibling_model=fr["sibling_model"],
+                              readings=fr["readings"]))
 
     def on_end(self) -> None:
         self._remove_probes()
