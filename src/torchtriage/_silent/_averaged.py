@@ -47,10 +47,20 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
 from .. import _cadence
-from .._frames import UserFrame, is_our_file, user_frame_from_stack, user_stack_frame
+from .._frames import (
+    UserFrame,
+    find_frame,
+    in_user_file,
+    is_our_file,
+    released_locals,
+    user_frame_from_stack,
+    user_frame_of,
+    user_stack_frame,
+)
 from .._modestack import push_mode, remove_mode
 from .._transparent import our_hook
 from ._emacalls import InlineWrites, UpdateCalls
+from ._twins import structural_twins
 
 MAX_ELEMENTS = 1 << 22  # elements of copies tracked (each kept twice more between two readings)
 MAX_DEPTH = 6  # links walked from a frame's locals to a copy (loop -> ema -> shadow list -> tensor)
@@ -81,6 +91,7 @@ class Pair:
     frame: UserFrame | None = None  # the update's line
     gaps: list[tuple[int, float, float]] = field(default_factory=list)  # (step, ||s - p||, ||p||) at every reading
     roots: tuple[Any, Any] = (None, None)  # weak references to the copy's model and the parameter's
+    start: float | None = None  # a copy paired by structure, not value: ||copy - model|| at discovery
 
 
 @dataclass
@@ -114,7 +125,7 @@ class _UpdateLines(TorchFunctionMode):
                     if isinstance(t, torch.Tensor):
                         for pair in self.pointers.pop(t.data_ptr(), ()):
                             pair.frame = pair.frame or user_frame_from_stack(1)
-                            if self.calls is not None and not self.calls.tried:
+                            if self.calls is not None and not self.calls.tried and pair.start is None:
                                 shadow = pair.shadow()
                                 self.calls.first_write(t if shadow is None else shadow, pair.holder)
         except Exception:  # our bookkeeping never breaks the user's op
@@ -138,7 +149,7 @@ class AveragedCopies:
         self.calls = UpdateCalls(session)  # the update's calls against the optimizer steps (`_emacalls`)
         self.inline = InlineWrites()  # the copy's writes between backward calls (`_emacalls`)
         self.roots: dict[int, nn.Module] | None = None  # id of a module -> its watched model
-        self.attrs: dict[int, str] | None = None
+        self.top_models: list[nn.Module] = []
         self.names: dict[int, str] = {}  # id of a copy's or a parameter's model -> its name
         self.used: dict[int, UserFrame | None] = {}  # id of a copy's model -> the line of its first call followed
 
@@ -185,6 +196,31 @@ class AveragedCopies:
                 self.where.setdefault(id(o), where)
         candidates = [t for t in candidates if id(t) not in running]
         self._pair(trainable, candidates, owners)
+        self._structural(excluded)
+
+    def _structural(self, excluded: set[int]) -> None:
+        """Watched models that are copies of a trained one by structure only (same class, same
+        parameter names, shapes and dtypes; none of theirs in an optimizer, none paired by value):
+        a target network built beside its model and never copied from it (`_targetcopy`)."""
+        paired = {id(t) for p in self.pairs if (t := p.shadow()) is not None}
+        budget = MAX_ELEMENTS - sum(t.numel() for p in self.pairs if (t := p.shadow()) is not None)
+        names = self.session.param_index
+        for copy, online in structural_twins(self._tops(), excluded, paired):
+            theirs = dict(online.named_parameters())
+            mine = list(copy.named_parameters())
+            size = sum(t.numel() for _, t in mine)
+            if size > budget:
+                return
+            budget -= size
+            with torch.no_grad():
+                start = float(torch.stack([(t.detach().double() - theirs[n].detach().double()).pow(2).sum()
+                                           for n, t in mine]).sum().cpu()) ** 0.5
+            roots = (self._root(copy, True), self._root(online, False))
+            for n, t in mine:
+                p = theirs[n]
+                pair = Pair(weakref.ref(t), weakref.ref(p), names.name(p) or n, f"{self.names.get(id(copy), '?')}.{n}")
+                pair.roots, pair.start = roots, start
+                self.pairs.append(pair)
 
     def _pair(self, trainable: dict[int, torch.Tensor], candidates: list[torch.Tensor],
               owners: dict[int, tuple[nn.Module, str]]) -> None:
@@ -228,23 +264,48 @@ class AveragedCopies:
                     by_module.setdefault(id(owner[0]), pair)
                     self._buffers(owner[0], src, pair)
 
-    def _root(self, module: nn.Module, follow: bool) -> weakref.ref[nn.Module]:
-        """The watched model holding `module` (else `module`); the first one's calls are followed
-        (`_frozencopy`: the line a copy is used at)."""
+    def _tops(self) -> list[nn.Module]:
+        """The outermost models: the watched ones and those the user's code on the stack names (a
+        local, an attribute of one: `self.actor_target`, called through `.forward` and so never
+        watched), none inside another; sets `roots` (id of a module -> its outermost model) and
+        `names` (the user's name for each)."""
         if self.roots is None:
-            self.roots = {id(s): m for m in self.session.models for s in m.modules()}
+            named = _attr_names()
+            tops = {id(m): m for m in self.session.models}
+            tops.update((k, m) for k, (_, m) in named.items())
+            inner = {id(s) for m in tops.values() for s in m.modules() if s is not m}
+            self.top_models = [m for k, m in tops.items() if k not in inner]
+            self.roots = {id(s): m for m in self.top_models for s in m.modules()}
+            for m in self.top_models:
+                self.names[id(m)] = named[id(m)][0] if id(m) in named else \
+                    self.session.model_label(m) or type(m).__name__
+        return self.top_models
+
+    def _root(self, module: nn.Module, follow: bool) -> weakref.ref[nn.Module]:
+        """The outermost model holding `module` (`_tops`); a copy's first call is followed
+        (`_targetcopy`: the line a copy is used at)."""
+        self._tops()
+        assert self.roots is not None
         root = self.roots.get(id(module), module)
-        if id(root) not in self.names:  # the user's name for it (`self.target_actor`), else its label
-            if self.attrs is None:
-                self.attrs = _attr_names()
-            self.names[id(root)] = self.attrs.get(id(root)) or self.session.model_label(root) or type(root).__name__
+        self.names.setdefault(id(root), type(root).__name__)
         if follow and id(root) not in self.used:
             self.used[id(root)] = None
+            inside = {id(s) for s in root.modules()}
+            first = next((s for s in root.modules() if s is not root and any(True for _ in s.parameters(False))), None)
+            handles: list[Any] = []
+
             def pre(mod: nn.Module, args: Any) -> None:
                 __tracebackhide__ = True
-                if self.used.get(id(mod)) is None:
-                    self.used[id(mod)] = user_frame_from_stack(1)
-            self.hooks.append(root.register_forward_pre_hook(our_hook(pre)))
+                if self.used.get(id(root)) is None:
+                    f = find_frame(lambda f: in_user_file(f) and id(released_locals(f).get("self")) not in inside,
+                                   sys._getframe(1))
+                    self.used[id(root)] = user_frame_of(f) if f is not None else None
+                for h in handles:
+                    h.remove()
+            for m in (root, first):
+                if m is not None:
+                    handles.append(m.register_forward_pre_hook(our_hook(pre)))
+            self.hooks.extend(handles)
         return weakref.ref(root)
 
     def _buffers(self, copy: nn.Module, src: nn.Module, pair: Pair) -> None:
@@ -392,7 +453,7 @@ class AveragedCopies:
     def diverging(self) -> list[Pair]:
         """Copies that moved away from their parameter on every update measured, farther and farther."""
         out = []
-        for p in self.pairs:
+        for p in self.valued():
             if len(p.coeffs) >= MIN_UPDATES and max(p.coeffs) < 0 and p.dists[0] > 0 \
                     and p.dists[-1] >= MIN_GROWTH * p.dists[0]:
                 out.append(p)
@@ -404,7 +465,7 @@ class AveragedCopies:
         such reading and were no hard copy: an average over about
         two steps, the live weights (`self.decay = 1 - decay` stored back each step)"""
         out = []
-        for p in self.pairs:
+        for p in self.valued():
             late = [c for c, s in zip(p.lows, p.at) if s > _cadence.FULL]
             settled = [c for c, s in zip(p.lows, p.at) if s >= _cadence.FULL // 2]
             ramping = bool(settled) and settled[-1] < (1 - RAMP) * settled[0]
@@ -414,7 +475,12 @@ class AveragedCopies:
         return out
 
     def updated(self) -> list[Pair]:
-        return [p for p in self.pairs if len(p.coeffs) >= MIN_UPDATES]
+        return [p for p in self.valued() if len(p.coeffs) >= MIN_UPDATES]
+
+    def valued(self) -> list[Pair]:
+        """The copies paired by value (the EMA verdicts' own); those paired by structure only are
+        `_targetcopy`'s."""
+        return [p for p in self.pairs if p.start is None]
 
 
 def _reachable(roots: list[tuple[nn.Module, str]]) -> list[tuple[Any, str]]:
@@ -468,20 +534,20 @@ _LEAVES = (str, bytes, int, float, bool, complex, type(None), types.ModuleType, 
 _OURS = __name__.split(".")[0] + "."
 
 
-def _attr_names() -> dict[int, str]:
-    """id of a module -> the user's name for it on the stack: a local (`target_net`) or an attribute
-    of one (`self.target_actor`, `agent.critic_target`), innermost frame first."""
-    out: dict[int, str] = {}
+def _attr_names() -> dict[int, tuple[str, nn.Module]]:
+    """id of a module -> the user's name for it on the stack and the module: a local (`target_net`)
+    or an attribute of one (`self.target_actor`, `agent.critic_target`), innermost frame first."""
+    out: dict[int, tuple[str, nn.Module]] = {}
     f: Any = sys._getframe(1)
     while f is not None:
-        if not is_our_file(f.f_code.co_filename):
-            for k, v in list(f.f_locals.items()):
+        if in_user_file(f):
+            for k, v in list(released_locals(f).items()):
                 if isinstance(v, nn.Module):
-                    out.setdefault(id(v), k)
+                    out.setdefault(id(v), (k, v))
                 elif not isinstance(v, _LEAVES) and isinstance(d := getattr(v, "__dict__", None), dict):
                     for a, m in list(d.items())[:MAX_ITEMS]:
                         if isinstance(m, nn.Module):
-                            out.setdefault(id(m), f"{k}.{a}")
+                            out.setdefault(id(m), (f"{k}.{a}", m))
         f = f.f_back
     return out
 
