@@ -91,6 +91,7 @@ class Pair:
     frame: UserFrame | None = None  # the update's line
     gaps: list[tuple[int, float, float]] = field(default_factory=list)  # (step, ||s - p||, ||p||) at every reading
     roots: tuple[Any, Any] = (None, None)  # weak references to the copy's model and the parameter's
+    print0: list[float] = field(default_factory=list)  # the copy's `_fingerprint` at discovery
     start: float | None = None  # a copy paired by structure, not value: ||copy - model|| at discovery
 
 
@@ -233,6 +234,7 @@ class AveragedCopies:
             for p, fp in zip(params, prints):
                 by_print.setdefault((tuple(p.shape), p.dtype, p.device, *fp), []).append(p)
             matched: list[tuple[torch.Tensor, torch.Tensor]] = []
+            start_prints: dict[int, list[float]] = {}
             names = self.session.param_index
             for t, fp in zip(candidates, prints[len(params):]):
                 same = by_print.get((tuple(t.shape), t.dtype, t.device, *fp), [])
@@ -240,6 +242,7 @@ class AveragedCopies:
                     same = _by_path(self.where.get(id(t), ""), same, names)
                 if len(same) == 1 and _storage(same[0]) != _storage(t):
                     matched.append((t, same[0]))
+                    start_prints[id(t)] = fp
             if not matched:
                 return
             equal = torch.stack([(t == p).all().cpu() for t, p in matched]).tolist()
@@ -254,6 +257,7 @@ class AveragedCopies:
             if owner is not None:
                 holder = self._module_path(owner[0]) + "." + owner[1]
             pair = Pair(weakref.ref(t), weakref.ref(p), names.name(p) or "?", holder)
+            pair.print0 = start_prints[id(t)]
             if owner is not None and id(p) in owners:
                 pair.roots = (self._root(owner[0], True), self._root(owners[id(p)][0], False))
             self.pairs.append(pair)
@@ -476,6 +480,16 @@ class AveragedCopies:
 
     def updated(self) -> list[Pair]:
         return [p for p in self.valued() if len(p.coeffs) >= MIN_UPDATES]
+
+    def unchanged(self, pairs: list[Pair]) -> bool:
+        """Every copy of `pairs` still holds the values it had at discovery (its fingerprint: one
+        host read at the end of the run); a copy updated between two readings has moved."""
+        shadows = [p.shadow() for p in pairs]
+        if not pairs or any(t is None for t in shadows):
+            return False
+        with torch.no_grad():
+            now = torch.stack([_fingerprint(t) for t in shadows if t is not None]).tolist()
+        return all(p.print0 == fp for p, fp in zip(pairs, now))
 
     def valued(self) -> list[Pair]:
         """The copies paired by value (the EMA verdicts' own); those paired by structure only are

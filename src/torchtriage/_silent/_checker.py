@@ -1018,7 +1018,8 @@ class SilentChecker(Checker):
                               start=ev["distance_at_first_step"], norm=ev["model_norm"],
                               coeff=f"{fr['coefficient']:.3g}", sibling=fr["sibling_copy"],
                               sibling_model=fr["sibling_model"]))
-        for fr in frozen_copies(self.averaged.pairs, self.averaged.names, self.averaged.used):
+        for fr in frozen_copies(self.averaged.pairs, self.averaged.names, self.averaged.used,
+                                self.averaged.unchanged):
             sib = fr["sibling_pair"]
             ev = {"copy": fr["copy"], "model": fr["model"], "copy_updates_measured": 0,
                   "copy_readings_unmoved": min(p.still for p in fr["pairs"]),

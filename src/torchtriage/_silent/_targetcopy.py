@@ -13,7 +13,9 @@ the verdict asks for this run's own evidence that this copy was meant to follow:
 
 * a sibling copy (another model's copy, same run) is updated toward its model at every reading
   it moved (a soft or hard target update that runs);
-* this copy never moved at any reading, and its distance to its model grew from the first
+* this copy never moved at any reading, holds at the end of the run the values it had at the
+  first step (`AveragedCopies.unchanged`: a hard copy every N steps between readings moved it),
+  and its distance to its model grew from the first
   reading to the last (by MIN_GROWTH and at least MIN_REL of the model's norm): the model
   trained away from it.
 
@@ -32,6 +34,7 @@ initialisations sit about sqrt(2) apart). `silent.target_copy_unsynced` (warning
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ._averaged import MIN_UPDATES, Pair
@@ -80,7 +83,8 @@ def _followed(groups: dict[tuple[int, int], list[Pair]]) -> dict[tuple[int, int]
     return followed
 
 
-def frozen_copies(pairs: list[Pair], names: dict[int, str], used: dict[int, Any]) -> list[dict[str, Any]]:
+def frozen_copies(pairs: list[Pair], names: dict[int, str], used: dict[int, Any],
+                  unchanged: Callable[[list[Pair]], bool]) -> list[dict[str, Any]]:
     groups = _groups(pairs)
     followed = _followed(groups)
     if not followed:
@@ -97,7 +101,7 @@ def frozen_copies(pairs: list[Pair], names: dict[int, str], used: dict[int, Any]
         if len(series) < MIN_UPDATES:
             continue
         (s0, d0, _), (s1, d1, n1) = series[0], series[-1]
-        if not (d1 >= MIN_GROWTH * d0 and n1 > 0 and d1 >= MIN_REL * n1):
+        if not (d1 >= MIN_GROWTH * d0 and n1 > 0 and d1 >= MIN_REL * n1) or not unchanged(group):
             continue
         sib = followed[siblings[0]]
         out.append({"copy": _label(group[0].roots[0], names), "model": _label(group[0].roots[1], names),
