@@ -47,10 +47,20 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
 from .. import _cadence
-from .._frames import UserFrame, is_our_file, user_frame_from_stack, user_stack_frame
+from .._frames import (
+    UserFrame,
+    find_frame,
+    in_user_file,
+    is_our_file,
+    released_locals,
+    user_frame_from_stack,
+    user_frame_of,
+    user_stack_frame,
+)
 from .._modestack import push_mode, remove_mode
 from .._transparent import our_hook
 from ._emacalls import InlineWrites, UpdateCalls
+from ._twins import structural_twins
 
 MAX_ELEMENTS = 1 << 22  # elements of copies tracked (each kept twice more between two readings)
 MAX_DEPTH = 6  # links walked from a frame's locals to a copy (loop -> ema -> shadow list -> tensor)
@@ -79,6 +89,10 @@ class Pair:
     norms: list[float] = field(default_factory=list)  # ||p|| at each reading
     still: int = 0  # readings of consecutive steps at which the copy did not move
     frame: UserFrame | None = None  # the update's line
+    gaps: list[tuple[int, float, float]] = field(default_factory=list)  # (step, ||s - p||, ||p||) at every reading
+    roots: tuple[Any, Any] = (None, None)  # weak references to the copy's model and the parameter's
+    print0: list[float] = field(default_factory=list)  # the copy's `_fingerprint` at discovery
+    start: float | None = None  # a copy paired by structure, not value: ||copy - model|| at discovery
 
 
 @dataclass
@@ -112,7 +126,7 @@ class _UpdateLines(TorchFunctionMode):
                     if isinstance(t, torch.Tensor):
                         for pair in self.pointers.pop(t.data_ptr(), ()):
                             pair.frame = pair.frame or user_frame_from_stack(1)
-                            if self.calls is not None and not self.calls.tried:
+                            if self.calls is not None and not self.calls.tried and pair.start is None:
                                 shadow = pair.shadow()
                                 self.calls.first_write(t if shadow is None else shadow, pair.holder)
         except Exception:  # our bookkeeping never breaks the user's op
@@ -135,6 +149,10 @@ class AveragedCopies:
         self.where: dict[int, str] = {}  # id of a module or tensor -> the path it was reached by
         self.calls = UpdateCalls(session)  # the update's calls against the optimizer steps (`_emacalls`)
         self.inline = InlineWrites()  # the copy's writes between backward calls (`_emacalls`)
+        self.roots: dict[int, nn.Module] | None = None  # id of a module -> its watched model
+        self.top_models: list[nn.Module] = []
+        self.names: dict[int, str] = {}  # id of a copy's or a parameter's model -> its name
+        self.used: dict[int, UserFrame | None] = {}  # id of a copy's model -> the line of its first call followed
 
     # ------------------------------------------------------------------ discovery
     def first_step(self) -> None:
@@ -179,6 +197,31 @@ class AveragedCopies:
                 self.where.setdefault(id(o), where)
         candidates = [t for t in candidates if id(t) not in running]
         self._pair(trainable, candidates, owners)
+        self._structural(excluded)
+
+    def _structural(self, excluded: set[int]) -> None:
+        """Watched models that are copies of a trained one by structure only (same class, same
+        parameter names, shapes and dtypes; none of theirs in an optimizer, none paired by value):
+        a target network built beside its model and never copied from it (`_targetcopy`)."""
+        paired = {id(t) for p in self.pairs if (t := p.shadow()) is not None}
+        budget = MAX_ELEMENTS - sum(t.numel() for p in self.pairs if (t := p.shadow()) is not None)
+        names = self.session.param_index
+        for copy, online in structural_twins(self._tops(), excluded, paired):
+            theirs = dict(online.named_parameters())
+            mine = list(copy.named_parameters())
+            size = sum(t.numel() for _, t in mine)
+            if size > budget:
+                return
+            budget -= size
+            with torch.no_grad():
+                start = float(torch.stack([(t.detach().double() - theirs[n].detach().double()).pow(2).sum()
+                                           for n, t in mine]).sum().cpu()) ** 0.5
+            roots = (self._root(copy, True), self._root(online, False))
+            for n, t in mine:
+                p = theirs[n]
+                pair = Pair(weakref.ref(t), weakref.ref(p), names.name(p) or n, f"{self.names.get(id(copy), '?')}.{n}")
+                pair.roots, pair.start = roots, start
+                self.pairs.append(pair)
 
     def _pair(self, trainable: dict[int, torch.Tensor], candidates: list[torch.Tensor],
               owners: dict[int, tuple[nn.Module, str]]) -> None:
@@ -191,6 +234,7 @@ class AveragedCopies:
             for p, fp in zip(params, prints):
                 by_print.setdefault((tuple(p.shape), p.dtype, p.device, *fp), []).append(p)
             matched: list[tuple[torch.Tensor, torch.Tensor]] = []
+            start_prints: dict[int, list[float]] = {}
             names = self.session.param_index
             for t, fp in zip(candidates, prints[len(params):]):
                 same = by_print.get((tuple(t.shape), t.dtype, t.device, *fp), [])
@@ -198,6 +242,7 @@ class AveragedCopies:
                     same = _by_path(self.where.get(id(t), ""), same, names)
                 if len(same) == 1 and _storage(same[0]) != _storage(t):
                     matched.append((t, same[0]))
+                    start_prints[id(t)] = fp
             if not matched:
                 return
             equal = torch.stack([(t == p).all().cpu() for t, p in matched]).tolist()
@@ -212,6 +257,9 @@ class AveragedCopies:
             if owner is not None:
                 holder = self._module_path(owner[0]) + "." + owner[1]
             pair = Pair(weakref.ref(t), weakref.ref(p), names.name(p) or "?", holder)
+            pair.print0 = start_prints[id(t)]
+            if owner is not None and id(p) in owners:
+                pair.roots = (self._root(owner[0], True), self._root(owners[id(p)][0], False))
             self.pairs.append(pair)
             self.inline.follow(t, holder)
             if owner is not None and id(p) in owners:
@@ -219,6 +267,50 @@ class AveragedCopies:
                 if type(src) is type(owner[0]) and src is not owner[0]:
                     by_module.setdefault(id(owner[0]), pair)
                     self._buffers(owner[0], src, pair)
+
+    def _tops(self) -> list[nn.Module]:
+        """The outermost models: the watched ones and those the user's code on the stack names (a
+        local, an attribute of one: `self.actor_target`, called through `.forward` and so never
+        watched), none inside another; sets `roots` (id of a module -> its outermost model) and
+        `names` (the user's name for each)."""
+        if self.roots is None:
+            named = _attr_names()
+            tops = {id(m): m for m in self.session.models}
+            tops.update((k, m) for k, (_, m) in named.items())
+            inner = {id(s) for m in tops.values() for s in m.modules() if s is not m}
+            self.top_models = [m for k, m in tops.items() if k not in inner]
+            self.roots = {id(s): m for m in self.top_models for s in m.modules()}
+            for m in self.top_models:
+                self.names[id(m)] = named[id(m)][0] if id(m) in named else \
+                    self.session.model_label(m) or type(m).__name__
+        return self.top_models
+
+    def _root(self, module: nn.Module, follow: bool) -> weakref.ref[nn.Module]:
+        """The outermost model holding `module` (`_tops`); a copy's first call is followed
+        (`_targetcopy`: the line a copy is used at)."""
+        self._tops()
+        assert self.roots is not None
+        root = self.roots.get(id(module), module)
+        self.names.setdefault(id(root), type(root).__name__)
+        if follow and id(root) not in self.used:
+            self.used[id(root)] = None
+            inside = {id(s) for s in root.modules()}
+            first = next((s for s in root.modules() if s is not root and any(True for _ in s.parameters(False))), None)
+            handles: list[Any] = []
+
+            def pre(mod: nn.Module, args: Any) -> None:
+                __tracebackhide__ = True
+                if self.used.get(id(root)) is None:
+                    f = find_frame(lambda f: in_user_file(f) and id(released_locals(f).get("self")) not in inside,
+                                   sys._getframe(1))
+                    self.used[id(root)] = user_frame_of(f) if f is not None else None
+                for h in handles:
+                    h.remove()
+            for m in (root, first):
+                if m is not None:
+                    handles.append(m.register_forward_pre_hook(our_hook(pre)))
+            self.hooks.extend(handles)
+        return weakref.ref(root)
 
     def _buffers(self, copy: nn.Module, src: nn.Module, pair: Pair) -> None:
         for b in self.buffers:
@@ -293,6 +385,7 @@ class AveragedCopies:
                 for k, row in zip(idx, stats.cpu().tolist()):
                     moved_by, n1, q1, n2, q2, dist2, norm2 = row
                     pair = self.pairs[k]
+                    pair.gaps.append((step, dist2 ** 0.5, norm2 ** 0.5))
                     if moved_by > 0 and (q1 > 0 or q2 > 0):
                         pair.coeffs.append(max(n1 / q1 if q1 > 0 else -1e30, n2 / q2 if q2 > 0 else -1e30))
                         pair.dists.append(dist2 ** 0.5)
@@ -364,7 +457,7 @@ class AveragedCopies:
     def diverging(self) -> list[Pair]:
         """Copies that moved away from their parameter on every update measured, farther and farther."""
         out = []
-        for p in self.pairs:
+        for p in self.valued():
             if len(p.coeffs) >= MIN_UPDATES and max(p.coeffs) < 0 and p.dists[0] > 0 \
                     and p.dists[-1] >= MIN_GROWTH * p.dists[0]:
                 out.append(p)
@@ -376,7 +469,7 @@ class AveragedCopies:
         such reading and were no hard copy: an average over about
         two steps, the live weights (`self.decay = 1 - decay` stored back each step)"""
         out = []
-        for p in self.pairs:
+        for p in self.valued():
             late = [c for c, s in zip(p.lows, p.at) if s > _cadence.FULL]
             settled = [c for c, s in zip(p.lows, p.at) if s >= _cadence.FULL // 2]
             ramping = bool(settled) and settled[-1] < (1 - RAMP) * settled[0]
@@ -386,7 +479,22 @@ class AveragedCopies:
         return out
 
     def updated(self) -> list[Pair]:
-        return [p for p in self.pairs if len(p.coeffs) >= MIN_UPDATES]
+        return [p for p in self.valued() if len(p.coeffs) >= MIN_UPDATES]
+
+    def unchanged(self, pairs: list[Pair]) -> bool:
+        """Every copy of `pairs` still holds the values it had at discovery (its fingerprint: one
+        host read at the end of the run); a copy updated between two readings has moved."""
+        shadows = [p.shadow() for p in pairs]
+        if not pairs or any(t is None for t in shadows):
+            return False
+        with torch.no_grad():
+            now = torch.stack([_fingerprint(t) for t in shadows if t is not None]).tolist()
+        return all(p.print0 == fp for p, fp in zip(pairs, now))
+
+    def valued(self) -> list[Pair]:
+        """The copies paired by value (the EMA verdicts' own); those paired by structure only are
+        `_targetcopy`'s."""
+        return [p for p in self.pairs if p.start is None]
 
 
 def _reachable(roots: list[tuple[nn.Module, str]]) -> list[tuple[Any, str]]:
@@ -438,6 +546,24 @@ _MODULE_STATE = ("_parameters", "_buffers", "_modules", "_forward_hooks", "_forw
 _LEAVES = (str, bytes, int, float, bool, complex, type(None), types.ModuleType, types.FunctionType,
            types.BuiltinFunctionType, types.MethodType, type)
 _OURS = __name__.split(".")[0] + "."
+
+
+def _attr_names() -> dict[int, tuple[str, nn.Module]]:
+    """id of a module -> the user's name for it on the stack and the module: a local (`target_net`)
+    or an attribute of one (`self.target_actor`, `agent.critic_target`), innermost frame first."""
+    out: dict[int, tuple[str, nn.Module]] = {}
+    f: Any = sys._getframe(1)
+    while f is not None:
+        if in_user_file(f):
+            for k, v in list(released_locals(f).items()):
+                if isinstance(v, nn.Module):
+                    out.setdefault(id(v), (k, v))
+                elif not isinstance(v, _LEAVES) and isinstance(d := getattr(v, "__dict__", None), dict):
+                    for a, m in list(d.items())[:MAX_ITEMS]:
+                        if isinstance(m, nn.Module):
+                            out.setdefault(id(m), (f"{k}.{a}", m))
+        f = f.f_back
+    return out
 
 
 def _by_path(path: str, params: list[torch.Tensor], names: Any) -> list[torch.Tensor]:

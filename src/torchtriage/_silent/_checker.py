@@ -67,6 +67,7 @@ from ._sidecall import SideCalls
 from ._softmax_axis import axis_plans, locate, root_output_nodes, signature, singleton_verdicts, walk
 from ._statechain import StateChain, state_finding
 from ._target_mask import MaskFollow, mask_plan
+from ._targetcopy import frozen_copies, unsynced_copies
 from ._terminal import TerminalMasks
 from ._whole import marks_padding, probe_call, reads_whole_input
 
@@ -981,8 +982,9 @@ class SilentChecker(Checker):
                               decay=f"{1 - coeff:.3g}", horizon=f"{1 / coeff:.1f}", rel=f"{rel:.2%}",
                               updates=len(late), first=ev["first_step_measured"]))
         calls = self.averaged.calls.verdict()
-        if calls is None and self.averaged.calls.followed is None and self.averaged.pairs:
-            calls = self.averaged.inline.verdict(self.averaged.pairs[0].frame)
+        valued = self.averaged.valued()
+        if calls is None and self.averaged.calls.followed is None and valued:
+            calls = self.averaged.inline.verdict(valued[0].frame)
         if calls is not None:
             frame = calls.pop("frame")
             self._add(finding("ema_updated_between_steps", severity=Severity.WARNING, stage=Stage.OPTIMIZER,
@@ -1011,6 +1013,48 @@ class SilentChecker(Checker):
                               evidence=ev, copy=st["module"], buffers=", ".join(st["buffers"]), example=st["example"],
                               copy_value=st["copy_value"], source_value=st["source_value"]))
         self.averaged.stale.clear()
+        for fr in unsynced_copies(self.averaged.pairs, self.averaged.names, self.averaged.used):
+            sib = fr["sibling_pair"]
+            ev = {"copy": fr["copy"], "model": fr["model"], "distance_at_first_step": fmt(fr["distance_start"]),
+                  "model_norm": fmt(fr["model_norm"]),
+                  "relative_distance": fmt(fr["distance_start"] / fr["model_norm"]),
+                  "update_coefficient_median": round(fr["coefficient"], 6),
+                  f"distance_at_step_{fr['first_step']}": fmt(fr["distance_first"]),
+                  f"distance_at_step_{fr['last_step']}": fmt(fr["distance_last"]),
+                  "sibling_copy": fr["sibling_copy"], "sibling_model": fr["sibling_model"],
+                  "sibling_started_equal": True}
+            first = fr["pairs"][0].frame
+            if first is not None:
+                ev["copy_updated_at"] = f"{os.path.basename(first.file)}:{first.line}"
+            if sib.frame is not None:
+                ev["sibling_updated_at"] = f"{os.path.basename(sib.frame.file)}:{sib.frame.line}"
+            used = fr["used_at"]
+            ev["copy_used_at"] = f"{os.path.basename(used.file)}:{used.line}"
+            self._add(finding("target_copy_unsynced", severity=Severity.WARNING, stage=Stage.OPTIMIZER,
+                              frame=used, module=fr["copy"], evidence=ev, copy=fr["copy"], model=fr["model"],
+                              start=ev["distance_at_first_step"], norm=ev["model_norm"],
+                              coeff=f"{fr['coefficient']:.3g}", sibling=fr["sibling_copy"],
+                              sibling_model=fr["sibling_model"]))
+        for fr in frozen_copies(self.averaged.pairs, self.averaged.names, self.averaged.used,
+                                self.averaged.unchanged):
+            sib = fr["sibling_pair"]
+            ev = {"copy": fr["copy"], "model": fr["model"], "copy_updates_measured": 0,
+                  "copy_readings_unmoved": min(p.still for p in fr["pairs"]),
+                  "distance_first": fmt(fr["distance_first"]), "distance_last": fmt(fr["distance_last"]),
+                  "model_norm": fmt(fr["model_norm"]), "steps": [fr["first_step"], fr["last_step"]],
+                  "sibling_copy": fr["sibling_copy"], "sibling_model": fr["sibling_model"],
+                  "sibling_updates_measured": len(sib.coeffs),
+                  "sibling_update_coefficient_median": round(sorted(sib.coeffs)[len(sib.coeffs) // 2], 6)}
+            if sib.frame is not None:
+                ev["sibling_updated_at"] = f"{os.path.basename(sib.frame.file)}:{sib.frame.line}"
+            used = fr["used_at"]
+            if used is not None:
+                ev["copy_used_at"] = f"{os.path.basename(used.file)}:{used.line}"
+            self._add(finding("target_copy_frozen", severity=Severity.WARNING, stage=Stage.OPTIMIZER,
+                              frame=used or sib.frame, module=fr["copy"], evidence=ev, copy=fr["copy"],
+                              model=fr["model"], first=ev["distance_first"], last=ev["distance_last"],
+                              norm=ev["model_norm"], sibling=fr["sibling_copy"], sibling_model=fr["sibling_model"],
+                              readings=fr["readings"]))
 
     def on_end(self) -> None:
         self._remove_probes()
