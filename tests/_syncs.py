@@ -19,6 +19,8 @@ _SYNCING = {
     _T.nonzero, torch.nonzero, torch.equal, _T.equal, torch.allclose, _T.allclose,
     _T.__repr__, _T.__str__, _T.__format__, torch.masked_select, _T.masked_select, torch.unique, _T.unique,
 }
+# torchtriage's reader of CPU tensors only (it refuses any other device): never a device read.
+_HOST_ONLY = "read_host_scalars"
 # torchtriage wrappers that call the wrapped torch function: that function's syncs are its own.
 _PASS_THROUGH = {"scale", "step", "backward", "loss", "wrapped", "__init__"}
 
@@ -53,7 +55,7 @@ class SyncCounter(TorchFunctionMode):
                                      f.f_code.co_name == "__torch_function__"):
                 via_torch |= f.f_code.co_filename.startswith(_TORCH)
                 f = f.f_back
-            ours = f is not None and f.f_code.co_filename.startswith(_PKG)
+            ours = f is not None and f.f_code.co_filename.startswith(_PKG) and f.f_code.co_name != _HOST_ONLY
             if ours and not (via_torch and f.f_code.co_name in _PASS_THROUGH):
                 chain = []
                 while f is not None and f.f_code.co_filename.startswith(_PKG) and len(chain) < 6:

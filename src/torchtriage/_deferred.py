@@ -55,6 +55,17 @@ def read_scalars(tensors: Sequence[torch.Tensor]) -> list[float]:
     return [v for part in out for v in part]
 
 
+def read_host_scalars(tensors: Sequence[torch.Tensor]) -> list[float]:
+    """The elements of CPU tensors as Python floats, in order: no device is read (numbers an
+    optimizer keeps on the host, like its `step` counters, whatever device its parameters are on)."""
+    if not tensors:
+        return []
+    if any(t.device.type != "cpu" for t in tensors):
+        raise ValueError("read_host_scalars reads CPU tensors only")
+    with torch.no_grad():
+        return torch.cat([t.reshape(-1).double() for t in tensors]).tolist()
+
+
 def _gather_one_device(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[int] | None]:
     """The numbers of `tensors` (one device) in one 1-d tensor of the read's dtype, a few ops per
     dtype rather than per tensor (a session's first steps queue several hundred numbers, and a
