@@ -149,8 +149,10 @@ class AveragedCopies:
         self.where: dict[int, str] = {}  # id of a module or tensor -> the path it was reached by
         self.calls = UpdateCalls(session)  # the update's calls against the optimizer steps (`_emacalls`)
         self.inline = InlineWrites()  # the copy's writes between backward calls (`_emacalls`)
-        self.roots: dict[int, nn.Module] | None = None  # id of a module -> its watched model
-        self.top_models: list[nn.Module] = []
+        # id of a module -> its outermost model; the outermost models (weak: a model the run drops,
+        # a clone made per iteration, must be freed as without us)
+        self.roots: dict[int, weakref.ref[nn.Module]] | None = None
+        self.top_models: list[weakref.ref[nn.Module]] = []
         self.names: dict[int, str] = {}  # id of a copy's or a parameter's model -> its name
         self.used: dict[int, UserFrame | None] = {}  # id of a copy's model -> the line of its first call followed
 
@@ -278,19 +280,22 @@ class AveragedCopies:
             tops = {id(m): m for m in self.session.models}
             tops.update((k, m) for k, (_, m) in named.items())
             inner = {id(s) for m in tops.values() for s in m.modules() if s is not m}
-            self.top_models = [m for k, m in tops.items() if k not in inner]
-            self.roots = {id(s): m for m in self.top_models for s in m.modules()}
-            for m in self.top_models:
+            top = [m for k, m in tops.items() if k not in inner]
+            self.top_models = [weakref.ref(m) for m in top]
+            self.roots = {id(s): weakref.ref(m) for m in top for s in m.modules()}
+            for m in top:
                 self.names[id(m)] = named[id(m)][0] if id(m) in named else \
                     self.session.model_label(m) or type(m).__name__
-        return self.top_models
+        return [m for r in self.top_models if (m := r()) is not None]
 
     def _root(self, module: nn.Module, follow: bool) -> weakref.ref[nn.Module]:
         """The outermost model holding `module` (`_tops`); a copy's first call is followed
         (`_targetcopy`: the line a copy is used at)."""
         self._tops()
         assert self.roots is not None
-        root = self.roots.get(id(module), module)
+        ref = self.roots.get(id(module))
+        found = ref() if ref is not None else None
+        root = found if found is not None else module
         self.names.setdefault(id(root), type(root).__name__)
         if follow and id(root) not in self.used:
             self.used[id(root)] = None

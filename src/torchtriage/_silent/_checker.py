@@ -40,7 +40,7 @@ from ._batchtwice import batch_of, twice_plans
 from ._carried import GraphCarry, call_path, carried_finding
 from ._channels import ChannelLayoutWatch
 from ._clampsign import clamp_plans
-from ._common import finding, first_tensor, fmt, is_index_tensor, shape
+from ._common import finding, first_tensor, fmt, is_index_tensor, same_storage, shape
 from ._divisor import division_plans
 from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
@@ -1096,12 +1096,7 @@ def _second_tokens(snap: Any, ids: Any, target: Any = None) -> Any:
         return dec
     for a in reversed(snap.args[1:]):
         if isinstance(a, torch.Tensor) and a.shape == ids.shape and not a.is_floating_point() and a.dtype != torch.bool:
-            return None if _same_storage(a, target) else a
+            return None if isinstance(target, torch.Tensor) and same_storage(a, target) else a
     return None
 
 
-def _same_storage(a: torch.Tensor, b: Any) -> bool:
-    try:
-        return isinstance(b, torch.Tensor) and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-    except Exception:  # a tensor subclass without storage
-        return False

@@ -58,10 +58,17 @@ def is_index_tensor(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool
 
 
+def storage_ptr(t: torch.Tensor) -> int | None:
+    """The address of the memory `t` views; None for a tensor without a plain storage (sparse,
+    nested, a subclass) and for one with no memory (empty, meta)."""
+    try:
+        p = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+    return p or None
+
+
 def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Do the two tensors view one memory (the same tensor, a `.detach()` or a view of it)?"""
-    try:
-        pa, pb = a.untyped_storage().data_ptr(), b.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):  # a tensor without a plain storage
-        return a is b
-    return a is b or (pa != 0 and pa == pb)  # (0: an empty or meta tensor, no memory to share)
+    pa = storage_ptr(a)
+    return a is b or (pa is not None and pa == storage_ptr(b))

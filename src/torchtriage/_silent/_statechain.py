@@ -30,6 +30,7 @@ from torch.utils import _pytree as pytree
 
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from ._carried import _seq
+from ._common import storage_ptr
 
 _CALLS = 256  # root calls watched per model
 _MIN_CALLS = 8  # batches whose graphs one carried state holds
@@ -111,7 +112,9 @@ class StateChain:
             if t.grad_fn is not None:
                 state.append(("", t))
             elif not t.requires_grad and sum(d > 1 for d in t.shape) >= 2:
-                ptrs.add(t.untyped_storage().data_ptr())  # a batch of sequences or features, not a token step
+                ptr = storage_ptr(t)  # a batch of sequences or features, not a token step
+                if ptr is not None:  # (a sparse adjacency has no plain storage)
+                    ptrs.add(ptr)
         seqs = {s for s in (_seq(t.grad_fn) for _, t in state) if s is not None}
         newer = [t.grad_fn for _, t in state if (_seq(t.grad_fn) or -1) > max(w.seqs, default=-1)]
         fresh = bool(ptrs) and not (ptrs & w.ptrs)
