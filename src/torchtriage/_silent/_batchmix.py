@@ -39,6 +39,7 @@ from .._findings import Finding, Severity, Stage
 from .._frames import UserFrame
 from ._common import finding
 from ._mixsite import MixSite, batch_axis, locate_mix
+from ._still import held_still
 
 MIN_BATCH = 3  # sample 0 replaced by sample 1: at least one untouched sample besides the source
 
@@ -65,64 +66,6 @@ def loss_batch(name: str, inp: Any, args: tuple[Any, ...], target: Any = None) -
             and target.shape[0] == inp.shape[0]:
         return int(inp.shape[0])
     return None
-
-
-PARAM_COPY_MOST = 1 << 26  # parameter elements copied to restore values written through `.data`
-
-
-@contextlib.contextmanager
-def _held(model: nn.Module, device: torch.device) -> Iterator[Any]:
-    """Eval mode, no_grad, the session paused. Yields `rewind()`, called before each of the
-    probe's calls and at the end: every module's attributes (`self.hidden = ...`), buffers
-    (written in place: found by their version counters) and parameters (reassigned through
-    `.data`, or written through it in place, as a momentum encoder updated inside forward: values
-    copied back through `.data`, which leaves their version counters alone, for models up to
-    PARAM_COPY_MOST elements) as they were, and the RNG streams (a sampling layer draws the same
-    in each call)."""
-    from .._session import current_session
-
-    modules = list(model.modules())
-    attrs = [(m, dict(m.__dict__), dict(m.named_buffers(recurse=False)), dict(m.named_parameters(recurse=False)))
-             for m in modules]
-    buffers = {id(b): (b, b.detach().clone()) for m in modules for b in m.buffers(recurse=False)}
-    versions = {key: b._version for key, (b, _) in buffers.items()}
-    params = list({id(p): p for p in model.parameters()}.values())
-    small = sum(p.numel() for p in params) <= PARAM_COPY_MOST
-    datas = [(p, p.data, p.detach().clone() if small else None) for p in params]
-    cpu_rng = torch.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-
-    def rewind() -> None:
-        with torch.no_grad():
-            for m, inst, bufs, named in attrs:
-                for key in [k for k in m.__dict__ if k not in inst]:
-                    del m.__dict__[key]
-                m.__dict__.update(inst)
-                for name, t in (*bufs.items(), *named.items()):
-                    if getattr(m, name, None) is not t:  # (a forward that reassigned one)
-                        setattr(m, name, t)
-            for bid, (buf, kept) in buffers.items():
-                if buf._version != versions[bid]:  # written in place by a forward (no read: its version counter)
-                    buf.copy_(kept)
-                    versions[bid] = buf._version
-            for p, data, saved in datas:
-                if p.data.data_ptr() != data.data_ptr():
-                    p.data = data
-                if saved is not None:
-                    p.data.copy_(saved)
-        torch.set_rng_state(cpu_rng)
-        if cuda_rng is not None:
-            torch.cuda.set_rng_state(cuda_rng, device)
-
-    sess = current_session()
-    try:
-        with torch.no_grad(), (sess.paused() if sess is not None else contextlib.nullcontext()):
-            def before_call() -> None:
-                rewind()
-                model.eval()  # (the attributes put back hold the modes as they were)
-            yield before_call
-    finally:
-        rewind()
 
 
 def _layout(args: tuple[Any, ...], kwargs: dict[str, Any], n: int) -> tuple[list[Any], Any, dict[int, int]] | None:
@@ -236,7 +179,7 @@ class Probe:
 def _calls(model: nn.Module, device: torch.device) -> Any:
     @contextlib.contextmanager
     def held() -> Iterator[Any]:
-        with _held(model, device) as rewind:
+        with held_still(model, device) as rewind:
             def call(values: list[Any], tree: Any) -> Any:
                 rewind()
                 a, kw = tree_unflatten(values, tree)

@@ -35,13 +35,13 @@ from .._findings import Severity, Stage
 from .._frames import user_frame_from_stack
 from .._transparent import our_hook
 from ._common import finding, first_tensor, shape
+from ._still import held_still
 
 if TYPE_CHECKING:
     from .._session import Session
 
 _CALLS = 3  # calls looked at per module
 _MODULES = 32  # modules watched per session
-_OWN = frozenset({"_parameters", "_buffers", "_modules", "training"})
 _TOL = 1e-4  # relative difference: two replays of one module on the same values are bitwise equal
 
 
@@ -188,32 +188,15 @@ class PadValues:
                       "max_abs_real_output_change": round(diff, 6), "real_output_max_abs": round(scale, 6)}))
 
     def _replay(self, module: nn.Module, args: tuple[Any, ...]) -> torch.Tensor | None:
-        """The module's first output on `args`, leaving the module as it was: modes, plain
-        attributes (a state a forward stores) and buffers restored, the RNG too."""
-        modes = [(m, m.training) for m in module.modules()]
-        attrs = [(m, {k: v for k, v in vars(m).items() if k not in _OWN}) for m in module.modules()]
-        buffers = [(b, b.detach().clone()) for b in module.buffers()]
-        rng = torch.get_rng_state()
-        cuda = [(d, torch.cuda.get_rng_state(d))
-                for d in {t.device for t in args if isinstance(t, torch.Tensor) and t.is_cuda}]
+        """The module's first output on `args` in eval mode, leaving the module as it was
+        (`held_still`: attributes, buffers, parameters and the RNG streams)."""
+        device = next((t.device for t in args if isinstance(t, torch.Tensor) and t.is_cuda), torch.device("cpu"))
         try:
-            module.eval()
-            with torch.no_grad(), self.session.paused():
+            with held_still(module, device) as before_call:
+                before_call()
                 out = first_tensor(module(*args))
         except Exception:
             return None  # not replayable alone
-        finally:
-            for m, t in modes:
-                m.training = t
-            for m, saved in attrs:
-                vars(m).update(saved)
-            with torch.no_grad():
-                for b, v in buffers:
-                    if not torch.equal(b, v):
-                        b.copy_(v)
-            torch.set_rng_state(rng)
-            for device, state in cuda:
-                torch.cuda.set_rng_state(state, device)
         return out if isinstance(out, torch.Tensor) else None
 
     def close(self) -> None:
