@@ -51,7 +51,7 @@ def _run(loop, **kw):
 def _logged(model, opt, clip=0.05, fixed=False):
     x, y = _data()
     norms = []
-    for epoch in range(30):
+    for _ in range(30):
         opt.zero_grad()
         loss = F.cross_entropy(model(x), y)
         loss.backward()

@@ -179,12 +179,16 @@ class StepOrder:
                 self.bad_clip[kind] = self.bad_clip.get(kind, 0) + 1
                 if self.bad_clip[kind] == 2 and kind not in self.reported:
                     self.reported.add(kind)
-                    (out.append if kind != "clip_after_step" else self._after_step)(finding(kind, category=Category.GRADIENT, stage=Stage.BACKWARD, step=step, frame=frame,
-                                       op="clip_grad_norm_", cause="dynamics.clip_order.cause",
-                                       next_key="dynamics.clip_order.next",
-                                       evidence={"max_norm": max_norm,
-                                                 "backward_calls_after_clip": len(self.backwards) - at,
-                                                 "steps_seen_like_this": 2}))
+                    f = finding(kind, category=Category.GRADIENT, stage=Stage.BACKWARD, step=step, frame=frame,
+                                op="clip_grad_norm_", cause="dynamics.clip_order.cause",
+                                next_key="dynamics.clip_order.next",
+                                evidence={"max_norm": max_norm,
+                                          "backward_calls_after_clip": len(self.backwards) - at,
+                                          "steps_seen_like_this": 2})
+                    if kind == "clip_after_step":
+                        self.after_step = f  # judged at the end by the norms the clips returned (`flush`)
+                    else:
+                        out.append(f)
         if self.defer is not None and not self.closure:
             self.partial.step(step, len(self.backwards), self.defer)
         bw = self.backwards
@@ -230,9 +234,6 @@ class StepOrder:
                        frame=frame, op="backward", count=count, optimizer=kind,
                        cause="dynamics.accumulation_not_divided.cause" + (".adaptive" if adaptive else ""),
                        evidence=evidence)
-
-    def _after_step(self, f: Finding) -> None:
-        self.after_step = f
 
     def flush(self) -> list[Finding]:
         """Findings decided on the last deferred read (the clip after the step among them)."""
