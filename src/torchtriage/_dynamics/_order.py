@@ -179,16 +179,16 @@ class StepOrder:
                 self.bad_clip[kind] = self.bad_clip.get(kind, 0) + 1
                 if self.bad_clip[kind] == 2 and kind not in self.reported:
                     self.reported.add(kind)
-                    f = finding(kind, category=Category.GRADIENT, stage=Stage.BACKWARD, step=step, frame=frame,
-                                op="clip_grad_norm_", cause="dynamics.clip_order.cause",
-                                next_key="dynamics.clip_order.next",
-                                evidence={"max_norm": max_norm,
-                                          "backward_calls_after_clip": len(self.backwards) - at,
-                                          "steps_seen_like_this": 2})
+                    misplaced = finding(kind, category=Category.GRADIENT, stage=Stage.BACKWARD, step=step,
+                                        frame=frame, op="clip_grad_norm_", cause="dynamics.clip_order.cause",
+                                        next_key="dynamics.clip_order.next",
+                                        evidence={"max_norm": max_norm,
+                                                  "backward_calls_after_clip": len(self.backwards) - at,
+                                                  "steps_seen_like_this": 2})
                     if kind == "clip_after_step":
-                        self.after_step = f  # judged at the end by the norms the clips returned (`flush`)
+                        self.after_step = misplaced  # judged at the end by the norms the clips returned (`flush`)
                     else:
-                        out.append(f)
+                        out.append(misplaced)
         if self.defer is not None and not self.closure:
             self.partial.step(step, len(self.backwards), self.defer)
         bw = self.backwards
