@@ -6,7 +6,13 @@ module's name) for the session; a name imported before the session started
 seen. Under `torchtriage run` the script is imported inside the session, so it is.
 
   * clip before backward / after step: at `optimizer.step()`, a backward ran after the step's
-    last clip, so the gradients applied were never clipped (reported from the second such step);
+    last clip, so the gradients applied were never clipped (reported from the second such step).
+    A clip after the step measures the very gradients that step applied (no backward ran in
+    between): the norm it returns rides the deferred read (session 18). Decided at the run's end:
+    a warning with the measured harm when, on most of the clips whose norm was read (a norm of 0,
+    gradients zeroed before the clip, measures nothing), the norm was above `max_norm` (the steps
+    applied gradients the clip would have scaled down); an info when it seldom was (the clip had
+    nothing to cut); held to the loss like every trend finding when fewer than 2 were read;
   * an accumulated loss not divided (never for a closure-driven optimizer such as LBFGS, whose
     step() evaluates the closure several times): >= 2 backward calls per optimizer step, each after its own
     forward of a watched model, all from the same line (a micro-batch loop; two different losses
@@ -26,6 +32,7 @@ on the steps of `_cadence.sampled` only (`tracking`, set for the next step at ea
 from __future__ import annotations
 
 import functools
+import statistics
 import sys
 import warnings
 from typing import Any
@@ -38,12 +45,13 @@ from .._catalogue import msg
 from .._errors import TriageInternalWarning
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack, user_stack_frame, user_stacklevel
-from ._common import finding
+from ._common import finding, num
 from ._partial import PartialClips
 
 ADAPTIVE = ("Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "SparseAdam", "Adafactor")
 _SCALED = ("DivBackward", "MulBackward", "SumBackward")
 MAX_CHAIN = 8  # scaling nodes followed below a root
+MAX_NORMS = 4096  # norms of clips after a step kept
 
 
 class StepOrder:
@@ -67,6 +75,8 @@ class StepOrder:
         self.config: Any = None  # clipping the configuration turned off (`_clipcfg.ClipConfig`), every call
         self.factors: list[Any] = []  # per Div/Mul root of this step: [the factor it applied] (set by its hook)
         self.pending: list[Finding] = []  # findings decided on a deferred read, handed out at the next step
+        self.after_step: Finding | None = None  # `clip_after_step`, decided at the end by the norms below
+        self.after_norms: list[tuple[float, float]] = []  # (norm, max_norm) of clips after a step, read
 
     def track(self, on: bool) -> None:
         """Whether the next step is watched; a step left out leaves nothing behind."""
@@ -103,6 +113,10 @@ class StepOrder:
                     warnings.warn(msg("internal.warning", where="dynamics.clip", error=f"{type(e).__name__}: {e}"),
                                   TriageInternalWarning, stacklevel=user_stacklevel())
             out = original(*args, **kwargs)
+            clip = order.clip
+            if (not order.broken and clip is not None and clip[1] and clip[2] and order.defer is not None
+                    and isinstance(out, torch.Tensor) and len(order.after_norms) < MAX_NORMS):
+                order.defer([out.detach()], functools.partial(order.after_norm, clip[2]))
             if order.config is not None and not order.broken:
                 try:
                     order.config.clipped(max_norm, out, sys._getframe(1))
@@ -129,6 +143,11 @@ class StepOrder:
         after_step = not self.backwards and self.session.stage is Stage.PARAMETER
         self.partial.before_clip()
         self.clip = (len(self.backwards), after_step, max_norm, user_frame_from_stack(3))
+
+    def after_norm(self, max_norm: float, v: list[float]) -> None:
+        """The norm a clip after the step returned (read): that of the gradients the step applied."""
+        if v and v[0] > 0 and v[0] == v[0] and len(self.after_norms) < MAX_NORMS:
+            self.after_norms.append((v[0], max_norm))
 
     def root_forward(self) -> None:
         self.forward_since_backward = True
@@ -160,12 +179,16 @@ class StepOrder:
                 self.bad_clip[kind] = self.bad_clip.get(kind, 0) + 1
                 if self.bad_clip[kind] == 2 and kind not in self.reported:
                     self.reported.add(kind)
-                    out.append(finding(kind, category=Category.GRADIENT, stage=Stage.BACKWARD, step=step, frame=frame,
-                                       op="clip_grad_norm_", cause="dynamics.clip_order.cause",
-                                       next_key="dynamics.clip_order.next",
-                                       evidence={"max_norm": max_norm,
-                                                 "backward_calls_after_clip": len(self.backwards) - at,
-                                                 "steps_seen_like_this": 2}))
+                    misplaced = finding(kind, category=Category.GRADIENT, stage=Stage.BACKWARD, step=step,
+                                        frame=frame, op="clip_grad_norm_", cause="dynamics.clip_order.cause",
+                                        next_key="dynamics.clip_order.next",
+                                        evidence={"max_norm": max_norm,
+                                                  "backward_calls_after_clip": len(self.backwards) - at,
+                                                  "steps_seen_like_this": 2})
+                    if kind == "clip_after_step":
+                        self.after_step = misplaced  # judged at the end by the norms the clips returned (`flush`)
+                    else:
+                        out.append(misplaced)
         if self.defer is not None and not self.closure:
             self.partial.step(step, len(self.backwards), self.defer)
         bw = self.backwards
@@ -213,9 +236,23 @@ class StepOrder:
                        evidence=evidence)
 
     def flush(self) -> list[Finding]:
-        """Findings decided on the last deferred read."""
+        """Findings decided on the last deferred read (the clip after the step among them)."""
         out, self.pending = self.pending, []
-        return out
+        f, self.after_step = self.after_step, None
+        if f is None:
+            return out
+        read = len(self.after_norms)
+        if read < 2:
+            return out + [f]  # nothing measured: held to what the loss did, like every trend finding
+        bit = sum(1 for v, m in self.after_norms if v > m * (1 + 1e-6))
+        median = statistics.median(v for v, _ in self.after_norms)
+        ev = dict(f.evidence, steps_with_norm_read=read, steps_norm_above_max_norm=bit,
+                  median_norm_applied=num(median), max_norm_applied=num(max(v for v, _ in self.after_norms)))
+        if 2 * bit > read:
+            ev["harm"] = (f"on {bit}/{read} steps the optimizer applied gradients of norm above max_norm "
+                          f"(median {num(median)}): the clip that came after would have scaled them down")
+            return out + [f.replace(severity=Severity.WARNING, evidence=ev)]
+        return out + [f.replace(severity=Severity.INFO, evidence=ev)]
 
 
 def _factor(root: Any) -> list[Any]:

@@ -14,10 +14,16 @@
 The harm is measured, never assumed: tokens from six or more steps that ended two or more
 steps ago still alive, and more of them than at the previous step's end (memory that grows with
 the steps). A tensor that lives until the next iteration reassigns it keeps one step's graph.
+Garbage that only Python's cyclic collector frees is not kept (session 18): an output stored on a
+class built per forward (`type("Out", (), {"logits": ...})()`, a cycle through the class) lives
+until the collector's next pass. When the count would fire, one `gc.collect()` runs and the count
+is taken again; after a collection that freed them, the next is due no earlier than twice the
+step (a run of such garbage costs a handful of collections, never one per step).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any
 
@@ -82,6 +88,11 @@ class Growth:
             return alive
         return None
 
+    def due(self, alive: list[tuple[int, Any]]) -> bool:
+        """`judge` would fire on `alive` (nothing changed)."""
+        steps = {s for s, _ in alive}
+        return not self.fired and len(steps) >= _MIN_STEPS and len(steps) > self.last
+
 
 class KeptGraphs:
     """The output and `.grad` watches of one session."""
@@ -91,6 +102,7 @@ class KeptGraphs:
         self.grads = GradKeeper()
         self.output_growth = Growth()
         self.grad_growth = Growth()
+        self.collect_from = 0  # the first step a confirming `gc.collect()` may run at
 
     def output(self, out: torch.Tensor | None, step: int, frame: Any) -> None:
         if out is not None and out.grad_fn is not None and not self.output_growth.fired:
@@ -111,8 +123,21 @@ class KeptGraphs:
 
     def verdicts(self, step: int) -> tuple[list[tuple[int, Any]] | None, list[tuple[int, Any]] | None]:
         """(outputs kept, grads kept): the alive (step, frame) pairs of a watch whose graphs grow."""
-        return (self.output_growth.judge(self.outputs.alive_before(step)),
-                self.grad_growth.judge(self.grads.alive_before(step)))
+        return (self._judge(self.output_growth, self.outputs, step),
+                self._judge(self.grad_growth, self.grads, step))
+
+    def _judge(self, growth: Growth, keeper: GraphKeeper, step: int) -> list[tuple[int, Any]] | None:
+        """A verdict only on what a cyclic collection leaves alive."""
+        alive = keeper.alive_before(step)
+        if not growth.due(alive):
+            return growth.judge(alive)
+        if step < self.collect_from:
+            return None  # (the last collection freed them: judged again at the next one)
+        gc.collect()
+        alive = keeper.alive_before(step)
+        if not growth.due(alive):
+            self.collect_from = max(2 * step, step + 8)
+        return growth.judge(alive)
 
 
 def kept_finding(kind: str, alive: list[tuple[int, Any]], step: int, holder: Any = None) -> Finding:
