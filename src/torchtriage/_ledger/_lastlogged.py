@@ -122,7 +122,7 @@ def last_logged_findings(f: types.FrameType, batches: int, step: int | None) -> 
     if not sums:
         return []
     end = loop.end_lineno or loop.lineno
-    after = sorted((n for n in _own(scope) if getattr(n, "lineno", 0) > end), key=lambda n: n.lineno)
+    after = sorted((n for n in _own(scope) if getattr(n, "lineno", 0) > end), key=lambda n: getattr(n, "lineno", 0))
     read_after = {n.id for n in after if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     out = []
     for per_batch, (total, stmt) in sums.items():
@@ -161,5 +161,5 @@ def _finding(f: types.FrameType, node: ast.AST, per_batch: str, total: str, stmt
               "last": f"{last:.6g}", "mean": f"{mean:.6g}"}
     return from_catalogue("silent", "silent.last_batch_reported", "lastlogged.message", fields=fields,
                           cause_key="lastlogged.cause", next_key="lastlogged.next",
-                          frame=user_frame_of(f, node.lineno), evidence=evidence, severity="warning",
-                          stage="data", step=step, parameter=per_batch, source_line=True)
+                          frame=user_frame_of(f, getattr(node, "lineno", f.f_lineno)), evidence=evidence,
+                          severity="warning", stage="data", step=step, parameter=per_batch, source_line=True)
