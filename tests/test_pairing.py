@@ -29,6 +29,7 @@ def test_a_horizontal_flip_of_the_image_only_is_found():
     assert (f.severity, f.stage, f.line) == (Severity.WARNING, Stage.DATA, _line("# the loss line"))
     ev = f.evidence
     assert ev["most_common_transform"] == "horizontal flip"
+    assert ev["samples_aligned_as_given"] >= 2  # the samples the random flip left alone
     assert ev["samples_misaligned"] >= 4 and ev["samples_measured"] == 16
     assert ev["explained_variance_moved"] > ev["explained_variance_given"] + 0.1
     assert f.message.startswith("the dense target (mask / map) of ")
@@ -51,14 +52,25 @@ def test_a_depth_map_left_in_place_while_the_image_is_cropped_is_found():
     assert "shift" in found[0].evidence["most_common_transform"]
 
 
-@pytest.mark.parametrize("make", [z.hflip_image_only, z.rotate_image_only, z.crop_image_only])
+def test_every_image_upside_down_is_found_by_the_orientation_all_samples_agree_on():
+    report = _run(z.upside_down_images, True)
+    found = report.filter(code=CODE)
+    assert len(found) == 1, [(f.code, f.line) for f in report.findings]
+    ev = found[0].evidence
+    assert "vertical flip" in ev["most_common_transform"]
+    assert ev["samples_aligned_as_given"] == 0
+    assert ev["samples_with_one_orientation"] >= 0.75 * ev["samples_misaligned"]
+
+
+@pytest.mark.parametrize("make", [z.hflip_image_only, z.rotate_image_only, z.crop_image_only,
+                                  z.upside_down_images])
 def test_the_transform_applied_to_both_is_quiet(make):
     report = _run(make, False)
     assert not report.filter(code=CODE), [(f.code, f.evidence) for f in report.filter(code=CODE)]
 
 
 @pytest.mark.parametrize("make", [z.denoising_autoencoder, z.masked_autoencoder, z.symmetric_scenes_flipped_alone,
-                                  z.critic_then_reconstruction])
+                                  z.critic_then_reconstruction, z.lensless_reconstruction, z.lensless_segmentation])
 def test_correct_dense_targets_are_quiet(make):
     report = _run(make)
     assert not report.filter(code=CODE), [(f.code, f.evidence) for f in report.filter(code=CODE)]

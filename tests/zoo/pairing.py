@@ -169,6 +169,26 @@ def crop_image_only(bug: bool, steps: int = 4):
     return model, opt, train
 
 
+# ------------------------------------ every image stored upside down, the masks the right way up
+def upside_down_images(bug: bool, steps: int = 4):
+    """A loader that reads the images bottom row first: no sample lines up with its mask."""
+    g = torch.Generator().manual_seed(9)
+    images, masks = scenes(64, g)
+    stored = images.flip(-2) if bug else images
+    model = SegNet()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def train():
+        for step in range(steps):
+            idx = torch.randperm(64, generator=g)[:16]
+            loss = F.cross_entropy(model(stored[idx]), masks[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return model, opt, train
+
+
 # ------------------------------------------------------------------------------- correct look-alikes
 class AutoEncoder(nn.Module):
     def __init__(self) -> None:
@@ -237,6 +257,86 @@ def symmetric_scenes_flipped_alone(steps: int = 4):
             idx = torch.randperm(64, generator=g)[:16]
             x = images[idx].flip(-1)
             loss = F.cross_entropy(model(x), masks[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return model, opt, train
+
+
+# ------------------------------- a measurement that mixes shifted copies of the scene (lensless)
+def scattered_psf(g: torch.Generator, size: int = 32, points: int = 10) -> torch.Tensor:
+    """A few bright points scattered over the sensor and softened, as a diffuser's response:
+    each one a shifted copy of the scene in the measurement."""
+    psf = torch.zeros(size, size)
+    ys, xs = torch.randint(0, size, (points,), generator=g), torch.randint(0, size, (points,), generator=g)
+    psf[ys, xs] = torch.rand(points, generator=g) * 0.5 + 0.5
+    f = torch.fft.fftfreq(size)
+    soft = torch.exp(-0.5 * (f[:, None] ** 2 + f[None] ** 2) / 0.05)
+    psf = torch.fft.ifft2(torch.fft.fft2(psf) * soft).abs()
+    return psf / psf.sum()
+
+
+def blobs(n: int, g: torch.Generator, size: int = 32) -> torch.Tensor:
+    """Soft coloured blobs on black, in [0, 1]."""
+    yy, xx = torch.meshgrid(torch.arange(size) / size, torch.arange(size) / size, indexing="ij")
+    out = torch.zeros(n, 3, size, size)
+    for i in range(n):
+        for _ in range(int(torch.randint(2, 5, (1,), generator=g))):
+            cy, cx = (torch.rand(2, generator=g) * 0.7 + 0.15).tolist()
+            r = float(torch.rand(1, generator=g)) * 0.17 + 0.08
+            blob = torch.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / (2 * r * r))
+            out[i] += blob[None] * (torch.rand(3, 1, 1, generator=g) * 0.8 + 0.2)
+        out[i] /= out[i].max()
+    return out
+
+
+def convolve(x: torch.Tensor, psf: torch.Tensor) -> torch.Tensor:
+    return torch.fft.irfft2(torch.fft.rfft2(x) * torch.fft.rfft2(psf), s=x.shape[-2:])
+
+
+class Deconv(nn.Module):
+    def __init__(self, out: int = 3) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 16, 5, padding=2), nn.ReLU(), nn.Conv2d(16, out, 3, padding=1))
+
+    def forward(self, y):
+        return self.body(y)
+
+
+def lensless_reconstruction(steps: int = 4):
+    """The camera's measurement (the scene convolved with a scattered PSF) in, the scene out."""
+    g = torch.Generator().manual_seed(7)
+    images = blobs(64, g)
+    psf = scattered_psf(g, points=12)
+    measured = convolve(images, psf) + 0.002 * torch.randn(64, 3, 32, 32, generator=g)
+    model = Deconv()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def train():
+        for step in range(steps):
+            idx = torch.randperm(64, generator=g)[:16]
+            loss = F.mse_loss(model(measured[idx]), images[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return model, opt, train
+
+
+def lensless_segmentation(steps: int = 4):
+    """Classes of the scene straight from the lensless measurement."""
+    g = torch.Generator().manual_seed(8)
+    images, masks = scenes(64, g)
+    psf = scattered_psf(g, points=6)
+    measured = convolve(images, psf)
+    model = Deconv(4)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def train():
+        for step in range(steps):
+            idx = torch.randperm(64, generator=g)[:16]
+            loss = F.cross_entropy(model(measured[idx]), masks[idx])
             opt.zero_grad()
             loss.backward()
             opt.step()

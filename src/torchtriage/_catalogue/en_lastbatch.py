@@ -49,3 +49,14 @@ MESSAGES.update({
         "add each batch's value into the sum inside the loop (total += loss.item(), or loss.item() * batch_size "
         "for a per-sample mean) before dividing it by the count",
 })
+MESSAGES.update({
+    "lastlogged.message":
+        "{name} is reported by {via} after the loop that adds it into {total} at line {line}: it holds the last of the "
+        "pass's {batches} batches, {last}, while {total} over the pass averages {mean}",
+    "lastlogged.cause":
+        "the loop builds the pass's average in the sum, but the report after the loop passes the per-batch name, which "
+        "still holds what the last batch left in it: one batch of the split. The logged curve is noisy, reads off the "
+        "figure the trainer uses, and its best point is not the epoch that was chosen.",
+    "lastlogged.next":
+        "report the average the loop built ({total} divided by the batches) instead of {name}",
+})

@@ -39,3 +39,13 @@ MESSAGES.update({
     "unsummed.next":
         "在循环内把每个批次的值加进总和（total += loss.item()，按样本平均时用 loss.item() * batch_size），再除以计数",
 })
+MESSAGES.update({
+    "lastlogged.message":
+        "循环在第 {line} 行把 {name} 加进 {total}，但循环之后由 {via} 报告的是 {name}：它只保存本轮 {batches} 个批次中"
+        "最后一个批次的值 {last}，而 {total} 在整轮上的平均为 {mean}",
+    "lastlogged.cause":
+        "循环在总和中构建了本轮的平均值，但循环之后的报告传入的是每批次的变量名，它仍保存着最后一个批次留下的值：只是数据划分中的"
+        "一个批次。记录的曲线噪声大，与训练器使用的数值不一致，其最佳点也不是被选中的那个 epoch。",
+    "lastlogged.next":
+        "报告循环构建的平均值（{total} 除以批次数），而不是 {name}",
+})

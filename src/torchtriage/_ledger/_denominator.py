@@ -35,6 +35,7 @@ from .._loaderstream import tensors as batch_tensors
 from .._source import running_loop
 from ._batchmeans import _following, _resolve, batch_ratio_means, finding_of
 from ._batchmetrics import BatchMetrics
+from ._lastlogged import last_logged_findings
 from ._units import frames_of, unit_findings
 from ._unreset import Unreset
 from ._unsummed import unsummed_findings
@@ -146,6 +147,9 @@ class Denominators:
         for g in frames_of(f):
             for found in unsummed_findings(g, c[0], c[1], loader, losses, step):
                 self.found.setdefault((found.file, found.line), found)
+            if step is not None and step == begun:  # an evaluation pass: no optimizer step ran in it
+                for found in last_logged_findings(g, c[0], step):
+                    self.found.setdefault((found.file, found.line), found)
 
     def judge(self, f: types.FrameType, div: ast.AST, text: str, value: int, batches: int, samples: int,
               world: int = 1) -> None:

@@ -224,7 +224,11 @@ def _eval_pairs(held: list[Loader]) -> list[Any]:
                 vk, tk = _keys(v), _keys(t)
                 if vk is None or tk is None or v.row_shape != t.row_shape or v.ragged or t.ragged:
                     continue
-                hit = torch.isin(tk.cpu(), torch.unique(vk.cpu()))
+                vk, tk = vk.cpu(), tk.cpu()
+                vu = torch.unique(vk)
+                if vu.numel() < DISTINCT * vk.numel() or torch.unique(tk).numel() < DISTINCT * tk.numel():
+                    continue  # rows repeat inside a split (one field per entity): equal content is no shared sample
+                hit = torch.isin(tk, vu)
                 count, how = int(hit.sum()), "content"
                 example = int(torch.nonzero(hit)[0, 0]) if count else 0
             n = int(t.seen.sum()) if how == "index" and t.seen is not None else t.kept

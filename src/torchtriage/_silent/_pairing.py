@@ -11,7 +11,10 @@ classes; a float target into 8 per-sample quantile bands), and the share of the 
 those regions explain (R², within-region variance against the total) is compared with the same
 regions moved by a set of flips, rotations and shifts. With the given target in place, moving it
 can only explain the input worse; a sample for which a moved target explains the input clearly
-better (R² gap ≥ 0.1, the moved R² ≥ 0.25) was trained on a target that does not line up with it.
+better (R² gap ≥ 0.1, the moved R² ≥ 0.25) was trained on a target that does not line up with it,
+when the moved targets of those samples explain their inputs well on average (R² ≥ 0.5: a
+measurement that mixes shifted copies of the scene, a lensless camera's, is explained a little
+better by one transform or another, never well).
 Each comparison restricts the given target to the pixels the moved one covers. All on the data's
 device, no sync but the label count (warm-up only); the numbers ride the step's one read.
 """
@@ -38,6 +41,19 @@ _FIT = 0.25  # ... and at least this much of it
 _SHARE = 0.25  # samples of the batch so misaligned: a warning
 _MIN_SAMPLES = 3
 _COVER = 0.5  # a moved target must still cover this share of the pixels
+# The flagged samples' moved targets must explain their inputs this well on average: a target the
+# input was moved away from explains it as well as an aligned one once moved back (0.7-0.9). An
+# input that is no moved copy of its target (a lensless or blurred measurement, a mix of shifted
+# copies) is explained a little better by some transform or other, never well (about 0.4).
+_RESTORED = 0.5
+# ... and one transform must account for the misalignment: either samples the augmentation left
+# alone line up as given (at least `_MIN_ALIGNED` explained this well: the pairing holds where no
+# transform was applied), or the flagged samples agree on the orientation (flip) of their best
+# transform (`_AGREE` of them: one flip, or rotations / shifts of one orientation). A mixture of
+# shifted copies is best explained by a different orientation for each sample.
+_ALIGNED = 0.6
+_MIN_ALIGNED = 2
+_AGREE = 0.75
 
 # the transforms tried: (name, horizontal flip, vertical flip, degrees, shift x, shift y) (shifts
 # in normalized coordinates, 0.25 = an eighth of the side)
@@ -161,15 +177,23 @@ def misaligned_plan(x: torch.Tensor, tgt: torch.Tensor) -> Plan | None:
     best_fit = fit.gather(1, best[:, None])[:, 0]
     flagged = (best_gap >= _GAP) & (best_fit >= _FIT)
     votes = torch.bincount(best[flagged], minlength=len(_TRANSFORMS))
+    orient = torch.tensor([int(t[1]) + 2 * int(t[2]) for t in _TRANSFORMS], device=votes.device)
+    by_orientation = torch.zeros(4, device=votes.device, dtype=votes.dtype).index_add_(0, orient, votes)
+    aligned = ((r2_id >= _ALIGNED) & ~flagged).sum()
     nf = flagged.sum()
     values = [nf.float(), votes.argmax().float(), votes.max().float(),
               (best_gap * flagged).sum() / nf.clamp(min=1), (r2_id * flagged).sum() / nf.clamp(min=1),
-              (best_fit * flagged).sum() / nf.clamp(min=1), r2_id.mean()]
+              (best_fit * flagged).sum() / nf.clamp(min=1), r2_id.mean(), by_orientation.max().float(),
+              aligned.float()]
 
     def judge(v: list[float]) -> Verdict | None:
-        count, top, top_n, mean_gap, fit_given, fit_moved, fit_all = v
+        count, top, top_n, mean_gap, fit_given, fit_moved, fit_all, agree, aligned_n = v
         if count < max(_MIN_SAMPLES, _SHARE * n):  # (n: the samples measured)
             return None
+        if fit_moved < _RESTORED:
+            return None  # no transform restores the pairing: the input is no moved copy of the target
+        if aligned_n < _MIN_ALIGNED and agree < _AGREE * count:
+            return None  # no sample lines up as given and no one orientation: shifted copies mixed
         name = _TRANSFORMS[int(top)][0]
         return dict(name="target_misaligned", family="data", severity=Severity.WARNING, stage=Stage.DATA,
                     samples=int(count), n=n, transform=name,
@@ -178,6 +202,8 @@ def misaligned_plan(x: torch.Tensor, tgt: torch.Tensor) -> Plan | None:
                               "explained_variance_given": round(fit_given, 3),
                               "explained_variance_moved": round(fit_moved, 3),
                               "mean_gain": round(mean_gap, 3),
-                              "explained_variance_given_all_samples": round(fit_all, 3)})
+                              "explained_variance_given_all_samples": round(fit_all, 3),
+                              "samples_aligned_as_given": int(aligned_n),
+                              "samples_with_one_orientation": int(agree)})
 
     return Plan(values, judge)
