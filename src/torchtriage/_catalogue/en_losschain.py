@@ -23,4 +23,7 @@ MESSAGES = {
     "gradients.loss_no_grad_fn.message.non_differentiable": "the loss passed to backward() does not require grad (no grad_fn): its path from the model's output goes through {op} at {line}, which is not differentiable; backward() will fail with \"element 0 of tensors does not require grad\"",
     "gradients.loss_no_grad_fn.cause.non_differentiable": "{op} returns values with no gradient (indices, comparisons, integers): everything computed from them is a constant to autograd, so no parameter can be reached from the loss",
     "gradients.loss_no_grad_fn.next.non_differentiable": "compute the loss on the model's differentiable output (logits with cross_entropy, or a soft-argmax: softmax(logits) @ bin_centers) and keep {op} for decoding predictions only",
+    "silent.mean_over_padding": "a plain mean over a loss multiplied by a padding mask: only {valid} of the averaged positions are real, the padded {padded} count in the mean as zeros, so the loss is the mean over the real positions scaled by the batch's valid fraction",
+    "silent.mean_over_padding.cause": "(loss * mask).mean() divides the sum over the real positions by every position of the padded batch: the loss and its gradient shrink with the padding, and the weight of each batch (and of this term against the others of the total loss) changes with how much padding it needed",
+    "silent.mean_over_padding.next": "divide by the number of real positions: (loss * mask).sum() / mask.sum() (clamp the count at 1 if a batch can be all padding)",
 }

@@ -42,6 +42,7 @@ from ._channels import ChannelLayoutWatch
 from ._clampsign import clamp_plans
 from ._common import finding, first_tensor, fmt, is_index_tensor, same_storage, shape
 from ._divisor import division_plans
+from ._padmean import padmean_plans
 from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
 from ._intscale import int_scale_plans
@@ -647,6 +648,8 @@ class SilentChecker(Checker):
             self._queue([plan], frame=frame, op="div")
         for plan, frame in clamp_plans(ops, root, judged):
             self._queue([plan], frame=frame, op="clamp")
+        for plan, frame in padmean_plans(ops, root, judged):
+            self._queue([plan], frame=frame, op="mean")
 
     def _batch_twice(self, snap: Any, root: torch.Tensor) -> None:
         """A term of this loss divided by the batch size once too often (`_batchtwice`), one
