@@ -42,7 +42,6 @@ from ._channels import ChannelLayoutWatch
 from ._clampsign import clamp_plans
 from ._common import finding, first_tensor, fmt, is_index_tensor, same_storage, shape
 from ._divisor import division_plans
-from ._padmean import padmean_plans
 from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
 from ._intscale import int_scale_plans
@@ -57,6 +56,7 @@ from ._opposed import Probe, pairs, uses
 from ._overflow import exp_nodes, overflow_verdict
 from ._pad_mask import PadAttention
 from ._pad_values import PadValues
+from ._padmean import padmean_plans
 from ._pairing import dense_input, is_dense_target, misaligned_plan
 from ._plans import Plan, verdict_to_finding
 from ._region import LossRegion
