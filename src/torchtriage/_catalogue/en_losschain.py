@@ -26,4 +26,5 @@ MESSAGES = {
     "silent.mean_over_padding": "a plain mean over a loss multiplied by a padding mask: only {valid} of the averaged positions are real, the padded {padded} count in the mean as zeros, so the loss is the mean over the real positions scaled by the batch's valid fraction",
     "silent.mean_over_padding.cause": "(loss * mask).mean() divides the sum over the real positions by every position of the padded batch: the loss and its gradient shrink with the padding, and the weight of each batch (and of this term against the others of the total loss) changes with how much padding it needed",
     "silent.mean_over_padding.next": "divide by the number of real positions: (loss * mask).sum() / mask.sum() (clamp the count at 1 if a batch can be all padding)",
+    "silent.mean_over_padding.tokens": "{op} averages over every position of a padded batch: {padded} of the positions are padding (token {pad} ending the rows of the model's input ids), so the loss is the mean over the real positions scaled by the batch's valid fraction ({valid})",
 }

@@ -56,7 +56,7 @@ from ._opposed import Probe, pairs, uses
 from ._overflow import exp_nodes, overflow_verdict
 from ._pad_mask import PadAttention
 from ._pad_values import PadValues
-from ._padmean import padmean_plans
+from ._padmean import padmean_plans, position_loss_plan
 from ._pairing import dense_input, is_dense_target, misaligned_plan
 from ._plans import Plan, verdict_to_finding
 from ._region import LossRegion
@@ -374,6 +374,10 @@ class SilentChecker(Checker):
             else:
                 whole = None
             plans += self._target_in_input_plans(ids, tgt)
+            if snap is not None:
+                padded = position_loss_plan(call.name, inp, call.option("reduction", "mean"),
+                                            call.option("weight") is not None, snap.record.calls)
+                plans += [padded] if padded is not None else []
             if call.name == "cross_entropy" and is_index_tensor(tgt) and self._warm():
                 # on a taped step (the line that made the pairs), else on the warm-up's last
                 rec = self.session.snapshot.record if self.session.snapshot is not None else None

@@ -23,9 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils import _pytree as pytree
 
 from .._findings import Severity, Stage
-from ._common import shape
+from ._common import first_tensor, is_index_tensor, same_storage, shape
 from ._divisor import _feeds
 from ._plans import Plan, Verdict
 
@@ -131,5 +132,65 @@ def _plan(m: torch.Tensor, x: torch.Tensor) -> Plan | None:
                                   "rows_with_padding": int(partial),
                                   "loss_scale_vs_masked_mean": round(valid, 6)})
         return None
+
+    return Plan(vals, judge)
+
+
+_POSITION_LOSSES = frozenset({"binary_cross_entropy", "binary_cross_entropy_with_logits",
+                              "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"})
+
+
+def _token_grid(call: Any, n: int) -> torch.Tensor | None:
+    """The one (B, T) integer tensor among a model call's arguments whose positions are the
+    `n` positions of its output (B * T == n, B the output's first size)."""
+    out = first_tensor(call.output)
+    if not isinstance(out, torch.Tensor) or out.dim() < 2:
+        return None
+    try:
+        leaves = pytree.tree_leaves((call.args, call.kwargs))
+    except Exception:
+        return None
+    grids = [t for t in leaves if is_index_tensor(t) and t.dim() == 2 and t.shape[1] >= 3
+             and t.shape[0] == out.shape[0] and t.numel() == n and tuple(out.shape[:2]) == tuple(t.shape)]
+    return grids[0] if len(grids) == 1 else None
+
+
+def position_loss_plan(name: str, inp: Any, reduction: Any, weighted: bool, calls: list[Any]) -> Plan | None:
+    """A per-position loss (`nn.BCELoss()`, `F.mse_loss`) with the mean reduction on the outputs
+    of a model call that read right-padded token ids: the padded positions (the id that ends the
+    rows and sits nowhere else) are averaged in with the real ones."""
+    if name not in _POSITION_LOSSES or reduction != "mean" or weighted or not isinstance(inp, torch.Tensor):
+        return None
+    if not inp.is_floating_point() or not inp.requires_grad or inp.numel() < 8:
+        return None
+    for call in reversed(calls):
+        out = first_tensor(call.output)
+        if not isinstance(out, torch.Tensor) or out.numel() != inp.numel() or not same_storage(inp, out):
+            continue
+        ids = _token_grid(call, inp.numel())
+        return None if ids is None else _grid_plan(ids)
+    return None
+
+
+def _grid_plan(ids: torch.Tensor) -> Plan:
+    """Values: the candidate pad id (the last column's mode), the share of rows ending in it, the
+    share of its occurrences in the rows' trailing runs, the padded share, the run lengths' spread."""
+    cand = torch.mode(ids[:, -1]).values
+    is_cand = ids == cand
+    run = is_cand.flip(-1).int().cumprod(-1).flip(-1).bool()
+    lengths = run.sum(1)
+    vals = [cand.float(), (ids[:, -1] == cand).float().mean(), run.sum().float() / is_cand.sum().clamp_min(1),
+            run.float().mean(), (lengths.amax() - lengths.amin()).float()]
+    ishape = shape(ids)
+
+    def judge(v: list[float]) -> Verdict | None:
+        pad_id, at_end, placed, padded, spread = v
+        if at_end < 0.5 or placed < 0.99 or padded < _MIN_PAD or spread < 1:
+            return None
+        return dict(name="mean_over_padding", variant="tokens", severity=Severity.WARNING, stage=Stage.LOSS,
+                    valid=f"{1 - padded:.0%}", padded=f"{padded:.0%}", pad=int(pad_id),
+                    evidence={"input_ids_shape": ishape, "pad_id": int(pad_id), "padded_fraction": round(padded, 6),
+                              "valid_fraction": round(1 - padded, 6), "rows_ending_in_pad": round(at_end, 6),
+                              "loss_scale_vs_masked_mean": round(1 - padded, 6)})
 
     return Plan(vals, judge)
