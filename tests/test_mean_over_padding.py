@@ -52,10 +52,7 @@ def _tagging(model, opt, fixed=False):
         ids, tags, mask = _tag_batch(g)
         logits = model(ids)
         tok = F.cross_entropy(logits.reshape(-1, 5), tags.reshape(-1), reduction="none").view(8, 12)
-        if fixed:
-            loss = (tok * mask).sum() / mask.sum()
-        else:
-            loss = (tok * mask).mean()
+        loss = (tok * mask).sum() / mask.sum() if fixed else (tok * mask).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -67,7 +64,7 @@ def test_tagger_loss_averaged_over_padded_tokens():
     assert len(found) == 1
     f = found[0]
     assert f.severity is Severity.WARNING and f.category is Category.SILENT and f.op == "mean"
-    assert f.line == _line(_tagging, "loss = (tok * mask).mean()")
+    assert f.line == _line(_tagging, "else (tok * mask).mean()")
     ev = f.evidence
     assert tuple(ev["mask_shape"]) == (8, 12) and ev["padded_axis"] == 1
     assert 0.1 <= ev["padded_fraction"] < 0.9 and ev["rows_with_padding"] >= 1
