@@ -134,3 +134,90 @@ def test_random_triangular_and_full_masks_are_quiet():
     for kind in ("random", "causal", "full"):
         torch.manual_seed(0)
         assert not _run(nn.Linear(8, 8), lambda m, o, k=kind: _other_masks(m, o, k)), kind
+
+
+# ------------- 3. a per-token loss module with the default mean, on a model that reads padded ids
+class TokenScorer(nn.Module):
+    def __init__(self, pad=0):
+        super().__init__()
+        self.pad = pad
+        self.emb = nn.Embedding(30, 16)
+        layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        self.head = nn.Linear(16, 1)
+
+    def forward(self, ids):
+        h = self.enc(self.emb(ids), src_key_padding_mask=ids == self.pad)
+        return torch.sigmoid(self.head(h))
+
+
+def _padded_ids(g, rows=16, width=20, full=False):
+    lengths = torch.full((rows,), width) if full else torch.randint(4, width + 1, (rows,), generator=g)
+    ids = torch.randint(2, 30, (rows, width), generator=g)
+    return ids.masked_fill(torch.arange(width)[None, :] >= lengths[:, None], 0)
+
+
+def _replaced_tokens(model, opt, fixed=False, full=False):
+    crit = nn.BCELoss(reduction="none") if fixed else nn.BCELoss()
+    g = torch.Generator().manual_seed(3)
+    for _ in range(4):
+        ids = _padded_ids(g, full=full)
+        labels = (torch.rand(ids.shape, generator=g) < 0.8).float()
+        probs = model(ids)
+        per_token = crit(probs.view(-1), labels.view(-1))
+        if fixed:
+            real = (ids != 0).view(-1).float()
+            per_token = (per_token * real).sum() / real.sum()
+        opt.zero_grad()
+        per_token.backward()
+        opt.step()
+
+
+def test_bce_module_with_the_default_mean_over_padded_tokens():
+    torch.manual_seed(0)
+    found = _run(TokenScorer(), _replaced_tokens)
+    assert len(found) == 1
+    f = found[0]
+    assert f.severity is Severity.WARNING and f.op == "binary_cross_entropy"
+    assert f.line == _line(_replaced_tokens, "per_token = crit(probs.view(-1), labels.view(-1))")
+    assert f.evidence["pad_id"] == 0 and f.evidence["padded_fraction"] >= 0.1
+
+
+def test_bce_averaged_over_real_tokens_or_on_unpadded_ids_is_quiet():
+    torch.manual_seed(0)
+    assert not _run(TokenScorer(), lambda m, o: _replaced_tokens(m, o, fixed=True))
+    torch.manual_seed(0)
+    assert not _run(TokenScorer(), lambda m, o: _replaced_tokens(m, o, full=True))
+
+
+# ------- 4. per-phoneme duration regression (F.mse_loss, mean) on left-aligned padded phonemes
+class Durations(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(40, 12, padding_idx=1)
+        self.out = nn.Linear(12, 1)
+
+    def forward(self, phonemes):
+        return self.out(torch.relu(self.emb(phonemes))).squeeze(-1)
+
+
+def _durations(model, opt):
+    g = torch.Generator().manual_seed(4)
+    for _ in range(4):
+        lengths = torch.randint(5, 25, (12,), generator=g)
+        ph = torch.randint(2, 40, (12, 24), generator=g)
+        ph = ph.masked_fill(torch.arange(24)[None, :] >= lengths[:, None], 1)
+        target = torch.rand(12, 24, generator=g) * (ph != 1)
+        loss = F.mse_loss(model(ph), target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def test_duration_mse_over_padded_phonemes_functional_loop():
+    torch.manual_seed(0)
+    found = _run(Durations(), _durations, discover=True)
+    assert len(found) == 1
+    f = found[0]
+    assert f.line == _line(_durations, "loss = F.mse_loss(model(ph), target)")
+    assert f.evidence["pad_id"] == 1
