@@ -37,6 +37,7 @@ from .._frames import user_frame_from_stack, user_stack_frame
 from .._modestack import own_modes_off
 from ._averaged import AveragedCopies
 from ._batchtwice import batch_of, twice_plans
+from ._bufferchain import BufferChain, buffer_finding
 from ._carried import GraphCarry, call_path, carried_finding
 from ._channels import ChannelLayoutWatch
 from ._clampsign import clamp_plans
@@ -135,6 +136,7 @@ class SilentChecker(Checker):
         self._in_root = 0  # root model calls in progress (a loss computed inside the model's forward)
         self._scaled_read: set[int] = set()  # tape ops already read for integer data scaling
         self.states = StateChain()  # a state carried with its graph across forwards (`_statechain.py`)
+        self.buffers = BufferChain()  # a buffer whose graph chains across steps (`_bufferchain.py`)
         keeper = session.checker("snapshot")
         if keeper is not None and self.warmup > 0:
             keeper.hold_tape(self.warmup)  # the loss region reads the step tape on the warm-up steps
@@ -260,6 +262,9 @@ class SilentChecker(Checker):
         self._in_root += 1
         if self._in_root == 1:
             self.states.before(model)
+            chained = self.buffers.before(model)
+            if chained is not None:
+                self._add(buffer_finding(label, model, chained[0], chained[1], user_frame_from_stack(3), self._step))
 
     def on_exception(self, exc: BaseException) -> None:
         self._drop_mask_follow()
