@@ -122,6 +122,9 @@ def _other_masks(model, opt, kind):
             m = (torch.rand(8, 8, generator=g) < 0.5).float()
         elif kind == "causal":  # a lower-triangular pair mask: lengths 1..T
             m = torch.tril(torch.ones(8, 8))
+        elif kind == "causal_batched":  # the pair mask repeated over a batch of pair-loss maps
+            err = (model(x)[:, :, None] - x[:, None, :]) ** 2
+            m = torch.tril(torch.ones(8, 8)).expand(8, 8, 8).clone()
         else:  # every row full length: nothing padded
             m = torch.ones(8, 8)
         loss = (err * m).mean()
@@ -131,7 +134,7 @@ def _other_masks(model, opt, kind):
 
 
 def test_random_triangular_and_full_masks_are_quiet():
-    for kind in ("random", "causal", "full"):
+    for kind in ("random", "causal", "causal_batched", "full"):
         torch.manual_seed(0)
         assert not _run(nn.Linear(8, 8), lambda m, o, k=kind: _other_masks(m, o, k)), kind
 

@@ -11,7 +11,8 @@ backward() and whose input is the output of an elementwise multiplication by a m
 padding kind: values 0 and 1 only, and along one axis every line is its real positions first
 and its padding after (a right-padded batch: 1...1 0...0), with lines of different lengths and
 at least one padded position. A random mask (dropout, masked-token sampling) is not a prefix
-along any axis; a triangular (causal) mask is excluded by its lengths (1, 2, ..., T).
+along any axis; a triangular (causal) mask, or a batch of them, is excluded by its lengths
+(each of 1, 2, ..., T, equally often).
 
 Measured on the step's tensors with the step's one read: the valid fraction (mask mean) and
 the prefix structure. A warning when the padded positions are at least `_MIN_PAD` of the
@@ -109,10 +110,9 @@ def _plan(m: torch.Tensor, x: torch.Tensor) -> Plan | None:
         lengths = mf.sum(a).flatten()
         partial = ((lengths > 0) & (lengths < n)).float().sum()
         spread = lengths.amax() - lengths.amin()
-        if lengths.numel() == n:
-            tri = (lengths == torch.arange(1, n + 1, device=lengths.device)).all().float()
-        else:
-            tri = lengths.new_zeros(())
+        # a triangular mask (one or a batch of them): every length 1..n, each as often
+        counts = torch.bincount(lengths.long().clamp(0, n), minlength=n + 1)
+        tri = ((counts[1:] == counts[1]).all() & (counts[0] == 0) & (counts[1] > 0)).float()
         vals += [rises.float(), partial, spread, tri]
     mshape, xshape = shape(m), shape(x)
 
