@@ -22,4 +22,8 @@ MESSAGES = {
     "gradients.loss_no_grad_fn.message.non_differentiable": "传给 backward() 的损失不需要梯度（没有 grad_fn）：它从模型输出出发的路径经过 {line} 处的 {op}，而该运算不可微；backward() 会报错 \"element 0 of tensors does not require grad\"",
     "gradients.loss_no_grad_fn.cause.non_differentiable": "{op} 返回没有梯度的值（索引、比较结果、整数）：由它们算出的一切对 autograd 都是常数，损失无法到达任何参数",
     "gradients.loss_no_grad_fn.next.non_differentiable": "在模型的可微输出上计算损失（logits 配 cross_entropy，或 soft-argmax：softmax(logits) @ bin_centers），{op} 只用于解码预测",
+    "silent.mean_over_padding": "对乘以填充掩码的损失直接取 mean：参与平均的位置只有 {valid} 是真实位置，填充的 {padded} 以零计入均值，损失成了真实位置的均值乘以该批的有效比例",
+    "silent.mean_over_padding.cause": "(loss * mask).mean() 用填充后整批的位置数去除真实位置上的和：损失和梯度随填充变小，每个批次（以及该项相对总损失中其他项）的权重随它所需的填充量而变",
+    "silent.mean_over_padding.next": "除以真实位置的个数：(loss * mask).sum() / mask.sum()（若某批可能全是填充，把个数 clamp 到至少 1）",
+    "silent.mean_over_padding.tokens": "{op} 对填充批次的每个位置取平均：{padded} 的位置是填充（模型输入 id 行尾的 token {pad}），损失成了真实位置的均值乘以该批的有效比例（{valid}）",
 }

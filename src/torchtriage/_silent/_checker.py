@@ -37,6 +37,7 @@ from .._frames import user_frame_from_stack, user_stack_frame
 from .._modestack import own_modes_off
 from ._averaged import AveragedCopies
 from ._batchtwice import batch_of, twice_plans
+from ._bufferchain import BufferChain, buffer_finding
 from ._carried import GraphCarry, call_path, carried_finding
 from ._channels import ChannelLayoutWatch
 from ._clampsign import clamp_plans
@@ -56,6 +57,7 @@ from ._opposed import Probe, pairs, uses
 from ._overflow import exp_nodes, overflow_verdict
 from ._pad_mask import PadAttention
 from ._pad_values import PadValues
+from ._padmean import padmean_plans, position_loss_plan
 from ._pairing import dense_input, is_dense_target, misaligned_plan
 from ._plans import Plan, verdict_to_finding
 from ._region import LossRegion
@@ -134,6 +136,7 @@ class SilentChecker(Checker):
         self._in_root = 0  # root model calls in progress (a loss computed inside the model's forward)
         self._scaled_read: set[int] = set()  # tape ops already read for integer data scaling
         self.states = StateChain()  # a state carried with its graph across forwards (`_statechain.py`)
+        self.buffers = BufferChain()  # a buffer whose graph chains across steps (`_bufferchain.py`)
         keeper = session.checker("snapshot")
         if keeper is not None and self.warmup > 0:
             keeper.hold_tape(self.warmup)  # the loss region reads the step tape on the warm-up steps
@@ -259,6 +262,9 @@ class SilentChecker(Checker):
         self._in_root += 1
         if self._in_root == 1:
             self.states.before(model)
+            chained = self.buffers.before(model)
+            if chained is not None:
+                self._add(buffer_finding(label, model, chained[0], chained[1], user_frame_from_stack(3), self._step))
 
     def on_exception(self, exc: BaseException) -> None:
         self._drop_mask_follow()
@@ -373,6 +379,10 @@ class SilentChecker(Checker):
             else:
                 whole = None
             plans += self._target_in_input_plans(ids, tgt)
+            if snap is not None:
+                padded = position_loss_plan(call.name, inp, call.option("reduction", "mean"),
+                                            call.option("weight") is not None, snap.record.calls)
+                plans += [padded] if padded is not None else []
             if call.name == "cross_entropy" and is_index_tensor(tgt) and self._warm():
                 # on a taped step (the line that made the pairs), else on the warm-up's last
                 rec = self.session.snapshot.record if self.session.snapshot is not None else None
@@ -647,6 +657,8 @@ class SilentChecker(Checker):
             self._queue([plan], frame=frame, op="div")
         for plan, frame in clamp_plans(ops, root, judged):
             self._queue([plan], frame=frame, op="clamp")
+        for plan, frame in padmean_plans(ops, root, judged):
+            self._queue([plan], frame=frame, op="mean")
 
     def _batch_twice(self, snap: Any, root: torch.Tensor) -> None:
         """A term of this loss divided by the batch size once too often (`_batchtwice`), one
