@@ -138,10 +138,10 @@ class DroppedOptimizer:
     def end(self) -> list[Finding]:
         out = []
         for d in self.dropped:
-            if d.opt is None or d.steps < MIN_STEPS or d.continued is None:
+            steps = max(d.steps, self.session.step - d.step)  # (the ledger samples steps after its first ones)
+            if d.opt is None or steps < MIN_STEPS or d.continued is None:
                 continue
             s = d.saved
-            steps = max(d.steps, self.session.step - d.step)
             differs = []
             if s["step"] is not None and s["step"] > max(d.states_at_first_step, 1):
                 differs.append(f"step count {s['step']} saved, {d.states_at_first_step or 1} at its first step")
