@@ -48,19 +48,21 @@ def saved_optimizer(obj: Any, depth: int = 0) -> tuple[str, Mapping[Any, Any]] |
     return None
 
 
+def _step_of(st: Any) -> int | None:
+    """A per-parameter state's step count (a number or a one-element tensor), if it has one."""
+    v = st.get("step") if isinstance(st, Mapping) else None
+    if isinstance(v, torch.Tensor) and v.numel() == 1:
+        v = v.item()
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def _summary(sd: Mapping[Any, Any]) -> dict[str, Any]:
     state, groups = sd["state"], sd["param_groups"]
-    steps = []
-    for s in list(state.values())[:64]:
-        v = s.get("step") if isinstance(s, Mapping) else None
-        if isinstance(v, torch.Tensor) and v.numel() == 1:
-            v = v.item()
-        if isinstance(v, (int, float)):
-            steps.append(int(v))
+    steps = [n for st in list(state.values())[:64] if (n := _step_of(st)) is not None]
     params = sum(len(g.get("params", [])) for g in groups if isinstance(g, Mapping))
-    lrs = [g.get("lr") for g in groups if isinstance(g, Mapping) and isinstance(g.get("lr"), (int, float))]
+    lrs = [float(g["lr"]) for g in groups if isinstance(g, Mapping) and isinstance(g.get("lr"), (int, float))]
     return {"states": len(state), "params": params, "step": max(steps) if steps else None,
-            "lr": float(lrs[0]) if lrs else None}
+            "lr": lrs[0] if lrs else None}
 
 
 @dataclasses.dataclass(eq=False)
@@ -129,9 +131,8 @@ class DroppedOptimizer:
                     d.kind = type(opt).__name__
                     lr = opt.param_groups[0].get("lr") if opt.param_groups else None
                     d.lr = float(lr) if isinstance(lr, (int, float)) else None
-                    steps = [s.get("step") for s in opt.state.values() if isinstance(s, Mapping)]
-                    d.states_at_first_step = max((int(s.item() if isinstance(s, torch.Tensor) else s)
-                                                  for s in steps if s is not None), default=0)
+                    d.states_at_first_step = max((n for st in list(opt.state.values())[:64]
+                                                  if (n := _step_of(st)) is not None), default=0)
             if d.opt is not None and d.opt() is opt:
                 d.steps += 1
 
