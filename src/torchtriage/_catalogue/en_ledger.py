@@ -80,6 +80,17 @@ MESSAGES = {
     "ledger.step_counter.next":
         "increment the counter once per group and step, before the loop over its parameters, and check that it "
         "equals the number of optimizer steps",
+    "ledger.optimizer_not_resumed":
+        "the run resumed from {file}, which it wrote itself, and loaded the model's weights, but the optimizer state "
+        "saved in it ({key}: {states} per-parameter states) never reached an optimizer: a fresh {opt} took {steps} "
+        "steps instead ({differs})",
+    "ledger.optimizer_not_resumed.cause":
+        "the resume restores the model and the epoch counter but never calls optimizer.load_state_dict (an "
+        "optimizer argument accepted and ignored, the optimizer rebuilt after the checkpoint was read), so the "
+        "learning rate, the schedule and the momentum / Adam moments restart from their initial values",
+    "ledger.optimizer_not_resumed.next":
+        "create the optimizer (and scheduler) before resuming and load the saved states into them: "
+        "optimizer.load_state_dict(checkpoint['optimizer'])",
     "ledger.optimizer_load_failed":
         "{opt}.load_state_dict() raised ({error}) and the run went on: the {held} optimizer states of the loaded "
         "dict never reached this optimizer ({n} parameters), which took {steps} steps from a fresh, empty state",

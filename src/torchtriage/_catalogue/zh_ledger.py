@@ -68,6 +68,14 @@ MESSAGES = {
         "且每个张量看到的步数各不相同",
     "ledger.step_counter.next":
         "每个参数组每步只在遍历其参数的循环之前递增一次计数器，并检查它等于优化器的步数",
+    "ledger.optimizer_not_resumed":
+        "运行从它自己写入的 {file} 恢复并加载了模型权重，但其中保存的优化器状态（{key}：{states} 个参数状态）从未进入任何优化器："
+        "一个全新的 {opt} 代替它走了 {steps} 步（{differs}）",
+    "ledger.optimizer_not_resumed.cause":
+        "恢复只还原了模型和轮次计数，却从未调用 optimizer.load_state_dict（接受了 optimizer 参数却忽略它，或在读取检查点之后"
+        "重新创建优化器），因此学习率、调度以及动量 / Adam 矩估计都从初始值重新开始",
+    "ledger.optimizer_not_resumed.next":
+        "在恢复之前创建优化器（和调度器），并把保存的状态加载进去：optimizer.load_state_dict(checkpoint['optimizer'])",
     "ledger.optimizer_load_failed":
         "{opt}.load_state_dict() 抛出异常（{error}）而运行继续进行：加载的字典中的 {held} 个优化器状态从未进入该优化器"
         "（{n} 个参数），它从一个全新的空状态走了 {steps} 步",

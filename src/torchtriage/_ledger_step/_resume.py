@@ -44,6 +44,7 @@ from ._ckptname import MIN_SAVES as MIN_NAMED
 from ._ckptname import NameWatch
 from ._failedload import FailedLoads
 from ._finaltest import FinalTest
+from ._optdropped import DroppedOptimizer
 
 COMPARED = 16  # parameters compared at a model load
 DEPTH = 3  # levels of a loaded object searched for state dicts
@@ -146,6 +147,7 @@ class CheckpointWatch:
         self.names = NameWatch()
         self.final = FinalTest(session)
         self.failed_loads = FailedLoads(session)
+        self.dropped = DroppedOptimizer(session)
 
     # ------------------------------------------------------------------ wrappers
     def install(self) -> None:
@@ -212,11 +214,13 @@ class CheckpointWatch:
             r.judged = True
             self._judge_resume(r, values, self.history.get(layout, []))
         hist = self.history.setdefault(layout, [])
+        self.dropped.saved(values, hist)
         if len(hist) < HISTORY:
             hist.append(values)
 
     def stepped(self, opt: torch.optim.Optimizer) -> None:
         self.failed_loads.stepped(opt)
+        self.dropped.stepped(opt)
         if self.pending and self.pending[-1].step != self.session.step:
             self.pending = []  # (a training step: the objects read before are not kept alive)
         if self.restored is not None and self.restored.step != self.session.step:
@@ -256,7 +260,7 @@ class CheckpointWatch:
                 if not matched or len(matched) * 2 < len(params):
                     continue
                 if any(id(v) in given for v in matched.values()):
-                    self._restored(ld)  # the checkpoint's own tensors are loaded
+                    self._restored(ld, user_frame_from_stack(3))  # the checkpoint's own tensors are loaded
                     return
                 names = list(matched)[:COMPARED]
                 unchanged = takes = differs = 0
@@ -269,18 +273,19 @@ class CheckpointWatch:
                     else:
                         differs += 1
                 if takes:
-                    self._restored(ld)
+                    self._restored(ld, user_frame_from_stack(3))
                     return
                 if unchanged == len(names) and differs == len(names):
                     self._unchanged(module, ld, key, len(matched), len(params), len(names))
                     return
 
-    def _restored(self, ld: Loaded) -> None:
+    def _restored(self, ld: Loaded, frame: UserFrame | None = None) -> None:
         # its weights reached a model: not judged again for another one
         self.pending = [p for p in self.pending if p is not ld]
         self.restored = ld
         if ld.written_here or ld.optimizer_restored:
             self.resumed = Resumed(ld.path, ld.frame, _scalars(ld.obj))
+            self.dropped.restored(ld, frame, self.resumed.scalars)
 
     # ------------------------------------------------------------------ judging
     def _unchanged(self, module: torch.nn.Module, ld: Loaded, key: str, held: int, total: int,
@@ -348,7 +353,7 @@ class CheckpointWatch:
                                         step=self.session.step))
 
     def end(self) -> list[Finding]:
-        out: list[Finding] = self._names() + self.final.end() + self.failed_loads.end()
+        out: list[Finding] = self._names() + self.final.end() + self.failed_loads.end() + self.dropped.end()
         for rs in self.restores:
             opt = rs.opt()
             if opt is None or self.session.step - rs.steps < MIN_STEPS:
