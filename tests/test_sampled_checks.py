@@ -236,11 +236,16 @@ def test_clip_grad_norm_in_the_wrong_place_from_a_late_step(where):
         loss.backward()
         opt.step()
         if clip and where == "after_step":
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # the line named (after step)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)  # the line named (after step)
 
     (f,) = _dynamics_loop(70, body).filter(code=f"dynamics.clip_{where}")
     line = body.__code__.co_firstlineno + (5 if where == "before_backward" else 9)
     assert (f.step, f.severity, f.op, f.file, f.line) == (65, Severity.WARNING, "clip_grad_norm_", __file__, line)
+    if where == "after_step":  # judged by the norms the misplaced clip returned: above max_norm, it would have cut
+        ev = f.evidence
+        assert ev["max_norm"] == 0.01 and ev["steps_norm_above_max_norm"] == ev["steps_with_norm_read"] >= 2
+        assert "would have scaled them down" in ev["harm"]
+        return
     assert _evidence(f) == {"max_norm": 1.0, "backward_calls_after_clip": 1, "steps_seen_like_this": 2, **_harm(f)}
     assert f.evidence["run_kept_learning"] is False
 
