@@ -56,3 +56,17 @@ def running_loop(f: types.FrameType) -> tuple[ast.Module, ast.AST, ast.For | ast
     loop = next((n for n in ast.walk(scope) if isinstance(n, (ast.For, ast.AsyncFor))
                  and n.lineno <= line <= (n.iter.end_lineno or n.lineno)), None)
     return None if loop is None else (tree, scope, loop)
+
+
+def own_nodes(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of a function (or module) body, without those of the functions, classes and
+    lambdas it defines."""
+    out: list[ast.AST] = []
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        out.append(n)
+        todo.extend(ast.iter_child_nodes(n))
+    return out

@@ -38,10 +38,9 @@ import torch
 
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, is_user_file, released_locals
-from .._source import parsed
+from .._source import own_nodes, parsed
 from ._common import finding
 from ._groups import scope_of
-from ._stepcalls import own_nodes
 
 NAME_ITERS = ("named_modules", "named_children")
 MAX_FRAMES = 8

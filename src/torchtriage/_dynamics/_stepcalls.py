@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import types
 
-from .._source import parsed
+from .._source import own_nodes, parsed
 from ._groups import scope_of
 
 MAX_FRAMES = 4
@@ -65,19 +65,6 @@ def assigned_names(frames: list[types.FrameType]) -> set[str]:
                     names.add(n.arg)
         return names
     return names
-
-
-def own_nodes(scope: ast.AST) -> list[ast.AST]:
-    """The nodes of a function (or module) body, without the functions and classes it defines."""
-    out: list[ast.AST] = []
-    todo = list(ast.iter_child_nodes(scope))
-    while todo:
-        n = todo.pop()
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        out.append(n)
-        todo.extend(ast.iter_child_nodes(n))
-    return out
 
 
 def step_called(codes: set[types.CodeType], names: set[str]) -> bool:

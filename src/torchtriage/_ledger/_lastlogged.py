@@ -28,7 +28,7 @@ import torch
 
 from .._finding import from_catalogue
 from .._frames import user_frame_of
-from .._source import running_loop
+from .._source import own_nodes, running_loop
 from ._units import _base
 
 OFF = 0.05
@@ -71,22 +71,9 @@ def _sums(loop: ast.For | ast.AsyncFor) -> dict[str, tuple[str, ast.AugAssign]]:
     return out
 
 
-def _own(scope: ast.AST) -> list[ast.AST]:
-    """The nodes of `scope` outside the functions and classes defined in it."""
-    out: list[ast.AST] = []
-    todo = list(ast.iter_child_nodes(scope))
-    while todo:
-        n = todo.pop()
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        out.append(n)
-        todo.extend(ast.iter_child_nodes(n))
-    return out
-
-
 def _zeroed_before(scope: ast.AST, name: str, line: int) -> bool:
     """`name = 0` (or `a, name = 0.0, 0.0`) before `line`."""
-    for n in _own(scope):
+    for n in own_nodes(scope):
         if not isinstance(n, ast.Assign) or n.lineno >= line:
             continue
         for t in n.targets:
@@ -122,7 +109,8 @@ def last_logged_findings(f: types.FrameType, batches: int, step: int | None) -> 
     if not sums:
         return []
     end = loop.end_lineno or loop.lineno
-    after = sorted((n for n in _own(scope) if getattr(n, "lineno", 0) > end), key=lambda n: getattr(n, "lineno", 0))
+    after = sorted((n for n in own_nodes(scope) if getattr(n, "lineno", 0) > end),
+                   key=lambda n: getattr(n, "lineno", 0))
     read_after = {n.id for n in after if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     out = []
     for per_batch, (total, stmt) in sums.items():

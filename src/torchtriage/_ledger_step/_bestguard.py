@@ -25,7 +25,7 @@ import types
 from typing import Any
 
 from .._frames import is_user_file
-from .._source import parsed
+from .._source import own_nodes, parsed
 
 _ORDER = (ast.Lt, ast.Gt, ast.LtE, ast.GtE)
 _EXITS = (ast.Return, ast.Continue, ast.Break)
@@ -75,19 +75,6 @@ def _scope(frame: types.FrameType) -> ast.AST | None:
     return best
 
 
-def _own_nodes(scope: ast.AST) -> list[ast.AST]:
-    """The scope's nodes, not those of functions or classes defined inside it."""
-    out: list[ast.AST] = []
-    todo = list(ast.iter_child_nodes(scope))
-    while todo:
-        n = todo.pop()
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        out.append(n)
-        todo.extend(ast.iter_child_nodes(n))
-    return out
-
-
 def _name(node: ast.AST) -> str | None:
     if isinstance(node, ast.Name):
         return node.id
@@ -130,7 +117,7 @@ def _guard(frame: types.FrameType) -> Guard | None:
     if scope is None:
         return None
     line = frame.f_lineno
-    nodes = _own_nodes(scope)
+    nodes = own_nodes(scope)
     guards: list[ast.If] = []
     for n in nodes:
         if not isinstance(n, ast.If):
@@ -174,7 +161,7 @@ def _sources(frame: types.FrameType, g: Guard) -> tuple[tuple[str, str, int], ..
     if scope is None:
         return ()
     out = []
-    for n in _own_nodes(scope):
+    for n in own_nodes(scope):
         if not (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.value, ast.Call)):
             continue
         target = _name(n.targets[0])
@@ -226,6 +213,6 @@ def _return_line(code: types.CodeType) -> int:
     for n in ast.walk(tree):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == code.co_name \
                 and (n.decorator_list[0].lineno if n.decorator_list else n.lineno) == code.co_firstlineno:
-            rets = [r for r in _own_nodes(n) if isinstance(r, ast.Return) and r.value is not None]
+            rets = [r for r in own_nodes(n) if isinstance(r, ast.Return) and r.value is not None]
             return max(r.lineno for r in rets) if rets else n.lineno
     return code.co_firstlineno
