@@ -12,6 +12,8 @@ import textwrap
 from pathlib import Path
 from typing import Callable
 
+import torch
+
 import torchtriage
 
 
@@ -46,4 +48,15 @@ def run_watched(make, *args):
         train()
     return s.report
 
+
+def run_silent(model, loop, code: str, discover: bool = False):
+    """Run `loop(model, opt)` (Adam at 1e-3) under the silent checks, watching `model` and its
+    optimizer (or discovering them); the report's findings with id `code`."""
+    from torchtriage._session import Session
+
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    kw = dict(on_anomaly="record", report=False, checks=["silent"])
+    with (Session(discover=True, **kw) if discover else Session(model, opt, **kw)) as s:
+        loop(model, opt)
+    return s.report.filter(code=code)
 

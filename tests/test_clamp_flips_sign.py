@@ -7,19 +7,14 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from _lines import line_in
+from _lines import line_in, run_silent
 from torchtriage import Category, Severity
-from torchtriage._session import Session
 
 _line = line_in
 
 
 def _run(model, loop, discover=False):
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    kw = dict(on_anomaly="record", report=False, checks=["silent"])
-    with (Session(discover=True, **kw) if discover else Session(model, opt, **kw)) as s:
-        loop(model, opt)
-    return s.report.filter(code="silent.clamp_flips_sign")
+    return run_silent(model, loop, "silent.clamp_flips_sign", discover)
 
 
 # ------------------------------------------- 1. flow-matching distillation, a plain loop
