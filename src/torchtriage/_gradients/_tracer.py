@@ -128,11 +128,12 @@ class CutTracer(TorchFunctionMode):
         __tracebackhide__ = True
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if self.pending is not None:
+        if self.pending is not None and _tensors(args, kwargs):  # (`no_grad()`'s switch reads none)
             alias, rec, src = self.pending
             self.pending = None
             try:
-                if not (args and args[0] is alias and _in_place(getattr(func, "__name__", ""))):
+                written = args[0] if args else next(iter(kwargs.values()), None)  # (`init.zeros_(tensor=...)`)
+                if not (written is alias and _in_place(getattr(func, "__name__", ""))):
                     self._send(rec, src)
             except Exception as e:  # our bookkeeping must never break the user's op
                 self.failed = e
