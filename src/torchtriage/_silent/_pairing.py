@@ -258,7 +258,8 @@ def misaligned_plan(x: torch.Tensor, tgt: torch.Tensor) -> Plan | None:
         s_gain, s_fit, s_second = scan
         shifted = (s_gain >= _GAP) & (s_fit >= _FIT)
         ns = shifted.sum()
-        values += [ns.float(), torch.full((), float(s_gain.numel()), device=ns.device), (s_gain * shifted).sum() / ns.clamp(min=1),
+        values += [ns.float(), torch.full((), float(s_gain.numel()), device=ns.device),
+                   (s_gain * shifted).sum() / ns.clamp(min=1),
                    (s_fit * shifted).sum() / ns.clamp(min=1),
                    (s_second.clamp(min=0) / s_gain.clamp(min=1e-6) * shifted).sum() / ns.clamp(min=1)]
 
