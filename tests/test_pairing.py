@@ -62,8 +62,23 @@ def test_every_image_upside_down_is_found_by_the_orientation_all_samples_agree_o
     assert ev["samples_with_one_orientation"] >= 0.75 * ev["samples_misaligned"]
 
 
+@pytest.mark.parametrize("make", [z.crop_per_key, z.translate_apart])
+def test_a_random_crop_drawn_apart_for_image_and_target_is_found(make):
+    """One draw per key (rising's RandomCrop before its fix): every sample's target is displaced
+    by its own offset, no one transform for all; one shift per sample restores it."""
+    report = _run(make, True)
+    found = report.filter(code=CODE)
+    assert len(found) == 1, [(f.code, f.line) for f in report.findings]
+    f = found[0]
+    assert f.severity is Severity.WARNING and "shift" in f.evidence["most_common_transform"]
+    if make is z.crop_per_key:  # (offsets up to half the side: no shift of the list fits them)
+        ev = f.evidence
+        assert "random crop" in f.message and f.line == _line("# the per-key crop loss line")
+        assert ev["second_peak_share"] <= 0.5 and ev["samples_misaligned"] >= 0.5 * ev["samples_measured"]
+
+
 @pytest.mark.parametrize("make", [z.hflip_image_only, z.rotate_image_only, z.crop_image_only,
-                                  z.upside_down_images])
+                                  z.upside_down_images, z.crop_per_key, z.translate_apart])
 def test_the_transform_applied_to_both_is_quiet(make):
     report = _run(make, False)
     assert not report.filter(code=CODE), [(f.code, f.evidence) for f in report.filter(code=CODE)]

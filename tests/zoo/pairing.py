@@ -392,3 +392,72 @@ def critic_then_reconstruction(steps: int = 4):
             opt.step()
 
     return model, opt, train
+
+
+# ------------------------------- a random crop drawn once per key of a dict (image and mask apart)
+class RandomCropKeys:
+    """A dict transform: crops `size` out of every key's tensor at a random corner."""
+
+    def __init__(self, size: int, keys: tuple[str, ...], g: torch.Generator, shared: bool) -> None:
+        self.size, self.keys, self.g, self.shared = size, keys, g, shared
+
+    def corner(self, side: int) -> tuple[int, int]:
+        y0, x0 = (int(v) for v in torch.randint(0, side - self.size + 1, (2,), generator=self.g))
+        return y0, x0
+
+    def __call__(self, **data: torch.Tensor) -> dict[str, torch.Tensor]:
+        at = self.corner(data[self.keys[0]].shape[-1])
+        for key in self.keys:
+            y0, x0 = at if self.shared else self.corner(data[key].shape[-1])  # one draw per key
+            data[key] = data[key][..., y0:y0 + self.size, x0:x0 + self.size]
+        return data
+
+
+def crop_per_key(bug: bool, steps: int = 4):
+    g = torch.Generator().manual_seed(3)
+    images, masks = scenes(64, g, size=48)
+    model = SegNet()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    crop = RandomCropKeys(32, ("image", "mask"), g, shared=not bug)
+
+    def train():
+        for step in range(steps):
+            idx = torch.randperm(64, generator=g)[:16]
+            batch = [crop(image=images[i], mask=masks[i]) for i in idx]
+            x = torch.stack([b["image"] for b in batch])
+            y = torch.stack([b["mask"] for b in batch])
+            loss = F.cross_entropy(model(x), y)  # the per-key crop loss line
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return model, opt, train
+
+
+# ------------------------- a random translation of image and depth map, each with its own offsets
+def translate_apart(bug: bool, steps: int = 4):
+    g = torch.Generator().manual_seed(4)
+    images, depths = depth_scenes(48, g)
+    model = DepthNet()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    pad = 10
+
+    def offsets(n):
+        return torch.randint(0, 2 * pad + 1, (n, 2), generator=g)
+
+    def translate(t, off):
+        tp = F.pad(t, (pad, pad, pad, pad), mode="replicate")
+        return torch.stack([tp[i, :, dy:dy + t.shape[2], dx:dx + t.shape[3]] for i, (dy, dx) in enumerate(off.tolist())])
+
+    def train():
+        for step in range(steps):
+            idx = torch.randperm(48, generator=g)[:16]
+            off = offsets(16)
+            x = translate(images[idx], off)
+            y = translate(depths[idx], offsets(16) if bug else off)
+            loss = F.l1_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    return model, opt, train

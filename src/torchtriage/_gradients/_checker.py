@@ -36,7 +36,7 @@ from ._harm import JUDGED, judge
 from ._idle import IdleOptimizers
 from ._loss import explain_loss_without_grad
 from ._pathcut import grad_lost_at
-from ._static import frozen_findings, registration_findings
+from ._static import frozen_findings, hidden_trainable, registration_findings
 from ._tracer import CutRecord, CutTracer, module_being_called, pop, push
 from ._zero_later import ZeroLater
 
@@ -87,6 +87,9 @@ class GradientChecker(Checker):
         self._idle = IdleOptimizers()  # optimizers that never step while their parameters get grads
         self._held_idle: dict[int, Finding] = {}
         self._held_harm: list[Finding] = []  # no-gradient warnings judged by the loss at the end
+        # unregistered tensors / modules: reported at the end unless some optimizer holds them or
+        # they were updated in place (a tensor kept outside parameters() but trained on purpose)
+        self._held_hidden: list[tuple[Finding, list[tuple[Any, int]]]] = []
         self._versions: dict[int, list[tuple[Any, int]]] = {}  # id(finding) -> its parameters' versions
         self._zero_later = ZeroLater()  # gradient.zero, judged over the whole run
         self._loss_cuts: set[tuple[str | None, int | None]] = set()  # lines a loss_no_grad_fn named
@@ -160,8 +163,13 @@ class GradientChecker(Checker):
         # A watched model frozen as a whole is a teacher, an EMA copy or a reference net: not
         # worth an info (had it been meant to train, the loss without grad_fn says so loudly).
         frozen = [f for f in frozen_findings(model) if f.module != ""]
+        hidden = hidden_trainable(model)
         for f in registration_findings(model) + frozen:
-            self._add(f)
+            tensors = hidden.get(f.parameter or "") if f.code in _HIDDEN else None
+            if tensors:  # judged at the end: an optimizer built later may hold them (a NAS architecture)
+                self._held_hidden.append((f, [(weakref.ref(t), t._version) for t in tensors]))
+            else:
+                self._add(f)
         if self.analysis is not None and self.active:
             add_model(self.analysis, model, label)
 
@@ -363,6 +371,8 @@ class GradientChecker(Checker):
         held = [*(judge(f, losses) for f in unmoved),
                 *self._held_lr.values(), *self._held_idle.values(),
                 *(judge(f, losses) for f in self._zero_later.release())]
+        held += [f for f, tensors in self._held_hidden if not self._trained(tensors)]
+        self._held_hidden = []
         self._held_unused, self._held_lr, self._held_idle, self._held_harm = {}, {}, {}, []
         for f in sorted(held, key=lambda f: f.step if f.step is not None else -1):
             self._add(f)
@@ -438,6 +448,14 @@ class GradientChecker(Checker):
             else:
                 self._add(f)
 
+    def _trained(self, tensors: list[tuple[Any, int]]) -> bool:
+        """Every one of these tensors is trained after all: an optimizer of the session holds it,
+        or something updated it in place (its version moved)."""
+        held = {id(p) for o in (self.session.optimizers if self.session else [])
+                for g in o.param_groups for p in g["params"]}
+        alive = [(t, version) for ref, version in tensors if (t := ref()) is not None]
+        return bool(alive) and all(id(t) in held or t._version != version for t, version in alive)
+
     def _moved(self, f: Finding) -> bool:
         """Some parameter of `f` was updated after the window (an optimizer skips one whose grad
         is None): it got its gradient after all."""
@@ -460,6 +478,7 @@ class GradientChecker(Checker):
 
 # Verdicts about gradients that did not arrive in the window, judged over the whole run.
 _JUDGED_LATER = ("gradient.zero", "gradient.cut_no_grad")
+_HIDDEN = ("gradient.unregistered_tensor", "gradient.unregistered_modules")
 
 
 def _scheduled(optimizers: list[torch.optim.Optimizer], evidence: Any) -> bool:

@@ -79,6 +79,29 @@ def registration_findings(model: nn.Module) -> list[Finding]:
     return out
 
 
+def hidden_trainable(model: nn.Module) -> dict[str, list[torch.Tensor]]:
+    """The trainable tensors behind each `registration_findings` entry, by its `parameter` path: a
+    plain tensor attribute, or the tensors (and hidden modules' parameters) of a Python container."""
+    registered = {id(p) for p in model.parameters()}
+    registered_modules = {id(m) for m in model.modules()}
+    out: dict[str, list[torch.Tensor]] = {}
+    for mname, mod in model.named_modules():
+        for attr, value in vars(mod).items():
+            if attr in ("_parameters", "_buffers", "_modules"):
+                continue
+            items = [value] if isinstance(value, torch.Tensor) else [v for _, v in _items(value)]
+            found: list[torch.Tensor] = []
+            for item in items:
+                if isinstance(item, nn.Module) and id(item) not in registered_modules:
+                    found += [p for p in item.parameters() if p.requires_grad and id(p) not in registered]
+                elif isinstance(item, torch.Tensor) and item.requires_grad and item.is_leaf \
+                        and id(item) not in registered:
+                    found.append(item)
+            if found:
+                out[f"{mname}.{attr}" if mname else attr] = found
+    return out
+
+
 def unregistered_leaf_ids(model: nn.Module) -> set[int]:
     """Ids of the trainable tensors that `registration_findings` reports (attributes, containers)."""
     registered = {id(p) for p in model.parameters()}

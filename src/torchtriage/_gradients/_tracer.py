@@ -5,7 +5,10 @@ property reads included) and passes it through unchanged: it only looks at the r
 records the calls that cut a path to the loss, with the user's line and the leaves (usually
 parameters) whose gradient path ends there:
 
-    detach        `t.detach()` / `t.detach_()` / `t.data` on a tensor that requires grad
+    detach        `t.detach()` / `t.detach_()` / `t.data` on a tensor that requires grad (a leaf's
+                  `.data` only when the next op reads it: `p.data.zero_()`, `init.normal_(p.data)`,
+                  `p.data[mask] = 0` write the parameter's values, an init or a hand update, and
+                  cut no path to any loss)
     to_python     `.item()`, `.tolist()`, `.numpy()`, `float(t)`, `int(t)` on such a tensor, and
                   `torch.tensor([...])` of tensors requiring grad (it copies their values)
     no_grad       an op run under `torch.no_grad()` / `inference_mode` with an input requiring grad
@@ -40,6 +43,12 @@ _DATA_DESCRIPTOR = torch._C.TensorBase.data
 _DETACH = {"detach", "detach_"}
 _TO_PYTHON = {"item", "tolist", "numpy", "__float__", "__int__"}
 _REBUILD = {"tensor", "as_tensor", "from_numpy", "asarray", "new_tensor"}
+_IN_PLACE_DUNDER = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ipow__"}
+
+
+def _in_place(name: str) -> bool:
+    """An op that writes its first argument (`zero_`, `normal_`, `copy_`, `init.zeros_`, `t[i] = v`)."""
+    return (name.endswith("_") and not name.endswith("__")) or name in _IN_PLACE_DUNDER
 MAX_RECORDS_PER_STEP = 256
 MAX_WALKS_PER_KEY = 8
 
@@ -106,6 +115,9 @@ class CutTracer(TorchFunctionMode):
         self.failed: BaseException | None = None
         # ids of leaves whose `.grad` the user's code read: a gradient read on purpose (issue 11)
         self.grad_reads: set[int] = set()
+        # a leaf's `.data` read, held until the next op says whether it reads the alias (a cut) or
+        # writes it in place (an init / hand update): (the alias, its record, its source)
+        self.pending: tuple[torch.Tensor, CutRecord, Any] | None = None
 
     def new_step(self) -> None:
         self.seen.clear()
@@ -116,6 +128,15 @@ class CutTracer(TorchFunctionMode):
         __tracebackhide__ = True
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if self.pending is not None and _tensors(args, kwargs):  # (`no_grad()`'s switch reads none)
+            alias, rec, src = self.pending
+            self.pending = None
+            try:
+                written = args[0] if args else next(iter(kwargs.values()), None)  # (`init.zeros_(tensor=...)`)
+                if not (written is alias and _in_place(getattr(func, "__name__", ""))):
+                    self._send(rec, src)
+            except Exception as e:  # our bookkeeping must never break the user's op
+                self.failed = e
         if getattr(func, "__self__", None) is _GRAD_DESCRIPTOR and self.failed is None:
             self._grad_read(args)  # (at any stage: a `.grad` read after optimizer.step() counts)
         if self.enabled and self.failed is None and self.records < MAX_RECORDS_PER_STEP:
@@ -145,7 +166,8 @@ class CutTracer(TorchFunctionMode):
                     and not first.retains_grad:
                 self._record("nonleaf_grad", "Tensor.grad", None, shape=tuple(first.shape))
             elif owner is _DATA_DESCRIPTOR and first is not None and first.requires_grad:
-                self._record("detach", "Tensor.data", first)
+                held = out if isinstance(out, torch.Tensor) and first.grad_fn is None else None
+                self._record("detach", "Tensor.data", first, hold=held)
             return
         if name in _DETACH and first is not None and first.requires_grad:
             self._record("detach", f"Tensor.{name}", first)
@@ -179,12 +201,18 @@ class CutTracer(TorchFunctionMode):
                 self._record(kind, name or str(func), srcs)
 
     def _record(self, kind: str, op: str, src: Any, *, shape: tuple[int, ...] | None = None,
-                produced: torch.Tensor | None = None) -> None:
+                produced: torch.Tensor | None = None, hold: torch.Tensor | None = None) -> None:
         if _called_by_torchtriage(4):  # (this, _observe, __torch_function__, the op's caller)
             return
         step, module = self.context()
         frame = user_frame_from_stack(3)
         rec = CutRecord(kind, op, module, frame, step, shape=shape)
+        if hold is not None:
+            self.pending = (hold, rec, src)  # sent (or not) when the next op is seen
+            return
+        self._send(rec, src, produced)
+
+    def _send(self, rec: CutRecord, src: Any, produced: torch.Tensor | None = None) -> None:
         old = self.seen.get(rec.key) if produced is None else None
         if old is not None:
             # The same line again this step (a loop): add its leaves to the record already sent.

@@ -112,9 +112,9 @@ class LedgerChecker(Checker):
         self.checkpoints.install()
         self.best_saves = BestSaves(session, self.checkpoints)
         self.best_saves.install()
-        snapshots = Snapshots(session)
-        snapshots.install()
         self.origins = Origins(session)
+        snapshots = Snapshots(session, self.origins.taken)
+        snapshots.install()
         LoadWatch(session, snapshots, self.origins, self.checkpoints).install()
 
     def on_optimizer(self, optimizer: torch.optim.Optimizer) -> None:

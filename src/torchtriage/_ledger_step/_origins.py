@@ -18,6 +18,15 @@ A finding when the loaded weights moved off the initialization (not an exact res
 k-fold loop does) by less than `SHARE` of what training moved the model, after at least
 `MIN_STEPS` optimizer steps: the load puts a model at mostly-initial weights. The share itself
 is the harm, measured on this run's tensors. One read per load (not a hot path).
+
+Unless the loaded weights are the trained model's own weights at an earlier step: a best
+checkpoint chosen by early stopping (`best = copy.deepcopy(model.state_dict())` at the best
+epoch, `torch.save(model.state_dict(), ...)`) may be an early one, and is then close to the
+initialization for a good reason: the validation score chose it. Every outermost `state_dict()`
+of a model holding noted parameters records, at most once a step, each noted tensor's distance
+from its initialization (a small device vector, no read); a load whose distances are those of
+one such record, tensor for tensor, restores a point of the training trajectory, not a copy that
+lagged behind it (an EMA's weights are no point of it).
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ from .._frames import user_frame_from_stack
 SLICE = 1024
 TENSORS = 64
 KEEP = 8  # optimizers whose initial slices are kept
+TRAIL = 256  # the model's own state_dict() records kept (the latest)
+MATCH = 1e-4  # relative: a record's distance and the loaded one's agree this closely
 SHARE = 0.25  # loaded weights that moved less than this share of the trained ones are mostly init
 MIN_STEPS = 20
 TINY = 1e-6  # relative: an exact reset (or a copy of the init) moved nothing
@@ -58,6 +69,27 @@ class Origins:
         self.session = session
         self.by_opt: list[tuple[weakref.ref[torch.optim.Optimizer], dict[int, _Origin], int]] = []
         self.reported = False
+        # (id(param) -> position, distances from the initialization) at the model's state_dict() calls
+        self.trail: list[tuple[dict[int, int], torch.Tensor]] = []
+        self.last_taken: dict[int, int] = {}  # id(module) -> the step of its latest record
+
+    def _origins(self) -> dict[int, _Origin]:
+        return {k: o for _, noted, _ in self.by_opt for k, o in noted.items()}
+
+    def taken(self, module: torch.nn.Module) -> None:
+        """`module.state_dict()` was called: record its noted parameters' distances from their
+        initialization (once a step), a point of the trajectory a later load may restore."""
+        if not self.by_opt or self.reported or self.last_taken.get(id(module)) == self.session.step:
+            return
+        origins = self._origins()
+        params = [(p, o) for p in module.parameters() if (o := origins.get(id(p))) is not None][:TENSORS]
+        if not params:
+            return
+        self.last_taken[id(module)] = self.session.step
+        with torch.no_grad():
+            dist = torch.stack([(_slice(p) - o.init).abs().sum() for p, o in params])
+        self.trail.append(({id(p): i for i, (p, _) in enumerate(params)}, dist))
+        self.trail = self.trail[-TRAIL:]
 
     def built(self, opt: torch.optim.Optimizer) -> None:
         noted: dict[int, _Origin] = {}
@@ -85,6 +117,22 @@ class Origins:
                     out.setdefault(name, []).append((p, hit[0], hit[1]))
         return out
 
+    def _restores_a_point(self, params: list[torch.Tensor], moved: list[float]) -> bool:
+        """Do the loaded tensors' distances from the initialization equal one record of the trail?"""
+        usable = [(index, dist) for index, dist in self.trail if all(id(p) in index for p in params)]
+        if not usable:
+            return False
+        with torch.no_grad():
+            values = torch.cat([d.to(usable[0][1].device) for _, d in usable]).tolist()
+        at = 0
+        for index, dist in usable:
+            record = values[at:at + dist.numel()]
+            at += dist.numel()
+            if all(abs(m - record[index[id(p)]]) <= MATCH * max(abs(record[index[id(p)]]), 1e-12)
+                   for p, m in zip(params, moved)):
+                return True
+        return False
+
     def judge(self, module: torch.nn.Module, state_dict: Mapping[str, Any]) -> Finding | None:
         if self.reported or not self.by_opt:
             return None
@@ -101,15 +149,18 @@ class Origins:
         if not pairs:
             return None
         with torch.no_grad():
-            sums = torch.stack([torch.stack([(_slice(v).to(o.init.device, o.init.dtype) - o.init).abs().sum(),
+            rows = torch.stack([torch.stack([(_slice(v).to(o.init.device, o.init.dtype) - o.init).abs().sum(),
                                              (_slice(p) - o.init).abs().sum(), o.init.abs().sum()])
-                                for _, v, p, o in pairs]).sum(0).tolist()
-        moved, trained, size = sums
+                                for _, v, p, o in pairs])
+        per_pair = rows.tolist()
+        moved, trained, size = (sum(r[i] for r in per_pair) for i in range(3))
         if trained <= TINY * max(size, 1.0) or moved <= TINY * max(size, 1.0):
             return None  # training moved nothing, or the load is the initialization itself (a reset)
         share = moved / trained
         if share >= SHARE:
             return None
+        if self._restores_a_point([p for _, _, p, _ in pairs], [r[0] for r in per_pair]):
+            return None  # the model's own weights at an earlier step: a best checkpoint, early stopping
         self.reported = True
         frame = user_frame_from_stack(3)
         model = type(module).__name__

@@ -20,7 +20,7 @@ tensors, at most `KEEP` of them); one pass over the keys per load. Not a hot pat
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -51,8 +51,9 @@ def aliased(module: torch.nn.Module, state_dict: Mapping[str, Any]) -> tuple[int
 class Snapshots:
     """The `state_dict()` results of the session, by id: step, line, version sum when taken."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, on_taken: Callable[[torch.nn.Module], None] | None = None) -> None:
         self.session = session
+        self.on_taken = on_taken  # told of every outermost state_dict() (`_origins.Origins.taken`)
         self.depth = 0
         self.taken: collections.OrderedDict[int, tuple[int, int, UserFrame | None]] = collections.OrderedDict()
         self.reported: set[tuple[str | None, int | None]] = set()
@@ -71,6 +72,8 @@ class Snapshots:
             if watch.depth == 0 and not watch.session.busy:
                 try:
                     watch.note(result)
+                    if watch.on_taken is not None:
+                        watch.on_taken(self)
                 except Exception as e:  # our bug: the user's state dict is returned regardless
                     watch.session.internal_error("step_ledger.state_dict", e)
             return result

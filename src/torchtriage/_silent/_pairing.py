@@ -17,6 +17,16 @@ measurement that mixes shifted copies of the scene, a lensless camera's, is expl
 better by one transform or another, never well).
 Each comparison restricts the given target to the pixels the moved one covers. All on the data's
 device, no sync but the label count (warm-up only); the numbers ride the step's one read.
+
+A random crop or shift drawn separately for the input and its target (one draw per key) moves
+each sample's target by its own offset: no transform of the list is shared by the samples. Every
+integer shift is therefore also tried, per sample, on a grid of at most `_SCAN_SIDE` a side (the
+R² of the target at every shift at once, from cross-correlations by FFT). A sample whose target
+one shift restores shows one sharp peak: shifts away from it (more than `_PEAK` pixels) gain at
+most half as much. A measurement that mixes shifted copies of the scene (a lensless camera's) is
+explained by several shifts nearly equally (the second peak near 0.9 of the first), and so is no
+one displaced copy. A finding when most samples (`_MOST`) have such a single-peaked shift that
+gains `_GAP` and fits `_FIT`, their second peaks at most `_SECOND` of the first on average.
 """
 
 from __future__ import annotations
@@ -54,6 +64,12 @@ _RESTORED = 0.5
 _ALIGNED = 0.6
 _MIN_ALIGNED = 2
 _AGREE = 0.75
+
+_SCAN_SIDE = 32  # the per-sample shift scan's grid side (inputs subsampled to it)
+_SCAN_SAMPLES = 16
+_PEAK = 3  # pixels (of the scan grid) around the best shift that belong to its peak
+_SECOND = 0.5  # the best gain elsewhere, as a share of the peak's: one displaced copy, not a mixture
+_MOST = 0.5  # share of the samples so displaced (independent draws rarely agree on the offset)
 
 # the transforms tried: (name, horizontal flip, vertical flip, degrees, shift x, shift y) (shifts
 # in normalized coordinates, 0.25 = an eighth of the side)
@@ -144,6 +160,58 @@ def _grid(n: int, hw: tuple[int, int], t: tuple[str, bool, bool, float, float, f
     return F.affine_grid(theta[None].expand(n, 2, 3), [n, 1, *hw], align_corners=False)
 
 
+def _corr(a: torch.Tensor, b: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """sum_p a(p) b(p - s) for every shift s (index s modulo `size`), over the broadcast dims."""
+    return torch.fft.irfft2(torch.fft.rfft2(a, s=size) * torch.fft.rfft2(b, s=size).conj(), s=size)
+
+
+def shift_scan(x: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """Per sample (the first `_SCAN_SAMPLES`): the best gain in R² of the target moved by an
+    integer shift over the given one (on the moved target's cover, at least `_COVER` of the
+    pixels), the moved target's R² there, and the best gain at shifts more than `_PEAK` pixels
+    away from that one."""
+    h, w = x.shape[-2:]
+    step = max(1, math.ceil(max(h, w) / _SCAN_SIDE))
+    m = _regions(tgt[:_SCAN_SAMPLES], step)
+    if m is None:
+        return None
+    xs = x.detach()[:_SCAN_SAMPLES].float()
+    if xs.dim() == 3:
+        xs = xs[:, None]
+    xs = xs[:, :, ::step, ::step]
+    hh, ww = xs.shape[-2:]
+    xs = xs - xs.mean((2, 3), keepdim=True)
+    xs = xs / xs.flatten(1).std(1).clamp(min=1e-12)[:, None, None, None]
+    size = (2 * hh, 2 * ww)
+    ones = torch.ones(1, 1, hh, ww, device=xs.device)
+    moved = _corr(xs[:, None], m[:, :, None], size)  # (N, K, C, ...): region k moved by s, against x
+    n_moved = _corr(ones[:, None], m[:, :, None], size)[:, :, 0].round()  # its pixels still inside
+    kept = _corr(m[:, :, None] * xs[:, None], ones[:, None], size)  # region k in place, on the cover
+    n_kept = _corr(m, ones, size).round()
+    q = _corr((xs * xs).sum(1, keepdim=True), ones, size)[:, 0]
+    mu = _corr(xs, ones, size)
+    cover = _corr(ones, ones, size)[0, 0].round()
+    mean2 = (mu * mu).sum(1) / cover.clamp(min=1)
+    total = (q - mean2).clamp(min=1e-9)
+    r2 = (torch.where(n_moved > 0, (moved * moved).sum(2) / n_moved.clamp(min=1), 0).sum(1) - mean2) / total
+    r2_given = (torch.where(n_kept > 0, (kept * kept).sum(2) / n_kept.clamp(min=1), 0).sum(1) - mean2) / total
+    # (a cover the input is flat on, a masked autoencoder's blanked patches, has no variance to explain)
+    usable = (cover >= _COVER * hh * ww) & (total >= 0.1 * cover)
+    usable[0, 0] = False  # the identity
+    gain = torch.where(usable, r2 - r2_given, torch.full_like(r2, -1.0))
+    best, at = gain.flatten(1).max(1)
+    fit = r2.flatten(1).gather(1, at[:, None])[:, 0]
+    dy = torch.arange(size[0], device=xs.device)
+    dy = torch.where(dy >= hh, dy - size[0], dy)
+    dx = torch.arange(size[1], device=xs.device)
+    dx = torch.where(dx >= ww, dx - size[1], dx)
+    by, bx = dy[at // size[1]], dx[at % size[1]]
+    far = ((dy[None, :, None] - by[:, None, None]).abs() > _PEAK) \
+        | ((dx[None, None, :] - bx[:, None, None]).abs() > _PEAK)
+    second = torch.where(far, gain, torch.full_like(gain, -1.0)).flatten(1).max(1).values
+    return best, fit, second
+
+
 def misaligned_plan(x: torch.Tensor, tgt: torch.Tensor) -> Plan | None:
     """Do many samples' targets explain their inputs better once flipped, rotated or shifted?"""
     h, w = x.shape[-2:]
@@ -185,15 +253,24 @@ def misaligned_plan(x: torch.Tensor, tgt: torch.Tensor) -> Plan | None:
               (best_gap * flagged).sum() / nf.clamp(min=1), (r2_id * flagged).sum() / nf.clamp(min=1),
               (best_fit * flagged).sum() / nf.clamp(min=1), r2_id.mean(), by_orientation.max().float(),
               aligned.float()]
+    scan = shift_scan(x, tgt)
+    if scan is not None:
+        s_gain, s_fit, s_second = scan
+        shifted = (s_gain >= _GAP) & (s_fit >= _FIT)
+        ns = shifted.sum()
+        values += [ns.float(), torch.full((), float(s_gain.numel()), device=ns.device),
+                   (s_gain * shifted).sum() / ns.clamp(min=1),
+                   (s_fit * shifted).sum() / ns.clamp(min=1),
+                   (s_second.clamp(min=0) / s_gain.clamp(min=1e-6) * shifted).sum() / ns.clamp(min=1)]
 
     def judge(v: list[float]) -> Verdict | None:
-        count, top, top_n, mean_gap, fit_given, fit_moved, fit_all, agree, aligned_n = v
-        if count < max(_MIN_SAMPLES, _SHARE * n):  # (n: the samples measured)
-            return None
-        if fit_moved < _RESTORED:
-            return None  # no transform restores the pairing: the input is no moved copy of the target
-        if aligned_n < _MIN_ALIGNED and agree < _AGREE * count:
-            return None  # no sample lines up as given and no one orientation: shifted copies mixed
+        count, top, top_n, mean_gap, fit_given, fit_moved, fit_all, agree, aligned_n = v[:9]
+        one = count >= max(_MIN_SAMPLES, _SHARE * n) and fit_moved >= _RESTORED \
+            and (aligned_n >= _MIN_ALIGNED or agree >= _AGREE * count)
+        # (else no transform restores the pairing, the input is no moved copy of the target; or no
+        # sample lines up as given and no one orientation: shifted copies mixed)
+        if not one:
+            return _per_sample(v[9:])
         name = _TRANSFORMS[int(top)][0]
         return dict(name="target_misaligned", family="data", severity=Severity.WARNING, stage=Stage.DATA,
                     samples=int(count), n=n, transform=name,
@@ -206,4 +283,22 @@ def misaligned_plan(x: torch.Tensor, tgt: torch.Tensor) -> Plan | None:
                               "samples_aligned_as_given": int(aligned_n),
                               "samples_with_one_orientation": int(agree)})
 
+    def _per_sample(w: list[float]) -> Verdict | None:
+        if not w:
+            return None
+        count, measured, gain, fit, second = w
+        if count < max(_MIN_SAMPLES, _MOST * measured) or second > _SECOND:
+            return None
+        name = _PER_SAMPLE
+        return dict(name="target_misaligned", family="data", severity=Severity.WARNING, stage=Stage.DATA,
+                    samples=int(count), n=int(measured), transform=name,
+                    evidence={"input_shape": shape(x), "target_shape": shape(tgt), "samples_misaligned": int(count),
+                              "samples_measured": int(measured), "most_common_transform": name,
+                              "explained_variance_moved": round(fit, 3), "mean_gain": round(gain, 3),
+                              "second_peak_share": round(second, 3)})
+
     return Plan(values, judge)
+
+
+_PER_SAMPLE = ("different shift for each sample (a random crop or shift drawn separately for the input and "
+               "its target)")
