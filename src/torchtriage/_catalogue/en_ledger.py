@@ -239,7 +239,7 @@ MESSAGES = {
         "them. The trained layers are fitted to batch-normalized features of the frozen part, evaluation "
         "normalizes with drifted statistics, and the frozen part saved is not the pretrained one",
     "ledger.frozen_norm.train_mode.next":
-        "put the frozen part in eval() after every model.train() ({module}: call eval() on the frozen part, or "
+        "put the frozen part in eval() after every model.train() (call eval() on {part} right after it, or "
         "override train() in the model to keep it in eval()); keep it in train() only to adapt its statistics "
         "on purpose",
     "ledger.frozen_norm.cause":

@@ -201,7 +201,7 @@ MESSAGES = {
         "模式下的每次前向都会把批次并入其中。被训练的层拟合的是冻结部分按批次归一化的特征，评估时却用漂移后的统计量归一化，"
         "保存的冻结部分也不再是预训练的那个",
     "ledger.frozen_norm.train_mode.next":
-        "在每次 model.train() 之后把冻结部分设为 eval()（{module}：对冻结部分调用 eval()，或在模型中重写 train() 让它保持 "
+        "在每次 model.train() 之后把冻结部分设为 eval()（紧接着对 {part} 调用 eval()，或在模型中重写 train() 让它保持 "
         "eval()）；只有在有意适配其统计量时才让它保持 train()",
     "ledger.frozen_norm.cause":
         "eval() 是一种模式，而不是会保持的标志：Module.train() 会递归到每个子模块，所以每个 epoch 的 model.train() "

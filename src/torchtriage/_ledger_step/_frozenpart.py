@@ -139,7 +139,7 @@ class FrozenPart:
             frame = train_at or kept.extra["frame"]
             label = (self.session.model_label(model) if model is not None else None) or "the model"
             steps = max(0, self.session.step - min(k.extra["step"] for _, k in rows))
-            params = sum(len(k.extra["versions"]) for _, k in rows)
+            params = len({id(ref()) for _, k in rows for ref, _ in k.extra["versions"] if ref() is not None})
             out.append(finding(
                 "frozen_norm.train_mode", [r for r, _ in rows], frame, {"model": label, "steps": steps},
                 {"model": label, "frozen_since_step": min(k.extra["step"] for _, k in rows),
