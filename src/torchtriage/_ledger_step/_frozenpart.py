@@ -68,6 +68,8 @@ class FrozenPart:
                 continue
             if every is None:
                 every = {id(p) for o in self.session.optimizers for g in o.param_groups for p in g["params"]}
+            if all(p.requires_grad and id(p) in every for p in model.parameters()):
+                continue  # nothing of it is frozen
             self._scan(model, every)
 
     def _scan(self, model: nn.Module, every: set[int]) -> None:

@@ -37,6 +37,12 @@ def keeps_stats(m: nn.Module) -> bool:
         and isinstance(m.num_batches_tracked, torch.Tensor) and isinstance(m.running_mean, torch.Tensor)
 
 
+def _buffer(m: nn.Module, name: str) -> torch.Tensor:
+    t = getattr(m, name)
+    assert isinstance(t, torch.Tensor)  # (keeps_stats said so)
+    return t
+
+
 def short(frame: UserFrame | None) -> str:
     return f"{os.path.basename(frame.file)}:{frame.line}" if frame is not None else "?"
 
@@ -63,32 +69,32 @@ class Kept:
     @classmethod
     def of(cls, m: nn.Module, **extra: Any) -> Kept:
         with torch.no_grad():
-            var = m.running_var
-            return cls(weakref.ref(m), m.running_mean.detach().clone(),
+            var = getattr(m, "running_var", None)
+            return cls(weakref.ref(m), _buffer(m, "running_mean").detach().clone(),
                        var.detach().clone() if isinstance(var, torch.Tensor) else None,
-                       m.num_batches_tracked.detach().clone(), dict(extra))
+                       _buffer(m, "num_batches_tracked").detach().clone(), dict(extra))
 
     def moved(self) -> Moved | None:
         """Since the copy (one read); None when the layer is gone or its buffers were replaced
         by ones of another shape (a reloaded or rebuilt layer)."""
         m = self.layer()
-        if m is None or not keeps_stats(m) or m.running_mean.shape != self.mean.shape:
+        if m is None or not keeps_stats(m) or _buffer(m, "running_mean").shape != self.mean.shape:
             return None
         eps = float(getattr(m, "eps", 1e-5))
         with torch.no_grad():
             mean0 = self.mean.float()
-            mean = m.running_mean.detach().float().to(mean0.device)
+            mean = _buffer(m, "running_mean").detach().float().to(mean0.device)
             var0 = self.var.float() if self.var is not None else torch.ones_like(mean0)
             sd0 = (var0.clamp_min(0) + eps).sqrt()
             shift = ((mean - mean0).abs() / sd0).max()
-            var = m.running_var
+            var = getattr(m, "running_var", None)
             if isinstance(var, torch.Tensor) and self.var is not None:
                 v = var.detach().float().to(mean0.device).clamp_min(0) + eps
                 v0 = var0.clamp_min(0) + eps
                 factor = torch.maximum(v / v0, v0 / v).max()
             else:
                 factor = torch.ones((), device=mean0.device)
-            grew = (m.num_batches_tracked.detach().to(mean0.device) - self.count.to(mean0.device)).float()
+            grew = (_buffer(m, "num_batches_tracked").detach().to(mean0.device) - self.count.to(mean0.device)).float()
             batches, s, f = torch.stack([grew, shift, factor]).tolist()
         return Moved(int(batches), float(s), float(f))
 
