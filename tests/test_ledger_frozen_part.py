@@ -35,7 +35,7 @@ def _batch(shift: float = 1.5):
 def _pretrain(model: Probe) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     model.train()
-    for _ in range(5):
+    for _ in range(12):
         x, y = _batch(shift=0.0)
         loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
@@ -43,11 +43,12 @@ def _pretrain(model: Probe) -> None:
         opt.step()
 
 
-def _probe(freeze, epochs: int = 3, steps: int = 5, after_train=lambda m: None):
+def _probe(freeze, epochs: int = 3, steps: int = 5, after_train=lambda m: None, pretrain=True):
     torch.manual_seed(0)
     model = Probe()
     with torchtriage.watch(model, on_anomaly="record", discover=True) as s:
-        _pretrain(model)
+        if pretrain:
+            _pretrain(model)
         opt = freeze(model)
         for _ in range(epochs):
             model.train()  # the epoch's train()
@@ -91,6 +92,11 @@ def test_a_backbone_left_out_of_the_optimizer_is_frozen_too():
     # requires_grad stays on; only the head is given to the optimizer
     (f,) = _probe(lambda m: torch.optim.Adam(m.head.parameters(), lr=0.01))
     assert f.severity == "warning" and f.evidence["frozen_parts"] == ["backbone"]
+
+
+def test_a_random_feature_extractor_has_no_statistics_to_keep():
+    # never trained: its running statistics are the initial ones and need the data
+    assert _probe(_requires_grad_off, pretrain=False) == []
 
 
 def test_the_fix_backbone_eval_after_train_is_quiet():

@@ -27,7 +27,10 @@ Quiet on purpose: a layer in `eval()` (the fix), a `train()` asked of the frozen
 module inside it (`backbone.train()`, `model.apply(set_bn_train)`: statistics adapted on
 purpose, AdaBN), `momentum=None` (a cumulative re-estimate of the statistics), a layer
 `_evalundone` already reported, a layer whose part holds only normalization weights (the
-features it normalizes are trained).
+features it normalizes are trained), and a layer whose statistics had taken in fewer than
+`PRETRAINED_BATCHES` batches when first seen frozen (`num_batches_tracked`: a randomly initialized
+backbone used as a random-feature extractor has no estimated statistics to keep; its running
+statistics need the data, the PyTorch transfer-learning tutorial's adaptation in the clean set).
 Cost: at judged steps only, a walk of each trained model's modules and parameters (Python
 attributes); the copies once per layer; one read per layer at the end.
 """
@@ -44,6 +47,9 @@ from .._findings import Finding
 from .._frames import UserFrame, user_frame_from_stack
 from ._evalundone import EvalUndone
 from ._normstats import Drifted, Kept, finding, keeps_stats
+
+
+PRETRAINED_BATCHES = 10
 
 
 def _has_weight(part: nn.Module) -> bool:
@@ -128,8 +134,8 @@ class FrozenPart:
             if part is None or self.undone.trained_inside(part):
                 continue
             moved = kept.moved()
-            if moved is None or not moved.harm:
-                continue
+            if moved is None or not moved.harm or moved.before < PRETRAINED_BATCHES:
+                continue  # (statistics never estimated before the freeze: nothing pretrained to keep)
             name = self.session.module_name(m) or type(m).__name__
             model = kept.extra["model"]()
             by_model.setdefault(id(model), []).append((Drifted(m, name, kept.extra["part_name"], moved), kept))

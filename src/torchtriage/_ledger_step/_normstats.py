@@ -52,6 +52,7 @@ class Moved:
     batches: int
     mean_shift: float  # largest |Δ running_mean| / sd at the copy, over channels
     var_factor: float  # largest max(v / v0, v0 / v) over channels
+    before: int = 0  # batches the statistics had taken in when copied
 
     @property
     def harm(self) -> bool:
@@ -95,8 +96,9 @@ class Kept:
             else:
                 factor = torch.ones((), device=mean0.device)
             grew = (_buffer(m, "num_batches_tracked").detach().to(mean0.device) - self.count.to(mean0.device)).float()
-            batches, s, f = torch.stack([grew, shift, factor]).tolist()
-        return Moved(int(batches), float(s), float(f))
+            before = self.count.to(mean0.device).float()
+            batches, s, f, b = torch.stack([grew, shift, factor, before]).tolist()
+        return Moved(int(batches), float(s), float(f), int(b))
 
 
 @dataclass
