@@ -48,7 +48,6 @@ from .._frames import UserFrame, user_frame_from_stack
 from ._evalundone import EvalUndone
 from ._normstats import Drifted, Kept, finding, keeps_stats
 
-
 PRETRAINED_BATCHES = 10
 
 
