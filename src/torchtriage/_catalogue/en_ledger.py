@@ -214,7 +214,34 @@ MESSAGES = {
     "ledger.frozen_norm":
         "{count} frozen normalization layer(s) ({module}, a {kind}, first) were put in eval() on their own at "
         "{eval_line}, and this train() call switched them back to training mode: their running statistics "
-        "took in {batches} more training batches although their parameters are frozen",
+        "took in {batches} more training batches although their parameters are frozen, and their running mean "
+        "moved by up to {shift} standard deviations",
+    "ledger.frozen_norm.own_eval":
+        "{count} normalization layer(s) ({module}, a {kind}, first) were put in eval() one by one at {eval_line} to "
+        "freeze their running statistics, and this train() call switched them back to training mode: the frozen "
+        "statistics took in {batches} more training batches and their running mean moved by up to {shift} "
+        "standard deviations (variance by a factor up to {factor})",
+    "ledger.frozen_norm.own_eval.cause":
+        "eval() is a mode, not a flag that sticks: Module.train() recurses into every submodule, so the "
+        "model.train() of each epoch undoes the eval() that froze the BatchNorm statistics; the layers normalize "
+        "with batch statistics in training and evaluation uses running statistics overwritten by the new data",
+    "ledger.frozen_norm.own_eval.next":
+        "put the frozen layers back in eval() after every model.train() (override train() in the model to "
+        "re-apply the freeze, or call it right after model.train())",
+    "ledger.frozen_norm.train_mode":
+        "{count} BatchNorm layer(s) ({module}, a {kind}, first) of the frozen part {part} of {model} ran in "
+        "training mode: the part's weights stayed exactly as they were over {steps} optimizer steps, but its "
+        "running statistics took in {batches} training batches and its running mean moved by up to {shift} "
+        "standard deviations (variance by a factor up to {factor})",
+    "ledger.frozen_norm.train_mode.cause":
+        "requires_grad=False (or leaving parameters out of the optimizer) freezes the weights, not the "
+        "BatchNorm running statistics: they are buffers, and every forward in train() mode folds the batch into "
+        "them. The trained layers are fitted to batch-normalized features of the frozen part, evaluation "
+        "normalizes with drifted statistics, and the frozen part saved is not the pretrained one",
+    "ledger.frozen_norm.train_mode.next":
+        "put the frozen part in eval() after every model.train() (call eval() on {part} right after it, or "
+        "override train() in the model to keep it in eval()); keep it in train() only to adapt its statistics "
+        "on purpose",
     "ledger.frozen_norm.cause":
         "eval() is a mode, not a flag that sticks: Module.train() recurses into every submodule, so the "
         "model.train() of each epoch undoes the eval() that froze the layer, and it normalizes with batch "

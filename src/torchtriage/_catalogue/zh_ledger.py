@@ -182,7 +182,27 @@ MESSAGES = {
         "为每个新模型在模型之后构建优化器：optimizer = torch.optim.Adam(model.parameters(), ...)",
     "ledger.frozen_norm":
         "{count} 个被冻结的归一化层（首个为 {module}，{kind}）在 {eval_line} 被单独设为 eval()，而这次 train() 调用又把它们"
-        "切回了训练模式：尽管参数已冻结，它们的运行统计量又吸收了 {batches} 个训练批次",
+        "切回了训练模式：尽管参数已冻结，它们的运行统计量又吸收了 {batches} 个训练批次，运行均值最多移动了 {shift} 个标准差",
+    "ledger.frozen_norm.own_eval":
+        "{count} 个归一化层（首个为 {module}，{kind}）在 {eval_line} 被逐个设为 eval() 以冻结其运行统计量，而这次 train() "
+        "调用又把它们切回了训练模式：被冻结的统计量又吸收了 {batches} 个训练批次，运行均值最多移动了 {shift} 个标准差"
+        "（方差最多变化 {factor} 倍）",
+    "ledger.frozen_norm.own_eval.cause":
+        "eval() 是一种模式，而不是会保持的标志：Module.train() 会递归到每个子模块，所以每个 epoch 的 model.train() "
+        "都会撤销冻结 BatchNorm 统计量的 eval()；这些层在训练中用批次统计量归一化，而评估使用被新数据覆盖的运行统计量",
+    "ledger.frozen_norm.own_eval.next":
+        "在每次 model.train() 之后把冻结的层重新设为 eval()（在模型中重写 train() 以重新冻结，或在 model.train() 之后立即调用）",
+    "ledger.frozen_norm.train_mode":
+        "{model} 中被冻结的部分 {part} 的 {count} 个 BatchNorm 层（首个为 {module}，{kind}）在训练模式下运行：该部分的权重在 "
+        "{steps} 个优化器步骤中完全未变，但其运行统计量吸收了 {batches} 个训练批次，运行均值最多移动了 {shift} 个标准差"
+        "（方差最多变化 {factor} 倍）",
+    "ledger.frozen_norm.train_mode.cause":
+        "requires_grad=False（或不把参数交给优化器）冻结的是权重，而不是 BatchNorm 的运行统计量：它们是缓冲区，train() "
+        "模式下的每次前向都会把批次并入其中。被训练的层拟合的是冻结部分按批次归一化的特征，评估时却用漂移后的统计量归一化，"
+        "保存的冻结部分也不再是预训练的那个",
+    "ledger.frozen_norm.train_mode.next":
+        "在每次 model.train() 之后把冻结部分设为 eval()（紧接着对 {part} 调用 eval()，或在模型中重写 train() 让它保持 "
+        "eval()）；只有在有意适配其统计量时才让它保持 train()",
     "ledger.frozen_norm.cause":
         "eval() 是一种模式，而不是会保持的标志：Module.train() 会递归到每个子模块，所以每个 epoch 的 model.train() "
         "都会撤销冻结该层的 eval()，它会用批次统计量做归一化，并用新数据覆盖它的运行均值和方差",

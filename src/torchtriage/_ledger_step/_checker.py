@@ -27,6 +27,7 @@ from ._discarded import DiscardWatch, patch_zero_grad
 from ._dropout import EvalDropoutWatch
 from ._evalrandom import EvalRandomWatch
 from ._evalundone import EvalUndone
+from ._frozenpart import FrozenPart
 from ._ledger import StepLedger, Verdict
 from ._loads import LoadWatch
 from ._moduleflag import ModuleFlag
@@ -66,6 +67,7 @@ class LedgerChecker(Checker):
         self.flags: ModuleFlag | None = None
         self.stale: StaleSteps | None = None
         self.undone: EvalUndone | None = None
+        self.frozen_part: FrozenPart | None = None
         self.updates: UpdateWatch | None = None
         self.ranks: RankWatch | None = None
         self.evalrandom: EvalRandomWatch | None = None
@@ -96,6 +98,7 @@ class LedgerChecker(Checker):
         self.stale = StaleSteps(session)
         self.undone = EvalUndone(session)
         self.undone.install()
+        self.frozen_part = FrozenPart(session, self.undone)
         self.updates = UpdateWatch(session)
         self.ranks = RankWatch(session)
         self.evalrandom = EvalRandomWatch(session)
@@ -252,6 +255,8 @@ class LedgerChecker(Checker):
             self.ranks.optimizer_step(optimizer)
         if self.updates is not None:
             self.updates.step_pre(optimizer)
+        if self.frozen_part is not None:
+            self.frozen_part.step_pre(optimizer)
 
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         if self.checkpoints is not None:
@@ -328,6 +333,9 @@ class LedgerChecker(Checker):
                 self.session.add(f)
         if self.undone is not None and self.session is not None:
             for f in self.undone.end():
+                self.session.add(f)
+        if self.frozen_part is not None and self.session is not None:
+            for f in self.frozen_part.end():
                 self.session.add(f)
 
     # ------------------------------------------------------------------ findings
