@@ -35,6 +35,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import math
+import re
 import sys
 import types
 from collections.abc import Mapping
@@ -52,6 +53,9 @@ MAX_FRAMES = 8
 MAX_SAMPLES = 4096
 USER_FRAMES = 4  # the step's caller and the user frames above it
 _ORDER = (ast.Lt, ast.Gt, ast.LtE, ast.GtE)
+_TEST = re.compile(r"(?<![a-z])test(?:ing|set)?(?![a-z])")
+_HELD_OUT = re.compile(r"(?<![a-z])(?:val|valid|validation|dev|holdout|heldout)(?![a-z])")
+MAX_PASSES = 4096
 _INTENT = ("best", "max", "min", "top", "highest", "lowest", "record", "optimal")
 
 
@@ -64,6 +68,7 @@ class Selection:
     kept: tuple[tuple[str, int], ...]  # (kept name, line of its assignment in the guard)
     loop: tuple[int, int]
     initialized: int | None  # the record's only assignment (before the loop) when the loop never assigns it
+    source: str | None = None  # the iterable of the loop in the same pass that sums what the score is made of
 
 
 @dataclasses.dataclass
@@ -124,15 +129,17 @@ def selections(tree: ast.Module, scope: ast.AST) -> tuple[Selection, ...]:
     loops = [n for n in nodes if isinstance(n, (ast.For, ast.AsyncFor, ast.While))]
     out: list[Selection] = []
     for g in nodes:
-        if not isinstance(g, ast.If) or not isinstance(g.test, ast.Compare) or len(g.test.ops) != 1 \
-                or not isinstance(g.test.ops[0], _ORDER):
+        if not isinstance(g, ast.If):
+            continue
+        test = _comparison(g.test)
+        if test is None:
             continue
         inside = [lp for lp in loops if lp.lineno < g.lineno <= (lp.end_lineno or lp.lineno)]
         if not inside:
             continue
         loop = max(inside, key=lambda lp: lp.lineno)  # the innermost loop holding the guard
         lo, hi = loop.lineno, loop.end_lineno or loop.lineno
-        left, right = _name(g.test.left), _name(g.test.comparators[0])
+        left, right = _name(test.left), _name(test.comparators[0])
         if left is None or right is None:
             continue
         body = [n for s in g.body for n in ast.walk(s)]
@@ -150,7 +157,7 @@ def selections(tree: ast.Module, scope: ast.AST) -> tuple[Selection, ...]:
             score, record = right, left
         else:
             continue
-        op = g.test.ops[0]
+        op = test.ops[0]
         higher = isinstance(op, (ast.Gt, ast.GtE)) == (score == left)
         kept: list[tuple[str, int]] = []
         for n in body:
@@ -168,12 +175,39 @@ def selections(tree: ast.Module, scope: ast.AST) -> tuple[Selection, ...]:
         if not kept or not (_intent(record) or any(_intent(k) for k, _ in kept)):
             continue
         initialized = None
-        if isinstance(g.test.left if record == left else g.test.comparators[0], ast.Name):
+        if isinstance(test.left if record == left else test.comparators[0], ast.Name):
             lines = _assigned_lines(tree, record)
             if lines and not any(lo <= ln <= hi for ln in lines):
                 initialized = max(ln for ln in lines if ln < lo) if any(ln < lo for ln in lines) else None
-        out.append(Selection(g.lineno, score, record, higher, tuple(kept), (lo, hi), initialized))
+        out.append(Selection(g.lineno, score, record, higher, tuple(kept), (lo, hi), initialized,
+                             _source(nodes, score, lo, g.lineno)))
     return tuple(out)
+
+
+def _comparison(test: ast.expr) -> ast.Compare | None:
+    """The guard's order comparison of two names (`score < best`, or the first of an `and`)."""
+    for c in test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]:
+        if isinstance(c, ast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], _ORDER) \
+                and _name(c.left) is not None and _name(c.comparators[0]) is not None:
+            return c
+    return None
+
+
+def _source(nodes: list[ast.AST], score: str, lo: int, guard: int) -> str | None:
+    """The iterable of the `for` (between the selection loop's start and the guard) whose body adds
+    into a name the score is computed from (`epoch_loss = running / n` after `running += ...`)."""
+    names = {score}
+    for n in sorted((n for n in nodes if isinstance(n, ast.Assign) and lo <= n.lineno < guard),
+                    key=lambda n: -n.lineno):
+        if any(_name(t) in names for t in _targets(n)):
+            names |= {m.id for m in ast.walk(n.value) if isinstance(m, ast.Name)}
+    for n in nodes:
+        if isinstance(n, (ast.For, ast.AsyncFor)) and lo < n.lineno < guard:
+            for m in ast.walk(n):
+                if isinstance(m, ast.AugAssign) and isinstance(m.target, ast.Name) and m.target.id in names:
+                    it = n.iter.args[0] if isinstance(n.iter, ast.Call) and n.iter.args else n.iter
+                    return ast.unparse(it)
+    return None
 
 
 def _scope(tree: ast.Module, code: types.CodeType, line: int) -> ast.AST | None:
@@ -225,6 +259,23 @@ class BestRecords:
         self.samples: dict[tuple[int, int], list[Sample]] = {}  # (id frame, guard line) -> samples
         self.kinds: dict[tuple[int, int], tuple[Selection, types.FrameType]] = {}
         self.evaluated = False
+        self.loaders: dict[tuple[int, int], Any] = {}  # selection -> the DataLoader its score is summed over
+        self.passes: list[tuple[int, int, frozenset[tuple[int, int]], frozenset[tuple[int, int]]]] = []
+
+    def install(self) -> None:
+        from .._loaderstream import stream
+
+        stream(self.session).listen("step_ledger.best_records", self)
+
+    def on_begin(self, it: Any, loader: Any) -> None:
+        """A DataLoader pass begins (an epoch: the guard of the one before has run): the frames are read,
+        and the selections whose loop is running now noted, with those seen before."""
+        self._walk()
+        if not self.kinds or len(self.passes) >= MAX_PASSES:
+            return
+        inside = frozenset(k for k, (sel, f) in self.kinds.items()
+                           if _on_stack(f) and sel.loop[0] <= f.f_lineno <= sel.loop[1])
+        self.passes.append((id(loader), id(getattr(loader, "dataset", None)), inside, frozenset(self.kinds)))
 
     def evaluation_forward(self) -> None:
         self.evaluated = True
@@ -233,7 +284,10 @@ class BestRecords:
         if not self.evaluated:
             return
         self.evaluated = False
-        f = find_frame(in_user_file, sys._getframe(2), depth=64)
+        self._walk()
+
+    def _walk(self) -> None:
+        f = find_frame(in_user_file, sys._getframe(3), depth=64)
         seen = 0
         while f is not None and seen < USER_FRAMES:
             seen += 1
@@ -284,6 +338,12 @@ class BestRecords:
             aliased.append(self._trained_version(v))
         rows = self.samples.setdefault(key, [])
         self.kinds[key] = (sel, f)
+        if sel.source is not None and key not in self.loaders:
+            from torch.utils.data import DataLoader
+
+            it = resolve_name(sel.source, f)
+            if isinstance(it, DataLoader):
+                self.loaders[key] = it
         if len(rows) < MAX_SAMPLES:
             rows.append(Sample(int(self.session.step), score, record, tuple(kept), tuple(aliased)))
 
@@ -318,7 +378,11 @@ class BestRecords:
             found = self._never_updated(sel, f, evals) or self._kept_alias(sel, f, evals)
             if found is not None:
                 out.append(found)
+            found = self._on_test(key, sel, f, evals)
+            if found is not None:
+                out.append(found)
         self.frames.clear()
+        self.loaders.clear()
         self.kinds.clear()  # (the frames' locals are let go)
         return out
 
@@ -369,6 +433,42 @@ class BestRecords:
                               source_line=True, severity=Severity.WARNING, stage=Stage.PARAMETER,
                               step=kept.step, parameter=sel.record)
 
+    def _on_test(self, key: tuple[int, int], sel: Selection, f: types.FrameType,
+                 evals: list[tuple[Sample, bool]]) -> Finding | None:
+        """The score that chose the kept model is summed over a loader named for the test split, and
+        that loader (or its dataset) is evaluated again after the selection loop: the figure reported
+        for the test split is the best of the epochs it chose."""
+        loader = self.loaders.get(key)
+        if loader is None or sel.source is None or len(evals) < 2:
+            return None
+        named = (sel.source + " " + sel.score).lower()
+        if not _TEST.search(named) or _HELD_OUT.search(named):
+            return None
+        dataset = id(getattr(loader, "dataset", None))
+        after = [p for p in self.passes if (p[0] == id(loader) or p[1] == dataset) and key in p[3] and key not in p[2]]
+        if not after:
+            return None
+        chosen = None
+        for i, (s, _) in enumerate(evals):
+            if s.record is not None and abs(s.record - s.score) <= 1e-9 * max(1.0, abs(s.score)):
+                chosen = i
+        if chosen is None or chosen == len(evals) - 1:
+            return None  # the last evaluation was kept: the choice moved nothing
+        picked, last = evals[chosen][0], evals[-1][0]
+        frame = user_frame_of(f, sel.line)
+        evidence = {"score": sel.score, "summed_over": sel.source, "record": sel.record, "guard_line": sel.line,
+                    "evaluations": len(evals), "selected_score": round(picked.score, 6),
+                    "selected_step": picked.step, "last_score": round(last.score, 6), "last_step": last.step,
+                    "scores_seen": [round(s.score, 6) for s, _ in evals][:16],
+                    "passes_over_it_after_selection": len(after), "function": f.f_code.co_name}
+        fields = {"score": sel.score, "loader": sel.source, "record": sel.record, "evals": len(evals),
+                  "picked": f"{picked.score:.6g}", "step": picked.step, "last": f"{last.score:.6g}",
+                  "last_step": last.step, "function": f.f_code.co_name}
+        return from_catalogue(Category.DATA, "data.test_selected", "bestrecord.on_test", fields=fields,
+                              cause_key="bestrecord.on_test.cause", next_key="bestrecord.on_test.next",
+                              frame=frame, evidence=evidence, source_line=True, severity=Severity.WARNING,
+                              stage=Stage.DATA, step=picked.step, module=f.f_code.co_name)
+
     def _kept_alias(self, sel: Selection, f: types.FrameType, evals: list[tuple[Sample, bool]]) -> Finding | None:
         if len(evals) < 2:
             return None
@@ -406,6 +506,15 @@ class BestRecords:
                                   source_line=True, severity=Severity.WARNING, stage=Stage.PARAMETER,
                                   step=sel_sample.step, parameter=name)
         return None
+
+
+def _on_stack(frame: types.FrameType) -> bool:
+    f: types.FrameType | None = sys._getframe(1)
+    while f is not None:
+        if f is frame:
+            return True
+        f = f.f_back
+    return False
 
 
 def _evaluations(rows: list[Sample]) -> list[tuple[Sample, bool]]:

@@ -115,6 +115,7 @@ class LedgerChecker(Checker):
         self.best_saves = BestSaves(session, self.checkpoints)
         self.best_saves.install()
         self.best_records = BestRecords(session)
+        self.best_records.install()
         snapshots = Snapshots(session)
         snapshots.install()
         self.origins = Origins(session)
@@ -140,10 +141,10 @@ class LedgerChecker(Checker):
     def on_root_forward_pre(self, model: torch.nn.Module, label: str) -> None:
         if self.best_saves is not None and not model.training and not torch.is_grad_enabled():
             self.best_saves.evaluation_forward()
-            if self.best_records is not None:
-                self.best_records.evaluation_forward()
             if self.checkpoints is not None:
                 self.checkpoints.final.eval_forward(model)
+        if self.best_records is not None and not model.training:
+            self.best_records.evaluation_forward()  # (with gradients or not: a validation pass)
         if self.evalrandom is not None:
             self.evalrandom.root_forward(model)
             if not model.training:
