@@ -191,3 +191,69 @@ def test_look_alikes_are_quiet(tmp_path):
     for body in FIXED:
         report, _ = _run(tmp_path, body)
         assert _codes(report) == [], body
+
+
+# (5) the epoch chosen on the test loader, which is evaluated again to report the result
+ON_TEST = """
+    from torch.utils.data import DataLoader, TensorDataset
+
+    train_loader = DataLoader(TensorDataset(x_train, y_train), batch_size=12, shuffle=True)
+    test_loader = DataLoader(TensorDataset(x_val, y_val), batch_size=50)
+
+    def fit(model, epochs):
+        best_loss, best_wts = 10.0, copy.deepcopy(model.state_dict())
+        for epoch in range(epochs):
+            model.train()
+            for xb, yb in train_loader:
+                opt.zero_grad()
+                F.binary_cross_entropy_with_logits(model(xb).squeeze(1), yb).backward()
+                opt.step()
+            model.eval()
+            running = 0.0
+            for xb, yb in test_loader:
+                running += F.binary_cross_entropy_with_logits(model(xb).squeeze(1), yb).item() * len(xb)
+            test_loss = running / len(test_loader.dataset)
+            if test_loss < best_loss:  # HERE
+                best_loss = test_loss
+                best_wts = copy.deepcopy(model.state_dict())
+        model.load_state_dict(best_wts)
+        return model
+
+    def report(model):
+        model.eval()
+        correct = 0
+        with torch.no_grad():
+            for xb, yb in test_loader:
+                correct += ((model(xb).squeeze(1) > 0).float() == yb).sum().item()
+        return correct / len(test_loader.dataset)
+
+    model = fit(model, 8)
+    print("test accuracy", report(model))
+"""
+
+
+def test_an_epoch_chosen_on_the_test_split_that_is_then_reported_is_found(tmp_path):
+    report, source = _run(tmp_path, ON_TEST)
+    found = report.filter(code="data.test_selected")
+    assert [(f.severity.value, f.category.value, f.line) for f in found] == \
+        [("warning", "data", line_in(source, "# HERE", ending=True))]
+    ev = found[0].evidence
+    assert (ev["score"], ev["summed_over"]) == ("test_loss", "test_loader")
+    assert ev["selected_score"] < ev["last_score"] and ev["passes_over_it_after_selection"] >= 1
+
+
+def test_a_choice_on_validation_with_the_test_reported_once_is_quiet(tmp_path):
+    fixed = ON_TEST.replace("""    test_loader = DataLoader(TensorDataset(x_val, y_val), batch_size=50)""",
+                            """    val_loader = DataLoader(TensorDataset(x_val[:100], y_val[:100]), batch_size=50)
+    test_loader = DataLoader(TensorDataset(x_val[100:], y_val[100:]), batch_size=50)""")
+    fixed = fixed.replace("for xb, yb in test_loader:\n                running",
+                          "for xb, yb in val_loader:\n                running")
+    fixed = fixed.replace("test_loss = running / len(test_loader.dataset)",
+                          "test_loss = running / len(val_loader.dataset)")
+    assert "val_loader:\n                running" in fixed
+    report, _ = _run(tmp_path, fixed)
+    assert report.filter(code="data.test_selected") == []
+    # the best test score printed during training, never evaluated again: no second look at the split
+    once = ON_TEST.replace('print("test accuracy", report(model))', 'print("best test loss seen")')
+    report, _ = _run(tmp_path, once)
+    assert report.filter(code="data.test_selected") == []
