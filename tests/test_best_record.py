@@ -175,6 +175,20 @@ FIXED = [
     model.load_state_dict(best_state)
     """,
     """
+    import os, sys
+    path = os.path.join(sys.argv[1], "best.pt")
+    best_loss, best_model = float("inf"), model
+    for epoch in range(10):
+        train_epoch(model, opt)
+        val_loss = evaluate(model)
+        if val_loss < best_loss:
+            best_loss = val_loss
+            best_model = model
+            torch.save(model.state_dict(), path)
+    best_model.load_state_dict(torch.load(path))  # the saved best is read back before the report
+    print(evaluate(best_model))
+    """,
+    """
     best_loss, best_model = float("inf"), model
     for epoch in range(2):  # the loss still falls: the last model is the best one
         train_epoch(model, opt)

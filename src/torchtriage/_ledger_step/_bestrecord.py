@@ -69,6 +69,7 @@ class Selection:
     loop: tuple[int, int]
     initialized: int | None  # the record's only assignment (before the loop) when the loop never assigns it
     source: str | None = None  # the iterable of the loop in the same pass that sums what the score is made of
+    restores: bool = False  # a `load_state_dict` / `torch.load` after the loop: the kept file is read back
 
 
 @dataclasses.dataclass
@@ -179,8 +180,10 @@ def selections(tree: ast.Module, scope: ast.AST) -> tuple[Selection, ...]:
             lines = _assigned_lines(tree, record)
             if lines and not any(lo <= ln <= hi for ln in lines):
                 initialized = max(ln for ln in lines if ln < lo) if any(ln < lo for ln in lines) else None
+        restores = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                       and n.func.attr in ("load_state_dict", "load") and getattr(n, "lineno", 0) > hi for n in nodes)
         out.append(Selection(g.lineno, score, record, higher, tuple(kept), (lo, hi), initialized,
-                             _source(nodes, score, lo, g.lineno)))
+                             _source(nodes, score, lo, g.lineno), restores))
     return tuple(out)
 
 
@@ -470,8 +473,8 @@ class BestRecords:
                               stage=Stage.DATA, step=picked.step, module=f.f_code.co_name)
 
     def _kept_alias(self, sel: Selection, f: types.FrameType, evals: list[tuple[Sample, bool]]) -> Finding | None:
-        if len(evals) < 2:
-            return None
+        if len(evals) < 2 or sel.restores:
+            return None  # (weights loaded after the loop: the saved best may be what is evaluated)
         last = evals[-1][0]
         for j, (name, line) in enumerate(sel.kept):
             if last.aliased[j] < 0:
