@@ -117,7 +117,7 @@ def _assigned_lines(tree: ast.AST, name: str) -> list[int] | None:
             return None
         for t in _targets(n):
             if isinstance(t, ast.Name) and t.id == name:
-                out.append(n.lineno)
+                out.append(getattr(n, "lineno", 0))
     return out
 
 
@@ -200,10 +200,10 @@ def _source(nodes: list[ast.AST], score: str, lo: int, guard: int) -> str | None
     """The iterable of the `for` (between the selection loop's start and the guard) whose body adds
     into a name the score is computed from (`epoch_loss = running / n` after `running += ...`)."""
     names = {score}
-    for n in sorted((n for n in nodes if isinstance(n, ast.Assign) and lo <= n.lineno < guard),
-                    key=lambda n: -n.lineno):
-        if any(_name(t) in names for t in _targets(n)):
-            names |= {m.id for m in ast.walk(n.value) if isinstance(m, ast.Name)}
+    assigns = [n for n in nodes if isinstance(n, ast.Assign) and lo <= n.lineno < guard]
+    for a in sorted(assigns, key=lambda n: -n.lineno):
+        if any(_name(t) in names for t in _targets(a)):
+            names |= {m.id for m in ast.walk(a.value) if isinstance(m, ast.Name)}
     for n in nodes:
         if isinstance(n, (ast.For, ast.AsyncFor)) and lo < n.lineno < guard:
             for m in ast.walk(n):
@@ -361,11 +361,11 @@ class BestRecords:
             return sum(p._version for p in params)
         if isinstance(v, Mapping) and v:
             for model in self.session.models:
-                params = dict(model.named_parameters())
-                held = [(n, t) for n, t in v.items() if isinstance(t, torch.Tensor) and n in params]
-                if not held or any(t.data_ptr() != params[n].data_ptr() for n, t in held):
+                named = dict(model.named_parameters())
+                held = [(n, t) for n, t in v.items() if isinstance(t, torch.Tensor) and n in named]
+                if not held or any(t.data_ptr() != named[n].data_ptr() for n, t in held):
                     continue
-                ps = [params[n] for n, _ in held]
+                ps = [named[n] for n, _ in held]
                 if any((i := index.info(p)) is not None and i.optimizer is not None for p in ps):
                     return sum(p._version for p in ps)
         return -1
