@@ -61,11 +61,14 @@ def _iterable(node: ast.expr, f: types.FrameType) -> Any:
 
     if isinstance(node, ast.Call) and node.args:
         node = node.args[0]
-    if isinstance(node, (ast.Name, ast.Attribute)):
-        try:
+    try:
+        if isinstance(node, (ast.Name, ast.Attribute)):
             return _resolve(node, f)
-        except Exception:
-            return _MISSING
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, (ast.Name, ast.Constant)):
+            key = _resolve(node.slice, f) if isinstance(node.slice, ast.Name) else node.slice.value
+            return _resolve(node.value, f)[key]  # `dataloaders[phase]`
+    except Exception:
+        return _MISSING
     return _MISSING
 
 
