@@ -271,3 +271,46 @@ def test_a_choice_on_validation_with_the_test_reported_once_is_quiet(tmp_path):
     once = ON_TEST.replace('print("test accuracy", report(model))', 'print("best test loss seen")')
     report, _ = _run(tmp_path, once)
     assert report.filter(code="data.test_selected") == []
+
+
+
+# (6) a variant: the score comes from a function given the test loader (early stopping on it), and the
+# same loader reports the restored model
+BY_CALL = """
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def score(model, loader):
+        model.eval()
+        total, n = 0.0, 0
+        with torch.no_grad():
+            for xb, yb in loader:
+                total += F.binary_cross_entropy_with_logits(model(xb).squeeze(1), yb, reduction="sum").item()
+                n += len(xb)
+        return total / n
+
+    train_loader = DataLoader(TensorDataset(x_train, y_train), batch_size=12, shuffle=True)
+    test_loader = DataLoader(TensorDataset(x_val, y_val), batch_size=50)
+    best, best_sd, bad = 1e9, None, 0
+    for epoch in range(8):
+        model.train()
+        for xb, yb in train_loader:
+            opt.zero_grad()
+            F.binary_cross_entropy_with_logits(model(xb).squeeze(1), yb).backward()
+            opt.step()
+        loss = score(model, test_loader)
+        if loss < best:  # HERE
+            best = loss
+            best_sd = copy.deepcopy(model.state_dict())
+            bad = 0
+        else:
+            bad += 1
+    model.load_state_dict(best_sd)
+    print("test loss", score(model, test_loader))
+"""
+
+
+def test_early_stopping_on_the_test_loader_through_a_function_is_found(tmp_path):
+    report, source = _run(tmp_path, BY_CALL)
+    found = report.filter(code="data.test_selected")
+    assert [(f.severity.value, f.line) for f in found] == [("warning", line_in(source, "# HERE", ending=True))]
+    assert found[0].evidence["summed_over"] == "test_loader"

@@ -20,8 +20,8 @@ MESSAGES = {
     "bestrecord.kept_alias.next":
         "keep a snapshot: {kept} = copy.deepcopy(model) (or copy.deepcopy(model.state_dict()) and load it after the loop)",
     "bestrecord.on_test":
-        "the model is chosen on {score}, summed over {loader} (the test split) at each of {evals} evaluations, and "
-        "the same split is evaluated again after the selection loop of {function}: the kept epoch scored {picked} at step "
+        "the model is chosen on {score}, computed over {loader} at each of {evals} evaluations, and the test split "
+        "evaluated after the selection loop of {function} holds the same samples: the kept epoch scored {picked} at step "
         "{step} against {last} for the last one, so the test figure reported is the best of the epochs it picked itself",
     "bestrecord.on_test.cause":
         "selecting the epoch (or early stopping) on the split that is then reported fits the choice to those rows; "

@@ -19,8 +19,8 @@ MESSAGES = {
     "bestrecord.kept_alias.next":
         "保存快照：{kept} = copy.deepcopy(model)（或 copy.deepcopy(model.state_dict())，循环结束后再加载）",
     "bestrecord.on_test":
-        "模型按 {score} 选择，它在 {evals} 次评估中都是在 {loader}（测试集）上累加得到的，而 {function} 的选择循环结束后"
-        "又评估了同一个划分：被保留的轮次在第 {step} 步得分 {picked}，最后一轮为 {last}，因此报告的测试结果是它自己挑出的最好轮次",
+        "模型按 {score} 选择，它在 {evals} 次评估中都是在 {loader} 上计算的，而 {function} 的选择循环结束后评估的测试集"
+        "正是这些样本：被保留的轮次在第 {step} 步得分 {picked}，最后一轮为 {last}，因此报告的测试结果是它自己挑出的最好轮次",
     "bestrecord.on_test.cause":
         "在随后要报告的划分上选择轮次（或提前停止）会让选择贴合这些样本；报告的测试结果偏乐观",
     "bestrecord.on_test.next":

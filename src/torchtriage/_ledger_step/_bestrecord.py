@@ -210,6 +210,12 @@ def _source(nodes: list[ast.AST], score: str, lo: int, guard: int) -> str | None
                 if isinstance(m, ast.AugAssign) and isinstance(m.target, ast.Name) and m.target.id in names:
                     it = n.iter.args[0] if isinstance(n.iter, ast.Call) and n.iter.args else n.iter
                     return ast.unparse(it)
+    for a in assigns:  # `acc, auc, loss = val_loop(model, val_loader)`: the names the call is given
+        if isinstance(a.value, ast.Call) and any(_name(t) == score for t in _targets(a)):
+            given = [x for x in [*a.value.args, *(k.value for k in a.value.keywords)]
+                     if isinstance(x, (ast.Name, ast.Attribute))]
+            if given:
+                return ",".join(ast.unparse(x) for x in given)
     return None
 
 
@@ -262,7 +268,8 @@ class BestRecords:
         self.samples: dict[tuple[int, int], list[Sample]] = {}  # (id frame, guard line) -> samples
         self.kinds: dict[tuple[int, int], tuple[Selection, types.FrameType]] = {}
         self.evaluated = False
-        self.loaders: dict[tuple[int, int], Any] = {}  # selection -> the DataLoader its score is summed over
+        self.loaders: dict[tuple[int, int], tuple[Any, str]] = {}  # selection -> the DataLoader its score is
+        # computed over, and its name
         self.passes: list[tuple[int, int, frozenset[tuple[int, int]], frozenset[tuple[int, int]]]] = []
 
     def install(self) -> None:
@@ -344,9 +351,11 @@ class BestRecords:
         if sel.source is not None and key not in self.loaders:
             from torch.utils.data import DataLoader
 
-            it = resolve_name(sel.source, f)
-            if isinstance(it, DataLoader):
-                self.loaders[key] = it
+            for text in sel.source.split(","):
+                it = resolve_name(text, f)
+                if isinstance(it, DataLoader):
+                    self.loaders[key] = (it, text)
+                    break
         if len(rows) < MAX_SAMPLES:
             rows.append(Sample(int(self.session.step), score, record, tuple(kept), tuple(aliased)))
 
@@ -441,14 +450,16 @@ class BestRecords:
         """The score that chose the kept model is summed over a loader named for the test split, and
         that loader (or its dataset) is evaluated again after the selection loop: the figure reported
         for the test split is the best of the epochs it chose."""
-        loader = self.loaders.get(key)
-        if loader is None or sel.source is None or len(evals) < 2:
+        found = self.loaders.get(key)
+        if found is None or len(evals) < 2:
             return None
-        named = (sel.source + " " + sel.score).lower()
-        if not _TEST.search(named) or _HELD_OUT.search(named):
-            return None
-        dataset = id(getattr(loader, "dataset", None))
-        after = [p for p in self.passes if (p[0] == id(loader) or p[1] == dataset) and key in p[3] and key not in p[2]]
+        loader, source = found
+        named = (source + " " + sel.score).lower()
+        if not _TEST.search(named) or _HELD_OUT.search(source.lower()):
+            return None  # (a validation split chose; a validation loader over the test set is `data.split_overlap`)
+        dataset = getattr(loader, "dataset", None)
+        after = [p for p in self.passes if (p[0] == id(loader) or (dataset is not None and p[1] == id(dataset)))
+                 and key in p[3] and key not in p[2]]
         if not after:
             return None
         chosen = None
@@ -459,12 +470,12 @@ class BestRecords:
             return None  # the last evaluation was kept: the choice moved nothing
         picked, last = evals[chosen][0], evals[-1][0]
         frame = user_frame_of(f, sel.line)
-        evidence = {"score": sel.score, "summed_over": sel.source, "record": sel.record, "guard_line": sel.line,
+        evidence = {"score": sel.score, "summed_over": source, "record": sel.record, "guard_line": sel.line,
                     "evaluations": len(evals), "selected_score": round(picked.score, 6),
                     "selected_step": picked.step, "last_score": round(last.score, 6), "last_step": last.step,
                     "scores_seen": [round(s.score, 6) for s, _ in evals][:16],
                     "passes_over_it_after_selection": len(after), "function": f.f_code.co_name}
-        fields = {"score": sel.score, "loader": sel.source, "record": sel.record, "evals": len(evals),
+        fields = {"score": sel.score, "loader": source, "record": sel.record, "evals": len(evals),
                   "picked": f"{picked.score:.6g}", "step": picked.step, "last": f"{last.score:.6g}",
                   "last_step": last.step, "function": f.f_code.co_name}
         return from_catalogue(Category.DATA, "data.test_selected", "bestrecord.on_test", fields=fields,
