@@ -190,3 +190,120 @@ LOOKALIKES = """
 
 def test_look_alikes_are_quiet(tmp_path):
     assert _found(_run(tmp_path, LOOKALIKES)) == []
+
+
+# (3) session 19: the same pass over loaders that are not DataLoaders. A loader class of the
+# project's own (a list of batches per pass), the sum divided after the loop, the last batch logged.
+OWN_LOADER = """
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(3)
+
+    class Batches:
+        def __init__(self, x, y, size, shuffle):
+            self.x, self.y, self.size, self.shuffle = x, y, size, shuffle
+        def __iter__(self):
+            order = torch.randperm(len(self.x)) if self.shuffle else torch.arange(len(self.x))
+            return iter([(self.x[order[i:i + self.size]], self.y[order[i:i + self.size]])
+                         for i in range(0, len(self.x), self.size)])
+        def __len__(self):
+            return (len(self.x) + self.size - 1) // self.size
+
+    class Board:
+        def __init__(self):
+            self.points = []
+        def add_scalar(self, tag, value, step):
+            self.points.append((tag, float(value), step))
+
+    def run_validation(model, loader, board, step):
+        model.eval()
+        err_sum = 0.0
+        with torch.no_grad():
+            for xb, yb in loader:
+                err = (model(xb) - yb).abs().mean()
+                err_sum += err.item()
+        err_sum /= len(loader)
+        board.add_scalar("val/mae", err, step)  # HERE
+        model.train()
+        return err_sum
+
+    x = torch.randn(260, 6)
+    y = x @ torch.randn(6, 1) + 0.3 * torch.randn(260, 1) * (1 + torch.arange(260.0)[:, None] / 50)
+    train, val = Batches(x[:180], y[:180], 20, True), Batches(x[180:], y[180:], 16, False)
+    model = nn.Linear(6, 1)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    board = Board()
+    step = 0
+    for epoch in range(3):
+        for xb, yb in train:
+            opt.zero_grad()
+            nn.functional.mse_loss(model(xb), yb).backward()
+            opt.step()
+            step += 1
+        run_validation(model, val, board, step)
+"""
+
+
+def test_a_validation_over_its_own_loader_class_that_logs_the_last_batch_is_found(tmp_path):
+    report = _run(tmp_path, OWN_LOADER)
+    found = _found(report)
+    assert len(found) == 1, [(f.code, f.line) for f in report.findings]
+    f = found[0]
+    assert (f.severity.value, f.line) == ("warning", _line(OWN_LOADER))
+    ev = f.evidence
+    assert (ev["reported_name"], ev["sum_name"], ev["reported_by"], ev["pass_batches"]) == \
+        ("err", "err_sum", "add_scalar", 5)
+    assert abs(ev["last_batch_value"] - ev["pass_mean"]) >= 0.05 * abs(ev["pass_mean"])
+
+
+# a variant: a generator of batches, the sum not divided, the last batch's loss returned
+GENERATOR = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.manual_seed(4)
+
+    def chunks(x, y, n):
+        for i in range(0, len(x), n):
+            yield x[i:i + n], y[i:i + n]
+
+    def evaluate(model, x, y):
+        model.eval()
+        total = 0.0
+        with torch.no_grad():
+            for xb, yb in chunks(x, y, 25):
+                loss = F.cross_entropy(model(xb), yb)
+                total += loss.item()
+        model.train()
+        print("mean", total / 4)
+        return loss  # HERE
+
+    x = torch.randn(300, 8)
+    labels = (x[:, 0] + 0.8 * torch.randn(300) > 0).long()
+    labels[280:] = 1 - labels[280:]  # the last validation rows are the hard ones
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for xb, yb in chunks(x[:200], labels[:200], 20):
+            opt.zero_grad()
+            F.cross_entropy(model(xb), yb).backward()
+            opt.step()
+        evaluate(model, x[200:], labels[200:])
+"""
+
+
+def test_a_generator_pass_returning_the_last_batch_loss_is_found(tmp_path):
+    report = _run(tmp_path, GENERATOR)
+    found = _found(report)
+    assert len(found) == 1, [(f.code, f.line) for f in report.findings]
+    assert (found[0].line, found[0].evidence["reported_by"], found[0].evidence["pass_batches"]) == \
+        (_line(GENERATOR), "return", 4)
+
+
+def test_own_loader_reporting_the_average_is_quiet(tmp_path):
+    fixed = OWN_LOADER.replace('board.add_scalar("val/mae", err, step)', 'board.add_scalar("val/mae", err_sum, step)')
+    assert _found(_run(tmp_path, fixed)) == []
+    fixed = GENERATOR.replace("return loss  # HERE", "return total / 4")
+    assert _found(_run(tmp_path, fixed)) == []

@@ -32,6 +32,7 @@ from ._evalsync import EvalSync
 from ._follow import Follower
 from ._handfed import HandFed
 from ._handfed import judge as judge_handfed
+from ._handpass import HandPasses
 from ._heldgrads import HeldGrads
 from ._heldlabels import HeldLabels
 from ._passes import conclude as passes_verdicts
@@ -92,6 +93,7 @@ class DataLedger(Checker):
         self.heldlabels = HeldLabels(self)  # held-out labels in a loss that is trained on
         self.heldgrads = HeldGrads(self, session)  # an evaluation pass's gradients applied by a training step
         stream(session).listen("ledger.denominator", self.denominators)
+        self.handpasses = HandPasses(self)  # evaluation passes over the user's own loaders: their end
 
     def counters(self) -> tuple[int, int]:
         return self.backwards, self.forwards
@@ -129,6 +131,7 @@ class DataLedger(Checker):
         self.heldlabels.on_inputs(args, kwargs)
         self.unbackwarded.on_forward(model, args, kwargs, output)
         self.afterloop.on_forward(model, args, kwargs)
+        self.handpasses.on_forward(not model.training and not torch.is_grad_enabled())
 
     def on_loss(self, call: LossCall) -> None:
         self.loss_units.on_loss(call)
@@ -227,6 +230,7 @@ class DataLedger(Checker):
             with torch.no_grad():
                 for f in self.sidedata.end():
                     self.session.add(f)
+            self.handpasses.end()
             for f in self.denominators.end():
                 self.session.add(f)
             for f in self.heldlabels.end():

@@ -99,14 +99,23 @@ def _carried(e: ast.expr, name: str) -> bool:
 
 
 def last_logged_findings(f: types.FrameType, batches: int, step: int | None) -> list[Any]:
+    """At a DataLoader pass's end: `f` runs the loop's header (the sampler just ran out)."""
     if batches < 2:
         return []
     found = running_loop(f)
     if found is None:
         return []
     _, scope, loop = found
+    return loop_findings(f, scope, loop, batches, step, ran_to=None)
+
+
+def loop_findings(f: types.FrameType, scope: ast.AST, loop: ast.For | ast.AsyncFor, batches: int,
+                  step: int | None, *, ran_to: int | None) -> list[Any]:
+    """The pass of `loop` in frame `f` ended; `ran_to`: the line the frame has run to since (it left
+    the loop, or returned: its locals are their last values, and a sum divided after the loop
+    already holds the average); None at the loop's header."""
     sums = _sums(loop)
-    if not sums:
+    if not sums or batches < 2:
         return []
     end = loop.end_lineno or loop.lineno
     after = sorted((n for n in own_nodes(scope) if getattr(n, "lineno", 0) > end),
@@ -116,6 +125,10 @@ def last_logged_findings(f: types.FrameType, batches: int, step: int | None) -> 
     for per_batch, (total, stmt) in sums.items():
         if total not in read_after or not _zeroed_before(scope, total, loop.lineno):
             continue
+        ran = [n for n in after if ran_to is not None and getattr(n, "lineno", 0) <= ran_to]
+        divided = _divided_after(ran, total)
+        if not divided and _reassigned_after(ran, total):
+            continue  # (the sum became something else after the loop: its live value is no sum)
         for node in after:
             if isinstance(node, ast.Call) and _reporter(node):
                 args = [*node.args, *(k.value for k in node.keywords)]
@@ -130,12 +143,31 @@ def last_logged_findings(f: types.FrameType, batches: int, step: int | None) -> 
             last, acc = _number(f.f_locals.get(per_batch)), _number(f.f_locals.get(total))
             if last is None or acc is None:
                 continue
-            mean = acc / batches
+            mean = acc if divided else acc / batches
             if abs(last - mean) < OFF * max(abs(mean), 1e-12):
                 continue
             out.append(_finding(f, node, per_batch, total, stmt, last, mean, batches, step))
             break
     return out
+
+
+def _divided_after(after: list[ast.AST], total: str) -> bool:
+    """`total /= n` or `total = total / n` after the loop: the name holds the pass's average."""
+    for n in after:
+        if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Div) and isinstance(n.target, ast.Name) \
+                and n.target.id == total:
+            return True
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                and n.targets[0].id == total and isinstance(n.value, ast.BinOp) and isinstance(n.value.op, ast.Div) \
+                and isinstance(n.value.left, ast.Name) and n.value.left.id == total:
+            return True
+    return False
+
+
+def _reassigned_after(after: list[ast.AST], total: str) -> bool:
+    return any(isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+               and any(isinstance(t, ast.Name) and t.id == total
+                       for t in (n.targets if isinstance(n, ast.Assign) else [n.target])) for n in after)
 
 
 def _finding(f: types.FrameType, node: ast.AST, per_batch: str, total: str, stmt: ast.AugAssign, last: float,

@@ -21,6 +21,7 @@ from .._findings import Category, Severity, Stage, from_catalogue
 from .._frames import UserFrame, user_frame_from_stack
 from ._amp import ScaledGradWatch
 from ._baseline import BaselineWatch
+from ._bestrecord import BestRecords
 from ._bestsave import BestSaves
 from ._counter import StepCounters
 from ._discarded import DiscardWatch, patch_zero_grad
@@ -74,6 +75,7 @@ class LedgerChecker(Checker):
         self._eval_only = False  # awake only for a step that began with an evaluation forward
         self.discards: DiscardWatch | None = None
         self.best_saves: BestSaves | None = None
+        self.best_records: BestRecords | None = None
         self._previous: list[Event] = []
         self._ended = -2  # the record of the step before (a GAN's G ran in it)
         self.sinks: GradSinks | None = None
@@ -115,6 +117,12 @@ class LedgerChecker(Checker):
         self.checkpoints.install()
         self.best_saves = BestSaves(session, self.checkpoints)
         self.best_saves.install()
+
+
+        self.best_records = BestRecords(session)
+        self.best_records.install()
+        snapshots = Snapshots(session)
+        snapshots.install()
         self.origins = Origins(session)
         snapshots = Snapshots(session, self.origins.taken)
         snapshots.install()
@@ -142,6 +150,8 @@ class LedgerChecker(Checker):
             self.best_saves.evaluation_forward()
             if self.checkpoints is not None:
                 self.checkpoints.final.eval_forward(model)
+        if self.best_records is not None and not model.training:
+            self.best_records.evaluation_forward()  # (with gradients or not: a validation pass)
         if self.evalrandom is not None:
             self.evalrandom.root_forward(model)
             if not model.training:
@@ -261,6 +271,8 @@ class LedgerChecker(Checker):
     def on_optimizer_step_post(self, optimizer: torch.optim.Optimizer) -> None:
         if self.checkpoints is not None:
             self.checkpoints.stepped(optimizer)
+        if self.best_records is not None:
+            self.best_records.stepped()
         if self._eval_only:
             return
         if self.discards is not None:
@@ -303,6 +315,12 @@ class LedgerChecker(Checker):
                 self.session.add(f)
         if self.best_saves is not None and self.session is not None:
             for f in self.best_saves.end():
+                self.session.add(f)
+        if self.best_records is not None and self.session is not None:
+            done = {(f.code, f.step) for f in self.session.findings}
+            for f in self.best_records.end():
+                if f.code == "checkpoint.snapshot_aliased" and any(c == f.code for c, _ in done):
+                    continue  # the restore of that snapshot already said it
                 self.session.add(f)
         if self.updates is not None and self.session is not None:
             explained = _explained_parameters(self.session.findings)
