@@ -2,7 +2,8 @@
 reaches no parameter, though the generator's output it was computed from was rebound before the
 discriminator saw it (`fake = G(z); fake = fake[..., 2:]`, G returning a view): the view G
 returned is dead by the generator's step (the slice keeps only the base alive), so the ledger
-resolves each event's model calls when the step closes (`_ledger_step/_terms.py`, `upstream`). The fixed loss detaches only the real side: quiet."""
+resolves each event's model calls when the step closes (`_ledger_step/_terms.py`, `upstream`).
+The fixed loss detaches only the real side: quiet."""
 
 from __future__ import annotations
 
