@@ -93,8 +93,9 @@ class ClipTargets:
             t.clip, t.first_step = clip, step
             t.stepped = [weakref.ref(p) for p in params[:4]]
         if defer is not None and len(t.norms) < MAX_READS:
-            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad.detach().float())
-                                                         .to(params[0].device) for p in params]))
+            grads = [p.grad.detach().float() for p in params if p.grad is not None]
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g).to(grads[0].device)
+                                                         for g in grads]))
             defer([norm], lambda v, m=clip.max_norm, t=t: t.norms.append((v[0], m)) if v and v[0] == v[0] else None)
 
     def findings(self) -> list[Finding]:

@@ -182,8 +182,9 @@ def _upstream(events: list[Event], made: dict[int, int]) -> list[set[tuple[int, 
                 got: set[tuple[int, str]] = {(ev.model, ev.name)} if ev.call else set()
                 for a in ev.args:
                     j = made.get(a)
-                    if j is not None and j != k and ups[j] is not None:
-                        got |= ups[j]  # type: ignore[operator]
+                    up = ups[j] if j is not None and j != k else None
+                    if up is not None:
+                        got |= up
                 ups[k] = got
                 on_path.discard(k)
                 continue

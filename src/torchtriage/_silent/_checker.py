@@ -1093,8 +1093,8 @@ class SilentChecker(Checker):
             self._queue_collapse()
         self.flags.resolve()
         _deferred.leave(self.session, self.flags)
-        for f in self.live_targets.findings():
-            self._add(f)
+        for target in self.live_targets.findings():
+            self._add(target)
         self._add_held_axis()
         self._judge_train_in_eval()
         for m in self._leaving:  # at close no call of ours is running: take them off
