@@ -15,6 +15,12 @@ MESSAGES = {
     "dynamics.group_lrs_collapsed.next":
         "pass one value per param group, e.g. max_lr=[g['lr'] for g in optimizer.param_groups], or scale the "
         "written lr by each group's own ratio",
+    "dynamics.group_lrs_collapsed.unread":
+        "{optimizer}'s {groups} param groups carry different learning-rate values under the key '{key}' ({declared}), a key torch.optim does not read and nothing in the run wrote into 'lr': every group ran at the same lr on all {steps} optimizer steps (peak {peak}, last {last}), so the per-group rates were ignored",
+    "dynamics.group_lrs_collapsed.unread.cause":
+        "a param group keeps any extra key it is given, but the optimizer steps with the group's 'lr' only; a multiplier such as 'lr_mul' or 'lr_scale' takes effect only where some code (a custom scheduler, the training loop) sets group['lr'] from it, and here none did",
+    "dynamics.group_lrs_collapsed.unread.next":
+        "put the rate itself in the group, e.g. {{'params': ..., 'lr': base_lr * lr_mul}}, or have the scheduler set group['lr'] = base_lr * group['lr_mul'] at every step",
     "dynamics.empty_param_group":
         "param group {index} of {optimizer} holds no parameter ({sizes} tensors per group), so its setting "
         "{settings} applies to nothing; the other groups run with {others}",

@@ -491,6 +491,8 @@ class DynamicsChecker(Checker):
             self.session.internal_error("dynamics.groups", e)
         self._add(self.order.config.finding())  # (a warning carries its measured harm: not held)
         self._add(self.order.partial.finding())  # (a warning carries its measured harm: not held)
+        for f in self.order.targets.findings():  # (a warning carries its measured harm: not held)
+            self._add(f)
         for f in self.order.flush():  # (decided on the last read)
             self._add(f)
         for missed in self.norm_decay.values():

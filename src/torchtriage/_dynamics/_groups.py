@@ -8,6 +8,11 @@ group's `lr`, its weight decay. Two ways that intent is lost while the run looks
     `max_lr`, CyclicLR's `base_lr`) or a loop writing one lr into every group replaced the
     per-group rates -> `dynamics.group_lrs_collapsed`, warning (the groups meant to differ
     were identical for the whole run); with the scheduler's construction line when one was made;
+    the same when the groups share one `lr` but differ in a key of the user's own that names a
+    learning rate (`lr_mul`, `lr_scale`, `learning_rate`): torch.optim never reads a key it does
+    not define, so the intent held there takes effect only if the user's code (a scheduler, a
+    loop) writes it into `lr` — measured: every step ran one lr in all groups (variant `unread`,
+    located at the dict key the user wrote);
   * a group holding no parameter at all whose weight decay differs from the others': the name
     test that was to fill it matched nothing (`n in ["bias", "gamma"]` tests whole names) ->
     `dynamics.empty_param_group`, a warning when the tensors the group was meant for are all in
@@ -48,7 +53,9 @@ def _lr(v: Any) -> float | None:
 
 
 class _Opt:
-    def __init__(self, opt: Any, declared: list[float | None], live: list[int], frame: UserFrame | None) -> None:
+    def __init__(self, opt: Any, declared: list[float | None], live: list[int], frame: UserFrame | None,
+                 key: str = "") -> None:
+        self.key = key  # the user's own per-group key that held the differing rates ("" : `lr` itself)
         self.ref = weakref.ref(opt)
         self.kind = type(opt).__name__
         self.declared = declared
@@ -83,6 +90,13 @@ class GroupSettings:
         if len(live) >= 2 and all(v is not None and v > 0 for v in vals) and not all(
                 _same(v, vals[0]) for v in vals):  # type: ignore[arg-type]
             self.opts[id(opt)] = _Opt(opt, declared, live, frame)
+        elif len(live) >= 2:
+            unread = _unread_lr_key(opt, [groups[i] for i in live])
+            if unread is not None:
+                key, values = unread
+                spot = _key_line(frames, key)
+                self.opts[id(opt)] = _Opt(opt, [values[live.index(i)] if i in live else None
+                                                for i in range(len(groups))], live, spot or frame, key)
         for k, g in enumerate(groups):
             if not g.get("params"):
                 info = _empty_group(self.session, groups, k)
@@ -132,11 +146,16 @@ class GroupSettings:
             if t.steps < MIN_STEPS or t.equal != t.steps:
                 continue
             sched = t.sched
-            frame = sched.frame if sched is not None and sched.frame is not None else t.frame
+            frame = sched.frame if sched is not None and sched.frame is not None and not t.key else t.frame
             who = sched.kind if sched is not None else ""
             declared = [num(t.declared[i]) for i in t.live]
+            if t.key:  # (one entry per distinct value: one group per parameter is common)
+                declared = list(dict.fromkeys(declared))
+            variant = "unread" if t.key else "scheduler" if who else None
             out.append(finding(
-                "group_lrs_collapsed", variant="scheduler" if who else None, category=Category.OTHER,
+                "group_lrs_collapsed", variant=variant, category=Category.GRADIENT if t.key else Category.OTHER,
+                cause="dynamics.group_lrs_collapsed.unread.cause" if t.key else None,
+                next_key="dynamics.group_lrs_collapsed.unread.next" if t.key else None, key=t.key,
                 stage=Stage.OPTIMIZER, step=0, frame=frame, op=who or t.kind, module=who or None,
                 parameter=f"param_groups {', '.join(str(i) for i in t.live)}",
                 optimizer=t.kind, scheduler=who, groups=len(t.live), declared=" / ".join(declared),
@@ -146,7 +165,7 @@ class GroupSettings:
                           "peak_lr_per_group": [num(v) for v in t.peak],
                           "last_lr_per_group": [num(v) for v in t.last],
                           "steps_with_identical_lrs": t.equal, "optimizer_steps": t.steps,
-                          "scheduler": who or None,
+                          "scheduler": who or None, "unread_group_key": t.key or None,
                           "harm": f"the {len(t.live)} groups declared with lrs {' / '.join(declared)} ran at one "
                                   f"identical lr on all {t.steps} optimizer steps"}))
         for ref, info in self.empty:
@@ -177,6 +196,43 @@ class GroupSettings:
         self.opts.clear()
         self.empty.clear()
         return out
+
+
+_LR_WORDS = ("lr", "learning_rate")
+
+
+def _unread_lr_key(opt: Any, groups: list[dict[str, Any]]) -> tuple[str, list[float]] | None:
+    """A key of the user's own (not one of the optimizer's settings) that names a learning rate,
+    holds a positive number in every group holding parameters, and differs between them."""
+    known = set(getattr(opt, "defaults", {})) | {"params", "initial_lr", "name", "param_names"}
+    for key in groups[0]:
+        if key in known or not isinstance(key, str) or not any(w in key.lower() for w in _LR_WORDS):
+            continue
+        values = [_lr(g.get(key)) for g in groups]
+        if all(v is not None and v > 0 for v in values) and not all(
+                _same(v, values[0]) for v in values):  # type: ignore[arg-type]
+            return key, values  # type: ignore[return-value]
+    return None
+
+
+def _key_line(frames: list[types.FrameType], key: str) -> UserFrame | None:
+    """The line where the user wrote `key` as a dict key (`{"params": ..., key: ...}`), read in the
+    user frames around the optimizer's construction (innermost first): one such line only."""
+    for f in frames:
+        try:
+            tree = parsed(f.f_code.co_filename)
+        except (OSError, SyntaxError, ValueError):
+            continue
+        if tree is None:
+            continue
+        scope = scope_of(tree, f.f_code)
+        lines = {k.lineno for node in ast.walk(scope) if isinstance(node, ast.Dict)
+                 for k in node.keys if isinstance(k, ast.Constant) and k.value == key}
+        if len(lines) == 1:
+            line = lines.pop()
+            file = f.f_code.co_filename
+            return UserFrame(file, line, f.f_code.co_name, linecache.getline(file, line).strip())
+    return None
 
 
 def _plain(v: Any) -> bool:

@@ -45,6 +45,7 @@ from .._catalogue import msg
 from .._errors import TriageInternalWarning
 from .._findings import Category, Finding, Severity, Stage
 from .._frames import UserFrame, user_frame_from_stack, user_stack_frame, user_stacklevel
+from ._clipmiss import ClipTargets
 from ._common import finding, num
 from ._partial import PartialClips
 
@@ -71,6 +72,7 @@ class StepOrder:
         self.reported: set[str] = set()
         self.tracking = True  # this step is watched (`_cadence.sampled`)
         self.partial = PartialClips()  # clips between two backward calls of one step (`_partial`)
+        self.targets = ClipTargets(session)  # clips that miss the stepped optimizer's parameters (`_clipmiss`)
         self.defer: Any = None  # the dynamics check's deferred read (`DeferredFlags.add`)
         self.config: Any = None  # clipping the configuration turned off (`_clipcfg.ClipConfig`), every call
         self.factors: list[Any] = []  # per Div/Mul root of this step: [the factor it applied] (set by its hook)
@@ -84,6 +86,7 @@ class StepOrder:
             self.backwards, self.clip, self.frame = [], None, None
             self.forward_since_backward = False
             self.partial.reset()
+            self.targets.backward()
         self.tracking = on
 
     def install(self) -> None:
@@ -127,6 +130,7 @@ class StepOrder:
             if params is not None and not order.broken and order.clip is not None:
                 try:
                     order.partial.clipped(order.clip[0], params, out, max_norm, order.clip[3])
+                    order.targets.clipped(params, max_norm, order.clip[3])
                 except Exception as e:
                     order.broken = True
                     warnings.warn(msg("internal.warning", where="dynamics.clip", error=f"{type(e).__name__}: {e}"),
@@ -162,6 +166,7 @@ class StepOrder:
             self.closure = True  # several evaluations per step are the optimizer's, not accumulation
         site = _site(4)
         self.partial.backward()
+        self.targets.backward()
         if self.backwards and scalar and self.frame is None:
             self.frame = user_frame_from_stack(4)
         if scalar and node.startswith(_SCALED[:2]) and root is not None and root.grad_fn is not None:
@@ -191,6 +196,8 @@ class StepOrder:
                         out.append(misplaced)
         if self.defer is not None and not self.closure:
             self.partial.step(step, len(self.backwards), self.defer)
+        if not self.closure:
+            self.targets.stepped(opt, step, self.defer)
         bw = self.backwards
         out, self.pending = self.pending + out, []
         if (not self.closure and len(bw) >= 2 and all(own for own, _, _ in bw) and len({site for _, _, site in bw}) == 1

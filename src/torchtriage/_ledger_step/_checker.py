@@ -172,7 +172,7 @@ class LedgerChecker(Checker):
             return
         snap = self.session.snapshot if self.session is not None else None
         record = snap.record if snap is not None else None
-        self._previous = skeleton(record) if record is not None and record.taped else []
+        self._previous = skeleton(record, upstream=True) if record is not None and record.taped else []
         self._ended = step
         if self.ranks is not None:
             self.ranks.step_end(step)
@@ -369,8 +369,10 @@ class LedgerChecker(Checker):
             self._reported.add(key)
             models = ", ".join(sorted(set(v.missed.values())))
             reached = sorted(set(t.reached.values()))
-            others = [f"{op or 'term'} ({_at(fr)})" for op, fr, r in t.siblings if set(v.missed) & r]
-            short = [f"{op or 'term'} ({_short(fr)})" for op, fr, r in t.siblings if set(v.missed) & r]
+            # (one entry per line: a helper summed on several terms is one line)
+            others = list(dict.fromkeys(f"{op or 'term'} ({_at(fr)})" for op, fr, r in t.siblings if set(v.missed) & r))
+            short = list(dict.fromkeys(f"{op or 'term'} ({_short(fr)})" for op, fr, r in t.siblings
+                                       if set(v.missed) & r))
             evidence: dict[str, Any] = {
                 "term": t.op, "term_line": _at(t.frame), "computed_from": sorted(set(t.sources.values())),
                 "reaches_models": reached or "no trainable parameter", "trainable_parameters_reached": t.n_params,

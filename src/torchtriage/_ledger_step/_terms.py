@@ -133,6 +133,10 @@ class Event:
     frame: UserFrame | None
     outs: tuple[weakref.ref[torch.Tensor], ...]  # alive only while the user holds them
     args: tuple[int, ...]
+    # the model calls it was computed from, resolved while the record held every output: a
+    # tensor the user rebound (`x = G(z); x = x[..., 2:]`) is dead by the next step, and the
+    # link from the view to the call that made its base with it
+    upstream: tuple[tuple[int, str], ...] = ()
 
 
 def _ids(tree: Any) -> tuple[int, ...]:
@@ -143,16 +147,56 @@ def _refs(tree: Any) -> tuple[weakref.ref[torch.Tensor], ...]:
     return tuple(weakref.ref(t) for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor))
 
 
-def skeleton(record: Any) -> list[Event]:
+def skeleton(record: Any, upstream: bool = False) -> list[Event]:
     """The record's data flow by tensor id. The step is closed by the first optimizer that
     steps, so a GAN's generator update runs on a `G(z)` called in the step before: that step's
-    skeleton is joined to the current record (the tensors the user still holds keep their ids)."""
+    skeleton is joined to the current record (the tensors the user still holds keep their ids).
+    With `upstream` (the skeleton kept past the step), each event also carries the model calls
+    it was computed from, resolved now while the record holds every output alive."""
     if record is None:
         return []
     out = [Event(True, c.label, id(c.model), c.frame, _refs(c.output), _ids((c.args, c.kwargs)))
            for c in record.calls]
     out += [Event(False, o.name, 0, o.frame, _refs(o.output), _ids((o.args, o.kwargs))) for o in record.ops]
+    if upstream:
+        events = [*record.calls, *record.ops]
+        made = {i: k for k, ev in enumerate(events) for i in _ids(ev.output)}
+        ups = _upstream(out, made)
+        out = [dataclasses.replace(ev, upstream=tuple(sorted(ups[k]))) if ups[k] else ev for k, ev in enumerate(out)]
     return out
+
+
+def _upstream(events: list[Event], made: dict[int, int]) -> list[set[tuple[int, str]]]:
+    """Per event, the model calls it was computed from (itself included), over `made`
+    (id(output) -> event index): one pass per event in a depth-first order, memoised."""
+    ups: list[set[tuple[int, str]] | None] = [None] * len(events)
+    for start in range(len(events)):
+        if ups[start] is not None:
+            continue
+        stack: list[tuple[int, bool]] = [(start, False)]
+        on_path: set[int] = set()
+        while stack:
+            k, done = stack.pop()
+            if done:
+                ev = events[k]
+                got: set[tuple[int, str]] = {(ev.model, ev.name)} if ev.call else set()
+                for a in ev.args:
+                    j = made.get(a)
+                    up = ups[j] if j is not None and j != k else None
+                    if up is not None:
+                        got |= up
+                ups[k] = got
+                on_path.discard(k)
+                continue
+            if ups[k] is not None or k in on_path:
+                continue
+            on_path.add(k)
+            stack.append((k, True))
+            for a in events[k].args:
+                j = made.get(a)
+                if j is not None and ups[j] is None and j not in on_path:
+                    stack.append((j, False))
+    return [u or set() for u in ups]
 
 
 class Flow:
@@ -181,7 +225,12 @@ class Flow:
 
     def sources(self, t: torch.Tensor) -> list[tuple[int, str]]:
         """(id(model), label) of the model calls `t` was computed from, through detaches."""
-        return [(ev.model, ev.name) for ev in self._walk(t) if ev.call]
+        out: list[tuple[int, str]] = []
+        for ev in self._walk(t):
+            if ev.call:
+                out.append((ev.model, ev.name))
+            out += [u for u in ev.upstream if u not in out]
+        return out
 
     def cut(self, t: torch.Tensor) -> tuple[UserFrame | None, str | None]:
         """The taped `.detach()` / `.data` nearest to `t` on its way back."""

@@ -47,6 +47,7 @@ from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
 from ._intscale import int_scale_plans
 from ._keptgraphs import KeptGraphs, kept_finding
+from ._livetarget import LiveTargets
 from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules, trainable_stochastic_modules
 from ._loss_inputs import ELEMENTWISE_LOSSES, loss_plans
 from ._metricstate import MetricStates
@@ -93,6 +94,7 @@ class SilentChecker(Checker):
         self.graphs = GraphKeeper()
         self.kept = KeptGraphs()  # model outputs and create_graph grads kept across steps
         self.terminal = TerminalMasks(session)  # bootstraps that cross episode ends (`_terminal`)
+        self.live_targets = LiveTargets(session, self.flags.add)  # targets with grad into trained params
         self.carry = GraphCarry()  # graphs that grow across steps through a carried state
         self.zero = ZeroGradWatch()
         self.averaged = AveragedCopies(session)
@@ -342,6 +344,10 @@ class SilentChecker(Checker):
 
     def on_loss(self, call: LossCall) -> None:
         self._terminal()
+        try:
+            self.live_targets.loss(call.name, call.input, call.target, call.frame, self._step)
+        except Exception as e:  # our bug: the run goes on
+            self.session.internal_error("silent.live_targets", e)
         out = call.output
         if isinstance(out, torch.Tensor):
             self.graphs.mark(out, self._step, call.frame)
@@ -1087,6 +1093,8 @@ class SilentChecker(Checker):
             self._queue_collapse()
         self.flags.resolve()
         _deferred.leave(self.session, self.flags)
+        for target in self.live_targets.findings():
+            self._add(target)
         self._add_held_axis()
         self._judge_train_in_eval()
         for m in self._leaving:  # at close no call of ours is running: take them off
