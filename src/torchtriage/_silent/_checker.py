@@ -45,6 +45,7 @@ from ._common import finding, first_tensor, fmt, is_index_tensor, same_storage, 
 from ._divisor import division_plans
 from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
+from ._graphrows import GraphRows
 from ._intscale import int_scale_plans
 from ._keptgraphs import KeptGraphs, kept_finding
 from ._loop import GraphKeeper, ZeroGradWatch, in_update_bn, stochastic_modules, trainable_stochastic_modules
@@ -136,6 +137,7 @@ class SilentChecker(Checker):
         self._last_step = -1  # the last step taken part in
         self._in_root = 0  # root model calls in progress (a loss computed inside the model's forward)
         self._offset_pending: list[tuple[Any, ...]] = []  # token losses inside a root forward (`_offset.py`)
+        self.graph_rows = GraphRows()  # the rows a loss supervises, against the step's graph (`_graphrows.py`)
         self._scaled_read: set[int] = set()  # tape ops already read for integer data scaling
         self.states = StateChain()  # a state carried with its graph across forwards (`_statechain.py`)
         self.buffers = BufferChain()  # a buffer whose graph chains across steps (`_bufferchain.py`)
@@ -354,6 +356,7 @@ class SilentChecker(Checker):
         self._follow_token_mask(call)
         self._dense_target(call)
         self._noise_target(call)
+        self._graph_rows(call)
         if isinstance(out, torch.Tensor) and out.numel() == 1 and out.requires_grad and len(self._step_losses) < 8:
             self._step_losses.append((out, call.input, call.target, call.frame))
         if self._warm():
@@ -409,6 +412,23 @@ class SilentChecker(Checker):
             for tgt, frame, name, module, ignore in pending:
                 self._queue(offset_plans(tgt, ids, ignore_index=ignore, loss=name), frame=frame, op=name,
                             module=module)
+
+    def _graph_rows(self, call: LossCall) -> None:
+        """A training loss on rows selected from the model's output by a mask, against the nodes
+        of the graph of the step's model call, on the warm-up steps (`_graphrows.py`)."""
+        snap = self.session.snapshot
+        if not (self._warm() or self.graph_rows.wants(call.frame, self._step)) or self._in_root \
+                or not torch.is_grad_enabled() or snap is None or not snap.record.taped or not snap.record.calls \
+                or not isinstance(call.input, torch.Tensor):
+            return
+        last = snap.record.calls[-1]
+        with torch.no_grad():
+            plan = self.graph_rows.plan(snap.record.ops, call.input, last.args, last.kwargs, call.frame)
+        if plan is not None:
+            self._queue([plan], frame=call.frame, op=call.name, module=call.module)
+        keeper = self.session.checker("snapshot")
+        if keeper is not None and self.graph_rows.wants(call.frame, self._step + 1):
+            keeper.hold_tape(self._step + 2)  # the next step's graph, to compare with
 
     def _noise_target(self, call: LossCall) -> None:
         """A training loss's target whose rows were overwritten with random noise on the tape
