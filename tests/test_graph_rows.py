@@ -48,7 +48,7 @@ def _train(ahead: int):
     model = MeanConv()
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     with torchtriage.watch(model, opt, on_anomaly="record", report=False) as s:
-        for epoch in range(2):
+        for _epoch in range(2):
             for t, edge_index in snaps:
                 pred = model(x, edge_index)
                 mask = arrival <= t + ahead
