@@ -426,7 +426,7 @@ class SilentChecker(Checker):
             plan = self.graph_rows.plan(snap.record.ops, call.input, last.args, last.kwargs, call.frame)
         if plan is not None:
             self._queue([plan], frame=call.frame, op=call.name, module=call.module)
-        keeper = self.session.checker("snapshot")
+        keeper: Any = self.session.checker("snapshot")
         if keeper is not None and self.graph_rows.wants(call.frame, self._step + 1):
             keeper.hold_tape(self._step + 2)  # the next step's graph, to compare with
 
