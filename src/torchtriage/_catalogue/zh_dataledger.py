@@ -49,4 +49,9 @@ MESSAGES = {
     "ledger.eval_on_train.message": "在 `{statement}` 处命名的{role}结果是在训练加载器 {eval} 上测得的：它评估的全部 {rows} 个样本都已通过加载器 {train}（{train_where}）训练过，而程序另外构建了留出加载器 {held}",
     "ledger.eval_on_train.cause": "评估拿到（或遍历）的是训练加载器而不是{role}加载器，所以报告的{role}分数其实是训练分数：它无法显示过拟合，据此选出的最佳 epoch 或模型是在训练数据上选的",
     "ledger.eval_on_train.next": "把留出加载器（{held}）交给评估，训练分数请用能说明其含义的名字单独记录",
+    "ledger.fresh_iter.message": "加载器 {loader} 在第 {line} 行为每个批次新建一个迭代器：{passes} 次遍历都在完整遍历应给出的 {per_pass} 个批次中的第一个之后就结束了，因此前 {steps} 步（一个 epoch 的量）抽取的 {drawn} 个样本中只有 {distinct} 个不同样本，而一次完整遍历覆盖 {full} 个（每个 epoch 大小的窗口平均不同样本比例 {share}）",
+    "ledger.fresh_iter_shuffled.cause": "next(iter(loader)) 每一步都新建一个迭代器（新的随机顺序），只取它的第一个批次：各步之间是有放回抽样，一个 epoch 内有些样本被用了多次，约三分之一从未被使用",
+    "ledger.fresh_iter_sequential.cause": "next(iter(loader)) 每一步都在不打乱的采样器上新建一个迭代器，只取它的第一个批次：每一步都在同一个第一个批次上训练，其余数据从未被使用",
+    "ledger.fresh_iter_shuffled.next": "每个 epoch 在步循环之前只创建一次迭代器（it = iter(loader)；每步 next(it)），在它抛出 StopIteration 时再新建（或使用 itertools.cycle / 无限采样器）",
+    "ledger.fresh_iter_sequential.next": "每个 epoch 在步循环之前只创建一次迭代器（it = iter(loader)；每步 next(it)），在它抛出 StopIteration 时再新建",
 }

@@ -30,6 +30,7 @@ from ._epochs import Epoch, Loader
 from ._evalshards import EvalShards
 from ._evalsync import EvalSync
 from ._follow import Follower
+from ._fresh import note as note_fresh
 from ._handfed import HandFed
 from ._handfed import judge as judge_handfed
 from ._handpass import HandPasses
@@ -203,6 +204,7 @@ class DataLedger(Checker):
             "shuffled": ep.shuffled, "sampler_epoch": ep.sampler_epoch,
             "outer_epoch": ep.outer_epoch, "inner_epochs": ep.inner_epochs, "sampler_cls": ep.sampler_cls,
         }
+        note_fresh(entry, ep, summary, indexed)  # a pass cut after its first batch: its samples (`_fresh.py`)
         if indexed and sum(trained) and "roots" not in entry.first:  # the first training epoch's samples (ranks)
             entry.first["roots"] = np.unique(np.concatenate([r for r in ep.roots if r is not None]))
             entry.first["complete"] = ep.complete

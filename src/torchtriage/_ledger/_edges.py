@@ -49,7 +49,7 @@ def _pair(t: Any) -> Found | None:
     return None
 
 
-def _edges_of(obj: Any) -> Found | None:
+def edges_of(obj: Any) -> Found | None:
     if isinstance(obj, torch.Tensor):
         return _pair(obj)
     if isinstance(obj, (str, bytes, int, float, list, tuple, dict, nn.Module)) or obj is None:
@@ -100,7 +100,7 @@ class Edges:
                     pass
                 if len(self.objects) > 4096:
                     self.objects.clear()
-            uv = _edges_of(obj)
+            uv = edges_of(obj)
             if uv is None:
                 continue
             t, u, v = uv

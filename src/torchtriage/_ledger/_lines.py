@@ -91,3 +91,22 @@ def _keyword_line(file: str, line: int, keyword: str) -> int | None:
                 if kw.arg == keyword:
                     return kw.value.lineno
     return None
+
+
+def loops_at(file: str, line: int) -> bool:
+    """Whether a `for` statement or a comprehension begins its iteration on `line` (a loop that
+    may `break` after its first batch), as opposed to an explicit `iter(loader)` call."""
+    return _loops_at(file, line)
+
+
+@functools.lru_cache(maxsize=256)
+def _loops_at(file: str, line: int) -> bool:
+    tree = parsed(file)
+    if tree is None:
+        return True  # unknown: not judged
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            it = node.iter
+            if node.iter.lineno <= line <= (it.end_lineno or it.lineno) or getattr(node, "lineno", -1) == line:
+                return True
+    return False

@@ -48,10 +48,11 @@ def conclude(ledger: DataLedger) -> None:
     session = ledger.session
     if session is None:
         return
+    from ._fresh import judge as fresh
     from ._weights import judge as sampler_weights
 
     for entry in ledger.loaders:
-        for f in (coverage(entry), order(entry), sampler_weights(entry)):
+        for f in (coverage(entry) or fresh(entry), order(entry), sampler_weights(entry)):
             if f is not None:
                 session.add(f)
     already = any(f.code == "data.heldout_trained" for f in session.findings)

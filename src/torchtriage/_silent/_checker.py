@@ -45,6 +45,7 @@ from ._common import finding, first_tensor, fmt, is_index_tensor, same_storage, 
 from ._divisor import division_plans
 from ._exp_site import locate_in_forward, storage_of
 from ._flags import DeferredFlags
+from ._graphrows import GraphRows
 from ._intscale import int_scale_plans
 from ._keptgraphs import KeptGraphs, kept_finding
 from ._livetarget import LiveTargets
@@ -54,6 +55,7 @@ from ._metricstate import MetricStates
 from ._mixweight import mix_weight_verdict, pasted_share
 from ._node_site import INPUT_VERDICTS, input_module
 from ._noisetarget import noise_rows_plan
+from ._offset import offset_plans
 from ._opposed import Probe, pairs, uses
 from ._overflow import exp_nodes, overflow_verdict
 from ._pad_mask import PadAttention
@@ -136,6 +138,8 @@ class SilentChecker(Checker):
         self._full = max(_cadence.FULL, self.warmup, self.collapse_steps)
         self._last_step = -1  # the last step taken part in
         self._in_root = 0  # root model calls in progress (a loss computed inside the model's forward)
+        self._offset_pending: list[tuple[Any, ...]] = []  # token losses inside a root forward (`_offset.py`)
+        self.graph_rows = GraphRows()  # the rows a loss supervises, against the step's graph (`_graphrows.py`)
         self._scaled_read: set[int] = set()  # tape ops already read for integer data scaling
         self.states = StateChain()  # a state carried with its graph across forwards (`_statechain.py`)
         self.buffers = BufferChain()  # a buffer whose graph chains across steps (`_bufferchain.py`)
@@ -252,6 +256,7 @@ class SilentChecker(Checker):
             self._averaged("gap")
         self._last_step = step
         self._in_root = 0
+        self._offset_pending.clear()
         self._dense_pending = None
         self._step_losses.clear()
         self._drop_mask_follow()
@@ -271,6 +276,7 @@ class SilentChecker(Checker):
     def on_exception(self, exc: BaseException) -> None:
         self._drop_mask_follow()
         self._in_root = 0  # (a forward that raised: no on_root_forward came)
+        self._offset_pending.clear()
 
     def on_root_forward(self, model: nn.Module, label: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                         output: Any) -> None:
@@ -280,6 +286,8 @@ class SilentChecker(Checker):
             if calls is not None:
                 self._add(state_finding(label, self.states.names(model), calls, user_frame_from_stack(3),
                                         self._step))
+        if self._offset_pending and not self._in_root:
+            self._offsets(args, kwargs)
         if self._dense_pending is not None and not self._in_root:
             tgt, frame, module, pred = self._dense_pending
             self._dense_pending = None
@@ -354,6 +362,7 @@ class SilentChecker(Checker):
         self._follow_token_mask(call)
         self._dense_target(call)
         self._noise_target(call)
+        self._graph_rows(call)
         if isinstance(out, torch.Tensor) and out.numel() == 1 and out.requires_grad and len(self._step_losses) < 8:
             self._step_losses.append((out, call.input, call.target, call.frame))
         if self._warm():
@@ -376,6 +385,10 @@ class SilentChecker(Checker):
                 snap = None
             ids = snap.args[0] if snap is not None and snap.args else (snap.kwargs.get("input_ids") if snap else None)
             if call.name in ("cross_entropy", "nll_loss") and is_index_tensor(tgt):
+                if self._in_root and len(self._offset_pending) < 4:  # its ids are the root call's (`_offsets`)
+                    self._offset_pending.append((tgt, call.frame, call.name, call.module, kw.get("ignore_index", -100)))
+                else:
+                    plans += offset_plans(tgt, ids, ignore_index=kw.get("ignore_index", -100), loss=call.name)
                 mask = snap.kwargs.get("attention_mask") if snap is not None else None
                 plans += token_plans(tgt, ids, ignore_index=kw.get("ignore_index", -100),
                                      reduction=kw.get("reduction", "mean"), attention_mask=mask,
@@ -395,6 +408,33 @@ class SilentChecker(Checker):
                 if rec is not None and (rec.taped or self._step >= self.warmup - 1):
                     plans += self_pair_plans(inp, tgt, call.option("ignore_index", -100), rec, self._pairs_seen)
         self._queue(plans, frame=call.frame, op=call.name, module=call.module, inp=inp, whole=whole)
+
+    def _offsets(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """The token losses computed inside the root forward that just returned, against the
+        token ids it was called with: the offset of their targets (`_offset.py`)."""
+        pending, self._offset_pending = self._offset_pending, []
+        ids = args[0] if args and is_index_tensor(args[0]) else kwargs.get("input_ids")
+        with torch.no_grad():
+            for tgt, frame, name, module, ignore in pending:
+                self._queue(offset_plans(tgt, ids, ignore_index=ignore, loss=name), frame=frame, op=name,
+                            module=module)
+
+    def _graph_rows(self, call: LossCall) -> None:
+        """A training loss on rows selected from the model's output by a mask, against the nodes
+        of the graph of the step's model call, on the warm-up steps (`_graphrows.py`)."""
+        snap = self.session.snapshot
+        if not (self._warm() or self.graph_rows.wants(call.frame, self._step)) or self._in_root \
+                or not torch.is_grad_enabled() or snap is None or not snap.record.taped or not snap.record.calls \
+                or not isinstance(call.input, torch.Tensor):
+            return
+        last = snap.record.calls[-1]
+        with torch.no_grad():
+            plan = self.graph_rows.plan(snap.record.ops, call.input, last.args, last.kwargs, call.frame)
+        if plan is not None:
+            self._queue([plan], frame=call.frame, op=call.name, module=call.module)
+        keeper: Any = self.session.checker("snapshot")
+        if keeper is not None and self.graph_rows.wants(call.frame, self._step + 1):
+            keeper.hold_tape(self._step + 2)  # the next step's graph, to compare with
 
     def _noise_target(self, call: LossCall) -> None:
         """A training loss's target whose rows were overwritten with random noise on the tape

@@ -14,15 +14,18 @@ def finding(name: str, *, severity: Severity = Severity.ERROR, stage: Stage | No
             frame: UserFrame | None = None, module: str | None = None, op: str | None = None,
             parameter: str | None = None, step: int | None = None,
             evidence: dict[str, Any] | None = None, variant: str | None = None,
-            family: str = "silent", category: Category | None = None, **fields: Any) -> Finding:
+            family: str = "silent", category: Category | None = None, own_cause: bool = False,
+            **fields: Any) -> Finding:
     """A `silent.<name>` finding whose message, cause and next check come from the catalogue
     (`family` "data": a `data.<name>` one, a fault in the data the loop computes on: the
-    target among the input features is the label leaking into the inputs)."""
+    target among the input features is the label leaking into the inputs). `own_cause`: the
+    variant has its own cause and next check (`<key>.<variant>.cause`)."""
     fields.setdefault("op", op)
     key = f"{family}.{name}"
     category = category or (Category.DATA if family == "data" else Category.SILENT)
+    why = f"{key}.{variant}" if variant and own_cause else key
     return from_catalogue(category, key, key + (f".{variant}" if variant else ""), fields=fields,
-                          cause_key=f"{key}.cause", next_key=f"{key}.next", frame=frame, evidence=evidence,
+                          cause_key=f"{why}.cause", next_key=f"{why}.next", frame=frame, evidence=evidence,
                           source_line=True, severity=severity, stage=stage, step=step, module=module, op=op,
                           parameter=parameter)
 
