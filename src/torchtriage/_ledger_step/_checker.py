@@ -117,12 +117,8 @@ class LedgerChecker(Checker):
         self.checkpoints.install()
         self.best_saves = BestSaves(session, self.checkpoints)
         self.best_saves.install()
-
-
         self.best_records = BestRecords(session)
         self.best_records.install()
-        snapshots = Snapshots(session)
-        snapshots.install()
         self.origins = Origins(session)
         snapshots = Snapshots(session, self.origins.taken)
         snapshots.install()
