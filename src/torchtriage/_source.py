@@ -58,6 +58,20 @@ def running_loop(f: types.FrameType) -> tuple[ast.Module, ast.AST, ast.For | ast
     return None if loop is None else (tree, scope, loop)
 
 
+def scope_at(tree: ast.Module, code: types.CodeType, line: int) -> ast.AST | None:
+    """The innermost definition of `code`'s function in `tree` that holds `line` (the module for
+    module-level code); None when no definition of that name holds it."""
+    if code.co_name == "<module>":
+        return tree
+    best = None
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == code.co_name \
+                and n.lineno <= line <= (n.end_lineno or n.lineno):
+            if best is None or n.lineno > best.lineno:
+                best = n
+    return best
+
+
 def own_nodes(scope: ast.AST) -> list[ast.AST]:
     """The nodes of a function (or module) body, without those of the functions, classes and
     lambdas it defines."""

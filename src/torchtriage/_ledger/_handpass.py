@@ -23,23 +23,11 @@ import types
 from typing import Any
 
 from .._frames import find_frame, in_user_file
-from .._source import parsed
+from .._source import parsed, scope_at
 from ._lastlogged import loop_findings
 
 FRAMES = 4
 MAX_LOOPS = 64  # code objects remembered
-
-
-def _scope(tree: ast.Module, code: types.CodeType, line: int) -> ast.AST | None:
-    if code.co_name == "<module>":
-        return tree
-    best = None
-    for n in ast.walk(tree):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == code.co_name \
-                and n.lineno <= line <= (n.end_lineno or n.lineno):
-            if best is None or n.lineno > best.lineno:
-                best = n
-    return best
 
 
 def _body_loop(scope: ast.AST, line: int) -> ast.For | None:
@@ -119,7 +107,7 @@ class HandPasses:
             scope = self.scopes.get(code)
             if code not in self.scopes:
                 tree = parsed(code.co_filename)
-                scope = _scope(tree, code, f.f_lineno) if tree is not None else None
+                scope = scope_at(tree, code, f.f_lineno) if tree is not None else None
                 if len(self.scopes) < MAX_LOOPS:
                     self.scopes[code] = scope
             self.loops[key] = _body_loop(scope, f.f_lineno) if scope is not None else None

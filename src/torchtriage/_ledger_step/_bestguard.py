@@ -25,7 +25,7 @@ import types
 from typing import Any
 
 from .._frames import is_user_file
-from .._source import own_nodes, parsed
+from .._source import own_nodes, parsed, scope_at
 
 _ORDER = (ast.Lt, ast.Gt, ast.LtE, ast.GtE)
 _EXITS = (ast.Return, ast.Continue, ast.Break)
@@ -63,16 +63,7 @@ def _scope(frame: types.FrameType) -> ast.AST | None:
     tree = parsed(frame.f_code.co_filename)
     if tree is None:
         return None
-    if frame.f_code.co_name == "<module>":
-        return tree
-    line = frame.f_lineno
-    best = None
-    for n in ast.walk(tree):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == frame.f_code.co_name \
-                and n.lineno <= line <= (n.end_lineno or n.lineno):
-            if best is None or n.lineno > best.lineno:
-                best = n  # the innermost definition holding the line
-    return best
+    return scope_at(tree, frame.f_code, frame.f_lineno)
 
 
 def _name(node: ast.AST) -> str | None:

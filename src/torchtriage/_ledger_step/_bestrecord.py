@@ -45,7 +45,7 @@ import torch
 
 from .._findings import Category, Finding, Severity, Stage, from_catalogue
 from .._frames import find_frame, in_user_file, user_frame_of
-from .._source import own_nodes, parsed
+from .._source import own_nodes, parsed, scope_at
 from ._bestguard import _name, resolve_name
 
 MIN_EVALS = 3
@@ -219,18 +219,6 @@ def _source(nodes: list[ast.AST], score: str, lo: int, guard: int) -> str | None
     return None
 
 
-def _scope(tree: ast.Module, code: types.CodeType, line: int) -> ast.AST | None:
-    if code.co_name == "<module>":
-        return tree
-    best = None
-    for n in ast.walk(tree):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == code.co_name \
-                and n.lineno <= line <= (n.end_lineno or n.lineno):
-            if best is None or n.lineno > best.lineno:
-                best = n
-    return best
-
-
 def _number(v: Any) -> float | None:
     if isinstance(v, bool):
         return None
@@ -312,7 +300,7 @@ class BestRecords:
             sels = ()
             try:
                 tree = parsed(code.co_filename)
-                scope = _scope(tree, code, f.f_lineno) if tree is not None else None
+                scope = scope_at(tree, code, f.f_lineno) if tree is not None else None
                 if tree is not None and scope is not None:
                     sels = selections(tree, scope)
             except Exception:  # a source we cannot read: nothing to follow
